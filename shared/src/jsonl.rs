@@ -1,0 +1,287 @@
+//! JSON-lines input and output shared by every tool.
+//!
+//! Input: stdin or files (`-` is stdin), blank lines skipped, each line parsed into a [`Record`].
+//! A malformed line is an [`InputError`] naming `source:line` with a short excerpt; by default the
+//! reader warns and goes on (a count per source at the end), with `--strict` it is an error (exit 2).
+//!
+//! Output: one record per line, each written whole and flushed at once so a pipeline streams.
+//! A closed stdout (the next tool exited) surfaces as [`StdoutClosed`], which
+//! [`crate::cli::main`] turns into a quiet exit 0.
+
+use crate::cli;
+use crate::record::{Record, RecordKind, SCHEMA_VERSION};
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Where records come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Stdin,
+    File(PathBuf),
+}
+
+impl Source {
+    /// `-` means stdin, anything else a file path.
+    pub fn parse(arg: &str) -> Source {
+        if arg == "-" {
+            Source::Stdin
+        } else {
+            Source::File(PathBuf::from(arg))
+        }
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Source::Stdin => "stdin".to_string(),
+            Source::File(p) => p.display().to_string(),
+        }
+    }
+
+    /// Opens the source; a missing or unreadable file is a usage error naming the path.
+    pub fn open(&self, strict: bool) -> anyhow::Result<RecordReader<Box<dyn BufRead + Send>>> {
+        let reader: Box<dyn BufRead + Send> = match self {
+            Source::Stdin => Box::new(BufReader::with_capacity(1 << 16, io::stdin())),
+            Source::File(path) => Box::new(BufReader::with_capacity(1 << 16, open_file(path)?)),
+        };
+        Ok(RecordReader::new(self.name(), reader, strict))
+    }
+}
+
+fn open_file(path: &Path) -> anyhow::Result<File> {
+    File::open(path).map_err(|e| cli::usage(format!("cannot read {}: {e}", path.display())))
+}
+
+/// True when stdin is a pipe or file: tools read upstream records only then, so a tool typed
+/// at a terminal does not sit waiting for input.
+pub fn stdin_is_piped() -> bool {
+    !io::stdin().is_terminal()
+}
+
+/// One input line that parsed as a record, with where it came from.
+#[derive(Debug, Clone)]
+pub struct Line {
+    pub source: Arc<str>,
+    pub line_no: usize,
+    /// The line as read (no newline): pass-through writes exactly this.
+    pub raw: String,
+    pub record: Record,
+}
+
+impl Line {
+    /// `source:line`, for messages.
+    pub fn location(&self) -> String {
+        format!("{}:{}", self.source, self.line_no)
+    }
+}
+
+/// A line that is not a record (or an I/O failure reading the source).
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("{source_name}:{line_no}: {reason} (line: {excerpt})")]
+    Malformed {
+        source_name: String,
+        line_no: usize,
+        reason: String,
+        excerpt: String,
+    },
+    #[error("{source_name}: read failed: {err}")]
+    Io { source_name: String, err: io::Error },
+}
+
+/// How many malformed lines to describe one by one before only counting them.
+const MALFORMED_SHOWN: usize = 3;
+
+/// Iterates over the records of one source. Non-strict readers warn about malformed lines
+/// (the first few in full, then a count when the reader is dropped) and skip them.
+pub struct RecordReader<R: BufRead> {
+    source: Arc<str>,
+    reader: R,
+    line_no: usize,
+    strict: bool,
+    malformed: usize,
+    warned_version: bool,
+    buf: String,
+}
+
+impl<R: BufRead> RecordReader<R> {
+    pub fn new(source: String, reader: R, strict: bool) -> Self {
+        RecordReader {
+            source: source.into(),
+            reader,
+            line_no: 0,
+            strict,
+            malformed: 0,
+            warned_version: false,
+            buf: String::new(),
+        }
+    }
+
+    /// Malformed lines skipped so far.
+    pub fn malformed(&self) -> usize {
+        self.malformed
+    }
+
+    fn next_line(&mut self) -> Option<Result<Line, InputError>> {
+        loop {
+            self.buf.clear();
+            match self.reader.read_line(&mut self.buf) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(err) => {
+                    return Some(Err(InputError::Io {
+                        source_name: self.source.to_string(),
+                        err,
+                    }));
+                }
+            }
+            self.line_no += 1;
+            let text = self.buf.trim_end_matches(['\n', '\r']);
+            if text.trim().is_empty() {
+                continue;
+            }
+            match Record::parse(text) {
+                Ok(record) => {
+                    if record.version() > SCHEMA_VERSION && !self.warned_version {
+                        self.warned_version = true;
+                        cli::warn(format!(
+                            "{}:{}: record schema v{} is newer than this tool's v{}: fields it does not know are passed through",
+                            self.source,
+                            self.line_no,
+                            record.version(),
+                            SCHEMA_VERSION
+                        ));
+                    }
+                    return Some(Ok(Line {
+                        source: self.source.clone(),
+                        line_no: self.line_no,
+                        raw: text.to_string(),
+                        record,
+                    }));
+                }
+                Err(reason) => {
+                    let err = InputError::Malformed {
+                        source_name: self.source.to_string(),
+                        line_no: self.line_no,
+                        reason: reason.to_string(),
+                        excerpt: excerpt(text, 60),
+                    };
+                    if self.strict {
+                        return Some(Err(err));
+                    }
+                    self.malformed += 1;
+                    if self.malformed <= MALFORMED_SHOWN {
+                        cli::warn(format!("skipping malformed line: {err}"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for RecordReader<R> {
+    type Item = Result<Line, InputError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_line()
+    }
+}
+
+impl<R: BufRead> Drop for RecordReader<R> {
+    fn drop(&mut self) {
+        if self.malformed > 0 {
+            cli::warn(format!(
+                "{}: skipped {} malformed line(s) (--strict makes this an error)",
+                self.source, self.malformed
+            ));
+        }
+    }
+}
+
+/// The first `max` characters of a line, for error messages.
+pub fn excerpt(text: &str, max: usize) -> String {
+    let mut out: String = text.chars().take(max).collect();
+    if text.chars().nth(max).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// Reads every source in order, calling `each` per record; usage errors (strict malformed
+/// input, unreadable files) end the read.
+pub fn read_all(
+    sources: &[Source],
+    strict: bool,
+    mut each: impl FnMut(Line) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    for source in sources {
+        for line in source.open(strict)? {
+            let line = line.map_err(|e| cli::usage(e.to_string()))?;
+            each(line)?;
+        }
+    }
+    Ok(())
+}
+
+/// The next tool in the pipeline closed its end: stop quietly, exit 0.
+#[derive(Debug, thiserror::Error)]
+#[error("stdout closed")]
+pub struct StdoutClosed;
+
+/// Writes records, one whole line per write, flushed each time.
+pub struct RecordWriter<W: Write> {
+    out: W,
+    line: String,
+}
+
+impl RecordWriter<io::Stdout> {
+    pub fn stdout() -> Self {
+        RecordWriter::new(io::stdout())
+    }
+}
+
+impl<W: Write> RecordWriter<W> {
+    pub fn new(out: W) -> Self {
+        RecordWriter {
+            out,
+            line: String::with_capacity(512),
+        }
+    }
+
+    /// Writes one line exactly as given (pass-through of an upstream record).
+    pub fn write_raw(&mut self, raw: &str) -> Result<(), StdoutClosed> {
+        self.line.clear();
+        self.line.push_str(raw);
+        self.line.push('\n');
+        self.flush_line()
+    }
+
+    pub fn write_record(&mut self, record: &Record) -> Result<(), StdoutClosed> {
+        self.line.clear();
+        self.line.push_str(&record.to_line());
+        self.line.push('\n');
+        self.flush_line()
+    }
+
+    /// Writes a typed record with `kind` first.
+    pub fn emit<T: RecordKind>(&mut self, record: &T) -> Result<(), StdoutClosed> {
+        self.line.clear();
+        let text = crate::record::to_line_with_kind(record).expect("records serialize");
+        self.line.push_str(&text);
+        self.line.push('\n');
+        self.flush_line()
+    }
+
+    fn flush_line(&mut self) -> Result<(), StdoutClosed> {
+        // Any write failure on stdout means the reader is gone (EPIPE) or the disk is; either
+        // way nothing more can be delivered, and the line was written whole or not at all.
+        self.out
+            .write_all(self.line.as_bytes())
+            .and_then(|_| self.out.flush())
+            .map_err(|_| StdoutClosed)
+    }
+
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}

@@ -1,0 +1,162 @@
+use super::{Extra, Labels, current_version, record_kind};
+use serde::{Deserialize, Serialize};
+
+/// Which sweep point a request or summary belongs to: the load and workload parameters that
+/// vary across a `loadgen` matrix. Absent parameters were not part of that run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PointKey {
+    /// Position of the point in the sweep, from 0.
+    pub index: u32,
+    /// Closed-loop concurrency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// Open-loop request rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_rps: Option<f64>,
+    /// Target prompt length in tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_len: Option<u32>,
+    /// Requested output tokens per request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Repetition of the same point (`--repeat`), from 0.
+    #[serde(default)]
+    pub repeat: u32,
+}
+
+impl PointKey {
+    /// The parameters without the position: points with equal params are the same measurement.
+    pub fn same_params(&self, other: &PointKey) -> bool {
+        self.concurrency == other.concurrency
+            && self.rate_rps == other.rate_rps
+            && self.input_len == other.input_len
+            && self.max_tokens == other.max_tokens
+    }
+}
+
+/// What went wrong with a request, as a class that can be counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// Connection refused or failed before a request was sent.
+    Connect,
+    /// Connection reset or closed mid-request.
+    Reset,
+    /// No complete answer within `--timeout`.
+    Timeout,
+    /// HTTP 4xx from the server.
+    Http4xx,
+    /// HTTP 5xx from the server.
+    Http5xx,
+    /// The stream was not valid SSE / JSON, or the server sent an error event mid-stream.
+    Protocol,
+    /// Stopped by the user (Ctrl-C) before it finished.
+    Cancelled,
+    /// A class written by a newer tool.
+    #[serde(other)]
+    Other,
+}
+
+impl ErrorClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Connect => "connect",
+            ErrorClass::Reset => "reset",
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::Http4xx => "http_4xx",
+            ErrorClass::Http5xx => "http_5xx",
+            ErrorClass::Protocol => "protocol",
+            ErrorClass::Cancelled => "cancelled",
+            ErrorClass::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestError {
+    pub class: ErrorClass,
+    /// One line: what happened, with a short excerpt of the server's body where there was one.
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+}
+
+/// Where a request's `output_tokens` came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenSource {
+    /// The server's `usage` (final chunk, or per chunk with `continuous_usage_stats`).
+    Usage,
+    /// Counted from content chunks (one token per chunk) because the server gave no usage.
+    Chunks,
+}
+
+/// One finished request, written by `loadgen` as it finishes. All times are milliseconds,
+/// measured on a monotonic clock from the request's *intended* send time (so open-loop
+/// latency includes the time a request waited for its slot: no coordinated omission).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    #[serde(default = "current_version")]
+    pub v: u32,
+    pub ts: String,
+    #[serde(default)]
+    pub labels: Labels,
+    pub point: PointKey,
+    /// Request number within the point, from 0, in send order.
+    pub id: u64,
+    /// Intended send time, from the start of the point.
+    pub intended_ms: f64,
+    /// Actual minus intended send time.
+    pub send_lag_ms: f64,
+    /// Send to the first chunk that carries content (role-only and empty chunks do not count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    /// Send to the first chunk carrying reasoning content, where the model reasons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_reasoning_ms: Option<f64>,
+    /// Send to the end of the stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2e_ms: Option<f64>,
+    /// (e2e - ttft) / (output_tokens - 1): time per output token after the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_ms: Option<f64>,
+    /// Gaps between consecutive content chunks (one fewer than `chunks`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub itl_ms: Vec<f64>,
+    /// Content chunks received.
+    #[serde(default)]
+    pub chunks: u32,
+    #[serde(default)]
+    pub output_tokens: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens_source: Option<TokenSource>,
+    /// Tokens counted from chunks, when it disagrees with `usage` (else absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens_chunks: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u32>,
+    /// The prompt length the workload aimed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_target: Option<u32>,
+    /// Requested output tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Absent on success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RequestError>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+record_kind!(RequestRecord, "request", Request);
+
+impl RequestRecord {
+    pub fn is_ok(&self) -> bool {
+        self.error.is_none()
+    }
+}

@@ -1,0 +1,37 @@
+use super::{Extra, Labels, current_version, record_kind};
+use serde::{Deserialize, Serialize};
+
+/// A running server, written by `srv-launch` once it is ready; `loadgen` targets it and
+/// `srv-kill` stops exactly it (pid, process group and start time guard against pid reuse).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerRecord {
+    #[serde(default = "current_version")]
+    pub v: u32,
+    pub ts: String,
+    #[serde(default)]
+    pub labels: Labels,
+    /// `sglang`, `vllm`, `llama-cpp`, `trtllm`, `sim` or `cmd`.
+    pub engine: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Where it runs: `localhost`, or the SSH target `[user@]addr[:port]`.
+    pub host: String,
+    pub pid: u32,
+    /// Process group (the server is started as a session leader, so pgid = sid = pid).
+    pub pgid: u32,
+    /// Start time of `pid` in clock ticks since boot (/proc/PID/stat field 22): a pid whose
+    /// start time differs is another process and is never signalled.
+    pub start_ticks: u64,
+    pub port: u16,
+    /// Base URL of the OpenAI-compatible API, e.g. `http://127.0.0.1:8000`.
+    pub url: String,
+    /// The exact command line that was run.
+    pub command: String,
+    /// Path of the server's combined stdout/stderr log (on `host`).
+    pub log: String,
+    /// Seconds from launch until the server answered as ready.
+    pub ready_s: f64,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+record_kind!(ServerRecord, "server", Server);

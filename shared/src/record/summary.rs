@@ -1,0 +1,69 @@
+use super::{Dist, Extra, Labels, PointKey, current_version, record_kind};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The statistics of one sweep point, written by `loadgen` when the point ends (and computed
+/// identically by `summarize` from `request` records; see [`crate::stats`]). Histograms travel
+/// serialized so summaries from several hosts or runs merge exactly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryRecord {
+    #[serde(default = "current_version")]
+    pub v: u32,
+    pub ts: String,
+    #[serde(default)]
+    pub labels: Labels,
+    pub point: PointKey,
+    /// True when the point was cut short (Ctrl-C, SIGTERM, a crash of the run).
+    #[serde(default)]
+    pub partial: bool,
+    pub requests: u64,
+    pub ok: u64,
+    pub errors: u64,
+    #[serde(default)]
+    pub errors_by_class: BTreeMap<String, u64>,
+    /// Wall window: first intended send to last end.
+    pub duration_s: f64,
+    pub output_tokens: u64,
+    pub prompt_tokens: u64,
+    pub req_s: f64,
+    pub output_tok_s: f64,
+    pub total_tok_s: f64,
+    /// Output throughput over the steady-state window (all slots busy; see README).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_output_tok_s: Option<f64>,
+    /// Requests per second that met every `--slo`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput_req_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<Dist>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itl_ms: Option<Dist>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_ms: Option<Dist>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2e_ms: Option<Dist>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_lag_ms: Option<Dist>,
+    /// Output tokens per content chunk (above 1: speculative decoding or server-side batching).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_chunk: Option<f64>,
+    /// Requests whose prompt had exactly the target length / had a target at all.
+    #[serde(default)]
+    pub prompt_len_exact: u64,
+    #[serde(default)]
+    pub prompt_len_targeted: u64,
+    /// Successful requests whose output token count differed from `max_tokens`.
+    #[serde(default)]
+    pub output_len_mismatch: u64,
+    /// CPU seconds the client spent on this point (user + system), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cpu_s: Option<f64>,
+    /// Metric name (`ttft_ms`, ...) to HdrHistogram V2+deflate, base64; values in microseconds.
+    #[serde(default)]
+    pub hist: BTreeMap<String, String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+record_kind!(SummaryRecord, "summary", Summary);

@@ -1,0 +1,302 @@
+use super::*;
+use proptest::prelude::*;
+use serde_json::json;
+
+fn labels() -> impl Strategy<Value = Labels> {
+    prop::collection::btree_map("[a-z]{1,6}", "[ -~]{0,8}", 0..4)
+}
+
+/// Unknown fields a newer tool might add: never colliding with known ones (prefix `zz_`).
+fn extra() -> impl Strategy<Value = Extra> {
+    prop::collection::btree_map(
+        "zz_[a-z]{1,6}",
+        prop_oneof![
+            any::<i64>().prop_map(|n| json!(n)),
+            "[ -~]{0,10}".prop_map(|s| json!(s)),
+            any::<bool>().prop_map(|b| json!({"nested": b, "list": [1, 2]})),
+        ],
+        0..4,
+    )
+    .prop_map(|m| m.into_iter().collect())
+}
+
+fn finite() -> impl Strategy<Value = f64> {
+    (0u32..10_000_000).prop_map(|n| f64::from(n) / 1000.0)
+}
+
+fn dist() -> impl Strategy<Value = Dist> {
+    (any::<u32>(), finite(), finite()).prop_map(|(n, a, b)| Dist {
+        n: u64::from(n),
+        mean: a,
+        stddev: b,
+        min: a,
+        p50: a,
+        p90: b,
+        p95: b,
+        p99: b,
+        p999: b,
+        max: a + b,
+    })
+}
+
+fn point() -> impl Strategy<Value = PointKey> {
+    (
+        any::<u16>(),
+        prop::option::of(1u32..5000),
+        prop::option::of(finite()),
+        prop::option::of(1u32..200_000),
+        prop::option::of(1u32..10_000),
+        0u32..5,
+    )
+        .prop_map(
+            |(index, concurrency, rate_rps, input_len, max_tokens, repeat)| PointKey {
+                index: u32::from(index),
+                concurrency,
+                rate_rps,
+                input_len,
+                max_tokens,
+                repeat,
+            },
+        )
+}
+
+fn server() -> impl Strategy<Value = Record> {
+    (labels(), extra(), any::<u32>(), any::<u16>(), finite()).prop_map(
+        |(labels, extra, pid, port, ready_s)| {
+            Record::Server(ServerRecord {
+                v: 1,
+                ts: "2026-11-30T17:00:00.123Z".into(),
+                labels,
+                engine: "sim".into(),
+                model: Some("llama-3.1-8b".into()),
+                host: "localhost".into(),
+                pid,
+                pgid: pid,
+                start_ticks: u64::from(pid) * 7,
+                port,
+                url: format!("http://127.0.0.1:{port}"),
+                command: "srv-sim --port 8000".into(),
+                log: "/tmp/x.log".into(),
+                ready_s,
+                extra,
+            })
+        },
+    )
+}
+
+fn kill() -> impl Strategy<Value = Record> {
+    (labels(), extra(), any::<u32>(), any::<bool>(), finite()).prop_map(
+        |(labels, extra, pid, ok, elapsed_s)| {
+            Record::Kill(KillRecord {
+                v: 1,
+                ts: "2026-11-30T17:00:00.123Z".into(),
+                labels,
+                target: format!("server pid {pid}"),
+                host: "localhost".into(),
+                matched: vec![KilledProcess {
+                    pid,
+                    command: "srv-sim".into(),
+                }],
+                signals: vec!["TERM".into()],
+                survivors: if ok { vec![] } else { vec![pid] },
+                port: Some(8000),
+                port_free: Some(ok),
+                gpu_used_before_bytes: None,
+                gpu_used_after_bytes: Some(vec![1 << 30]),
+                elapsed_s,
+                ok,
+                error: (!ok).then(|| "survivors".to_string()),
+                extra,
+            })
+        },
+    )
+}
+
+fn request() -> impl Strategy<Value = Record> {
+    (
+        labels(),
+        extra(),
+        point(),
+        any::<u32>(),
+        prop::option::of(finite()),
+        prop::collection::vec(finite(), 0..6),
+        any::<bool>(),
+    )
+        .prop_map(|(labels, extra, point, id, ttft_ms, itl_ms, failed)| {
+            Record::Request(Box::new(RequestRecord {
+                v: 1,
+                ts: "2026-11-30T17:00:00.123Z".into(),
+                labels,
+                point,
+                id: u64::from(id),
+                intended_ms: 12.5,
+                send_lag_ms: 0.013,
+                ttft_ms,
+                ttft_reasoning_ms: None,
+                e2e_ms: ttft_ms.map(|t| t + 100.0),
+                tpot_ms: Some(10.0),
+                chunks: itl_ms.len() as u32 + 1,
+                itl_ms,
+                output_tokens: 7,
+                output_tokens_source: Some(TokenSource::Usage),
+                output_tokens_chunks: None,
+                prompt_tokens: Some(3000),
+                prompt_tokens_target: Some(3000),
+                max_tokens: Some(7),
+                error: failed.then(|| RequestError {
+                    class: ErrorClass::Http5xx,
+                    message: "HTTP 503: overloaded".into(),
+                    http_status: Some(503),
+                }),
+                extra,
+            }))
+        })
+}
+
+fn summary() -> impl Strategy<Value = Record> {
+    (labels(), extra(), point(), dist(), any::<bool>()).prop_map(
+        |(labels, extra, point, d, partial)| {
+            Record::Summary(Box::new(SummaryRecord {
+                v: 1,
+                ts: "2026-11-30T17:00:00.123Z".into(),
+                labels,
+                point,
+                partial,
+                requests: 10,
+                ok: 9,
+                errors: 1,
+                errors_by_class: [("reset".to_string(), 1)].into_iter().collect(),
+                duration_s: 1.5,
+                output_tokens: 900,
+                prompt_tokens: 100,
+                req_s: 6.0,
+                output_tok_s: 600.0,
+                total_tok_s: 666.6,
+                steady_output_tok_s: Some(610.0),
+                goodput_req_s: None,
+                slo: None,
+                ttft_ms: Some(d),
+                itl_ms: Some(d),
+                tpot_ms: None,
+                e2e_ms: Some(d),
+                send_lag_ms: None,
+                tokens_per_chunk: Some(1.0),
+                prompt_len_exact: 9,
+                prompt_len_targeted: 10,
+                output_len_mismatch: 0,
+                client_cpu_s: Some(0.01),
+                hist: [("ttft_ms".to_string(), "HISTFAAAAB".to_string())]
+                    .into_iter()
+                    .collect(),
+                extra,
+            }))
+        },
+    )
+}
+
+fn coll() -> impl Strategy<Value = Record> {
+    (labels(), extra(), dist(), 1u64..1 << 30).prop_map(|(labels, extra, d, bytes)| {
+        Record::Coll(CollRecord {
+            v: 1,
+            ts: "2026-11-30T17:00:00.123Z".into(),
+            labels,
+            op: "allreduce".into(),
+            backend: "tcp".into(),
+            algo: "ring".into(),
+            ranks: 4,
+            hosts: 1,
+            bytes,
+            count: bytes / 4,
+            dtype: "f32".into(),
+            redop: "sum".into(),
+            mode: "pipelined".into(),
+            time_us: d,
+            algbw_gbps: 1.5,
+            busbw_gbps: 2.25,
+            wrong: 0,
+            extra,
+        })
+    })
+}
+
+fn coll_run() -> impl Strategy<Value = Record> {
+    (labels(), extra()).prop_map(|(labels, extra)| {
+        Record::CollRun(CollRunRecord {
+            v: 1,
+            ts: "2026-11-30T17:00:00.123Z".into(),
+            labels,
+            op: "allreduce".into(),
+            backend: "tcp".into(),
+            ranks: 2,
+            sizes: 20,
+            avg_busbw_gbps: 3.5,
+            wrong: 0,
+            extra,
+        })
+    })
+}
+
+fn other() -> impl Strategy<Value = Record> {
+    (labels(), extra(), "[a-z_]{3,10}").prop_map(|(labels, mut extra, kind)| {
+        extra.insert("kind".into(), json!(format!("future_{kind}")));
+        extra.insert("v".into(), json!(3));
+        extra.insert("labels".into(), json!(labels));
+        Record::Other(extra)
+    })
+}
+
+fn any_record() -> impl Strategy<Value = Record> {
+    prop_oneof![
+        server(),
+        kill(),
+        request(),
+        summary(),
+        coll(),
+        coll_run(),
+        other()
+    ]
+}
+
+proptest! {
+    /// Every kind survives writer -> reader unchanged, unknown fields included, and the
+    /// written line is stable (a second trip writes the same bytes).
+    #[test]
+    fn every_kind_round_trips(record in any_record()) {
+        let line = record.to_line();
+        let back = Record::parse(&line).unwrap();
+        prop_assert_eq!(&back, &record);
+        prop_assert_eq!(back.to_line(), line.clone());
+        let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+        prop_assert_eq!(value["kind"].as_str().unwrap(), record.kind());
+        prop_assert!(line.starts_with(r#"{"kind":"#), "kind first: {}", line);
+    }
+}
+
+#[test]
+fn unknown_fields_of_known_kinds_are_kept() {
+    let line = r#"{"kind":"coll_run","v":1,"ts":"2026-11-30T17:00:00.000Z","labels":{},"op":"allreduce","backend":"tcp","ranks":2,"sizes":3,"avg_busbw_gbps":1.0,"wrong":0,"zz_new":{"a":[1,2]}}"#;
+    let rec = Record::parse(line).unwrap();
+    let out: serde_json::Value = serde_json::from_str(&rec.to_line()).unwrap();
+    let orig: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(out, orig);
+}
+
+#[test]
+fn newer_version_parses() {
+    let line = r#"{"kind":"coll_run","v":2,"ts":"t","op":"allreduce","backend":"tcp","ranks":2,"sizes":3,"avg_busbw_gbps":1.0,"wrong":0}"#;
+    assert_eq!(Record::parse(line).unwrap().version(), 2);
+}
+
+#[test]
+fn malformed_lines_say_why() {
+    assert!(matches!(
+        Record::parse("{not json"),
+        Err(RecordError::NotJson(_))
+    ));
+    assert!(matches!(
+        Record::parse(r#"{"v":1}"#),
+        Err(RecordError::NoKind)
+    ));
+    let err = Record::parse(r#"{"kind":"server","v":1,"ts":"t"}"#).unwrap_err();
+    assert!(err.to_string().contains("bad server record"), "{err}");
+}

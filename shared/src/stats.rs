@@ -1,0 +1,447 @@
+//! The one implementation of servbench's request statistics: `loadgen` builds its `summary`
+//! records with it and `summarize` recomputes the same figures from `request` records, so the
+//! two always agree. Latencies go into HdrHistograms in integer microseconds (3 significant
+//! digits); histograms serialize as V2+deflate, base64, so summaries merge exactly.
+
+use crate::record::{Dist, ErrorClass, Labels, PointKey, RequestRecord, SummaryRecord, now_ts};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use hdrhistogram::Histogram;
+use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
+use std::collections::BTreeMap;
+
+/// Significant digits kept by every histogram: 0.1% resolution.
+const SIG_FIGS: u8 = 3;
+
+/// A latency histogram in microseconds; reports in milliseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hist(Histogram<u64>);
+
+impl Default for Hist {
+    fn default() -> Self {
+        Hist::new()
+    }
+}
+
+/// Milliseconds (as records write them) to the histogram's integer microseconds.
+pub fn ms_to_us(ms: f64) -> u64 {
+    if ms.is_finite() && ms > 0.0 {
+        (ms * 1000.0).round() as u64
+    } else {
+        0
+    }
+}
+
+impl Hist {
+    pub fn new() -> Self {
+        // Auto-resizing histogram: new() with only sigfigs cannot fail for SIG_FIGS <= 5.
+        Hist(Histogram::new(SIG_FIGS).expect("valid sigfigs"))
+    }
+
+    pub fn record_ms(&mut self, ms: f64) {
+        let us = ms_to_us(ms);
+        // `record` grows the auto-resizing histogram; `saturating_record` would clamp instead.
+        if self.0.record(us).is_err() {
+            self.0.saturating_record(us);
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn merge(&mut self, other: &Hist) {
+        // Both are auto-resizing, so add cannot fail on range.
+        self.0.add(&other.0).expect("auto-resizing histograms merge");
+    }
+
+    /// The distribution in milliseconds; `None` when nothing was recorded.
+    pub fn dist_ms(&self) -> Option<Dist> {
+        let h = &self.0;
+        if h.is_empty() {
+            return None;
+        }
+        // Each bucket is reported by its midpoint: unbiased, and within 0.05% of any value in it.
+        let ms = |us: u64| h.median_equivalent(us) as f64 / 1000.0;
+        Some(Dist {
+            n: h.len(),
+            mean: h.mean() / 1000.0,
+            stddev: h.stdev() / 1000.0,
+            min: ms(h.min()),
+            p50: ms(h.value_at_quantile(0.50)),
+            p90: ms(h.value_at_quantile(0.90)),
+            p95: ms(h.value_at_quantile(0.95)),
+            p99: ms(h.value_at_quantile(0.99)),
+            p999: ms(h.value_at_quantile(0.999)),
+            max: ms(h.max()),
+        })
+    }
+
+    /// V2+deflate, base64.
+    pub fn encode(&self) -> String {
+        let mut bytes = Vec::new();
+        V2DeflateSerializer::new()
+            .serialize(&self.0, &mut bytes)
+            .expect("serializing into a Vec cannot fail");
+        B64.encode(bytes)
+    }
+
+    pub fn decode(text: &str) -> Result<Hist, String> {
+        let bytes = B64
+            .decode(text.trim())
+            .map_err(|e| format!("histogram is not base64: {e}"))?;
+        let h: Histogram<u64> = Deserializer::new()
+            .deserialize(&mut bytes.as_slice())
+            .map_err(|e| format!("histogram does not decode: {e:?}"))?;
+        let mut out = Hist::new();
+        out.0.add(&h).map_err(|e| format!("histogram: {e:?}"))?;
+        Ok(out)
+    }
+}
+
+/// Service-level objectives for goodput: a request is good when it succeeded and met each.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Slo {
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub itl_ms: Option<f64>,
+    pub e2e_ms: Option<f64>,
+}
+
+impl Slo {
+    /// `ttft_ms=500,tpot_ms=50` (keys: ttft_ms, tpot_ms, itl_ms (max gap), e2e_ms).
+    pub fn parse(s: &str) -> Result<Slo, String> {
+        let mut slo = Slo::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("SLO item '{part}' is not KEY=MS, e.g. ttft_ms=500"))?;
+            let v: f64 = v
+                .trim()
+                .parse()
+                .map_err(|_| format!("SLO value in '{part}' is not a number"))?;
+            let slot = match k.trim() {
+                "ttft_ms" => &mut slo.ttft_ms,
+                "tpot_ms" => &mut slo.tpot_ms,
+                "itl_ms" => &mut slo.itl_ms,
+                "e2e_ms" => &mut slo.e2e_ms,
+                other => {
+                    return Err(format!(
+                        "unknown SLO '{other}': use ttft_ms, tpot_ms, itl_ms or e2e_ms"
+                    ));
+                }
+            };
+            *slot = Some(v);
+        }
+        Ok(slo)
+    }
+
+    /// The canonical text form, as recorded in summaries.
+    pub fn to_text(&self) -> String {
+        let mut parts = Vec::new();
+        for (k, v) in [
+            ("ttft_ms", self.ttft_ms),
+            ("tpot_ms", self.tpot_ms),
+            ("itl_ms", self.itl_ms),
+            ("e2e_ms", self.e2e_ms),
+        ] {
+            if let Some(v) = v {
+                parts.push(format!("{k}={v}"));
+            }
+        }
+        parts.join(",")
+    }
+
+    pub fn met_by(&self, r: &RequestRecord) -> bool {
+        let within = |limit: Option<f64>, value: Option<f64>| match (limit, value) {
+            (None, _) => true,
+            (Some(l), Some(v)) => v <= l,
+            (Some(_), None) => false,
+        };
+        let max_itl = r.itl_ms.iter().copied().fold(None, |m: Option<f64>, x| {
+            Some(m.map_or(x, |m| m.max(x)))
+        });
+        r.is_ok()
+            && within(self.ttft_ms, r.ttft_ms)
+            && within(self.tpot_ms, r.tpot_ms.or(Some(0.0)))
+            && within(self.itl_ms, max_itl.or(Some(0.0)))
+            && within(self.e2e_ms, r.e2e_ms)
+    }
+}
+
+/// One successful request's place in time, for the steady-state window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Span {
+    start_ms: f64,
+    first_ms: f64,
+    end_ms: f64,
+    tokens: u32,
+}
+
+/// Accumulates the statistics of one sweep point, request by request or by merging.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PointStats {
+    pub requests: u64,
+    pub ok: u64,
+    pub errors_by_class: BTreeMap<String, u64>,
+    pub ttft: Hist,
+    pub itl: Hist,
+    pub tpot: Hist,
+    pub e2e: Hist,
+    pub send_lag: Hist,
+    pub output_tokens: u64,
+    pub prompt_tokens: u64,
+    pub chunks: u64,
+    pub prompt_len_exact: u64,
+    pub prompt_len_targeted: u64,
+    pub output_len_mismatch: u64,
+    /// Requests that met the SLO (when one was given).
+    pub good: u64,
+    /// Earliest intended send and latest end, ms from the point's start.
+    window: Option<(f64, f64)>,
+    /// Per-request spans, to compute the steady window; empty after merging summaries.
+    spans: Vec<Span>,
+    /// A merged summary carried no spans: steady-state figures are then unknown.
+    spans_incomplete: bool,
+}
+
+impl PointStats {
+    pub fn new() -> Self {
+        PointStats::default()
+    }
+
+    /// Adds one finished request (success or failure).
+    pub fn add_request(&mut self, r: &RequestRecord, slo: Option<&Slo>) {
+        self.requests += 1;
+        self.send_lag.record_ms(r.send_lag_ms);
+        let end = r.intended_ms + r.e2e_ms.unwrap_or(0.0);
+        self.window = Some(match self.window {
+            None => (r.intended_ms, end),
+            Some((a, b)) => (a.min(r.intended_ms), b.max(end)),
+        });
+        if let Some(target) = r.prompt_tokens_target {
+            self.prompt_len_targeted += 1;
+            if r.prompt_tokens == Some(target) {
+                self.prompt_len_exact += 1;
+            }
+        }
+        if let Some(err) = &r.error {
+            *self
+                .errors_by_class
+                .entry(err.class.as_str().to_string())
+                .or_default() += 1;
+            return;
+        }
+        self.ok += 1;
+        if let Some(v) = r.ttft_ms {
+            self.ttft.record_ms(v);
+        }
+        if let Some(v) = r.e2e_ms {
+            self.e2e.record_ms(v);
+        }
+        if let Some(v) = r.tpot_ms {
+            self.tpot.record_ms(v);
+        }
+        for &gap in &r.itl_ms {
+            self.itl.record_ms(gap);
+        }
+        self.output_tokens += u64::from(r.output_tokens);
+        self.prompt_tokens += u64::from(r.prompt_tokens.unwrap_or(0));
+        self.chunks += u64::from(r.chunks);
+        if let Some(max) = r.max_tokens
+            && r.output_tokens != max
+        {
+            self.output_len_mismatch += 1;
+        }
+        if slo.is_some_and(|s| s.met_by(r)) {
+            self.good += 1;
+        }
+        if let (Some(ttft), Some(e2e)) = (r.ttft_ms, r.e2e_ms) {
+            self.spans.push(Span {
+                start_ms: r.intended_ms,
+                first_ms: r.intended_ms + ttft,
+                end_ms: r.intended_ms + e2e,
+                tokens: r.output_tokens,
+            });
+        }
+    }
+
+    pub fn errors(&self) -> u64 {
+        self.requests - self.ok
+    }
+
+    /// Wall window in seconds: first intended send to last end.
+    pub fn duration_s(&self) -> f64 {
+        self.window.map_or(0.0, |(a, b)| (b - a).max(0.0) / 1000.0)
+    }
+
+    /// Output tokens per second over the steady-state window: from the first request's
+    /// completion (ramp-up over) to the last request's send (drain not yet begun), counting
+    /// each request's tokens as spread evenly between its first and last token. `None` when
+    /// that window is empty (too few requests) or unknown (merged summaries).
+    pub fn steady_output_tok_s(&self) -> Option<f64> {
+        if self.spans_incomplete || self.spans.len() < 2 {
+            return None;
+        }
+        let from = self.spans.iter().map(|s| s.end_ms).fold(f64::MAX, f64::min);
+        let to = self
+            .spans
+            .iter()
+            .map(|s| s.start_ms)
+            .fold(f64::MIN, f64::max);
+        if to <= from {
+            return None;
+        }
+        let mut tokens = 0.0;
+        for s in &self.spans {
+            let span = s.end_ms - s.first_ms;
+            if span <= 0.0 {
+                if s.first_ms >= from && s.first_ms <= to {
+                    tokens += f64::from(s.tokens);
+                }
+                continue;
+            }
+            let overlap = (s.end_ms.min(to) - s.first_ms.max(from)).max(0.0);
+            tokens += f64::from(s.tokens) * overlap / span;
+        }
+        Some(tokens / ((to - from) / 1000.0))
+    }
+
+    /// Merges another accumulator of the same point (another host, or a later batch).
+    pub fn merge(&mut self, other: &PointStats) {
+        self.requests += other.requests;
+        self.ok += other.ok;
+        for (k, v) in &other.errors_by_class {
+            *self.errors_by_class.entry(k.clone()).or_default() += v;
+        }
+        self.ttft.merge(&other.ttft);
+        self.itl.merge(&other.itl);
+        self.tpot.merge(&other.tpot);
+        self.e2e.merge(&other.e2e);
+        self.send_lag.merge(&other.send_lag);
+        self.output_tokens += other.output_tokens;
+        self.prompt_tokens += other.prompt_tokens;
+        self.chunks += other.chunks;
+        self.prompt_len_exact += other.prompt_len_exact;
+        self.prompt_len_targeted += other.prompt_len_targeted;
+        self.output_len_mismatch += other.output_len_mismatch;
+        self.good += other.good;
+        self.window = match (self.window, other.window) {
+            (None, w) | (w, None) => w,
+            // Hosts run the same point side by side: the union of windows from each start.
+            (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+        };
+        self.spans.extend_from_slice(&other.spans);
+        self.spans_incomplete |= other.spans_incomplete;
+    }
+
+    /// Rebuilds an accumulator from a summary record (exact histograms; the window from its
+    /// duration), so summaries of the same point can be merged.
+    pub fn from_summary(s: &SummaryRecord) -> Result<PointStats, String> {
+        let hist = |name: &str| -> Result<Hist, String> {
+            match s.hist.get(name) {
+                Some(text) => Hist::decode(text).map_err(|e| format!("{name}: {e}")),
+                None => Ok(Hist::new()),
+            }
+        };
+        let good = s
+            .goodput_req_s
+            .map_or(0, |g| (g * s.duration_s).round() as u64);
+        Ok(PointStats {
+            requests: s.requests,
+            ok: s.ok,
+            errors_by_class: s.errors_by_class.clone(),
+            ttft: hist("ttft_ms")?,
+            itl: hist("itl_ms")?,
+            tpot: hist("tpot_ms")?,
+            e2e: hist("e2e_ms")?,
+            send_lag: hist("send_lag_ms")?,
+            output_tokens: s.output_tokens,
+            prompt_tokens: s.prompt_tokens,
+            chunks: match s.tokens_per_chunk {
+                Some(tpc) if tpc > 0.0 => (s.output_tokens as f64 / tpc).round() as u64,
+                _ => 0,
+            },
+            prompt_len_exact: s.prompt_len_exact,
+            prompt_len_targeted: s.prompt_len_targeted,
+            output_len_mismatch: s.output_len_mismatch,
+            good,
+            window: Some((0.0, s.duration_s * 1000.0)),
+            spans: Vec::new(),
+            spans_incomplete: true,
+        })
+    }
+
+    /// The summary record for this point.
+    pub fn to_summary(
+        &self,
+        point: PointKey,
+        labels: Labels,
+        partial: bool,
+        slo: Option<&Slo>,
+    ) -> SummaryRecord {
+        let secs = self.duration_s();
+        let rate = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        let mut hist = BTreeMap::new();
+        for (name, h) in self.hists() {
+            if !h.is_empty() {
+                hist.insert(name.to_string(), h.encode());
+            }
+        }
+        SummaryRecord {
+            v: crate::record::SCHEMA_VERSION,
+            ts: now_ts(),
+            labels,
+            point,
+            partial,
+            requests: self.requests,
+            ok: self.ok,
+            errors: self.errors(),
+            errors_by_class: self.errors_by_class.clone(),
+            duration_s: secs,
+            output_tokens: self.output_tokens,
+            prompt_tokens: self.prompt_tokens,
+            req_s: rate(self.ok),
+            output_tok_s: rate(self.output_tokens),
+            total_tok_s: rate(self.output_tokens + self.prompt_tokens),
+            steady_output_tok_s: self.steady_output_tok_s(),
+            goodput_req_s: slo.map(|_| rate(self.good)),
+            slo: slo.map(Slo::to_text),
+            ttft_ms: self.ttft.dist_ms(),
+            itl_ms: self.itl.dist_ms(),
+            tpot_ms: self.tpot.dist_ms(),
+            e2e_ms: self.e2e.dist_ms(),
+            send_lag_ms: self.send_lag.dist_ms(),
+            tokens_per_chunk: (self.chunks > 0)
+                .then(|| self.output_tokens as f64 / self.chunks as f64),
+            prompt_len_exact: self.prompt_len_exact,
+            prompt_len_targeted: self.prompt_len_targeted,
+            output_len_mismatch: self.output_len_mismatch,
+            client_cpu_s: None,
+            hist,
+            extra: Default::default(),
+        }
+    }
+
+    fn hists(&self) -> [(&'static str, &Hist); 5] {
+        [
+            ("ttft_ms", &self.ttft),
+            ("itl_ms", &self.itl),
+            ("tpot_ms", &self.tpot),
+            ("e2e_ms", &self.e2e),
+            ("send_lag_ms", &self.send_lag),
+        ]
+    }
+}
+
+/// Counts of errors by class, for code that has an `ErrorClass` at hand.
+pub fn class_key(class: ErrorClass) -> String {
+    class.as_str().to_string()
+}
+
+#[cfg(test)]
+mod tests;

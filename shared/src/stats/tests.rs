@@ -1,0 +1,133 @@
+use super::*;
+use crate::record::{RequestError, TokenSource};
+
+fn req(id: u64, intended: f64, ttft: f64, itl: &[f64], tokens: u32) -> RequestRecord {
+    let e2e = ttft + itl.iter().sum::<f64>();
+    RequestRecord {
+        v: 1,
+        ts: now_ts(),
+        labels: Labels::new(),
+        point: PointKey::default(),
+        id,
+        intended_ms: intended,
+        send_lag_ms: 0.01,
+        ttft_ms: Some(ttft),
+        ttft_reasoning_ms: None,
+        e2e_ms: Some(e2e),
+        tpot_ms: (tokens > 1).then(|| (e2e - ttft) / f64::from(tokens - 1)),
+        chunks: itl.len() as u32 + 1,
+        itl_ms: itl.to_vec(),
+        output_tokens: tokens,
+        output_tokens_source: Some(TokenSource::Usage),
+        output_tokens_chunks: None,
+        prompt_tokens: Some(100),
+        prompt_tokens_target: Some(100),
+        max_tokens: Some(tokens),
+        error: None,
+        extra: Default::default(),
+    }
+}
+
+#[test]
+fn histogram_round_trip_is_exact() {
+    let mut h = Hist::new();
+    for i in 1..5000 {
+        h.record_ms(f64::from(i) * 0.137);
+    }
+    let back = Hist::decode(&h.encode()).unwrap();
+    assert_eq!(back, h);
+    assert!(Hist::decode("not base64!").is_err());
+}
+
+#[test]
+fn merged_histograms_equal_the_histogram_of_the_union() {
+    let (mut a, mut b, mut all) = (Hist::new(), Hist::new(), Hist::new());
+    for i in 0..1000 {
+        let v = f64::from(i * 7 % 997) + 0.5;
+        if i % 3 == 0 { a.record_ms(v) } else { b.record_ms(v) }
+        all.record_ms(v);
+    }
+    let mut merged = Hist::decode(&a.encode()).unwrap();
+    merged.merge(&Hist::decode(&b.encode()).unwrap());
+    assert_eq!(merged, all);
+    assert_eq!(merged.dist_ms(), all.dist_ms());
+}
+
+#[test]
+fn point_stats_count_and_rate() {
+    let mut s = PointStats::new();
+    let slo = Slo::parse("ttft_ms=150").unwrap();
+    s.add_request(&req(0, 0.0, 100.0, &[10.0; 9], 10), Some(&slo));
+    s.add_request(&req(1, 0.0, 200.0, &[10.0; 9], 10), Some(&slo));
+    let mut failed = req(2, 0.0, 1.0, &[], 0);
+    failed.error = Some(RequestError {
+        class: ErrorClass::Reset,
+        message: "reset".into(),
+        http_status: None,
+    });
+    s.add_request(&failed, Some(&slo));
+    let sum = s.to_summary(PointKey::default(), Labels::new(), false, Some(&slo));
+    assert_eq!((sum.requests, sum.ok, sum.errors), (3, 2, 1));
+    assert_eq!(sum.errors_by_class["reset"], 1);
+    assert_eq!(sum.output_tokens, 20);
+    // Window: 0 .. 290 ms.
+    assert!((sum.duration_s - 0.29).abs() < 1e-9);
+    assert!((sum.output_tok_s - 20.0 / 0.29).abs() < 1e-6);
+    assert!((sum.goodput_req_s.unwrap() - 1.0 / 0.29).abs() < 1e-6);
+    let ttft = sum.ttft_ms.unwrap();
+    // Histogram resolution is 0.1% (3 significant digits).
+    assert_eq!(ttft.n, 2);
+    assert!((ttft.min - 100.0).abs() < 0.05 && (ttft.max - 200.0).abs() < 0.1, "{ttft:?}");
+    assert!((sum.itl_ms.unwrap().p50 - 10.0).abs() < 0.005);
+    assert!((sum.tpot_ms.unwrap().p99 - 10.0).abs() < 0.005);
+    assert_eq!(sum.tokens_per_chunk, Some(1.0));
+    assert_eq!((sum.prompt_len_exact, sum.prompt_len_targeted), (3, 3));
+}
+
+#[test]
+fn summaries_merge_like_their_requests() {
+    let reqs: Vec<_> = (0..40)
+        .map(|i| req(i, f64::from(i as u32) * 5.0, 50.0 + f64::from(i as u32), &[3.0, 4.0, 5.0], 4))
+        .collect();
+    let (mut a, mut b, mut all) = (PointStats::new(), PointStats::new(), PointStats::new());
+    for (i, r) in reqs.iter().enumerate() {
+        if i % 2 == 0 { a.add_request(r, None) } else { b.add_request(r, None) }
+        all.add_request(r, None);
+    }
+    let sa = a.to_summary(PointKey::default(), Labels::new(), false, None);
+    let sb = b.to_summary(PointKey::default(), Labels::new(), false, None);
+    let mut merged = PointStats::from_summary(&sa).unwrap();
+    merged.merge(&PointStats::from_summary(&sb).unwrap());
+    let m = merged.to_summary(PointKey::default(), Labels::new(), false, None);
+    let u = all.to_summary(PointKey::default(), Labels::new(), false, None);
+    assert_eq!(m.ttft_ms, u.ttft_ms);
+    assert_eq!(m.itl_ms, u.itl_ms);
+    for (name, text) in &u.hist {
+        // Encodings may differ in the histogram's allocated range; the contents may not.
+        assert_eq!(Hist::decode(&m.hist[name]), Hist::decode(text), "{name}");
+    }
+    assert_eq!((m.requests, m.output_tokens), (u.requests, u.output_tokens));
+    assert_eq!(m.steady_output_tok_s, None);
+}
+
+#[test]
+fn steady_window_excludes_ramp_and_drain() {
+    // Closed loop, one slot, back-to-back requests of 10 tokens over 100 ms each:
+    // the steady rate is 100 tok/s regardless of ramp-up.
+    let mut s = PointStats::new();
+    for i in 0..10u32 {
+        s.add_request(&req(u64::from(i), f64::from(i) * 100.0, 0.0, &[100.0 / 9.0; 9], 10), None);
+    }
+    let steady = s.steady_output_tok_s().unwrap();
+    assert!((steady - 100.0).abs() < 1.0, "{steady}");
+}
+
+#[test]
+fn slo_parsing() {
+    let slo = Slo::parse("ttft_ms=500,tpot_ms=50").unwrap();
+    assert_eq!(slo.ttft_ms, Some(500.0));
+    assert_eq!(slo.to_text(), "ttft_ms=500,tpot_ms=50");
+    assert!(Slo::parse("latency=5").unwrap_err().contains("unknown SLO"));
+    assert!(Slo::parse("ttft_ms").is_err());
+}
+
