@@ -223,6 +223,35 @@ pub fn read_all(
     Ok(())
 }
 
+/// What a tool does with an upstream record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Pass it on downstream, unchanged.
+    Forward,
+    /// The tool used it up (srv-kill consumes `server` records and emits `kill` records).
+    Consume,
+}
+
+/// The pass-through every tool in the middle of a pipeline does: when stdin is piped, reads
+/// upstream records in order, shows each to `each`, and forwards the ones it does not consume,
+/// byte for byte. Returns once stdin ends. With stdin a terminal, reads nothing.
+pub fn pass_through<W: Write>(
+    strict: bool,
+    out: &mut RecordWriter<W>,
+    mut each: impl FnMut(&Line) -> Disposition,
+) -> anyhow::Result<()> {
+    if !stdin_is_piped() {
+        return Ok(());
+    }
+    for line in Source::Stdin.open(strict)? {
+        let line = line.map_err(|e| cli::usage(e.to_string()))?;
+        if each(&line) == Disposition::Forward {
+            out.write_raw(&line.raw)?;
+        }
+    }
+    Ok(())
+}
+
 /// The next tool in the pipeline closed its end: stop quietly, exit 0.
 #[derive(Debug, thiserror::Error)]
 #[error("stdout closed")]

@@ -1,0 +1,124 @@
+//! Test support shared by every integration test: locate the real binaries the workspace
+//! built, run shell pipelines with them on PATH, find free loopback ports, and make sure every
+//! process a test starts is ended (by pid) when the test ends, pass or fail.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The directory holding the workspace's built binaries (`target/debug` or `target/release`).
+pub fn bin_dir() -> PathBuf {
+    // Test executables live in target/<profile>/deps/.
+    let exe = std::env::current_exe().expect("test executable path");
+    let mut dir = exe.parent().expect("deps dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir
+}
+
+/// Path of a workspace binary; panics with the fix when it was not built.
+pub fn bin(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} not built: run `cargo build --workspace --bins` (scripts/test.sh does) before the tests",
+        path.display()
+    );
+    path
+}
+
+/// A `Command` for a workspace binary.
+pub fn cmd(name: &str) -> Command {
+    Command::new(bin(name))
+}
+
+/// Runs `script` with `sh -c`, the workspace binaries first on PATH, as a user would type it.
+pub fn sh(script: &str) -> Output {
+    sh_cmd(script).output().expect("run sh")
+}
+
+/// The `sh -c` command [`sh`] runs, to add stdin or environment first.
+pub fn sh_cmd(script: &str) -> Command {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(script)
+        .env("PATH", format!("{}:{path}", bin_dir().display()));
+    c
+}
+
+/// Stdout lines parsed as JSON (each must be a JSON object: stdout carries records only).
+pub fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// A port that was free on 127.0.0.1 a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral port")
+}
+
+/// Waits until something accepts connections on 127.0.0.1:port.
+pub fn wait_port(port: u16, timeout: Duration) -> bool {
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// Owns a child process and its process group: both are killed (by pid) when dropped.
+pub struct Guard {
+    pub child: Child,
+}
+
+impl Guard {
+    /// Spawns `c` in a process group of its own, so the guard can end its whole tree.
+    pub fn spawn(mut c: Command) -> Guard {
+        use std::os::unix::process::CommandExt;
+        c.process_group(0).stdin(Stdio::null());
+        Guard {
+            child: c.spawn().expect("spawn child"),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let pid = self.child.id() as i32;
+        // SAFETY: kill(2) on the group we created; harmless if it is already gone.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// True while a process with this pid exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // State is the field after the parenthesized command name.
+            let state = stat.rsplit(')').next().and_then(|r| r.split_whitespace().next());
+            state != Some("Z") && state != Some("X")
+        }
+        Err(_) => false,
+    }
+}
