@@ -29,6 +29,18 @@ pub struct CollRecord {
     pub busbw_gbps: f64,
     /// Elements that differed from the exactly known expected result.
     pub wrong: u64,
+    /// Timed iterations (`-n`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iters: Option<u32>,
+    /// Untimed warmup iterations (`-w`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup: Option<u32>,
+    /// Root rank (broadcast only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<u32>,
+    /// Whether results were checked (`false` with `--no-check`: `wrong` is then 0 unchecked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked: Option<bool>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -48,7 +60,69 @@ pub struct CollRunRecord {
     pub sizes: u32,
     pub avg_busbw_gbps: f64,
     pub wrong: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<u32>,
+    /// Why the run stopped before its last size (a rank died, a peer timed out, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
 }
 record_kind!(CollRunRecord, "coll_run", CollRun);
+
+/// `collbench decode`: the allreduces of one decode step under tensor parallelism, measured,
+/// next to the step's roofline time. What `summarize`'s decode budget reads.
+///
+/// A decode step of a dense transformer with tensor parallelism `tp` does two allreduces per
+/// layer (after attention and after the MLP), each of `batch x hidden x dtype` bytes. The step
+/// makes one token for each of the `batch` sequences, so the step's communication time is what
+/// every sequence's time per output token pays for communication.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecodeRecord {
+    #[serde(default = "current_version")]
+    pub v: u32,
+    pub ts: String,
+    #[serde(default)]
+    pub labels: Labels,
+    /// Model preset name.
+    pub model: String,
+    /// Hardware preset the roofline uses.
+    pub hardware: String,
+    /// `tcp` or `nccl`.
+    pub backend: String,
+    /// Algorithm that ran for this message size.
+    pub algo: String,
+    /// Tensor-parallel degree = ranks of the allreduce.
+    pub tp: u32,
+    pub hosts: u32,
+    /// Sequences decoded per step.
+    pub batch: u32,
+    pub layers: u32,
+    pub hidden: u32,
+    /// Activation dtype of the allreduce.
+    pub dtype: String,
+    /// Bytes of one allreduce: batch x hidden x dtype size.
+    pub allreduce_bytes: u64,
+    /// Allreduces per decode step: 2 x layers.
+    pub allreduces_per_step: u32,
+    /// One allreduce, timed alone (latency mode), in microseconds.
+    pub allreduce_us: Dist,
+    /// Communication per decode step = per output token of each sequence: allreduces_per_step
+    /// x the mean allreduce time.
+    pub comm_us_per_token: f64,
+    /// Same with the p99 allreduce time (a pessimistic budget).
+    pub comm_us_per_token_p99: f64,
+    /// Roofline compute time of one step on one GPU (FLOPs / peak).
+    pub step_compute_us: f64,
+    /// Roofline memory time of one step on one GPU (weights + KV bytes / bandwidth).
+    pub step_memory_us: f64,
+    /// max(step_compute_us, step_memory_us): the step's lower bound without communication.
+    pub step_roofline_us: f64,
+    /// comm_us_per_token / (comm_us_per_token + step_roofline_us).
+    pub comm_fraction: f64,
+    /// Wrong elements in the allreduce results (exact check).
+    pub wrong: u64,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+record_kind!(DecodeRecord, "decode", Decode);

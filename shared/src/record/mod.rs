@@ -96,6 +96,7 @@ pub enum Record {
     Summary(Box<SummaryRecord>),
     Coll(CollRecord),
     CollRun(CollRunRecord),
+    Decode(DecodeRecord),
     /// A kind this build does not know (or knows only by name): kept whole, `kind` included.
     Other(Extra),
 }
@@ -142,6 +143,7 @@ impl Record {
             SummaryRecord::KIND => Record::Summary(Box::new(typed(line)?)),
             CollRecord::KIND => Record::Coll(typed(line)?),
             CollRunRecord::KIND => Record::CollRun(typed(line)?),
+            DecodeRecord::KIND => Record::Decode(typed(line)?),
             _ => Record::Other(serde_json::from_str(line).map_err(RecordError::NotJson)?),
         })
     }
@@ -155,6 +157,7 @@ impl Record {
             Record::Summary(_) => SummaryRecord::KIND,
             Record::Coll(_) => CollRecord::KIND,
             Record::CollRun(_) => CollRunRecord::KIND,
+            Record::Decode(_) => DecodeRecord::KIND,
             Record::Other(map) => map.get("kind").and_then(Value::as_str).unwrap_or(""),
         }
     }
@@ -168,6 +171,7 @@ impl Record {
             Record::Summary(r) => r.v,
             Record::Coll(r) => r.v,
             Record::CollRun(r) => r.v,
+            Record::Decode(r) => r.v,
             Record::Other(map) => map.get("v").and_then(Value::as_u64).unwrap_or(1) as u32,
         }
     }
@@ -181,6 +185,7 @@ impl Record {
             Record::Summary(r) => r.labels.clone(),
             Record::Coll(r) => r.labels.clone(),
             Record::CollRun(r) => r.labels.clone(),
+            Record::Decode(r) => r.labels.clone(),
             Record::Other(map) => map
                 .get("labels")
                 .and_then(|l| serde_json::from_value(l.clone()).ok())
@@ -197,6 +202,7 @@ impl Record {
             Record::Summary(r) => to_line_with_kind(r.as_ref()),
             Record::Coll(r) => to_line_with_kind(r),
             Record::CollRun(r) => to_line_with_kind(r),
+            Record::Decode(r) => to_line_with_kind(r),
             Record::Other(map) => serde_json::to_string(map),
         };
         // Serializing plain data structures to a String cannot fail (no I/O, string keys only).

@@ -214,6 +214,10 @@ fn coll() -> impl Strategy<Value = Record> {
             algbw_gbps: 1.5,
             busbw_gbps: 2.25,
             wrong: 0,
+            iters: Some(20),
+            warmup: if bytes % 2 == 0 { Some(5) } else { None },
+            root: None,
+            checked: Some(bytes % 3 == 0),
             extra,
         })
     })
@@ -221,6 +225,9 @@ fn coll() -> impl Strategy<Value = Record> {
 
 fn coll_run() -> impl Strategy<Value = Record> {
     (labels(), extra()).prop_map(|(labels, extra)| {
+        let error = labels
+            .is_empty()
+            .then(|| "rank 1 closed its connection".to_string());
         Record::CollRun(CollRunRecord {
             v: 1,
             ts: "2026-11-30T17:00:00.123Z".into(),
@@ -230,6 +237,39 @@ fn coll_run() -> impl Strategy<Value = Record> {
             ranks: 2,
             sizes: 20,
             avg_busbw_gbps: 3.5,
+            wrong: 0,
+            hosts: Some(1),
+            error,
+            extra,
+        })
+    })
+}
+
+fn decode() -> impl Strategy<Value = Record> {
+    (labels(), extra(), dist(), 1u32..512, finite()).prop_map(|(labels, extra, d, batch, us)| {
+        Record::Decode(DecodeRecord {
+            v: 1,
+            ts: "2026-11-30T17:00:00.123Z".into(),
+            labels,
+            model: "llama-3.1-70b".into(),
+            hardware: "h100-sxm".into(),
+            backend: "tcp".into(),
+            algo: "recursive_doubling".into(),
+            tp: 8,
+            hosts: 1,
+            batch,
+            layers: 80,
+            hidden: 8192,
+            dtype: "bf16".into(),
+            allreduce_bytes: u64::from(batch) * 8192 * 2,
+            allreduces_per_step: 160,
+            allreduce_us: d,
+            comm_us_per_token: us,
+            comm_us_per_token_p99: us * 2.0,
+            step_compute_us: us / 3.0,
+            step_memory_us: us + 1.0,
+            step_roofline_us: us + 1.0,
+            comm_fraction: 0.5,
             wrong: 0,
             extra,
         })
@@ -253,6 +293,7 @@ fn any_record() -> impl Strategy<Value = Record> {
         summary(),
         coll(),
         coll_run(),
+        decode(),
         other()
     ]
 }

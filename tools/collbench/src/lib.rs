@@ -1,1 +1,153 @@
+//! collbench: collectives measured the way nccl-tests does (sizes, algbw/busbw, #wrong), as
+//! records, over TCP between processes and hosts or over NCCL on GPUs; and `collbench decode`,
+//! which measures exactly the allreduces one decode step needs and sets them beside the step's
+//! roofline time: is it latency or is it compute?
 
+pub mod bootstrap;
+pub mod comm;
+pub mod decode;
+pub mod dtype;
+pub mod harness;
+pub mod launch;
+pub mod nccl;
+pub mod ops;
+
+use clap::ValueEnum;
+use harness::{RecordContext, RunConfig};
+use launch::Role;
+use servbench::cli::{self, Exit};
+use servbench::jsonl::{self, Disposition, RecordWriter};
+use std::ffi::OsString;
+
+/// Which transport runs the collectives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// Processes over TCP: works everywhere, CPU reductions.
+    Tcp,
+    /// NCCL on NVIDIA GPUs, loaded at run time.
+    Nccl,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Tcp => "tcp",
+            Backend::Nccl => "nccl",
+        }
+    }
+}
+
+/// How the job is laid out, besides what it measures.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub role: Role,
+    pub backend: Backend,
+    /// GPUs driven by this process (nccl backend, `-g`).
+    pub gpus: usize,
+    /// Arguments to start more ranks of this binary with (`-np`): ours, unchanged.
+    pub args: Vec<OsString>,
+}
+
+/// Set by launchers that know the number of hosts better than the ranks can tell.
+pub const ENV_HOSTS: &str = "COLLBENCH_HOSTS";
+
+/// Runs a collective sweep: forwards upstream records, then measures and writes records.
+pub fn bench(cfg: &RunConfig, job: &Job) -> anyhow::Result<Exit> {
+    // Check every size's algorithm up front so a bad --algo is one usage error, not one per rank.
+    for &size in &cfg.sizes {
+        let shape = cfg.op.shape(size, cfg.dtype, 2);
+        cfg.op
+            .resolve_algo(cfg.algo, shape.bytes)
+            .map_err(cli::usage)?;
+    }
+    if job.backend == Backend::Nccl {
+        nccl::check_libraries()?;
+    }
+    let mut out = RecordWriter::stdout();
+    let is_writer = match &job.role {
+        Role::Rank(id) => id.rank == 0,
+        _ => true,
+    };
+    if is_writer {
+        jsonl::pass_through(false, &mut out, |_| Disposition::Forward)?;
+    }
+    match &job.role {
+        Role::Local(n) => run_local_ranks(job, *n, cfg.timeout),
+        Role::Alone => run_rank(cfg, job, None, &mut out),
+        Role::Rank(id) => run_rank(cfg, job, Some(id), &mut out),
+    }
+}
+
+/// `-np N`: start the ranks here and report the first failure's exit code.
+fn run_local_ranks(job: &Job, n: usize, timeout: std::time::Duration) -> anyhow::Result<Exit> {
+    match launch::run_local(&job.args, n, timeout)? {
+        None => Ok(Exit::Ok),
+        Some((rank, status)) => {
+            // The rank printed its own error; say only which one, and pass its code on.
+            match status.code() {
+                Some(2) => Ok(Exit::Usage),
+                Some(_) => Ok(Exit::Failed),
+                None => Err(cli::failure(format!(
+                    "rank {rank} was killed by a signal ({status})"
+                ))),
+            }
+        }
+    }
+}
+
+fn run_rank(
+    cfg: &RunConfig,
+    job: &Job,
+    id: Option<&bootstrap::Identity>,
+    out: &mut RecordWriter<std::io::Stdout>,
+) -> anyhow::Result<Exit> {
+    let comm = match id {
+        Some(id) => bootstrap::connect(id, cfg.fingerprint(), cfg.timeout)
+            .map_err(|e| cli::failure(format!("rank {}: {e:#}", id.rank)))?,
+        None => comm::Comm::new(0, 1, vec![None], cfg.timeout)?,
+    };
+    let hosts = count_hosts(&comm)?;
+    let wrong = match job.backend {
+        Backend::Tcp => {
+            let ctx = RecordContext {
+                backend: "tcp",
+                ranks: comm.world,
+                hosts,
+            };
+            let writer = (comm.rank == 0).then_some(out);
+            harness::run_tcp(&comm, cfg, &ctx, writer)?
+        }
+        Backend::Nccl => nccl::run(&comm, cfg, job.gpus, hosts, (comm.rank == 0).then_some(out))?,
+    };
+    if wrong > 0 {
+        return Err(cli::failure(format!(
+            "{wrong} wrong element(s) in the {} results (see the #wrong column)",
+            cfg.op.name()
+        )));
+    }
+    Ok(Exit::Ok)
+}
+
+/// Distinct hosts among the ranks (by host name), unless a launcher said.
+pub fn count_hosts(comm: &comm::Comm) -> anyhow::Result<u32> {
+    if let Some(n) = std::env::var(ENV_HOSTS).ok().and_then(|v| v.parse().ok()) {
+        return Ok(n);
+    }
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let hash = name.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let mut hashes = vec![hash];
+    if comm.rank == 0 {
+        for peer in 1..comm.world {
+            let mut buf = [0u8; 8];
+            comm.recv(peer, &mut buf)?;
+            hashes.push(u64::from_le_bytes(buf));
+        }
+    } else {
+        comm.send(0, &hash.to_le_bytes())?;
+    }
+    hashes.sort_unstable();
+    hashes.dedup();
+    Ok(hashes.len() as u32)
+}

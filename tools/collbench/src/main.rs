@@ -1,1 +1,215 @@
-fn main() {}
+use clap::{Args, Parser, Subcommand};
+use collbench::dtype::{Dtype, RedOp};
+use collbench::harness::{Mode, RunConfig, size_sweep};
+use collbench::launch::{self, RankFlags};
+use collbench::ops::{Algo, OpKind};
+use collbench::{Backend, Job};
+use servbench::cli::{self, CommonArgs, Exit};
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+const EXAMPLES: &str = "\
+Examples:
+  collbench -np 4 -b 8 -e 64M -f 2                  allreduce over 4 local tcp ranks
+  collbench -np 2 --coll allgather --dtype bf16     allgather, bf16
+  collbench -np 4 -b 8 -e 8 -n 1000 --mode latency  per-op latency percentiles at 8 bytes
+  collbench --backend nccl -g 8 -b 8 -e 1G          NCCL on 8 local GPUs
+  collbench --rank 1 --world 2 --coordinator hostA:29500   join a job by hand (rank 0 listens there)
+  mpirun -np 8 collbench --coordinator hostA:29500  under mpirun (OMPI_COMM_WORLD_RANK/SIZE)
+  collbench decode --model llama-3.1-70b --tp 8 --batch 1,8,64
+Pipeline:
+  srv-launch ... | collbench -np 8 -b 8 -e 256M | summarize";
+
+/// Collectives measured the way nccl-tests does, as JSON-line records (`coll` per size, then a
+/// `coll_run` footer); nccl-tests' table on stderr.
+#[derive(Debug, Parser)]
+#[command(name = "collbench", version, after_help = EXAMPLES, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Allreduces at one decode step's sizes, beside the step's roofline time
+    Decode(DecodeArgs),
+}
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// Collective to measure
+    #[arg(long, value_enum, default_value = "allreduce")]
+    coll: OpKind,
+    /// Smallest size in bytes (K/M/G are 1024-based, as nccl-tests)
+    #[arg(short = 'b', long = "minbytes", value_parser = cli::parse_size, default_value = "8")]
+    min_bytes: u64,
+    /// Largest size in bytes
+    #[arg(short = 'e', long = "maxbytes", value_parser = cli::parse_size, default_value = "32M")]
+    max_bytes: u64,
+    /// Multiply the size by this between steps
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    step_factor: u64,
+    /// Reduction operator (allreduce, reduce_scatter)
+    #[arg(long = "op", value_enum, default_value = "sum")]
+    redop: RedOp,
+    /// Root rank (broadcast)
+    #[arg(short = 'r', long, default_value_t = 0)]
+    root: usize,
+    /// Algorithm (tcp backend): auto picks the latency-optimal one below 64 KiB, ring above
+    #[arg(long, value_enum, default_value = "auto")]
+    algo: Algo,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// Flags `decode` shares with the sweep: timing, dtype and where the ranks run.
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Timed iterations per size
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    iters: u32,
+    /// Untimed warmup iterations per size
+    #[arg(short = 'w', long = "warmup-iters", default_value_t = 5)]
+    warmup: u32,
+    /// Element type
+    #[arg(short = 'd', long, value_enum)]
+    dtype: Option<Dtype>,
+    /// pipelined: back-to-back ops (nccl-tests' figure); latency: each op timed alone
+    #[arg(long, value_enum)]
+    mode: Option<Mode>,
+    /// Skip the exact correctness check
+    #[arg(long)]
+    no_check: bool,
+    /// tcp: processes over TCP; nccl: GPUs through NCCL (needs libcuda and libnccl at run time)
+    #[arg(long, value_enum, default_value = "tcp")]
+    backend: Backend,
+    /// Start this many ranks on this host (also written -np, as mpirun)
+    #[arg(long = "np", value_name = "N")]
+    np: Option<usize>,
+    /// GPUs driven by this process, one thread each (nccl backend)
+    #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
+    gpus: usize,
+    /// This process's rank when joining by hand (with --world and --coordinator)
+    #[arg(long)]
+    rank: Option<usize>,
+    /// Number of ranks in the job
+    #[arg(long)]
+    world: Option<usize>,
+    /// HOST:PORT where rank 0 listens and the others join
+    #[arg(long)]
+    coordinator: Option<String>,
+    /// Give up on a silent peer (or a rank that never joins) after this long
+    #[arg(long, value_parser = cli::parse_duration, default_value = "60s")]
+    timeout: Duration,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[derive(Debug, Args)]
+struct DecodeArgs {
+    /// Model preset (shared presets: layers, hidden size, parameters)
+    #[arg(long)]
+    model: String,
+    /// Hardware preset for the roofline
+    #[arg(long)]
+    hardware: Option<String>,
+    /// Tensor-parallel degree = ranks (-np defaults to it on the tcp backend)
+    #[arg(long)]
+    tp: usize,
+    /// Batch sizes (sequences per step): 1,8,64 or 1..64
+    #[arg(long, value_parser = cli::u32_list, default_value = "1")]
+    batch: Vec<u32>,
+    /// Context length (tokens per sequence) for the KV-cache bytes of the roofline
+    #[arg(long, default_value_t = 1024)]
+    context: u32,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+impl RunArgs {
+    fn rank_flags(&self, default_np: Option<usize>) -> RankFlags {
+        RankFlags {
+            rank: self.rank,
+            world: self.world,
+            coordinator: self.coordinator.clone(),
+            np: self.np.or(default_np),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    cli::main("collbench", || {
+        // mpirun spells it -np; clap's long flags take two dashes.
+        let args: Vec<OsString> = std::env::args_os()
+            .map(|a| {
+                if a == "-np" {
+                    OsString::from("--np")
+                } else {
+                    a
+                }
+            })
+            .collect();
+        let cli = Cli::try_parse_from(&args).map_err(|e| match e.kind() {
+            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                let _ = e.print();
+                cli::usage("")
+            }
+            _ => cli::usage(
+                e.to_string()
+                    .trim_start_matches("error: ")
+                    .trim_end()
+                    .to_string(),
+            ),
+        });
+        let cli = match cli {
+            Ok(c) => c,
+            Err(e) if e.to_string().is_empty() => return Ok(Exit::Ok),
+            Err(e) => return Err(e),
+        };
+        let rest: Vec<OsString> = args[1..].to_vec();
+        match cli.command {
+            None => bench(cli.bench, rest),
+            Some(Command::Decode(d)) => decode(d, rest),
+        }
+    })
+}
+
+fn job(run: &RunArgs, default_np: Option<usize>, args: Vec<OsString>) -> anyhow::Result<Job> {
+    let role = launch::resolve(&run.rank_flags(default_np), |k| std::env::var(k).ok())?;
+    Ok(Job {
+        role,
+        backend: run.backend,
+        gpus: run.gpus,
+        args,
+    })
+}
+
+fn bench(b: BenchArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
+    let sizes = size_sweep(b.min_bytes, b.max_bytes, b.step_factor).map_err(cli::usage)?;
+    let cfg = RunConfig {
+        op: b.coll,
+        algo: b.algo,
+        sizes,
+        iters: b.run.iters,
+        warmup: b.run.warmup,
+        dtype: b.run.dtype.unwrap_or(Dtype::F32),
+        redop: b.redop,
+        root: b.root,
+        mode: b.run.mode.unwrap_or(Mode::Pipelined),
+        check: !b.run.no_check,
+        timeout: b.run.timeout,
+        labels: b.run.common.labels(),
+    };
+    let job = job(&b.run, None, args)?;
+    collbench::bench(&cfg, &job)
+}
+
+fn decode(d: DecodeArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
+    let _ = (&d.model, &d.hardware, d.tp, &d.batch, d.context, args);
+    Err(cli::usage(
+        "decode needs the shared presets (not merged yet)",
+    ))
+}

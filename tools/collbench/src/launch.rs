@@ -1,0 +1,267 @@
+//! Who runs which rank: this process alone, ranks started here (`-np N`, re-executing this
+//! binary), or this process as one rank of a job someone else started (`--rank/--world`, or the
+//! variables mpirun, PMI launchers and srun set).
+
+use crate::bootstrap::Identity;
+use servbench::cli;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Set by `-np` on the ranks it starts (flags of the same meaning win).
+pub const ENV_RANK: &str = "COLLBENCH_RANK";
+pub const ENV_WORLD: &str = "COLLBENCH_WORLD";
+pub const ENV_COORDINATOR: &str = "COLLBENCH_COORDINATOR";
+
+/// Launcher variables understood, in order: (rank, world, launcher).
+const LAUNCHERS: &[(&str, &str, &str)] = &[
+    (ENV_RANK, ENV_WORLD, "collbench"),
+    (
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "Open MPI's mpirun",
+    ),
+    ("PMI_RANK", "PMI_SIZE", "a PMI launcher (MPICH, Intel MPI)"),
+    ("SLURM_PROCID", "SLURM_NTASKS", "srun"),
+];
+
+/// What this process does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// One rank, no network.
+    Alone,
+    /// Start `n` ranks on this host and wait for them.
+    Local(usize),
+    /// Run as one rank of a job.
+    Rank(Identity),
+}
+
+/// The rank flags as given.
+#[derive(Debug, Clone, Default)]
+pub struct RankFlags {
+    pub rank: Option<usize>,
+    pub world: Option<usize>,
+    pub coordinator: Option<String>,
+    pub np: Option<usize>,
+}
+
+/// Decides the role from flags, then environment (`env` looks a variable up).
+pub fn resolve(flags: &RankFlags, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Role> {
+    let coordinator = flags.coordinator.clone().or_else(|| env(ENV_COORDINATOR));
+    if flags.rank.is_some() || flags.world.is_some() {
+        let (Some(rank), Some(world)) = (flags.rank, flags.world) else {
+            return Err(cli::usage(
+                "--rank and --world go together (and --coordinator HOST:PORT where rank 0 listens)",
+            ));
+        };
+        return rank_role(rank, world, coordinator, "--rank/--world");
+    }
+    for (rank_var, world_var, launcher) in LAUNCHERS {
+        if let (Some(r), Some(w)) = (env(rank_var), env(world_var)) {
+            let parse = |name: &str, v: &str| {
+                v.trim().parse::<usize>().map_err(|_| {
+                    cli::usage(format!("{name}='{v}' is not a number (set by {launcher})"))
+                })
+            };
+            let (rank, world) = (parse(rank_var, &r)?, parse(world_var, &w)?);
+            if world <= 1 {
+                break;
+            }
+            return rank_role(rank, world, coordinator, launcher);
+        }
+    }
+    match flags.np {
+        Some(0) => Err(cli::usage("-np must be at least 1")),
+        Some(n) if n > 1 => Ok(Role::Local(n)),
+        _ => Ok(Role::Alone),
+    }
+}
+
+fn rank_role(
+    rank: usize,
+    world: usize,
+    coordinator: Option<String>,
+    from: &str,
+) -> anyhow::Result<Role> {
+    if world == 0 || rank >= world {
+        return Err(cli::usage(format!(
+            "rank {rank} is outside a world of {world} (from {from})"
+        )));
+    }
+    if world == 1 {
+        return Ok(Role::Alone);
+    }
+    let Some(coordinator) = coordinator else {
+        return Err(cli::usage(format!(
+            "running as rank {rank} of {world} (from {from}) needs --coordinator HOST:PORT: where rank 0 listens, reachable from every rank"
+        )));
+    };
+    Ok(Role::Rank(Identity {
+        rank,
+        world,
+        coordinator,
+    }))
+}
+
+/// A port on 127.0.0.1 that was free a moment ago, for `-np` runs.
+pub fn free_local_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Starts `n` ranks of this very binary with the same arguments on this host and waits for
+/// them. Rank 0 writes the records to our stdout; the others' stdout is discarded. If a rank
+/// fails, the others notice (its connections close) and fail within their timeout; any still
+/// running after that are killed. Returns the first failing rank's exit status, if any.
+pub fn run_local(
+    args: &[std::ffi::OsString],
+    n: usize,
+    timeout: Duration,
+) -> anyhow::Result<Option<(usize, ExitStatus)>> {
+    let exe = std::env::current_exe()?;
+    let coordinator = format!("127.0.0.1:{}", free_local_port()?);
+    let mut children: Vec<Child> = Vec::with_capacity(n);
+    for rank in 0..n {
+        let mut c = Command::new(&exe);
+        c.args(args)
+            .env(ENV_RANK, rank.to_string())
+            .env(ENV_WORLD, n.to_string())
+            .env(ENV_COORDINATOR, &coordinator)
+            .stdin(Stdio::null())
+            .stdout(if rank == 0 {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            });
+        match c.spawn() {
+            Ok(child) => children.push(child),
+            Err(e) => {
+                kill_all(&mut children);
+                return Err(cli::failure(format!(
+                    "cannot start rank {rank} ({}): {e}",
+                    exe.display()
+                )));
+            }
+        }
+    }
+    wait_all(children, timeout)
+}
+
+/// Waits for every rank; once one has failed, the rest get `timeout` plus a grace to notice.
+pub fn wait_all(
+    mut children: Vec<Child>,
+    timeout: Duration,
+) -> anyhow::Result<Option<(usize, ExitStatus)>> {
+    let mut statuses: Vec<Option<ExitStatus>> = vec![None; children.len()];
+    let mut first_failure: Option<(usize, ExitStatus)> = None;
+    let mut failed_at: Option<Instant> = None;
+    while statuses.iter().any(Option::is_none) {
+        for (rank, child) in children.iter_mut().enumerate() {
+            if statuses[rank].is_some() {
+                continue;
+            }
+            if let Some(status) = child.try_wait()? {
+                statuses[rank] = Some(status);
+                if !status.success() && first_failure.is_none() {
+                    first_failure = Some((rank, status));
+                    failed_at = Some(Instant::now());
+                }
+            }
+        }
+        let grace_over = failed_at.is_some_and(|t| t.elapsed() > timeout + Duration::from_secs(5));
+        if grace_over {
+            for (rank, child) in children.iter_mut().enumerate() {
+                if statuses[rank].is_none() {
+                    cli::warn(format!(
+                        "rank {rank} still running after rank failures; killing it (pid {})",
+                        child.id()
+                    ));
+                    let _ = child.kill();
+                    statuses[rank] = child.wait().ok();
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(first_failure)
+}
+
+fn kill_all(children: &mut [Child]) {
+    for c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn flags_then_launcher_variables_then_np() {
+        let none = env_of(&[]);
+        assert_eq!(resolve(&RankFlags::default(), &none).unwrap(), Role::Alone);
+        let np = RankFlags {
+            np: Some(4),
+            ..Default::default()
+        };
+        assert_eq!(resolve(&np, &none).unwrap(), Role::Local(4));
+        let ompi = env_of(&[("OMPI_COMM_WORLD_RANK", "2"), ("OMPI_COMM_WORLD_SIZE", "4")]);
+        let with_coord = RankFlags {
+            coordinator: Some("h:1".into()),
+            np: Some(4),
+            ..Default::default()
+        };
+        assert_eq!(
+            resolve(&with_coord, &ompi).unwrap(),
+            Role::Rank(Identity {
+                rank: 2,
+                world: 4,
+                coordinator: "h:1".into()
+            })
+        );
+        let err = resolve(&RankFlags::default(), &ompi)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--coordinator") && err.contains("mpirun"),
+            "{err}"
+        );
+        let slurm = env_of(&[
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            (ENV_COORDINATOR, "c:9"),
+        ]);
+        assert_eq!(
+            resolve(&RankFlags::default(), &slurm).unwrap(),
+            Role::Rank(Identity {
+                rank: 1,
+                world: 2,
+                coordinator: "c:9".into()
+            })
+        );
+        let pmi = env_of(&[("PMI_RANK", "0"), ("PMI_SIZE", "1")]);
+        assert_eq!(resolve(&RankFlags::default(), &pmi).unwrap(), Role::Alone);
+        let bad = RankFlags {
+            rank: Some(3),
+            world: Some(2),
+            coordinator: Some("h:1".into()),
+            ..Default::default()
+        };
+        assert!(resolve(&bad, &none).is_err());
+        let half = RankFlags {
+            rank: Some(0),
+            ..Default::default()
+        };
+        assert!(resolve(&half, &none).is_err());
+    }
+}

@@ -1,0 +1,409 @@
+//! The nccl backend: NCCL and the CUDA driver loaded at run time through cudarc, so collbench
+//! builds and runs on machines without CUDA and says what is missing when asked for GPUs.
+//!
+//! Layout as nccl-tests: one thread per local GPU (`-g N`), each with its own communicator
+//! (`ncclCommInitRank`); several processes (`-np`, `--hosts`, mpirun) share one NCCL job, the
+//! unique id shipped from rank 0 over the tcp bootstrap. Times come from CUDA events on each
+//! GPU's stream. Buffers live on the GPUs; inputs and the exact check use the same values as
+//! the tcp backend (filled on the host, copied over).
+//!
+//! Unverified without a GPU on the build machine: everything past the library check.
+
+use crate::comm::Comm;
+use crate::dtype::{Dtype, RedOp};
+use crate::harness::{self, Measured, Mode, RecordContext, Reporter, RunConfig};
+use crate::ops::{Algo, OpKind};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::nccl::{result, sys};
+use servbench::cli;
+use servbench::jsonl::RecordWriter;
+use std::ffi::c_void;
+use std::io::Write;
+use std::sync::{Arc, Barrier, mpsc};
+
+/// Fails with exit 2 and the fix when libcuda or libnccl cannot be loaded (cudarc would panic
+/// at the first call otherwise).
+pub fn check_libraries() -> anyhow::Result<()> {
+    // SAFETY: these only try dlopen on cudarc's candidate library names.
+    let cuda = unsafe { cudarc::driver::sys::is_culib_present() };
+    let nccl = unsafe { cudarc::nccl::sys::is_culib_present() };
+    let mut missing = Vec::new();
+    if !cuda {
+        missing.push(
+            "the CUDA driver library libcuda.so.1 is not loadable: this machine has no NVIDIA driver, \
+             or its directory is not on LD_LIBRARY_PATH"
+                .to_string(),
+        );
+    }
+    if !nccl {
+        let hint = if dlopen_works("libnccl.so.2") {
+            "libnccl.so.2 is there but cudarc looks for libnccl.so: make a directory with \
+             `ln -s /path/to/libnccl.so.2 DIR/libnccl.so` and put DIR on LD_LIBRARY_PATH"
+        } else {
+            "install libnccl-dev (it provides libnccl.so), or with pip's nvidia-nccl-cu12 make a directory with \
+             `ln -s .../site-packages/nvidia/nccl/lib/libnccl.so.2 DIR/libnccl.so` and put DIR on LD_LIBRARY_PATH"
+        };
+        missing.push(format!("NCCL (libnccl.so) is not loadable: {hint}"));
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(cli::usage(format!(
+            "--backend nccl: {} (--backend tcp needs neither)",
+            missing.join("; and ")
+        )))
+    }
+}
+
+fn dlopen_works(name: &str) -> bool {
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return false;
+    };
+    // SAFETY: dlopen with a valid C string; the handle is closed at once.
+    unsafe {
+        let handle = libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+        if handle.is_null() {
+            false
+        } else {
+            libc::dlclose(handle);
+            true
+        }
+    }
+}
+
+fn nccl_dtype(d: Dtype) -> sys::ncclDataType_t {
+    match d {
+        Dtype::F32 => sys::ncclDataType_t::ncclFloat32,
+        Dtype::F16 => sys::ncclDataType_t::ncclFloat16,
+        Dtype::Bf16 => sys::ncclDataType_t::ncclBfloat16,
+    }
+}
+
+fn nccl_op(op: RedOp) -> sys::ncclRedOp_t {
+    match op {
+        RedOp::Sum => sys::ncclRedOp_t::ncclSum,
+        RedOp::Max => sys::ncclRedOp_t::ncclMax,
+        RedOp::Min => sys::ncclRedOp_t::ncclMin,
+    }
+}
+
+fn nccl_err(what: &str) -> impl Fn(result::NcclError) -> String + '_ {
+    // NcclError is Debug only and prints nothing useful: name the call, give the code.
+    move |e| format!("{what} failed: NCCL error {:?}", e.0)
+}
+
+fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> String + '_ {
+    move |e| format!("{what} failed: {e:?}")
+}
+
+/// One GPU's communicator; destroyed (aborted) on drop.
+struct NcclComm(sys::ncclComm_t);
+
+impl Drop for NcclComm {
+    fn drop(&mut self) {
+        // SAFETY: the communicator was created by comm_init_rank and is dropped once.
+        unsafe {
+            let _ = result::comm_abort(self.0);
+        }
+    }
+}
+
+/// Index of this process among those on its host, from the usual launcher variables.
+fn local_process_index() -> usize {
+    [
+        "COLLBENCH_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "SLURM_LOCALID",
+        "MPI_LOCALRANKID",
+        "LOCAL_RANK",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.parse().ok())
+    .unwrap_or(0)
+}
+
+/// Per-size result of one GPU thread.
+struct GpuResult {
+    samples_us: Vec<f64>,
+    wrong: u64,
+}
+
+/// Runs the sweep with `gpus` GPUs in this process; `comm` connects the processes.
+pub fn run<W: Write>(
+    comm: &Comm,
+    cfg: &RunConfig,
+    gpus: usize,
+    hosts: u32,
+    out: Option<&mut RecordWriter<W>>,
+) -> anyhow::Result<u64> {
+    let available = CudaContext::device_count()
+        .map_err(|e| cli::failure(format!("no usable CUDA device: {e:?}")))?;
+    let first = local_process_index() * gpus;
+    if gpus == 0 || first + gpus > available as usize {
+        return Err(cli::usage(format!(
+            "-g {gpus} from GPU {first} needs {} GPUs, this host has {available}",
+            first + gpus
+        )));
+    }
+    let world = comm.world * gpus;
+    let mut id_bytes = [0u8; 128];
+    if comm.rank == 0 {
+        let id =
+            result::get_uniqueid().map_err(|e| cli::failure(nccl_err("ncclGetUniqueId")(e)))?;
+        for (b, c) in id_bytes.iter_mut().zip(id.internal.iter()) {
+            *b = *c as u8;
+        }
+    }
+    comm.broadcast_small(0, &mut id_bytes)
+        .map_err(|e| cli::failure(format!("sharing the NCCL id: {e}")))?;
+    let mut internal = [0 as std::ffi::c_char; 128];
+    for (c, b) in internal.iter_mut().zip(id_bytes) {
+        *c = b as std::ffi::c_char;
+    }
+    let id = sys::ncclUniqueId { internal };
+
+    let barrier = Arc::new(Barrier::new(gpus));
+    let mut receivers = Vec::new();
+    let mut threads = Vec::new();
+    for local in 0..gpus {
+        let (tx, rx) = mpsc::channel::<Result<GpuResult, String>>();
+        receivers.push(rx);
+        let cfg = cfg.clone();
+        let barrier = barrier.clone();
+        let rank = comm.rank * gpus + local;
+        threads.push(std::thread::spawn(move || {
+            if let Err(e) = gpu_thread(&cfg, first + local, rank, world, id, &barrier, &tx) {
+                let _ = tx.send(Err(format!("GPU {} (rank {rank}): {e}", first + local)));
+            }
+        }));
+    }
+    let ctx = RecordContext {
+        backend: "nccl",
+        ranks: world,
+        hosts,
+    };
+    let mut reporter = out.map(|o| Reporter::new(o, cfg, &ctx));
+    for &size in &cfg.sizes {
+        let mut results = Vec::with_capacity(gpus);
+        for rx in &receivers {
+            match rx.recv() {
+                Ok(Ok(r)) => results.push(r),
+                Ok(Err(e)) => return Err(fail(reporter, cfg, &ctx, e)),
+                Err(_) => return Err(fail(reporter, cfg, &ctx, "a GPU thread ended early".into())),
+            }
+        }
+        let local_wrong: u64 = results.iter().map(|r| r.wrong).sum();
+        let totals = comm
+            .sum_f64(&[local_wrong as f64])
+            .map_err(|e| cli::failure(format!("collecting results: {e}")))?;
+        let shape = cfg.op.shape(size, cfg.dtype, world);
+        let m = Measured {
+            shape,
+            algo: Algo::Auto,
+            samples_us: std::mem::take(&mut results[0].samples_us),
+            wrong: totals[0] as u64,
+        };
+        if let Some(rep) = reporter.as_mut() {
+            let mut record = harness::coll_record(cfg, &ctx, &m);
+            record.algo = "nccl".into();
+            rep.size(&record)?;
+        }
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    match reporter {
+        Some(rep) => rep.finish(cfg, &ctx, None),
+        None => Ok(0),
+    }
+}
+
+fn fail<W: Write>(
+    reporter: Option<Reporter<W>>,
+    cfg: &RunConfig,
+    ctx: &RecordContext,
+    e: String,
+) -> anyhow::Error {
+    if let Some(rep) = reporter {
+        let _ = rep.finish(cfg, ctx, Some(e.clone()));
+    }
+    cli::failure(e)
+}
+
+fn gpu_thread(
+    cfg: &RunConfig,
+    device: usize,
+    rank: usize,
+    world: usize,
+    id: sys::ncclUniqueId,
+    barrier: &Barrier,
+    tx: &mpsc::Sender<Result<GpuResult, String>>,
+) -> Result<(), String> {
+    let ctx = CudaContext::new(device).map_err(cuda_err("cuCtxCreate"))?;
+    let stream = ctx.default_stream();
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: raw is a valid out-pointer; every rank calls this with the same id and world.
+    unsafe { result::comm_init_rank(&mut raw, world as i32, id, rank as i32) }
+        .map_err(nccl_err("ncclCommInitRank"))?;
+    let nccl = NcclComm(raw);
+    let p = cfg.params();
+    for &size in &cfg.sizes {
+        let shape = cfg.op.shape(size, cfg.dtype, world);
+        let esz = cfg.dtype.size();
+        let mut host_send = vec![0u8; shape.send_elems * esz];
+        cfg.op.fill(rank, world, &shape, &p, &mut host_send);
+        let send = stream
+            .clone_htod(&host_send)
+            .map_err(cuda_err("copy to GPU"))?;
+        let mut recv = stream
+            .alloc_zeros::<u8>(shape.recv_elems * esz)
+            .map_err(cuda_err("cuMemAlloc"))?;
+        let samples_us;
+        {
+            let (send_ptr, _s) = send.device_ptr(&stream);
+            let (recv_ptr, _r) = recv.device_ptr_mut(&stream);
+            let launch = || launch_op(cfg, &nccl, &stream, &shape, world, rank, send_ptr, recv_ptr);
+            for _ in 0..cfg.warmup {
+                launch()?;
+            }
+            stream.synchronize().map_err(cuda_err("warmup"))?;
+            barrier.wait();
+            let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
+            let mut times = Vec::with_capacity(cfg.iters as usize);
+            match cfg.mode {
+                Mode::Pipelined => {
+                    let events: Vec<_> = (0..=cfg.iters)
+                        .map(|_| ctx.new_event(timing))
+                        .collect::<Result<_, _>>()
+                        .map_err(cuda_err("cuEventCreate"))?;
+                    events[0]
+                        .record(&stream)
+                        .map_err(cuda_err("cuEventRecord"))?;
+                    for e in &events[1..] {
+                        launch()?;
+                        e.record(&stream).map_err(cuda_err("cuEventRecord"))?;
+                    }
+                    stream
+                        .synchronize()
+                        .map_err(cuda_err("cuStreamSynchronize"))?;
+                    for w in events.windows(2) {
+                        times.push(
+                            f64::from(
+                                w[0].elapsed_ms(&w[1])
+                                    .map_err(cuda_err("cuEventElapsedTime"))?,
+                            ) * 1e3,
+                        );
+                    }
+                }
+                Mode::Latency => {
+                    for _ in 0..cfg.iters {
+                        barrier.wait();
+                        let start = stream
+                            .record_event(timing)
+                            .map_err(cuda_err("cuEventRecord"))?;
+                        launch()?;
+                        let end = stream
+                            .record_event(timing)
+                            .map_err(cuda_err("cuEventRecord"))?;
+                        stream
+                            .synchronize()
+                            .map_err(cuda_err("cuStreamSynchronize"))?;
+                        times.push(
+                            f64::from(
+                                start
+                                    .elapsed_ms(&end)
+                                    .map_err(cuda_err("cuEventElapsedTime"))?,
+                            ) * 1e3,
+                        );
+                    }
+                }
+            }
+            samples_us = times;
+        }
+        let mut wrong = 0;
+        if cfg.check {
+            stream
+                .memcpy_htod(&vec![0xffu8; shape.recv_elems * esz], &mut recv)
+                .map_err(cuda_err("poison"))?;
+            {
+                let (send_ptr, _s) = send.device_ptr(&stream);
+                let (recv_ptr, _r) = recv.device_ptr_mut(&stream);
+                launch_op(cfg, &nccl, &stream, &shape, world, rank, send_ptr, recv_ptr)?;
+            }
+            let host = stream
+                .clone_dtoh(&recv)
+                .map_err(cuda_err("copy from GPU"))?;
+            wrong = harness::count_wrong(cfg.op, rank, world, &shape, &p, &host);
+        }
+        if tx.send(Ok(GpuResult { samples_us, wrong })).is_err() {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Enqueues one collective on this GPU's stream.
+#[allow(clippy::too_many_arguments)]
+fn launch_op(
+    cfg: &RunConfig,
+    nccl: &NcclComm,
+    stream: &CudaStream,
+    shape: &crate::ops::Shape,
+    world: usize,
+    rank: usize,
+    send: u64,
+    recv: u64,
+) -> Result<(), String> {
+    let s = stream.cu_stream() as sys::cudaStream_t;
+    let dt = nccl_dtype(cfg.dtype);
+    let op = nccl_op(cfg.redop);
+    let esz = cfg.dtype.size() as u64;
+    let sp = send as *const c_void;
+    let rp = recv as *mut c_void;
+    let c = nccl.0;
+    // SAFETY: send/recv are live device allocations of shape.send_elems/recv_elems elements on
+    // this communicator's device; the stream belongs to the same context.
+    unsafe {
+        match cfg.op {
+            OpKind::Allreduce => {
+                result::all_reduce(sp, rp, shape.count as usize, dt, op, c, s).map(drop)
+            }
+            OpKind::Allgather => result::all_gather(sp, rp, shape.send_elems, dt, c, s).map(drop),
+            OpKind::ReduceScatter => {
+                result::reduce_scatter(sp, rp, shape.recv_elems, dt, op, c, s).map(drop)
+            }
+            OpKind::Broadcast => {
+                result::broadcast(sp, rp, shape.count as usize, dt, cfg.root as i32, c, s).map(drop)
+            }
+            OpKind::Sendrecv => {
+                result::group_start().map_err(nccl_err("ncclGroupStart"))?;
+                result::send(sp, shape.send_elems, dt, ((rank + 1) % world) as i32, c, s)
+                    .map_err(nccl_err("ncclSend"))?;
+                result::recv(
+                    rp,
+                    shape.recv_elems,
+                    dt,
+                    ((rank + world - 1) % world) as i32,
+                    c,
+                    s,
+                )
+                .map_err(nccl_err("ncclRecv"))?;
+                result::group_end().map(drop)
+            }
+            OpKind::Alltoall => {
+                let per = shape.send_elems / world;
+                result::group_start().map_err(nccl_err("ncclGroupStart"))?;
+                for peer in 0..world {
+                    let off = peer as u64 * per as u64 * esz;
+                    result::send((send + off) as *const c_void, per, dt, peer as i32, c, s)
+                        .map_err(nccl_err("ncclSend"))?;
+                    result::recv((recv + off) as *mut c_void, per, dt, peer as i32, c, s)
+                        .map_err(nccl_err("ncclRecv"))?;
+                }
+                result::group_end().map(drop)
+            }
+        }
+    }
+    .map_err(nccl_err(cfg.op.name()))
+}

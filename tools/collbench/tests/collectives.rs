@@ -1,0 +1,319 @@
+//! Every collective on 2, 3 and 4 local tcp ranks (real processes, real loopback sockets) at
+//! odd sizes, checked exactly by collbench itself: 1 element, counts that are not a multiple
+//! of the rank count, and more than 1 MB.
+
+use serde_json::Value;
+use std::process::Output;
+use testkit::{cmd, json_lines};
+
+/// -b 4 -e 4M -f 7: 4, 28, 196, 1372, 9604, 67228, 470596, 3294172 bytes.
+const ODD_SIZES: &[&str] = &["-b", "4", "-e", "4M", "-f", "7", "-n", "2", "-w", "1"];
+
+fn run(args: &[&str]) -> Output {
+    cmd("collbench").args(args).output().expect("run collbench")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs `args` and checks the records: every size checked, nothing wrong, a footer.
+fn check_ok(args: &[&str], ranks: u64) -> Vec<Value> {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "collbench {args:?} failed: {}",
+        stderr(&out)
+    );
+    let records = json_lines(&out.stdout);
+    let (colls, runs): (Vec<&Value>, Vec<&Value>) =
+        records.iter().partition(|r| r["kind"] == "coll");
+    assert!(!colls.is_empty(), "no coll records for {args:?}");
+    assert_eq!(runs.len(), 1, "one coll_run footer for {args:?}");
+    assert_eq!(runs[0]["kind"], "coll_run");
+    assert_eq!(runs[0]["wrong"], 0);
+    assert_eq!(runs[0]["sizes"].as_u64(), Some(colls.len() as u64));
+    for c in &colls {
+        assert_eq!(c["wrong"], 0, "{c}");
+        assert_eq!(c["checked"], true, "{c}");
+        assert_eq!(c["ranks"].as_u64(), Some(ranks), "{c}");
+        assert_eq!(c["backend"], "tcp");
+        assert!(c["time_us"]["mean"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(c["busbw_gbps"].as_f64().unwrap() >= 0.0, "{c}");
+    }
+    colls.into_iter().cloned().collect()
+}
+
+fn every_size_on_2_3_4_ranks(coll: &str) {
+    for n in ["2", "3", "4"] {
+        let mut args = vec!["-np", n, "--coll", coll];
+        args.extend_from_slice(ODD_SIZES);
+        let colls = check_ok(&args, n.parse().unwrap());
+        assert_eq!(colls.len(), 8, "{coll} on {n} ranks");
+        assert_eq!(colls[0]["op"], coll.replace('-', "_").as_str());
+        // The largest size is over 1 MB.
+        assert!(
+            colls[7]["bytes"].as_u64().unwrap() > 1 << 20,
+            "{}",
+            colls[7]
+        );
+        // Both the small-message and the large-message algorithm ran.
+        let algos: std::collections::BTreeSet<&str> =
+            colls.iter().map(|c| c["algo"].as_str().unwrap()).collect();
+        if coll != "sendrecv" {
+            assert_eq!(algos.len(), 2, "{coll}: {algos:?}");
+        }
+    }
+}
+
+#[test]
+fn allreduce_is_exact_on_2_3_4_ranks() {
+    every_size_on_2_3_4_ranks("allreduce");
+    // 1 element and 7 elements: not a multiple of 2, 3 or 4.
+    let colls = check_ok(
+        &[
+            "-np", "3", "-b", "4", "-e", "28", "-f", "7", "-n", "1", "-w", "0",
+        ],
+        3,
+    );
+    assert_eq!(colls[0]["count"], 1);
+    assert_eq!(colls[1]["count"], 7);
+}
+
+#[test]
+fn allgather_is_exact_on_2_3_4_ranks() {
+    every_size_on_2_3_4_ranks("allgather");
+}
+
+#[test]
+fn reduce_scatter_is_exact_on_2_3_4_ranks() {
+    every_size_on_2_3_4_ranks("reduce-scatter");
+}
+
+#[test]
+fn broadcast_is_exact_on_2_3_4_ranks() {
+    every_size_on_2_3_4_ranks("broadcast");
+}
+
+#[test]
+fn alltoall_is_exact_on_2_3_4_ranks() {
+    every_size_on_2_3_4_ranks("alltoall");
+}
+
+#[test]
+fn sendrecv_is_exact_on_2_3_4_ranks() {
+    every_size_on_2_3_4_ranks("sendrecv");
+}
+
+#[test]
+fn forced_algorithms_dtypes_and_operators_stay_exact() {
+    let cases: &[&[&str]] = &[
+        // Ring at 1 element over 4 ranks (empty chunks), recursive doubling on 3 (folding) at 1 MB+.
+        &[
+            "-np", "4", "--algo", "ring", "-b", "4", "-e", "28", "-f", "7",
+        ],
+        &[
+            "-np",
+            "3",
+            "--algo",
+            "recursive-doubling",
+            "-b",
+            "28",
+            "-e",
+            "2M",
+            "-f",
+            "64",
+        ],
+        &[
+            "-np", "3", "--dtype", "bf16", "--op", "max", "-b", "2", "-e", "2M", "-f", "64",
+        ],
+        &[
+            "-np",
+            "4",
+            "--dtype",
+            "f16",
+            "--op",
+            "min",
+            "--coll",
+            "reduce-scatter",
+            "-b",
+            "2",
+            "-e",
+            "2M",
+            "-f",
+            "64",
+        ],
+        &[
+            "-np",
+            "3",
+            "--coll",
+            "reduce-scatter",
+            "--algo",
+            "direct",
+            "-b",
+            "12",
+            "-e",
+            "2M",
+            "-f",
+            "64",
+        ],
+        &[
+            "-np",
+            "3",
+            "--coll",
+            "allgather",
+            "--algo",
+            "ring",
+            "-b",
+            "12",
+            "-e",
+            "768",
+            "-f",
+            "64",
+        ],
+        &[
+            "-np",
+            "4",
+            "--coll",
+            "broadcast",
+            "--root",
+            "2",
+            "--algo",
+            "ring",
+            "-b",
+            "4",
+            "-e",
+            "2M",
+            "-f",
+            "512",
+        ],
+        &[
+            "-np",
+            "3",
+            "--coll",
+            "broadcast",
+            "--root",
+            "1",
+            "--algo",
+            "tree",
+            "-b",
+            "4",
+            "-e",
+            "2M",
+            "-f",
+            "512",
+        ],
+        &[
+            "-np", "3", "--coll", "alltoall", "--algo", "pairwise", "-b", "12", "-e", "12",
+        ],
+        &[
+            "-np", "2", "--coll", "alltoall", "--algo", "direct", "--dtype", "bf16", "-b", "2M",
+            "-e", "2M",
+        ],
+    ];
+    for case in cases {
+        let mut args = case.to_vec();
+        args.extend_from_slice(&["-n", "2", "-w", "1"]);
+        let ranks = case[1].parse().unwrap();
+        let colls = check_ok(&args, ranks);
+        if let Some(i) = case.iter().position(|a| *a == "--algo") {
+            let want = case[i + 1].replace('-', "_");
+            assert!(
+                colls.iter().all(|c| c["algo"] == want.as_str()),
+                "{case:?}: {colls:?}"
+            );
+        }
+        if let Some(i) = case.iter().position(|a| *a == "--dtype") {
+            assert!(colls.iter().all(|c| c["dtype"] == case[i + 1]), "{case:?}");
+        }
+    }
+}
+
+#[test]
+fn latency_mode_reports_percentiles_of_single_ops() {
+    let colls = check_ok(
+        &[
+            "-np", "2", "-b", "8", "-e", "8", "-n", "50", "-w", "5", "--mode", "latency",
+        ],
+        2,
+    );
+    let t = &colls[0]["time_us"];
+    assert_eq!(colls[0]["mode"], "latency");
+    assert_eq!(t["n"], 50);
+    let (min, p50, p99, max) = (
+        t["min"].as_f64().unwrap(),
+        t["p50"].as_f64().unwrap(),
+        t["p99"].as_f64().unwrap(),
+        t["max"].as_f64().unwrap(),
+    );
+    assert!(min > 0.0 && min <= p50 && p50 <= p99 && p99 <= max, "{t}");
+}
+
+#[test]
+fn one_rank_runs_without_a_network() {
+    let colls = check_ok(&["-b", "8", "-e", "64", "-n", "2"], 1);
+    // nccl-tests: allreduce busbw factor is 0 on one rank.
+    assert_eq!(colls[0]["busbw_gbps"], 0.0);
+}
+
+#[test]
+fn launcher_variables_make_a_job_like_mpirun_does() {
+    let port = testkit::free_port().to_string();
+    let coordinator = format!("127.0.0.1:{port}");
+    let spawn = |rank: &str| {
+        cmd("collbench")
+            .args([
+                "--coordinator",
+                &coordinator,
+                "-b",
+                "8",
+                "-e",
+                "1K",
+                "-f",
+                "4",
+                "-n",
+                "2",
+            ])
+            .env("OMPI_COMM_WORLD_RANK", rank)
+            .env("OMPI_COMM_WORLD_SIZE", "2")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    let r0 = spawn("0");
+    let r1 = spawn("1");
+    let (o0, o1) = (
+        r0.wait_with_output().unwrap(),
+        r1.wait_with_output().unwrap(),
+    );
+    assert!(
+        o0.status.success() && o1.status.success(),
+        "{} / {}",
+        stderr(&o0),
+        stderr(&o1)
+    );
+    let recs = json_lines(&o0.stdout);
+    assert_eq!(recs.last().unwrap()["kind"], "coll_run");
+    assert!(
+        recs.iter()
+            .filter(|r| r["kind"] == "coll")
+            .all(|r| r["ranks"] == 2)
+    );
+    // Only rank 0 writes records.
+    assert!(o1.stdout.is_empty());
+}
+
+#[test]
+fn upstream_records_pass_through_first_and_unchanged() {
+    let upstream = r#"{"kind":"server","v":1,"ts":"t","labels":{"run":"a"},"engine":"sim","host":"localhost","pid":1,"pgid":1,"start_ticks":1,"port":8000,"url":"http://127.0.0.1:8000","command":"x","log":"/tmp/x","ready_s":1.0,"zz":1}"#;
+    let out = testkit::sh(&format!(
+        "echo '{upstream}' | collbench -np 2 -b 8 -e 8 -n 2 --label run=b"
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().next(), Some(upstream));
+    let recs = json_lines(&out.stdout);
+    assert_eq!(recs[1]["kind"], "coll");
+    assert_eq!(recs[1]["labels"]["run"], "b");
+}
