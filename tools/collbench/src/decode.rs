@@ -1,7 +1,29 @@
 //! `collbench decode`: the allreduces one decode step of a tensor-parallel dense transformer
 //! needs (two per layer, after attention and after the MLP, each `batch x hidden x dtype`
-//! bytes: Megatron-LM's layout), measured one at a time, and set beside the step's roofline
-//! compute and memory time from the shared presets. Is the step latency-bound or compute-bound?
+//! bytes: Megatron-LM's layout), each timed alone (latency mode: a step waits for every one),
+//! and set beside the step's roofline compute and memory time from the shared presets. Is the
+//! step latency-bound or compute-bound?
+
+use crate::harness::{Measured, RunConfig, time_dist};
+use crate::launch::Role;
+use crate::{Job, count_hosts};
+use servbench::cli::{self, Exit};
+use servbench::jsonl::{self, Disposition, RecordWriter};
+use servbench::presets::{self, Hardware, Layout, ModelCard};
+use servbench::record::{DecodeRecord, SCHEMA_VERSION, now_ts};
+
+/// What `decode` measures.
+#[derive(Debug, Clone)]
+pub struct DecodeConfig {
+    pub model: ModelCard,
+    pub hardware: Hardware,
+    pub tp: usize,
+    pub batches: Vec<u32>,
+    /// Tokens of context per sequence (KV-cache bytes of the roofline).
+    pub context: u32,
+    /// The allreduce runs: sizes are the batches' message sizes, mode latency.
+    pub run: RunConfig,
+}
 
 /// Bytes of one decode-step allreduce.
 pub fn allreduce_bytes(batch: u32, hidden: u32, dtype_bytes: usize) -> u64 {
@@ -11,4 +33,145 @@ pub fn allreduce_bytes(batch: u32, hidden: u32, dtype_bytes: usize) -> u64 {
 /// Allreduces in one decode step: two per layer.
 pub fn allreduces_per_step(layers: u32) -> u32 {
     2 * layers
+}
+
+/// The decode record for one batch size from its measured allreduce.
+pub fn record(
+    dc: &DecodeConfig,
+    batch: u32,
+    m: &Measured,
+    backend: &str,
+    hosts: u32,
+) -> DecodeRecord {
+    let time = time_dist(&m.samples_us);
+    let per_step = allreduces_per_step(dc.model.layers);
+    let comm_us = f64::from(per_step) * time.mean;
+    let layout = Layout {
+        tp: dc.tp as u32,
+        pp: 1,
+    };
+    let cost = presets::decode_step(
+        &dc.model,
+        &dc.hardware,
+        layout,
+        batch,
+        u64::from(dc.context),
+    );
+    let step_compute_us = cost.compute_s * 1e6;
+    let step_memory_us = cost.memory_s * 1e6;
+    let roofline_us = step_compute_us.max(step_memory_us);
+    let mut extra = servbench::record::Extra::new();
+    // The preset's link model for the same allreduces, to set the measurement against.
+    extra.insert(
+        "modeled_comm_us_per_token".into(),
+        serde_json::json!(cost.comm_s * 1e6),
+    );
+    extra.insert("context_tokens".into(), serde_json::json!(dc.context));
+    DecodeRecord {
+        v: SCHEMA_VERSION,
+        ts: now_ts(),
+        labels: dc.run.labels.clone(),
+        model: dc.model.name.clone(),
+        hardware: dc.hardware.name.clone(),
+        backend: backend.into(),
+        algo: m.algo.into(),
+        tp: dc.tp as u32,
+        hosts,
+        batch,
+        layers: dc.model.layers,
+        hidden: dc.model.hidden,
+        dtype: dc.run.dtype.name().into(),
+        allreduce_bytes: m.shape.bytes,
+        allreduces_per_step: per_step,
+        allreduce_us: time,
+        comm_us_per_token: comm_us,
+        comm_us_per_token_p99: f64::from(per_step) * time.p99,
+        step_compute_us,
+        step_memory_us,
+        step_roofline_us: roofline_us,
+        comm_fraction: if comm_us + roofline_us > 0.0 {
+            comm_us / (comm_us + roofline_us)
+        } else {
+            0.0
+        },
+        wrong: m.wrong,
+        extra,
+    }
+}
+
+/// Runs the decode measurement: forwards upstream records, then one `decode` record per batch.
+pub fn run(dc: &DecodeConfig, job: &Job) -> anyhow::Result<Exit> {
+    if job.backend == crate::Backend::Nccl {
+        crate::nccl::check_libraries()?;
+    }
+    let mut out = RecordWriter::stdout();
+    let id = match &job.role {
+        Role::Rank(id) => Some(id),
+        _ => None,
+    };
+    if id.is_none_or(|id| id.rank == 0) {
+        jsonl::pass_through(false, &mut out, |_| Disposition::Forward)?;
+    }
+    if let Role::Local(n) = job.role {
+        if job.backend == crate::Backend::Tcp && n != dc.tp {
+            return Err(cli::usage(format!(
+                "--tp {} but -np {n}: the allreduce runs over tp ranks",
+                dc.tp
+            )));
+        }
+        return crate::run_local_ranks(job, n, dc.run.timeout);
+    }
+    let comm = crate::connect(&dc.run, id)?;
+    let ranks = match job.backend {
+        crate::Backend::Tcp => comm.world,
+        crate::Backend::Nccl => comm.world * job.gpus,
+    };
+    if ranks != dc.tp {
+        return Err(cli::usage(format!(
+            "--tp {} but the job has {ranks} ranks: give -np {} (tcp) or -g (nccl) to match",
+            dc.tp, dc.tp
+        )));
+    }
+    let hosts = count_hosts(&comm)?;
+    let mut wrong = 0;
+    let mut batches = dc.batches.iter();
+    crate::sweep(&comm, &dc.run, job, |m| {
+        let batch = *batches.next().expect("one size per batch");
+        wrong += m.wrong;
+        if comm.rank == 0 {
+            let rec = record(dc, batch, &m, job.backend.name(), hosts);
+            cli::info(format!(
+                "batch {batch:>4}: allreduce {} B {:.1} us x {} = {:.0} us/token comm vs {:.0} us roofline ({:.0}% comm)",
+                rec.allreduce_bytes,
+                rec.allreduce_us.mean,
+                rec.allreduces_per_step,
+                rec.comm_us_per_token,
+                rec.step_roofline_us,
+                rec.comm_fraction * 100.0
+            ));
+            out.emit(&rec)?;
+        }
+        Ok(())
+    })?;
+    if wrong > 0 {
+        return Err(cli::failure(format!(
+            "{wrong} wrong element(s) in the allreduce results"
+        )));
+    }
+    Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_sizes_follow_the_model() {
+        let m = presets::load_model("llama-3.1-70b").unwrap();
+        // Two allreduces per layer, batch x hidden x 2 bytes (bf16): 16 KiB at batch 1.
+        assert_eq!(allreduces_per_step(m.layers), 160);
+        assert_eq!(allreduce_bytes(1, m.hidden, 2), 16384);
+        assert_eq!(allreduce_bytes(64, m.hidden, 2), 64 * 16384);
+        assert_eq!(allreduce_bytes(1, m.hidden, 2) as f64, m.allreduce_bytes(1));
+    }
 }

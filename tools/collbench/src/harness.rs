@@ -115,7 +115,8 @@ pub fn bandwidths(op: OpKind, shape: &Shape, world: usize, time_us: f64) -> (f64
 #[derive(Debug, Clone)]
 pub struct Measured {
     pub shape: Shape,
-    pub algo: Algo,
+    /// The algorithm that ran (`nccl` when NCCL chose).
+    pub algo: &'static str,
     /// Rank 0's per-op times (us): every time figure in the record comes from these.
     pub samples_us: Vec<f64>,
     /// Wrong elements summed over ranks.
@@ -155,7 +156,7 @@ pub fn coll_record(cfg: &RunConfig, ctx: &RecordContext, m: &Measured) -> CollRe
         labels: cfg.labels.clone(),
         op: cfg.op.name().into(),
         backend: ctx.backend.into(),
-        algo: m.algo.name().into(),
+        algo: m.algo.into(),
         ranks: ctx.ranks as u32,
         hosts: ctx.hosts,
         bytes: m.shape.bytes,
@@ -344,38 +345,23 @@ pub fn measure_tcp(
     let totals = comm.sum_f64(&[wrong as f64]).map_err(where_)?;
     Ok(Measured {
         shape,
-        algo,
+        algo: algo.name(),
         samples_us: samples,
         wrong: totals[0] as u64,
     })
 }
 
-/// Runs the whole sweep on the tcp backend; rank 0 writes the records. Returns the wrong count.
-pub fn run_tcp<W: Write>(
+/// Runs the whole sweep on the tcp backend, handing each size's result to `each` (on every rank).
+pub fn sweep_tcp(
     comm: &Comm,
     cfg: &RunConfig,
-    ctx: &RecordContext,
-    out: Option<&mut RecordWriter<W>>,
-) -> anyhow::Result<u64> {
+    mut each: impl FnMut(Measured) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let mut scratch = Vec::new();
-    let Some(out) = out else {
-        for &size in &cfg.sizes {
-            measure_tcp(comm, cfg, size, &mut scratch)?;
-        }
-        return Ok(0);
-    };
-    let mut reporter = Reporter::new(out, cfg, ctx);
     for &size in &cfg.sizes {
-        match measure_tcp(comm, cfg, size, &mut scratch) {
-            Ok(m) => reporter.size(&coll_record(cfg, ctx, &m))?,
-            Err(err) => {
-                // The footer says why the run stopped; the error still ends the process.
-                let _ = reporter.finish(cfg, ctx, Some(format!("{err:#}")));
-                return Err(err);
-            }
-        }
+        each(measure_tcp(comm, cfg, size, &mut scratch)?)?;
     }
-    reporter.finish(cfg, ctx, None)
+    Ok(())
 }
 
 #[cfg(test)]

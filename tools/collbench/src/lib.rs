@@ -79,7 +79,11 @@ pub fn bench(cfg: &RunConfig, job: &Job) -> anyhow::Result<Exit> {
 }
 
 /// `-np N`: start the ranks here and report the first failure's exit code.
-fn run_local_ranks(job: &Job, n: usize, timeout: std::time::Duration) -> anyhow::Result<Exit> {
+pub(crate) fn run_local_ranks(
+    job: &Job,
+    n: usize,
+    timeout: std::time::Duration,
+) -> anyhow::Result<Exit> {
     match launch::run_local(&job.args, n, timeout)? {
         None => Ok(Exit::Ok),
         Some((rank, status)) => {
@@ -101,24 +105,32 @@ fn run_rank(
     id: Option<&bootstrap::Identity>,
     out: &mut RecordWriter<std::io::Stdout>,
 ) -> anyhow::Result<Exit> {
-    let comm = match id {
-        Some(id) => bootstrap::connect(id, cfg.fingerprint(), cfg.timeout)
-            .map_err(|e| cli::failure(format!("rank {}: {e:#}", id.rank)))?,
-        None => comm::Comm::new(0, 1, vec![None], cfg.timeout)?,
-    };
+    let comm = connect(cfg, id)?;
     let hosts = count_hosts(&comm)?;
-    let wrong = match job.backend {
-        Backend::Tcp => {
-            let ctx = RecordContext {
-                backend: "tcp",
-                ranks: comm.world,
-                hosts,
-            };
-            let writer = (comm.rank == 0).then_some(out);
-            harness::run_tcp(&comm, cfg, &ctx, writer)?
-        }
-        Backend::Nccl => nccl::run(&comm, cfg, job.gpus, hosts, (comm.rank == 0).then_some(out))?,
+    let ranks = match job.backend {
+        Backend::Tcp => comm.world,
+        Backend::Nccl => comm.world * job.gpus,
     };
+    let ctx = RecordContext {
+        backend: job.backend.name(),
+        ranks,
+        hosts,
+    };
+    let writes = comm.rank == 0;
+    let mut reporter = writes.then(|| harness::Reporter::new(out, cfg, &ctx));
+    let swept = sweep(&comm, cfg, job, |m| match reporter.as_mut() {
+        Some(rep) => rep.size(&harness::coll_record(cfg, &ctx, &m)),
+        None => Ok(()),
+    });
+    let Some(rep) = reporter else {
+        return swept.map(|_| Exit::Ok);
+    };
+    if let Err(err) = swept {
+        // The footer says why the run stopped; the error still ends the process.
+        let _ = rep.finish(cfg, &ctx, Some(format!("{err:#}")));
+        return Err(err);
+    }
+    let wrong = rep.finish(cfg, &ctx, None)?;
     if wrong > 0 {
         return Err(cli::failure(format!(
             "{wrong} wrong element(s) in the {} results (see the #wrong column)",
@@ -126,6 +138,28 @@ fn run_rank(
         )));
     }
     Ok(Exit::Ok)
+}
+
+/// Runs `cfg`'s sizes on the job's backend, handing each result to `each` on every rank.
+pub fn sweep(
+    comm: &comm::Comm,
+    cfg: &RunConfig,
+    job: &Job,
+    each: impl FnMut(harness::Measured) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    match job.backend {
+        Backend::Tcp => harness::sweep_tcp(comm, cfg, each),
+        Backend::Nccl => nccl::sweep(comm, cfg, job.gpus, each),
+    }
+}
+
+/// This rank's connections: the bootstrap for a job, none alone.
+pub fn connect(cfg: &RunConfig, id: Option<&bootstrap::Identity>) -> anyhow::Result<comm::Comm> {
+    Ok(match id {
+        Some(id) => bootstrap::connect(id, cfg.fingerprint(), cfg.timeout)
+            .map_err(|e| cli::failure(format!("rank {}: {e:#}", id.rank)))?,
+        None => comm::Comm::new(0, 1, vec![None], cfg.timeout)?,
+    })
 }
 
 /// Distinct hosts among the ranks (by host name), unless a launcher said.

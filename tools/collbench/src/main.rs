@@ -1,10 +1,12 @@
 use clap::{Args, Parser, Subcommand};
+use collbench::decode::DecodeConfig;
 use collbench::dtype::{Dtype, RedOp};
 use collbench::harness::{Mode, RunConfig, size_sweep};
 use collbench::launch::{self, RankFlags};
 use collbench::ops::{Algo, OpKind};
 use collbench::{Backend, Job};
 use servbench::cli::{self, CommonArgs, Exit};
+use servbench::presets;
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -108,20 +110,23 @@ struct RunArgs {
     common: CommonArgs,
 }
 
+/// A whole list in one value (`1,8,64`); the alias keeps clap from expecting repeated flags.
+type U32List = Vec<u32>;
+
 #[derive(Debug, Args)]
 struct DecodeArgs {
-    /// Model preset (shared presets: layers, hidden size, parameters)
+    /// Model preset or JSON card (layers, hidden size, parameters), e.g. llama-3.1-70b
     #[arg(long)]
     model: String,
-    /// Hardware preset for the roofline
-    #[arg(long)]
-    hardware: Option<String>,
+    /// Hardware preset (or JSON card) for the roofline
+    #[arg(long, default_value = "h100")]
+    hardware: String,
     /// Tensor-parallel degree = ranks (-np defaults to it on the tcp backend)
     #[arg(long)]
     tp: usize,
     /// Batch sizes (sequences per step): 1,8,64 or 1..64
     #[arg(long, value_parser = cli::u32_list, default_value = "1")]
-    batch: Vec<u32>,
+    batch: U32List,
     /// Context length (tokens per sequence) for the KV-cache bytes of the roofline
     #[arg(long, default_value_t = 1024)]
     context: u32,
@@ -208,8 +213,58 @@ fn bench(b: BenchArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
 }
 
 fn decode(d: DecodeArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
-    let _ = (&d.model, &d.hardware, d.tp, &d.batch, d.context, args);
-    Err(cli::usage(
-        "decode needs the shared presets (not merged yet)",
-    ))
+    let model = presets::load_model(&d.model).map_err(|e| cli::usage(format!("--model: {e}")))?;
+    let hardware =
+        presets::load_hardware(&d.hardware).map_err(|e| cli::usage(format!("--hardware: {e}")))?;
+    if d.tp < 1 {
+        return Err(cli::usage("--tp must be at least 1"));
+    }
+    let dtype = d.run.dtype.unwrap_or(if model.act_bytes >= 4.0 {
+        Dtype::F32
+    } else {
+        Dtype::Bf16
+    });
+    let sizes: Vec<u64> = d
+        .batch
+        .iter()
+        .map(|&b| collbench::decode::allreduce_bytes(b, model.hidden, dtype.size()))
+        .collect();
+    let run = RunConfig {
+        op: OpKind::Allreduce,
+        algo: Algo::Auto,
+        sizes,
+        iters: d.run.iters,
+        warmup: d.run.warmup,
+        dtype,
+        redop: RedOp::Sum,
+        root: 0,
+        mode: d.run.mode.unwrap_or(Mode::Latency),
+        check: !d.run.no_check,
+        timeout: d.run.timeout,
+        labels: d.run.common.labels(),
+    };
+    // The allreduce runs over tp ranks: tp local processes (tcp) or tp local GPUs (nccl) unless
+    // the job is laid out otherwise.
+    let (default_np, gpus) = match d.run.backend {
+        Backend::Tcp => (Some(d.tp), d.run.gpus),
+        Backend::Nccl => (
+            None,
+            if d.run.np.is_none() && d.run.world.is_none() && d.run.gpus == 1 {
+                d.tp
+            } else {
+                d.run.gpus
+            },
+        ),
+    };
+    let mut job = job(&d.run, default_np, args)?;
+    job.gpus = gpus;
+    let dc = DecodeConfig {
+        model,
+        hardware,
+        tp: d.tp,
+        batches: d.batch,
+        context: d.context,
+        run,
+    };
+    collbench::decode::run(&dc, &job)
 }

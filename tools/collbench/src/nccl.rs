@@ -11,15 +11,13 @@
 
 use crate::comm::Comm;
 use crate::dtype::{Dtype, RedOp};
-use crate::harness::{self, Measured, Mode, RecordContext, Reporter, RunConfig};
-use crate::ops::{Algo, OpKind};
+use crate::harness::{self, Measured, Mode, RunConfig};
+use crate::ops::OpKind;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nccl::{result, sys};
 use servbench::cli;
-use servbench::jsonl::RecordWriter;
 use std::ffi::c_void;
-use std::io::Write;
 use std::sync::{Arc, Barrier, mpsc};
 
 /// Fails with exit 2 and the fix when libcuda or libnccl cannot be loaded (cudarc would panic
@@ -129,14 +127,14 @@ struct GpuResult {
     wrong: u64,
 }
 
-/// Runs the sweep with `gpus` GPUs in this process; `comm` connects the processes.
-pub fn run<W: Write>(
+/// Runs the sweep with `gpus` GPUs in this process (`comm` connects the processes), handing
+/// each size's result to `each` (on every process; rank 0's figures are GPU 0's).
+pub fn sweep(
     comm: &Comm,
     cfg: &RunConfig,
     gpus: usize,
-    hosts: u32,
-    out: Option<&mut RecordWriter<W>>,
-) -> anyhow::Result<u64> {
+    mut each: impl FnMut(Measured) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let available = CudaContext::device_count()
         .map_err(|e| cli::failure(format!("no usable CUDA device: {e:?}")))?;
     let first = local_process_index() * gpus;
@@ -165,70 +163,40 @@ pub fn run<W: Write>(
 
     let barrier = Arc::new(Barrier::new(gpus));
     let mut receivers = Vec::new();
-    let mut threads = Vec::new();
     for local in 0..gpus {
         let (tx, rx) = mpsc::channel::<Result<GpuResult, String>>();
         receivers.push(rx);
         let cfg = cfg.clone();
         let barrier = barrier.clone();
         let rank = comm.rank * gpus + local;
-        threads.push(std::thread::spawn(move || {
+        // Detached: on an error the process exits without waiting for GPUs stuck in NCCL.
+        std::thread::spawn(move || {
             if let Err(e) = gpu_thread(&cfg, first + local, rank, world, id, &barrier, &tx) {
                 let _ = tx.send(Err(format!("GPU {} (rank {rank}): {e}", first + local)));
             }
-        }));
+        });
     }
-    let ctx = RecordContext {
-        backend: "nccl",
-        ranks: world,
-        hosts,
-    };
-    let mut reporter = out.map(|o| Reporter::new(o, cfg, &ctx));
     for &size in &cfg.sizes {
         let mut results = Vec::with_capacity(gpus);
         for rx in &receivers {
             match rx.recv() {
                 Ok(Ok(r)) => results.push(r),
-                Ok(Err(e)) => return Err(fail(reporter, cfg, &ctx, e)),
-                Err(_) => return Err(fail(reporter, cfg, &ctx, "a GPU thread ended early".into())),
+                Ok(Err(e)) => return Err(cli::failure(e)),
+                Err(_) => return Err(cli::failure("a GPU thread ended early")),
             }
         }
         let local_wrong: u64 = results.iter().map(|r| r.wrong).sum();
         let totals = comm
             .sum_f64(&[local_wrong as f64])
             .map_err(|e| cli::failure(format!("collecting results: {e}")))?;
-        let shape = cfg.op.shape(size, cfg.dtype, world);
-        let m = Measured {
-            shape,
-            algo: Algo::Auto,
+        each(Measured {
+            shape: cfg.op.shape(size, cfg.dtype, world),
+            algo: "nccl",
             samples_us: std::mem::take(&mut results[0].samples_us),
             wrong: totals[0] as u64,
-        };
-        if let Some(rep) = reporter.as_mut() {
-            let mut record = harness::coll_record(cfg, &ctx, &m);
-            record.algo = "nccl".into();
-            rep.size(&record)?;
-        }
+        })?;
     }
-    for t in threads {
-        let _ = t.join();
-    }
-    match reporter {
-        Some(rep) => rep.finish(cfg, &ctx, None),
-        None => Ok(0),
-    }
-}
-
-fn fail<W: Write>(
-    reporter: Option<Reporter<W>>,
-    cfg: &RunConfig,
-    ctx: &RecordContext,
-    e: String,
-) -> anyhow::Error {
-    if let Some(rep) = reporter {
-        let _ = rep.finish(cfg, ctx, Some(e.clone()));
-    }
-    cli::failure(e)
+    Ok(())
 }
 
 fn gpu_thread(
