@@ -104,6 +104,27 @@ pub fn reduce_into(dtype: Dtype, op: RedOp, dst: &mut [u8], src: &[u8]) {
     debug_assert_eq!(dst.len(), src.len());
     match dtype {
         Dtype::F32 => {
+            // SAFETY: every bit pattern is a valid f32; align_to only reinterprets the aligned
+            // middle, and the fallback below handles buffers that are not 4-byte aligned.
+            let (d_pre, d_mid, d_post) = unsafe { dst.align_to_mut::<f32>() };
+            let (s_pre, s_mid, s_post) = unsafe { src.align_to::<f32>() };
+            let aligned =
+                d_pre.is_empty() && s_pre.is_empty() && d_post.is_empty() && s_post.is_empty();
+            if aligned && cfg!(target_endian = "little") {
+                // Plain slices of f32 (buffers hold little-endian elements): the loop vectorizes.
+                match op {
+                    RedOp::Sum => d_mid.iter_mut().zip(s_mid).for_each(|(a, b)| *a += *b),
+                    RedOp::Max => d_mid
+                        .iter_mut()
+                        .zip(s_mid)
+                        .for_each(|(a, b)| *a = a.max(*b)),
+                    RedOp::Min => d_mid
+                        .iter_mut()
+                        .zip(s_mid)
+                        .for_each(|(a, b)| *a = a.min(*b)),
+                }
+                return;
+            }
             for (d, s) in dst.chunks_exact_mut(4).zip(src.chunks_exact(4)) {
                 let a = f32::from_le_bytes([d[0], d[1], d[2], d[3]]);
                 let b = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);

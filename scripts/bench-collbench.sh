@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# collbench's tcp allreduce beside Open MPI's MPI_Allreduce over its TCP transport, same machine,
+# same run, loopback: bus bandwidth at 64 MB and time per op at 8 bytes, 2 and 4 ranks.
+# Targets (issue 7): collbench busbw >= Open MPI's at 64 MB; collbench 8-byte time <= 1.5x Open MPI's.
+# Both sides are timed the same way: pipelined (back-to-back ops, mean per op, as nccl-tests) and
+# latency (a barrier before each op, mean of single ops). Run it on a quiet machine.
+# Env: RANKS="2 4", ITERS_BW=20, ITERS_LAT=2000, REPEATS=3 (best of).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+eval "$(bash scripts/setup/openmpi.sh start)"
+cargo build --release -q -p collbench >&2
+cb=target/release/collbench
+# Open MPI refuses root without these; the run stays on this host.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi=("$SERVBENCH_MPIRUN" --oversubscribe --bind-to none --mca btl tcp,self --mca pml ob1 --mca btl_tcp_if_include lo)
+ranks=${RANKS:-"2 4"}
+iters_bw=${ITERS_BW:-20}
+iters_lat=${ITERS_LAT:-2000}
+repeats=${REPEATS:-3}
+big=$((64 << 20))
+
+best() { sort -g | { [ "$1" = max ] && tail -1 || head -1; }; }
+
+# collbench: one figure from its coll record. Args: np bytes iters mode field
+cb_run() {
+  "$cb" -np "$1" -b "$2" -e "$2" -n "$3" -w 5 --mode "$4" 2>/dev/null | jq -r "select(.kind==\"coll\") | $5"
+}
+# Open MPI: columns "bytes ranks mean_us busbw_gbps". Args: np bytes iters mode column
+mpi_run() {
+  "${mpi[@]}" -np "$1" "$SERVBENCH_MPI_ALLREDUCE" "$2" "$3" 5 "$4" 2>/dev/null | awk -v c="$5" '{print $c}'
+}
+repeat() { for _ in $(seq "$repeats"); do "$@"; done; }
+
+printf '%-5s %-28s %12s %12s %8s  %s\n' ranks metric collbench open_mpi ratio target
+for n in $ranks; do
+  cb_bw=$(repeat cb_run "$n" "$big" "$iters_bw" pipelined .busbw_gbps | best max)
+  mpi_bw=$(repeat mpi_run "$n" "$big" "$iters_bw" pipelined 4 | best max)
+  cb_pipe=$(repeat cb_run "$n" 8 "$iters_lat" pipelined .time_us.mean | best min)
+  mpi_pipe=$(repeat mpi_run "$n" 8 "$iters_lat" pipelined 3 | best min)
+  cb_lat=$(repeat cb_run "$n" 8 "$iters_lat" latency .time_us.mean | best min)
+  mpi_lat=$(repeat mpi_run "$n" 8 "$iters_lat" latency 3 | best min)
+  row() { printf '%-5s %-28s %12.3f %12.3f %8.2f  %s\n' "$n" "$1" "$2" "$3" "$(echo "$2 / $3" | bc -l)" "$4"; }
+  row "busbw 64MB GB/s" "$cb_bw" "$mpi_bw" ">= 1.00"
+  row "time 8B us (pipelined)" "$cb_pipe" "$mpi_pipe" "<= 1.50"
+  row "time 8B us (latency mode)" "$cb_lat" "$mpi_lat" "<= 1.50"
+done
