@@ -29,6 +29,21 @@ pub struct Comm {
     pub world: usize,
     peers: Vec<Option<TcpStream>>,
     timeout: Duration,
+    /// How long to retry a stalled exchange before sleeping in poll(2) (see [`spin_from_env`]).
+    spin: Duration,
+}
+
+/// How long a stalled exchange busy-retries before sleeping in poll(2). Spinning saves the
+/// wake-up of a small message (as MPI progress engines do) when every rank has a core to
+/// itself, and costs dearly when cores are shared (a spinning rank steals the time its peer
+/// needs to answer: 2-3x slower 8-byte allreduces measured on a busy 2-core box). So it is off
+/// unless `COLLBENCH_SPIN_US` asks for it.
+pub fn spin_from_env() -> Duration {
+    let us = std::env::var("COLLBENCH_SPIN_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Duration::from_micros(us)
 }
 
 /// One outgoing block in an exchange.
@@ -56,6 +71,7 @@ impl Comm {
             s.set_nodelay(true)?;
         }
         Ok(Comm {
+            spin: spin_from_env(),
             rank,
             world,
             peers,
@@ -134,6 +150,10 @@ impl Comm {
             }
             if progressed {
                 last_progress = Instant::now();
+                continue;
+            }
+            if last_progress.elapsed() < self.spin {
+                std::hint::spin_loop();
                 continue;
             }
             // Nothing moved: sleep in poll(2) until a socket is ready or the timeout passes.
