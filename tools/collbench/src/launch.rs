@@ -127,6 +127,7 @@ pub fn run_local(
             .env(ENV_RANK, rank.to_string())
             .env(ENV_WORLD, n.to_string())
             .env(ENV_COORDINATOR, &coordinator)
+            .env("COLLBENCH_LOCAL_RANK", rank.to_string())
             .stdin(Stdio::null())
             .stdout(if rank == 0 {
                 Stdio::inherit()
@@ -182,6 +183,9 @@ pub fn wait_all(
             }
         }
         std::thread::sleep(Duration::from_millis(10));
+    }
+    if statuses[0].is_some_and(|s| s.success()) {
+        return Ok(None);
     }
     Ok(first_failure)
 }

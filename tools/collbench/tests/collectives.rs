@@ -317,3 +317,14 @@ fn upstream_records_pass_through_first_and_unchanged() {
     assert_eq!(recs[1]["kind"], "coll");
     assert_eq!(recs[1]["labels"]["run"], "b");
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_the_job_quietly() {
+    // Rank 0 loses its stdout after one record; the other ranks then lose rank 0. Exit 0.
+    let out = testkit::sh(
+        "{ collbench -np 3 -b 8 -e 64M -n 5 2>/dev/null; echo \"rc=$?\" >&2; } | head -1",
+    );
+    let err = stderr(&out);
+    assert!(err.contains("rc=0"), "{err}");
+    assert_eq!(json_lines(&out.stdout).len(), 1);
+}
