@@ -29,21 +29,28 @@ pub struct Comm {
     pub world: usize,
     peers: Vec<Option<TcpStream>>,
     timeout: Duration,
-    /// How long to retry a stalled exchange before sleeping in poll(2) (see [`spin_from_env`]).
+    /// How long to retry a stalled exchange before sleeping in poll(2) (see [`spin_for`]; every rank counts as local).
     spin: Duration,
 }
 
 /// How long a stalled exchange busy-retries before sleeping in poll(2). Spinning saves the
-/// wake-up of a small message (as MPI progress engines do) when every rank has a core to
-/// itself, and costs dearly when cores are shared (a spinning rank steals the time its peer
-/// needs to answer: 2-3x slower 8-byte allreduces measured on a busy 2-core box). So it is off
-/// unless `COLLBENCH_SPIN_US` asks for it.
-pub fn spin_from_env() -> Duration {
-    let us = std::env::var("COLLBENCH_SPIN_US")
+/// wake-up of a small message (as MPI progress engines do) when ranks have cores to spare, and
+/// costs dearly when cores are shared (a spinning rank steals the time its peer needs to
+/// answer: 2-3x slower 8-byte allreduces measured on a busy 2-core box). So it spins 20 us
+/// only with at least two cores per local rank; `COLLBENCH_SPIN_US` overrides (0: never).
+pub fn spin_for(local_ranks: usize) -> Duration {
+    if let Some(us) = std::env::var("COLLBENCH_SPIN_US")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    Duration::from_micros(us)
+    {
+        return Duration::from_micros(us);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores >= 2 * local_ranks {
+        Duration::from_micros(20)
+    } else {
+        Duration::ZERO
+    }
 }
 
 /// One outgoing block in an exchange.
@@ -71,7 +78,7 @@ impl Comm {
             s.set_nodelay(true)?;
         }
         Ok(Comm {
-            spin: spin_from_env(),
+            spin: spin_for(world),
             rank,
             world,
             peers,
