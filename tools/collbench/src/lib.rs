@@ -60,7 +60,13 @@ pub fn bench(cfg: &RunConfig, job: &Job) -> anyhow::Result<Exit> {
             .resolve_algo(cfg.algo, shape.bytes)
             .map_err(cli::usage)?;
     }
+    check_job(job)?;
     if job.backend == Backend::Nccl {
+        if cfg.algo != ops::Algo::Auto {
+            return Err(cli::usage(
+                "--algo is for the tcp backend: NCCL picks its own (set NCCL_ALGO=Ring|Tree to force it)",
+            ));
+        }
         nccl::check_libraries()?;
     }
     let mut out = RecordWriter::stdout();
@@ -76,6 +82,16 @@ pub fn bench(cfg: &RunConfig, job: &Job) -> anyhow::Result<Exit> {
         Role::Alone => run_rank(cfg, job, None, &mut out),
         Role::Rank(id) => run_rank(cfg, job, Some(id), &mut out),
     }
+}
+
+/// Flags that do not fit the backend.
+pub fn check_job(job: &Job) -> anyhow::Result<()> {
+    if job.backend == Backend::Tcp && job.gpus != 1 {
+        return Err(cli::usage(
+            "-g/--ngpus is for --backend nccl (tcp ranks are processes: use -np)",
+        ));
+    }
+    Ok(())
 }
 
 /// `-np N`: start the ranks here and report the first failure's exit code.

@@ -220,6 +220,8 @@ fn bad_usage_is_one_line_and_exit_2() {
         (vec!["--rank", "0"], "--rank and --world go together"),
         (vec!["--rank", "1", "--world", "2"], "--coordinator"),
         (vec!["--coll", "gather"], "gather"),
+        (vec!["-g", "2"], "-g/--ngpus is for --backend nccl"),
+        (vec!["--backend", "nccl", "--algo", "ring"], "NCCL_ALGO"),
     ] {
         let out = cmd("collbench").args(&args).output().unwrap();
         let err = stderr(&out);
