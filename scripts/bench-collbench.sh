@@ -44,3 +44,16 @@ for n in $ranks; do
   row "time 8B us (pipelined)" "$cb_pipe" "$mpi_pipe" "<= 1.50"
   row "time 8B us (latency mode)" "$cb_lat" "$mpi_lat" "<= 1.50"
 done
+
+# On a machine with NVIDIA GPUs and PyTorch: collbench --backend nccl beside
+# torch.distributed.all_reduce (NCCL) at the same sizes, same run. Needs libnccl.so (see
+# tools/collbench/README.md for pip's libnccl.so.2).
+if command -v nvidia-smi >/dev/null && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  gpus=${GPUS:-$(nvidia-smi -L | wc -l)}
+  echo
+  echo "# nccl, $gpus GPUs: bytes  collbench_us collbench_busbw  torch_us torch_busbw"
+  join <("$cb" --backend nccl -g "$gpus" -b 8 -e 256M -f 4 -n 20 -w 5 2>/dev/null |
+           jq -r 'select(.kind=="coll") | "\(.bytes) \(.time_us.mean) \(.busbw_gbps)"' | sort -k1,1) \
+       <(python3 tools/collbench/bench/torch_allreduce.py --gpus "$gpus" --min 8 --max $((256 << 20)) --factor 4 |
+           awk '{print $1, $2, $4}' | sort -k1,1) | sort -n
+fi
