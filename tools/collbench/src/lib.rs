@@ -78,6 +78,9 @@ pub fn bench(cfg: &RunConfig, job: &Job) -> anyhow::Result<Exit> {
         jsonl::pass_through(false, &mut out, |_| Disposition::Forward)?;
     }
     match &job.role {
+        Role::Local(n) if job.backend == Backend::Tcp && cfg.root >= *n => Err(cli::usage(
+            format!("--root {} but -np {n} starts ranks 0..{}", cfg.root, n - 1),
+        )),
         Role::Local(n) => run_local_ranks(job, *n, cfg.timeout),
         Role::Alone => run_rank(cfg, job, None, &mut out),
         Role::Rank(id) => run_rank(cfg, job, Some(id), &mut out),
@@ -127,6 +130,13 @@ fn run_rank(
         Backend::Tcp => comm.world,
         Backend::Nccl => comm.world * job.gpus,
     };
+    if cfg.root >= ranks {
+        return Err(cli::usage(format!(
+            "--root {} but the job has {ranks} rank(s) (0..{})",
+            cfg.root,
+            ranks - 1
+        )));
+    }
     let ctx = RecordContext {
         backend: job.backend.name(),
         ranks,

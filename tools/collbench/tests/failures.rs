@@ -221,6 +221,11 @@ fn bad_usage_is_one_line_and_exit_2() {
         (vec!["--rank", "1", "--world", "2"], "--coordinator"),
         (vec!["--coll", "gather"], "gather"),
         (vec!["-g", "2"], "-g/--ngpus is for --backend nccl"),
+        (
+            vec!["--coll", "broadcast", "--root", "2", "-np", "2"],
+            "--root 2",
+        ),
+        (vec!["--coll", "broadcast", "--root", "1"], "--root 1"),
         (vec!["--backend", "nccl", "--algo", "ring"], "NCCL_ALGO"),
     ] {
         let out = cmd("collbench").args(&args).output().unwrap();
