@@ -328,3 +328,40 @@ fn a_reader_that_goes_away_ends_the_job_quietly() {
     assert!(err.contains("rc=0"), "{err}");
     assert_eq!(json_lines(&out.stdout).len(), 1);
 }
+
+#[test]
+fn runs_under_open_mpis_mpirun() {
+    let mpirun = std::env::var("SERVBENCH_MPIRUN").unwrap_or_else(|_| {
+        panic!("SERVBENCH_MPIRUN is not set: run the tests through scripts/test.sh (scripts/setup/openmpi.sh installs Open MPI)")
+    });
+    let coordinator = format!("127.0.0.1:{}", testkit::free_port());
+    let out = std::process::Command::new(mpirun)
+        .args(["--oversubscribe", "--bind-to", "none", "-np", "3"])
+        .arg(testkit::bin("collbench"))
+        .args([
+            "--coordinator",
+            &coordinator,
+            "--coll",
+            "allgather",
+            "-b",
+            "12",
+            "-e",
+            "12K",
+            "-f",
+            "32",
+            "-n",
+            "2",
+        ])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .expect("run mpirun");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let recs = json_lines(&out.stdout);
+    let colls: Vec<&Value> = recs.iter().filter(|r| r["kind"] == "coll").collect();
+    assert_eq!(colls.len(), 3, "{recs:?}");
+    assert!(
+        colls.iter().all(|c| c["ranks"] == 3 && c["wrong"] == 0),
+        "{colls:?}"
+    );
+}
