@@ -34,11 +34,12 @@ pub struct Comm {
 }
 
 /// How long a stalled exchange busy-retries before sleeping in poll(2). Spinning saves the
-/// wake-up of a small message (as MPI progress engines do) when ranks have cores to spare, and
-/// costs dearly when cores are shared (a spinning rank steals the time its peer needs to
-/// answer: 2-3x slower 8-byte allreduces measured on a busy 2-core box). So it spins 20 us
-/// only with at least two cores per local rank; `COLLBENCH_SPIN_US` overrides (0: never).
-pub fn spin_for(local_ranks: usize) -> Duration {
+/// wake-up of a small message when every rank has a core of its own, which is also when MPI
+/// progress engines spin (Open MPI yields only when oversubscribed); with more ranks than
+/// cores a spinning rank steals the time its peer needs to answer. So: 20 us while the job's
+/// ranks (an upper bound on the ranks sharing this host) fit in this host's cores, else none.
+/// `COLLBENCH_SPIN_US` overrides (0: never spin).
+pub fn spin_for(world: usize) -> Duration {
     if let Some(us) = std::env::var("COLLBENCH_SPIN_US")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -46,7 +47,7 @@ pub fn spin_for(local_ranks: usize) -> Duration {
         return Duration::from_micros(us);
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cores >= 2 * local_ranks {
+    if world <= cores {
         Duration::from_micros(20)
     } else {
         Duration::ZERO
