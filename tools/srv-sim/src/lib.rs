@@ -53,6 +53,8 @@ pub struct Config {
     pub faults: Faults,
     pub seed: u64,
     pub threads: usize,
+    /// Run srv-sim's threads under SCHED_FIFO so deadlines hold on a busy machine.
+    pub realtime: bool,
     pub dry_run: bool,
     /// Context length `--dry-run` computes its decode figures at.
     pub dry_run_context: u64,
@@ -140,6 +142,16 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
         return Ok(Exit::Ok);
     }
 
+    if config.realtime {
+        // Before any thread starts: the engine and runtime threads inherit the policy.
+        if let Err(e) = realtime() {
+            cli::warn(format!(
+                "--realtime: cannot switch to SCHED_FIFO ({e}); deadlines may slip on a busy machine \
+                 (needs root or CAP_SYS_NICE)"
+            ));
+        }
+    }
+    tokens::warm_up();
     let served = config
         .served_model_name
         .clone()
@@ -235,4 +247,18 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
         http::serve(listener, app).await?;
         Ok(Exit::Ok)
     })
+}
+
+/// Puts the calling thread (and the threads it starts later) on SCHED_FIFO priority 20: timer
+/// wake-ups then preempt ordinary work, so a loaded machine does not delay tokens. srv-sim's
+/// threads sleep between deadlines, so this takes CPU only when there is work.
+fn realtime() -> std::io::Result<()> {
+    let param = libc::sched_param { sched_priority: 20 };
+    // SAFETY: sched_setscheduler on this thread (pid 0) with a valid parameter struct.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }

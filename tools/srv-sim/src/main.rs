@@ -115,6 +115,9 @@ struct Args {
     /// Async runtime threads (1: a single-threaded runtime, best on one pinned core)
     #[arg(long, value_name = "N", default_value_t = 1)]
     threads: usize,
+    /// Run under SCHED_FIFO (needs root or CAP_SYS_NICE) so timing holds on a busy machine
+    #[arg(long)]
+    realtime: bool,
     /// Print the cost model's figures as one JSON line and exit
     #[arg(long)]
     dry_run: bool,
@@ -155,6 +158,7 @@ fn main() -> ExitCode {
             },
             seed: a.seed,
             threads: a.threads,
+            realtime: a.realtime,
             dry_run: a.dry_run,
             dry_run_context: a.dry_run_context,
         })
