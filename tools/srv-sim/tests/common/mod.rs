@@ -219,10 +219,7 @@ fn read_response(s: &mut TcpStream, sent: Instant) -> Exchange {
         }
         // Move complete body bytes from `raw` into `x.body`.
         if chunked {
-            loop {
-                let Some(line_end) = find(&raw[pos..], b"\r\n") else {
-                    break;
-                };
+            while let Some(line_end) = find(&raw[pos..], b"\r\n") {
                 let size_str = String::from_utf8_lossy(&raw[pos..pos + line_end]).into_owned();
                 let size = usize::from_str_radix(size_str.trim(), 16).expect("chunk size");
                 let start = pos + line_end + 2;
