@@ -216,7 +216,7 @@ fn speculative_decoding_sends_several_tokens_per_chunk() {
         (mean / expected - 1.0).abs() < 0.15,
         "mean tokens per chunk {mean:.2}, want ~{expected:.2}"
     );
-    assert!(sizes.iter().any(|&s| s == 1.0) && sizes.iter().any(|&s| s == 4.0));
+    assert!(sizes.contains(&1.0) && sizes.contains(&4.0));
     let (_, metrics) = get(sim.port, "/metrics");
     let drafts = metric(&metrics, "vllm:spec_decode_num_drafts_total");
     let accepted = metric(&metrics, "vllm:spec_decode_num_accepted_tokens_total");
