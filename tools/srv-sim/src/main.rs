@@ -10,7 +10,7 @@ Examples:
   srv-sim --port 8000                                  # Llama-3.1-8B on one H100, modelled
   srv-sim --model llama-3.1-70b --hardware h200 --tp 4 --dry-run
   srv-sim --port 0 --ttft 200ms --itl 10ms             # exact latencies (ground truth)
-  srv-sim --port 8000 --itl 0 &  loadgen --url http://127.0.0.1:8000 ... | summarize
+  srv-sim --itl 0 & loadgen --url http://127.0.0.1:8000 -c 1..256 --max-tokens 256 | summarize
   srv-sim --fail-rate 0.05 --reset-rate 0.01 --stall-after 100
 
 Tokens: a token is a whitespace-separated word; a prompt of N words is N tokens.
