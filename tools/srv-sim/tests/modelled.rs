@@ -279,3 +279,47 @@ fn moe_reads_only_active_experts_and_data_parallel_replicas_share_the_load() {
         assert!(line.ends_with(" 6"), "{line}");
     }
 }
+
+#[test]
+fn model_and_hardware_cards_from_json_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.json");
+    std::fs::write(
+        &model,
+        r#"{"name":"tiny-1b","layers":16,"hidden":2048,"heads":32,"kv_heads":8,"head_dim":64,"params":1.0e9,"weight_bytes":2.0}"#,
+    )
+    .unwrap();
+    let hw = dir.path().join("gpu.json");
+    std::fs::write(
+        &hw,
+        r#"{"name":"my-gpu","mem_bw_gbps":1000.0,"bf16_tflops":100.0,"mem_bytes":24000000000,"link_name":"pcie4","link_bw_gbps":32.0,"link_latency_us":20.0}"#,
+    )
+    .unwrap();
+    let plan = dry_run(&[
+        "--model-card",
+        model.to_str().unwrap(),
+        "--hardware-file",
+        hw.to_str().unwrap(),
+        "--step-overhead",
+        "0s",
+        "--dry-run-context",
+        "0",
+    ]);
+    assert_eq!(plan["model"], "tiny-1b");
+    assert_eq!(plan["hardware"], "my-gpu");
+    // 2 GB of weights over 1 TB/s: 2 ms per step, 500 tok/s.
+    let tok_s = plan["single_stream_tok_s"].as_f64().unwrap();
+    assert!((tok_s - 500.0).abs() < 1.0, "{plan}");
+    // A bad card is a usage error naming the file.
+    std::fs::write(&model, "{}").unwrap();
+    let out = std::process::Command::new(testkit::bin("srv-sim"))
+        .args(["--dry-run", "--model-card", model.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("srv-sim: error: --model: ") && err.contains("tiny.json"),
+        "{err}"
+    );
+}
