@@ -29,12 +29,20 @@ pub fn start_opts(args: &[&str], wait_ready: bool) -> Sim {
     let mut guard = Guard::spawn(cmd);
     let stderr = guard.child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
-    let first = lines.next().expect("a stderr line").expect("read stderr");
-    let port: u16 = first
-        .strip_prefix("srv-sim: listening on http://127.0.0.1:")
-        .unwrap_or_else(|| panic!("unexpected first stderr line: {first}"))
-        .parse()
-        .expect("port");
+    // Warnings (e.g. --realtime not permitted) may come first; the listening line is the one.
+    let port: u16 = loop {
+        let line = lines
+            .next()
+            .expect("srv-sim exited before its listening line")
+            .expect("read stderr");
+        if let Some(port) = line.strip_prefix("srv-sim: listening on http://127.0.0.1:") {
+            break port.parse().expect("port");
+        }
+        assert!(
+            line.starts_with("srv-sim: warning: "),
+            "unexpected stderr line: {line}"
+        );
+    };
     // Keep draining stderr so the server never blocks on it.
     std::thread::spawn(move || for _ in lines {});
     let sim = Sim { guard, port };
