@@ -133,12 +133,21 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
     let roofline = config.roofline()?;
     if config.dry_run {
         let plan = roofline.plan(config.dry_run_context);
-        let mut line = serde_json::to_value(&plan)?;
-        if let Some(obj) = line.as_object_mut() {
+        let mut fields = serde_json::to_value(&plan)?;
+        if let Some(obj) = fields.as_object_mut() {
             obj.insert("data_parallel".into(), config.replicas().into());
             obj.insert("max_model_len".into(), config.max_model_len.into());
         }
-        println!("{line}");
+        // Shaped like a record (kind first, then v and ts) so other tools pass it through.
+        let body = fields.to_string();
+        let line = format!(
+            "{{\"kind\":\"sim_plan\",\"v\":{},\"ts\":\"{}\",\"labels\":{{}},{}",
+            servbench::record::SCHEMA_VERSION,
+            servbench::record::now_ts(),
+            &body[1..]
+        );
+        let mut out = servbench::jsonl::RecordWriter::stdout();
+        out.write_raw(&line)?;
         return Ok(Exit::Ok);
     }
 

@@ -70,6 +70,7 @@ pub fn dry_run(args: &[&str]) -> serde_json::Value {
     );
     let lines = testkit::json_lines(&out.stdout);
     assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["kind"], "sim_plan");
     lines[0].clone()
 }
 
