@@ -137,6 +137,25 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
         if let Some(obj) = fields.as_object_mut() {
             obj.insert("data_parallel".into(), config.replicas().into());
             obj.insert("max_model_len".into(), config.max_model_len.into());
+            if config.spec_tokens > 0 {
+                // One stream with speculative decoding: each step verifies 1 + K tokens and
+                // emits 1 + accepted on average.
+                let spec = Spec {
+                    tokens: config.spec_tokens,
+                    accept: config.spec_accept,
+                };
+                let mut shape = Roofline::decode_shape(1, config.dry_run_context);
+                shape.work.prefill_tokens = config.spec_tokens;
+                let step_s = roofline.step_s(&shape);
+                obj.insert(
+                    "spec_tokens_per_step".into(),
+                    spec.mean_tokens_per_step().into(),
+                );
+                obj.insert(
+                    "spec_single_stream_tok_s".into(),
+                    (spec.mean_tokens_per_step() / step_s).into(),
+                );
+            }
         }
         // Shaped like a record (kind first, then v and ts) so other tools pass it through.
         let body = fields.to_string();

@@ -195,6 +195,7 @@ fn speculative_decoding_sends_several_tokens_per_chunk() {
         "3",
     ]));
     let mut sizes = Vec::new();
+    let mut rates = Vec::new();
     for _ in 0..4 {
         let x = post(sim.port, "/v1/completions", &completion_body(8, 100, true));
         let usage = x.chunks().last().unwrap().1["usage"]["completion_tokens"]
@@ -204,6 +205,7 @@ fn speculative_decoding_sends_several_tokens_per_chunk() {
         let t = x.token_events();
         let n: usize = t.iter().map(|(_, s)| s.split_whitespace().count()).sum();
         assert_eq!(n, 100);
+        rates.push(99.0 / (t[t.len() - 1].0 - t[0].0).as_secs_f64());
         sizes.extend(
             t.iter()
                 .skip(1)
@@ -217,6 +219,12 @@ fn speculative_decoding_sends_several_tokens_per_chunk() {
         "mean tokens per chunk {mean:.2}, want ~{expected:.2}"
     );
     assert!(sizes.contains(&1.0) && sizes.contains(&4.0));
+    let plan = dry_run(&[PRESET, &["--spec-tokens", "3", "--spec-accept", "0.7"]].concat());
+    assert!((plan["spec_tokens_per_step"].as_f64().unwrap() - expected).abs() < 1e-9);
+    assert!(
+        plan["spec_single_stream_tok_s"].as_f64().unwrap()
+            > 2.0 * plan["single_stream_tok_s"].as_f64().unwrap()
+    );
     let (_, metrics) = get(sim.port, "/metrics");
     let drafts = metric(&metrics, "vllm:spec_decode_num_drafts_total");
     let accepted = metric(&metrics, "vllm:spec_decode_num_accepted_tokens_total");
