@@ -437,7 +437,7 @@ impl Formatter {
     pub fn role_chunk(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self.head.as_bytes());
         out.extend_from_slice(
-            br#"{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]"#,
+            br#"{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null,"stop_reason":null}]"#,
         );
         if self.continuous_usage {
             out.push(b',');
@@ -466,7 +466,7 @@ impl Formatter {
             Endpoint::Chat => {
                 out.extend_from_slice(br#""},"logprobs":null,"finish_reason":"#);
                 out.extend_from_slice(finish);
-                out.extend_from_slice(b"}]");
+                out.extend_from_slice(br#","stop_reason":null}]"#);
             }
         }
         if self.continuous_usage {
