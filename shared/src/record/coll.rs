@@ -2,6 +2,9 @@ use super::{Dist, Extra, Labels, current_version, record_kind};
 use serde::{Deserialize, Serialize};
 
 /// One collective at one message size, measured the way nccl-tests does.
+///
+/// collbench also writes, in `extra`: `iters` and `warmup` (`-n`, `-w`), `root` (broadcast)
+/// and `checked` (false with `--no-check`, when `wrong` is 0 unchecked).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CollRecord {
     #[serde(default = "current_version")]
@@ -29,24 +32,15 @@ pub struct CollRecord {
     pub busbw_gbps: f64,
     /// Elements that differed from the exactly known expected result.
     pub wrong: u64,
-    /// Timed iterations (`-n`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub iters: Option<u32>,
-    /// Untimed warmup iterations (`-w`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warmup: Option<u32>,
-    /// Root rank (broadcast only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub root: Option<u32>,
-    /// Whether results were checked (`false` with `--no-check`: `wrong` is then 0 unchecked).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checked: Option<bool>,
     #[serde(flatten)]
     pub extra: Extra,
 }
 record_kind!(CollRecord, "coll", Coll);
 
 /// The footer of a collbench run: the average bus bandwidth as nccl-tests prints it.
+///
+/// collbench also writes, in `extra`: `hosts`, and `error` (why the run stopped before its
+/// last size: a rank died, a peer timed out) when it did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CollRunRecord {
     #[serde(default = "current_version")]
@@ -60,11 +54,6 @@ pub struct CollRunRecord {
     pub sizes: u32,
     pub avg_busbw_gbps: f64,
     pub wrong: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hosts: Option<u32>,
-    /// Why the run stopped before its last size (a rank died, a peer timed out, ...).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
 }

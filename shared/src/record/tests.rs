@@ -214,10 +214,6 @@ fn coll() -> impl Strategy<Value = Record> {
             algbw_gbps: 1.5,
             busbw_gbps: 2.25,
             wrong: 0,
-            iters: Some(20),
-            warmup: if bytes % 2 == 0 { Some(5) } else { None },
-            root: None,
-            checked: Some(bytes % 3 == 0),
             extra,
         })
     })
@@ -225,9 +221,6 @@ fn coll() -> impl Strategy<Value = Record> {
 
 fn coll_run() -> impl Strategy<Value = Record> {
     (labels(), extra()).prop_map(|(labels, extra)| {
-        let error = labels
-            .is_empty()
-            .then(|| "rank 1 closed its connection".to_string());
         Record::CollRun(CollRunRecord {
             v: 1,
             ts: "2026-11-30T17:00:00.123Z".into(),
@@ -238,8 +231,6 @@ fn coll_run() -> impl Strategy<Value = Record> {
             sizes: 20,
             avg_busbw_gbps: 3.5,
             wrong: 0,
-            hosts: Some(1),
-            error,
             extra,
         })
     })
