@@ -133,7 +133,10 @@ pub trait Exec: Send + Sync {
 
     /// Whether `argv0` can be run there (on PATH or an executable path).
     fn has_program(&self, argv0: &str) -> Result<bool, ExecError> {
-        let out = self.run(&format!("command -v {} >/dev/null 2>&1", shell_quote(argv0)))?;
+        let out = self.run(&format!(
+            "command -v {} >/dev/null 2>&1",
+            shell_quote(argv0)
+        ))?;
         Ok(out.status == 0)
     }
 
@@ -434,7 +437,11 @@ impl Exec for Local {
         let needle = marker.map(|m| m.as_bytes().to_vec());
         let mut procs = Vec::new();
         for entry in dir.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
                 continue;
             };
             let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -490,7 +497,10 @@ impl Exec for Local {
         if !inodes.is_empty() {
             let wanted: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
             for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-                let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok())
+                let Some(pid) = entry
+                    .file_name()
+                    .to_str()
+                    .and_then(|s| s.parse::<u32>().ok())
                 else {
                     continue;
                 };
@@ -647,7 +657,8 @@ pub struct Ssh {
 impl Ssh {
     /// Connects, checks the host key and authenticates. Each failure says which step failed.
     pub fn connect(target: &str, opts: &SshOptions) -> Result<Ssh, ExecError> {
-        let spec = HostSpec::parse(target).map_err(|e| ExecError::Connect(format!("--host {e}")))?;
+        let spec =
+            HostSpec::parse(target).map_err(|e| ExecError::Connect(format!("--host {e}")))?;
         let addrs: Vec<_> = (spec.addr.as_str(), spec.port)
             .to_socket_addrs()
             .map_err(|e| {
@@ -671,7 +682,10 @@ impl Ssh {
         let tcp = tcp.ok_or_else(|| {
             let why = match &last_err {
                 Some((addr, e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    format!("connection refused by {addr}: is sshd running on port {}?", spec.port)
+                    format!(
+                        "connection refused by {addr}: is sshd running on port {}?",
+                        spec.port
+                    )
                 }
                 Some((addr, e)) if e.kind() == std::io::ErrorKind::TimedOut => format!(
                     "no answer from {addr} within {:?}: host down or port {} filtered",
@@ -709,7 +723,10 @@ impl Ssh {
     }
 
     fn keepalive_if_due(&self) {
-        let mut last = self.last_keepalive.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = self
+            .last_keepalive
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if last.elapsed() >= self.keepalive {
             let _ = self.session.keepalive_send();
             *last = Instant::now();
@@ -732,7 +749,8 @@ impl Ssh {
             .map_err(|e| ExecError::Command(format!("ssh {}: reading output: {e}", self.spec)))?;
         let mut stderr = Vec::new();
         let _ = ch.stderr().read_to_end(&mut stderr);
-        ch.wait_close().map_err(|e| fail("closing the channel", e))?;
+        ch.wait_close()
+            .map_err(|e| fail("closing the channel", e))?;
         let status = ch.exit_status().map_err(|e| fail("no exit status", e))?;
         Ok(Output {
             status,
@@ -940,9 +958,7 @@ impl Exec for Ssh {
 
     fn read_tail(&self, path: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, ExecError> {
         let q = shell_quote(path);
-        let out = self.exec_raw(&format!(
-            "[ -e {q} ] || exit 44; tail -c {max_bytes} {q}"
-        ))?;
+        let out = self.exec_raw(&format!("[ -e {q} ] || exit 44; tail -c {max_bytes} {q}"))?;
         match out.status {
             0 => Ok(Some(out.stdout)),
             // Gone, or vanished while reading (a /proc entry of an exiting process).
@@ -1038,7 +1054,37 @@ impl Exec for Ssh {
     }
 }
 
-/// Connects to `host`: `None`, `localhost` or `127.0.0.1`-without-user mean this machine.
+/// The SSH flags every tool that reaches other hosts takes (flatten into its clap struct).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SshArgs {
+    /// Private key for SSH (default: the agent, then ~/.ssh/id_ed25519, id_ecdsa, id_rsa)
+    #[arg(long, value_name = "KEY", env = "SERVBENCH_SSH_IDENTITY")]
+    pub identity: Option<PathBuf>,
+    /// known_hosts file to check host keys against (default ~/.ssh/known_hosts)
+    #[arg(long, value_name = "FILE", env = "SERVBENCH_SSH_KNOWN_HOSTS")]
+    pub known_hosts: Option<PathBuf>,
+    /// Trust a host key seen for the first time and add it to known_hosts (a changed key is
+    /// always refused)
+    #[arg(long)]
+    pub accept_new_host: bool,
+    /// Give up connecting to an SSH host after this long
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = crate::cli::parse_duration)]
+    pub connect_timeout: Duration,
+}
+
+impl SshArgs {
+    pub fn options(&self) -> SshOptions {
+        SshOptions {
+            identity: self.identity.clone(),
+            known_hosts: self.known_hosts.clone(),
+            accept_new_host: self.accept_new_host,
+            connect_timeout: self.connect_timeout,
+            ..SshOptions::default()
+        }
+    }
+}
+
+/// Connects to `host`: `None`, empty or `localhost` mean this machine, anything else SSH.
 pub fn connect(host: Option<&str>, opts: &SshOptions) -> Result<Box<dyn Exec>, ExecError> {
     match host {
         None | Some("") | Some("localhost") => Ok(Box::new(Local)),
@@ -1053,7 +1099,10 @@ mod tests {
     #[test]
     fn host_specs() {
         let h = HostSpec::parse("bob@gpu1:2222").unwrap();
-        assert_eq!((h.user.as_str(), h.addr.as_str(), h.port), ("bob", "gpu1", 2222));
+        assert_eq!(
+            (h.user.as_str(), h.addr.as_str(), h.port),
+            ("bob", "gpu1", 2222)
+        );
         assert_eq!(h.known_hosts_name(), "[gpu1]:2222");
         let h = HostSpec::parse("gpu1").unwrap();
         assert_eq!((h.addr.as_str(), h.port), ("gpu1", 22));

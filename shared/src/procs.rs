@@ -228,7 +228,7 @@ pub fn kill(
     let marker = target.marker.as_deref();
 
     let scan = |known: &mut BTreeSet<ProcId>,
-                    seen: &mut BTreeMap<ProcId, String>|
+                seen: &mut BTreeMap<ProcId, String>|
      -> Result<BTreeSet<ProcId>, ExecError> {
         let table = exec.processes(marker)?;
         let members = target.members(&table, known);
