@@ -13,6 +13,10 @@ use crate::exec::{Exec, ExecError, Signal};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+/// The environment entry srv-launch gives every server it starts (inherited by every
+/// descendant): srv-kill finds workers that left the process group and session by it.
+pub const LAUNCH_ID_VAR: &str = "SERVBENCH_LAUNCH_ID";
+
 /// A process named so that pid reuse cannot fool us: pid plus start time (clock ticks since boot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ProcId {

@@ -7,15 +7,12 @@ use anyhow::Result;
 use servbench::cli::{self, Exit};
 use servbench::exec::{self, Exec, ExecError, SshOptions};
 use servbench::jsonl::{self, Disposition, RecordWriter, Source};
-use servbench::procs::{self, KillOptions, ProcId, TargetSpec};
+use servbench::procs::{self, KillOptions, LAUNCH_ID_VAR, ProcId, TargetSpec};
 use servbench::record::{
     KillRecord, KilledProcess, Labels, Record, ServerRecord, inherit_labels, now_ts,
 };
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-
-/// The environment entry srv-launch gives every server (and so every descendant) it starts.
-pub const LAUNCH_ID_VAR: &str = "SERVBENCH_LAUNCH_ID";
 
 /// What to kill and how, from the command line.
 #[derive(Debug, Clone, Default)]

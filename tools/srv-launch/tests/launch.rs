@@ -1,0 +1,354 @@
+//! srv-launch with real servers on 127.0.0.1: a slow-loading server (503 then 200), one that
+//! dies during startup, a taken port (refused, or --replace), timeouts, pass-through, and the
+//! record driving srv-kill.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use testkit::{Guard, alive, cmd, free_port, json_lines, sh_cmd, wait_port};
+
+/// A stand-in engine: /health answers 503 for `delay` seconds, then 200; /v1/models lists
+/// "tiny"; POST /v1/completions answers one token.
+const SLOW_SERVER: &str = r#"
+import http.server, json, sys, time
+port, delay = int(sys.argv[1]), float(sys.argv[2])
+t0 = time.time()
+class H(http.server.BaseHTTPRequestHandler):
+    def reply(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        if self.path == "/health":
+            ready = time.time() - t0 >= delay
+            self.reply(200 if ready else 503, {"status": "ok" if ready else "loading"})
+        elif self.path == "/v1/models":
+            self.reply(200, {"object": "list", "data": [{"id": "tiny", "object": "model"}]})
+        else:
+            self.reply(404, {})
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", 0))
+        self.rfile.read(n)
+        self.reply(200, {"choices": [{"text": " hi", "index": 0, "finish_reason": "length"}]})
+    def log_message(self, *a):
+        print("request", *a, flush=True)
+print("loading weights ...", flush=True)
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"#;
+
+fn write_slow_server(dir: &std::path::Path) -> String {
+    let path = dir.join("slow_server.py");
+    std::fs::write(&path, SLOW_SERVER).unwrap();
+    path.display().to_string()
+}
+
+fn kill_record(record: &serde_json::Value) -> std::process::Output {
+    let mut child = cmd("srv-kill")
+        .args(["--grace", "5s"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.as_mut().unwrap(), "{record}").unwrap();
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+fn wait_gone(pid: u32, timeout: Duration) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if !alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn readiness_waits_for_a_slow_server_and_the_record_drives_srv_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write_slow_server(dir.path());
+    let log = dir.path().join("server.log");
+    let out = cmd("srv-launch")
+        .args([
+            "--cmd",
+            &format!("exec python3 {script} {{port}} 3"),
+            "--ready-url",
+            "http://127.0.0.1:{port}/health",
+            "--probe",
+            "--log",
+            log.to_str().unwrap(),
+            "--name",
+            "slow",
+            "--env",
+            "SLOW_TEST=1",
+            "--label",
+            "run=a",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    let recs = json_lines(&out.stdout);
+    assert_eq!(recs.len(), 1, "one server record");
+    let r = &recs[0];
+    assert_eq!(r["kind"], "server");
+    assert_eq!(r["engine"], "cmd");
+    assert_eq!(r["host"], "localhost");
+    assert_eq!(r["labels"]["run"], "a");
+    assert_eq!(r["served_model"], "tiny");
+    let ready_s = r["ready_s"].as_f64().unwrap();
+    assert!(ready_s >= 3.0, "ready before /health said 200: {ready_s}");
+    let pid = r["pid"].as_u64().unwrap() as u32;
+    let port = r["port"].as_u64().unwrap() as u16;
+    assert_eq!(r["pgid"].as_u64(), Some(pid as u64), "own process group");
+    assert_eq!(r["url"], format!("http://127.0.0.1:{port}"));
+    assert!(r["command"].as_str().unwrap().contains(&port.to_string()));
+    assert!(
+        stderr.contains("waiting for cmd"),
+        "a progress line: {stderr}"
+    );
+
+    // Detached: alive after srv-launch exited, own session, stdin /dev/null, output in the log,
+    // the launch marker and --env in its environment.
+    assert!(alive(pid));
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(fields[3], pid.to_string(), "session leader");
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/fd/0"))
+            .unwrap()
+            .to_str(),
+        Some("/dev/null")
+    );
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/fd/1")).unwrap(),
+        log
+    );
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let env = String::from_utf8_lossy(&env);
+    assert!(env.contains("SLOW_TEST=1"));
+    assert!(env.contains(&format!(
+        "SERVBENCH_LAUNCH_ID={}",
+        r["launch_id"].as_str().unwrap()
+    )));
+    assert!(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("loading weights")
+    );
+
+    let killed = kill_record(r);
+    assert_eq!(
+        killed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&killed.stderr)
+    );
+    let k = &json_lines(&killed.stdout)[0];
+    assert_eq!(k["ok"], true);
+    assert_eq!(k["port_free"], true);
+    assert_eq!(k["labels"]["run"], "a");
+    assert!(wait_gone(pid, Duration::from_secs(2)));
+}
+
+#[test]
+fn a_server_that_dies_during_startup_is_exit_1_with_its_log_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("dies.log");
+    let script = "for i in $(seq 1 40); do echo \"init line $i\"; done; sleep 1; echo 'fatal: CUDA out of memory (test)'; exit 3";
+    let out = cmd("srv-launch")
+        .args([
+            "--cmd",
+            script,
+            "--ready-url",
+            "http://127.0.0.1:{port}/health",
+        ])
+        .args(["--log", log.to_str().unwrap(), "--timeout", "60s"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert!(out.stdout.is_empty(), "no record for a dead server");
+    assert!(
+        stderr.contains("fatal: CUDA out of memory (test)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("exited during startup"), "{stderr}");
+    // The last 30 lines: line 40 down to line 12 plus the fatal line; line 1 is not shown.
+    assert!(stderr.contains("init line 12\n"), "{stderr}");
+    assert!(!stderr.contains("init line 1\n"), "{stderr}");
+}
+
+#[test]
+fn a_taken_port_is_refused_and_replace_kills_the_holder_first() {
+    let port = free_port();
+    let mut c = Command::new("python3");
+    c.args([
+        "-m",
+        "http.server",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let holder = Guard::spawn(c);
+    assert!(wait_port(port, Duration::from_secs(20)));
+
+    let launch = |extra: &[&str]| {
+        cmd("srv-launch")
+            .args([
+                "--cmd",
+                "exec python3 -m http.server {port} --bind 127.0.0.1",
+            ])
+            .args([
+                "--ready-url",
+                "http://127.0.0.1:{port}/",
+                "--port",
+                &port.to_string(),
+            ])
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = launch(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("already in use") && stderr.contains("--replace"),
+        "{stderr}"
+    );
+    assert!(alive(holder.pid()), "refusing must not kill");
+
+    let out = launch(&["--replace"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        wait_gone(holder.pid(), Duration::from_secs(2)),
+        "holder still alive"
+    );
+    let r = &json_lines(&out.stdout)[0];
+    assert_eq!(r["port"], port);
+    let killed = kill_record(r);
+    assert_eq!(killed.status.code(), Some(0));
+}
+
+#[test]
+fn timeout_is_exit_1_and_leaves_the_server_unless_kill_on_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("never.log");
+    let out = cmd("srv-launch")
+        .args([
+            "--cmd",
+            "exec sleep 60",
+            "--ready-url",
+            "http://127.0.0.1:{port}/",
+        ])
+        .args(["--timeout", "1s", "--log", log.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("not ready after") && stderr.contains("left running"),
+        "{stderr}"
+    );
+    let pid: u32 = stderr
+        .split("srv-kill --pid ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .expect("the message names the pid");
+    assert!(alive(pid));
+    let k = cmd("srv-kill")
+        .args(["--pid", &pid.to_string(), "--grace", "2s"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(k.status.code(), Some(0));
+    assert!(wait_gone(pid, Duration::from_secs(2)));
+
+    let out = cmd("srv-launch")
+        .args([
+            "--cmd",
+            "exec sleep 61",
+            "--ready-url",
+            "http://127.0.0.1:{port}/",
+        ])
+        .args([
+            "--timeout",
+            "1s",
+            "--kill-on-timeout",
+            "--log",
+            log.to_str().unwrap(),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("killed it"), "{stderr}");
+}
+
+#[test]
+fn upstream_records_pass_through_before_the_server_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write_slow_server(dir.path());
+    let note = r#"{"kind":"note","v":1,"ts":"2026-11-30T00:00:00.000Z","labels":{"x":"1"}}"#;
+    let mut c = sh_cmd(&format!(
+        "echo '{note}' | srv-launch --cmd 'exec python3 {script} {{port}} 0' \
+         --ready-url 'http://127.0.0.1:{{port}}/health' | srv-kill --grace 2s"
+    ));
+    let out = c.stdin(Stdio::null()).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0], note);
+    let kill: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+    assert_eq!(kill["kind"], "kill");
+    assert_eq!(kill["ok"], true);
+}
+
+#[test]
+fn a_missing_engine_program_and_bad_usage_are_exit_2() {
+    let out = cmd("srv-launch")
+        .args(["vllm", "--model", "m", "--bin", "/nonexistent/vllm"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not found on localhost"), "{stderr}");
+
+    let out = cmd("srv-launch")
+        .args(["llama-cpp", "--model", "x.gguf", "--tp", "2"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tensor"));
+
+    let out = cmd("srv-launch").arg("--help").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("srv-launch sim | loadgen"));
+}
