@@ -3,12 +3,17 @@
 # this machine) and writes a tiny random-weights GGUF model for the tests. Everything is cached under
 # ${SERVBENCH_CACHE:-~/.cache/servbench}, so only a fresh machine pays the build (~12 min of one core).
 #
-# Usage:   eval "$(scripts/setup/llama-server.sh)"
+# Usage:   eval "$(scripts/setup/llama-server.sh start)"    (`stop` does nothing: no service)
 # Prints:  export SERVBENCH_LLAMA_SERVER=/path/to/llama-server
 #          export SERVBENCH_TINY_GGUF=/path/to/tiny-llama.gguf
 # Progress and the build log's tail (on failure) go to stderr. Idempotent; safe to run concurrently
 # (a lock serializes builds). Env: SERVBENCH_CACHE (cache dir), SERVBENCH_BUILD_JOBS (default 2).
 set -euo pipefail
+case "${1:-start}" in
+  start) ;;
+  stop) exit 0 ;;
+  *) echo "usage: $0 [start|stop]" >&2; exit 2 ;;
+esac
 
 VERSION=11434.0.0
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

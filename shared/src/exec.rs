@@ -241,7 +241,7 @@ pub fn parse_listen_inodes(table: &str, port: u16) -> Vec<u64> {
 /// every command line (NUL-separated `path:arg` items), and the pids carrying `marker`.
 fn snapshot_script(marker: Option<&str>) -> String {
     let mut s = String::from(
-        "echo \"self $$\"; cat /proc/[0-9]*/stat 2>/dev/null; printf '\\n--cmdline--\\n'; \
+        "echo \"self $$\"; echo \"boot $(cat /proc/sys/kernel/random/boot_id)\"; cat /proc/[0-9]*/stat 2>/dev/null; printf '\\n--cmdline--\\n'; \
          grep -azH '' /proc/[0-9]*/cmdline 2>/dev/null; printf '\\n--marker--\\n'; ",
     );
     if let Some(m) = marker {
@@ -268,10 +268,20 @@ fn parse_snapshot(out: &[u8]) -> ProcTable {
     let mark_at = find(mark_sep, cmd_at).unwrap_or(out.len());
     let head = String::from_utf8_lossy(&out[..cmd_at]);
     let mut self_pid = 0;
+    let mut also_self = Vec::new();
     let mut procs: BTreeMap<u32, ProcInfo> = BTreeMap::new();
     for line in head.lines() {
         if let Some(pid) = line.strip_prefix("self ") {
             self_pid = pid.trim().parse().unwrap_or(0);
+            continue;
+        }
+        if let Some(boot) = line.strip_prefix("boot ") {
+            // The same kernel as ours (an SSH session to this machine): protect us too.
+            if std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .is_ok_and(|b| b.trim() == boot.trim())
+            {
+                also_self.push(std::process::id());
+            }
             continue;
         }
         let pid = line
@@ -308,6 +318,7 @@ fn parse_snapshot(out: &[u8]) -> ProcTable {
     }
     ProcTable {
         self_pid,
+        also_self,
         procs: procs.into_values().collect(),
     }
 }
@@ -467,6 +478,7 @@ impl Exec for Local {
         procs.sort_by_key(|p| p.pid);
         Ok(ProcTable {
             self_pid: std::process::id(),
+            also_self: Vec::new(),
             procs,
         })
     }

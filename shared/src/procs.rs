@@ -69,6 +69,9 @@ impl ProcInfo {
 pub struct ProcTable {
     /// The process that read the table (srv-kill itself, or the remote shell over SSH).
     pub self_pid: u32,
+    /// More processes to treat like the reader: over SSH to this same machine (loopback), the
+    /// local srv-kill and its callers are in the remote table too.
+    pub also_self: Vec<u32>,
     pub procs: Vec<ProcInfo>,
 }
 
@@ -83,11 +86,16 @@ impl ProcTable {
     /// The reader, its ancestors up to init, and its descendants: never signalled.
     pub fn protected(&self) -> BTreeSet<u32> {
         let mut out = BTreeSet::from([0, 1]);
-        let mut pid = self.self_pid;
-        while pid > 1 && out.insert(pid) {
-            pid = self.get(pid).map(|p| p.ppid).unwrap_or(0);
+        let selves: BTreeSet<u32> = std::iter::once(self.self_pid)
+            .chain(self.also_self.iter().copied())
+            .collect();
+        for &me in &selves {
+            let mut pid = me;
+            while pid > 1 && out.insert(pid) {
+                pid = self.get(pid).map(|p| p.ppid).unwrap_or(0);
+            }
         }
-        out.extend(self.descendants_of(&BTreeSet::from([self.self_pid])));
+        out.extend(self.descendants_of(&selves));
         // Kernel threads (children of kthreadd, pid 2) are nobody's to kill.
         out.insert(2);
         out.extend(self.procs.iter().filter(|p| p.ppid == 2).map(|p| p.pid));
@@ -353,6 +361,7 @@ mod tests {
     fn members_follow_groups_sessions_descendants_and_spare_the_caller() {
         let table = ProcTable {
             self_pid: 50,
+            also_self: vec![],
             procs: vec![
                 proc(1, 0, 1, 1, 1),
                 proc(10, 1, 10, 10, 100),  // server leader
