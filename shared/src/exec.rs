@@ -226,12 +226,12 @@ pub fn parse_listen_inodes(table: &str, port: u16) -> Vec<u64> {
             .rsplit(':')
             .next()
             .and_then(|p| u16::from_str_radix(p, 16).ok());
-        if local_port == Some(port) && cols[3] == "0A" {
-            if let Ok(inode) = cols[9].parse::<u64>() {
-                if inode != 0 {
-                    inodes.push(inode);
-                }
-            }
+        if local_port == Some(port)
+            && cols[3] == "0A"
+            && let Ok(inode) = cols[9].parse::<u64>()
+            && inode != 0
+        {
+            inodes.push(inode);
         }
     }
     inodes
@@ -468,10 +468,10 @@ impl Exec for Local {
                     .map(|a| String::from_utf8_lossy(a).into_owned())
                     .collect();
             }
-            if let Some(needle) = &needle {
-                if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) {
-                    p.marked = env.split(|b| *b == 0).any(|e| e == needle.as_slice());
-                }
+            if let Some(needle) = &needle
+                && let Ok(env) = std::fs::read(format!("/proc/{pid}/environ"))
+            {
+                p.marked = env.split(|b| *b == 0).any(|e| e == needle.as_slice());
             }
             procs.push(p);
         }
@@ -634,10 +634,10 @@ impl fmt::Display for HostSpec {
 }
 
 fn current_user() -> String {
-    if let Ok(u) = std::env::var("USER") {
-        if !u.is_empty() {
-            return u;
-        }
+    if let Ok(u) = std::env::var("USER")
+        && !u.is_empty()
+    {
+        return u;
     }
     // SAFETY: getpwuid returns a pointer into static storage or null; read at once.
     unsafe {
@@ -892,16 +892,16 @@ fn authenticate(
             ))),
         };
     }
-    if std::env::var_os("SSH_AUTH_SOCK").is_some() {
-        if let Ok(mut agent) = session.agent() {
-            if agent.connect().is_ok() && agent.list_identities().is_ok() {
-                let ids = agent.identities().unwrap_or_default();
-                tried.push(format!("agent ({} keys)", ids.len()));
-                for id in &ids {
-                    if agent.userauth(user, id).is_ok() && session.authenticated() {
-                        return Ok(());
-                    }
-                }
+    if std::env::var_os("SSH_AUTH_SOCK").is_some()
+        && let Ok(mut agent) = session.agent()
+        && agent.connect().is_ok()
+        && agent.list_identities().is_ok()
+    {
+        let ids = agent.identities().unwrap_or_default();
+        tried.push(format!("agent ({} keys)", ids.len()));
+        for id in &ids {
+            if agent.userauth(user, id).is_ok() && session.authenticated() {
+                return Ok(());
             }
         }
     }
@@ -1035,10 +1035,10 @@ impl Exec for Ssh {
                     .strip_prefix("/proc/")
                     .and_then(|r| r.split('/').next())
                     .and_then(|p| p.parse::<u32>().ok());
-                if let Some(pid) = pid {
-                    if !pids.contains(&pid) {
-                        pids.push(pid);
-                    }
+                if let Some(pid) = pid
+                    && !pids.contains(&pid)
+                {
+                    pids.push(pid);
                 }
             }
         }

@@ -120,7 +120,7 @@ pub fn run(cfg: &Config) -> Result<Exit> {
     let mut connect_errors = Vec::new();
     for (host, _, _) in &targets {
         let key = host_key(host.as_deref());
-        if !hosts.contains_key(&key) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = hosts.entry(key.clone()) {
             let conn = exec::connect(Some(&key), &cfg.ssh).map_err(|e| {
                 let msg = e.to_string();
                 if matches!(e, ExecError::Connect(_)) {
@@ -128,7 +128,7 @@ pub fn run(cfg: &Config) -> Result<Exit> {
                 }
                 msg
             });
-            hosts.insert(key, conn);
+            slot.insert(conn);
         }
     }
 

@@ -117,14 +117,13 @@ fn launch_id() -> String {
 
 /// The sibling binary (built together with srv-launch) when there is one, else the PATH name.
 fn sibling_or_path(name: &str, exec: &dyn Exec) -> String {
-    if exec.is_local() {
-        if let Some(p) = std::env::current_exe()
+    if exec.is_local()
+        && let Some(p) = std::env::current_exe()
             .ok()
             .and_then(|e| e.parent().map(|d| d.join(name)))
             .filter(|p| p.exists())
-        {
-            return p.display().to_string();
-        }
+    {
+        return p.display().to_string();
     }
     name.to_string()
 }
@@ -492,10 +491,10 @@ fn wait_ready(
                 if tty {
                     eprint!("\r\x1b[K");
                 }
-                if let (Some(m), Some(s)) = (&cfg.model, &served) {
-                    if !model_matches(m, s) {
-                        cli::warn(format!("the server lists model '{s}', not '{m}'"));
-                    }
+                if let (Some(m), Some(s)) = (&cfg.model, &served)
+                    && !model_matches(m, s)
+                {
+                    cli::warn(format!("the server lists model '{s}', not '{m}'"));
                 }
                 return Ok(served);
             }
