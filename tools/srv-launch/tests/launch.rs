@@ -352,3 +352,45 @@ fn a_missing_engine_program_and_bad_usage_are_exit_2() {
     let out = cmd("srv-launch").arg("--help").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("srv-launch sim | loadgen"));
 }
+
+#[test]
+fn readiness_waits_for_a_slow_srv_sim_and_maps_the_shared_flags() {
+    let out = cmd("srv-launch")
+        .args([
+            "sim",
+            "--tp",
+            "2",
+            "--model",
+            "llama-3.1-70b",
+            "--label",
+            "run=sim",
+        ])
+        .args(["--", "--hardware", "h200", "--startup", "5s"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let r = &json_lines(&out.stdout)[0];
+    assert!(
+        r["ready_s"].as_f64().unwrap() >= 5.0,
+        "ready before srv-sim loaded: {r}"
+    );
+    assert!(
+        stderr.contains("health 503"),
+        "progress shows the loading state: {stderr}"
+    );
+    assert_eq!(r["engine"], "sim");
+    assert_eq!(r["labels"]["tp"], "2");
+    assert_eq!(r["labels"]["model"], "llama-3.1-70b");
+    assert_eq!(r["labels"]["run"], "sim");
+    let command = r["command"].as_str().unwrap();
+    assert!(
+        command.contains("srv-sim --model llama-3.1-70b --host 127.0.0.1 --port ")
+            && command.ends_with("--tp 2 --hardware h200 --startup 5s"),
+        "{command}"
+    );
+    let killed = kill_record(r);
+    assert_eq!(killed.status.code(), Some(0));
+    assert_eq!(json_lines(&killed.stdout)[0]["ok"], true);
+}
