@@ -242,6 +242,7 @@ fn kill_target(
         Err(e) => rec.error = Some(e.to_string()),
     }
     rec.elapsed_s = started.elapsed().as_secs_f64();
+    rec.ts = now_ts();
     rec
 }
 
