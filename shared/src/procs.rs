@@ -83,7 +83,7 @@ impl ProcTable {
             .map(|i| &self.procs[i])
     }
 
-    /// The reader, its ancestors up to init, and its descendants: never signalled.
+    /// The reader and its ancestors up to init (and kernel threads): never signalled.
     pub fn protected(&self) -> BTreeSet<u32> {
         let mut out = BTreeSet::from([0, 1]);
         let selves: BTreeSet<u32> = std::iter::once(self.self_pid)
@@ -95,11 +95,20 @@ impl ProcTable {
                 pid = self.get(pid).map(|p| p.ppid).unwrap_or(0);
             }
         }
-        out.extend(self.descendants_of(&selves));
         // Kernel threads (children of kthreadd, pid 2) are nobody's to kill.
         out.insert(2);
         out.extend(self.procs.iter().filter(|p| p.ppid == 2).map(|p| p.pid));
         out
+    }
+
+    /// The reader's own descendants (its helpers: the snapshot's `cat` and `grep` over SSH, a
+    /// server srv-launch just started): never matched by command line, though a target named
+    /// by pid, group or session may include them.
+    pub fn own_descendants(&self) -> BTreeSet<u32> {
+        let selves: BTreeSet<u32> = std::iter::once(self.self_pid)
+            .chain(self.also_self.iter().copied())
+            .collect();
+        self.descendants_of(&selves)
     }
 
     /// Every process below `roots` through ppid links (roots excluded).

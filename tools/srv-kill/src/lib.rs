@@ -314,7 +314,8 @@ fn resolve(
         }
         Target::Match(re) => {
             let table = exec.processes(None)?;
-            let protected = table.protected();
+            let mut protected = table.protected();
+            protected.extend(table.own_descendants());
             let roots: Vec<ProcId> = table
                 .procs
                 .iter()

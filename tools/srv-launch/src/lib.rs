@@ -11,11 +11,29 @@ use servbench::jsonl::{self, RecordWriter, Source};
 use servbench::procs::{self, KillOptions, LAUNCH_ID_VAR, ProcId};
 use servbench::record::{Labels, ServerRecord, inherit_labels, now_ts};
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How many log lines to show when a server dies during startup.
 const LOG_TAIL_LINES: usize = 30;
+
+/// Set by SIGINT/SIGTERM while a server is starting: it was never announced, so nobody else
+/// would stop it; srv-launch kills it and exits 130.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_signal: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn catch_interrupts() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
+    }
+}
 
 /// Everything srv-launch was asked to do.
 #[derive(Debug, Clone, Default)]
@@ -75,6 +93,7 @@ pub fn run(cfg: &Config) -> Result<Exit> {
 
     let exec = exec::connect(cfg.host.as_deref(), &cfg.ssh).map_err(|e| e.into_tool_error())?;
     let plan = plan(cfg, exec.as_ref())?;
+    catch_interrupts();
     let record = launch_and_wait(cfg, exec.as_ref(), &plan)?;
 
     out.lock()
@@ -479,6 +498,17 @@ fn wait_ready(
         cfg.poll
     };
     loop {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            if tty {
+                eprintln!();
+            }
+            let result = kill_unannounced(exec, plan, id);
+            cli::info(format!(
+                "interrupted while {} was starting: {result}",
+                plan.engine
+            ));
+            return Err(cli::Interrupted.into());
+        }
         if !exec.alive(id).map_err(|e| e.into_tool_error())? {
             if tty {
                 eprintln!();
@@ -597,6 +627,11 @@ fn timed_out(cfg: &Config, exec: &dyn Exec, plan: &Plan, id: ProcId, why: &str) 
                 .unwrap_or_default()
         ));
     }
+    cli::failure(format!("{what}; {}", kill_unannounced(exec, plan, id)))
+}
+
+/// Kills a server srv-launch started but never announced (timeout, interrupt); says how it went.
+fn kill_unannounced(exec: &dyn Exec, plan: &Plan, id: ProcId) -> String {
     let spec = procs::TargetSpec {
         name: format!("pid {}", id.pid),
         roots: vec![id],
@@ -606,13 +641,8 @@ fn timed_out(cfg: &Config, exec: &dyn Exec, plan: &Plan, id: ProcId, why: &str) 
         min_start_ticks: id.start_ticks,
     };
     match procs::kill(exec, &spec, &KillOptions::default()) {
-        Ok(o) if o.survivors.is_empty() => {
-            cli::failure(format!("{what}; killed it (--kill-on-timeout)"))
-        }
-        Ok(o) => cli::failure(format!(
-            "{what}; --kill-on-timeout left survivors {:?}",
-            o.survivors
-        )),
-        Err(e) => cli::failure(format!("{what}; --kill-on-timeout failed: {e}")),
+        Ok(o) if o.survivors.is_empty() => format!("killed it (pid {})", id.pid),
+        Ok(o) => format!("killing it left survivors {:?}", o.survivors),
+        Err(e) => format!("killing it failed: {e}"),
     }
 }

@@ -283,10 +283,11 @@ fn timeout_is_exit_1_and_leaves_the_server_unless_kill_on_timeout() {
     assert_eq!(k.status.code(), Some(0));
     assert!(wait_gone(pid, Duration::from_secs(2)));
 
+    let pid_file = dir.path().join("pid");
     let out = cmd("srv-launch")
         .args([
             "--cmd",
-            "exec sleep 61",
+            &format!("echo $$ > {}; exec sleep 61", pid_file.display()),
             "--ready-url",
             "http://127.0.0.1:{port}/",
         ])
@@ -303,6 +304,15 @@ fn timeout_is_exit_1_and_leaves_the_server_unless_kill_on_timeout() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("killed it"), "{stderr}");
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_gone(pid, Duration::from_secs(2)),
+        "--kill-on-timeout left it running"
+    );
 }
 
 #[test]
@@ -393,4 +403,47 @@ fn readiness_waits_for_a_slow_srv_sim_and_maps_the_shared_flags() {
     let killed = kill_record(r);
     assert_eq!(killed.status.code(), Some(0));
     assert_eq!(json_lines(&killed.stdout)[0]["ok"], true);
+}
+
+#[test]
+fn interrupted_while_waiting_kills_the_unannounced_server_and_exits_130() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let mut child = cmd("srv-launch")
+        .args([
+            "--cmd",
+            &format!("echo $$ > {}; exec sleep 60", pid_file.display()),
+            "--ready-url",
+            "http://127.0.0.1:{port}/",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(20);
+    let server: u32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(Instant::now() < end, "server never started");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: SIGTERM to the srv-launch child this test spawned.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr.contains("interrupted") && stderr.contains("killed it"),
+        "{stderr}"
+    );
+    assert!(wait_gone(server, Duration::from_secs(2)));
 }
