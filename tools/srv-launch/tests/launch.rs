@@ -409,7 +409,7 @@ fn readiness_waits_for_a_slow_srv_sim_and_maps_the_shared_flags() {
 fn interrupted_while_waiting_kills_the_unannounced_server_and_exits_130() {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
-    let mut child = cmd("srv-launch")
+    let child = cmd("srv-launch")
         .args([
             "--cmd",
             &format!("echo $$ > {}; exec sleep 60", pid_file.display()),
