@@ -447,3 +447,61 @@ fn interrupted_while_waiting_kills_the_unannounced_server_and_exits_130() {
     );
     assert!(wait_gone(server, Duration::from_secs(2)));
 }
+
+#[test]
+fn a_worker_that_left_the_session_and_was_orphaned_is_found_by_the_launch_marker() {
+    // Like sglang's schedulers: a worker in a session of its own whose parent exited, so
+    // neither the process group, the session nor the ppid chain leads to it any more.
+    let dir = tempfile::tempdir().unwrap();
+    let orphan_file = dir.path().join("orphan");
+    let cmdline = format!(
+        "(setsid sh -c 'echo $$ > {}; exec sleep 60' &); exec python3 -m http.server {{port}} --bind 127.0.0.1",
+        orphan_file.display()
+    );
+    let out = cmd("srv-launch")
+        .args(["--cmd", &cmdline, "--ready-url", "http://127.0.0.1:{port}/"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = &json_lines(&out.stdout)[0];
+    let orphan: u32 = std::fs::read_to_string(&orphan_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{orphan}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let server = r["pid"].as_u64().unwrap().to_string();
+    assert_ne!(fields[1], server, "the orphan's parent is not the server");
+    assert_ne!(fields[2], server, "the orphan left the process group");
+    assert_ne!(fields[3], server, "the orphan left the session");
+
+    let killed = kill_record(r);
+    assert_eq!(killed.status.code(), Some(0));
+    let k = &json_lines(&killed.stdout)[0];
+    let matched: Vec<u64> = k["matched"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["pid"].as_u64().unwrap())
+        .collect();
+    assert!(
+        matched.contains(&(orphan as u64)),
+        "orphan not matched: {matched:?}"
+    );
+    assert!(
+        wait_gone(orphan, Duration::from_secs(2)),
+        "the orphan survived"
+    );
+}
