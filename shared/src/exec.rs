@@ -754,7 +754,8 @@ impl Ssh {
             .session
             .channel_session()
             .map_err(|e| fail("cannot open a channel (connection lost?)", e))?;
-        ch.exec(script)
+        // Through `sh -c`, so the scripts are POSIX whatever the user's login shell is.
+        ch.exec(&format!("sh -c {}", shell_quote(script)))
             .map_err(|e| fail("remote command refused", e))?;
         let mut stdout = Vec::new();
         ch.read_to_end(&mut stdout)
