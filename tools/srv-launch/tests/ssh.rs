@@ -289,3 +289,43 @@ fn nothing_listening_and_a_missing_remote_program_are_clear_errors() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("'vllm' not found on"), "{err}");
 }
+
+#[test]
+fn an_engine_over_ssh_waits_for_readiness_and_binds_all_interfaces() {
+    let s = sshd();
+    let sim = testkit::bin("srv-sim").display().to_string();
+    let out = run(cmd("srv-launch")
+        .args([
+            "sim",
+            "--bin",
+            &sim,
+            "--host",
+            &s.target,
+            "--identity",
+            &s.key,
+        ])
+        .args(["--known-hosts", &s.known_hosts, "--probe"])
+        .args(["--", "--startup", "2s"]));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let r = &json_lines(&out.stdout)[0];
+    assert!(r["ready_s"].as_f64().unwrap() >= 2.0, "{r}");
+    let command = r["command"].as_str().unwrap();
+    assert!(command.contains("--host 0.0.0.0 --port "), "{command}");
+    // Clients reach it at the SSH host's address.
+    assert!(r["url"].as_str().unwrap().starts_with("http://127.0.0.1:"));
+    let pid = r["pid"].as_u64().unwrap() as u32;
+    let out = run(cmd("srv-kill")
+        .args([
+            "--host",
+            &s.target,
+            "--identity",
+            &s.key,
+            "--known-hosts",
+            &s.known_hosts,
+        ])
+        .args(["--pid", &pid.to_string()]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(json_lines(&out.stdout)[0]["ok"], true);
+    assert!(!alive(pid));
+}
