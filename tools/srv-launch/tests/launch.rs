@@ -505,3 +505,33 @@ fn a_worker_that_left_the_session_and_was_orphaned_is_found_by_the_launch_marker
         "the orphan survived"
     );
 }
+
+#[test]
+fn an_idle_stdin_pipe_that_never_closes_does_not_hold_srv_launch() {
+    // A script's or SSH session's inherited stdin: open, silent. srv-launch must still finish.
+    let mut child = cmd("srv-launch")
+        .arg("sim")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _keep_open = child.stdin.take();
+    let end = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            panic!("srv-launch waited for a stdin that never ends");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    let r: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let killed = kill_record(&r);
+    assert_eq!(killed.status.code(), Some(0));
+}
