@@ -113,6 +113,16 @@ pub fn run(dc: &DecodeConfig, job: &Job) -> anyhow::Result<Exit> {
     if id.is_none_or(|id| id.rank == 0) {
         jsonl::pass_through(false, &mut out, |_| Disposition::Forward)?;
     }
+    if let Role::Hosts(h) = &job.role {
+        if h.len() != dc.tp {
+            return Err(cli::usage(format!(
+                "--tp {} but --hosts lists {} rank(s)",
+                dc.tp,
+                h.len()
+            )));
+        }
+        return crate::hosts::run(&job.hosts_plan(h)?, &job.args);
+    }
     if let Role::Local(n) = job.role {
         if job.backend == crate::Backend::Tcp && n != dc.tp {
             return Err(cli::usage(format!(

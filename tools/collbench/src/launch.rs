@@ -31,6 +31,8 @@ pub enum Role {
     Alone,
     /// Start `n` ranks on this host and wait for them.
     Local(usize),
+    /// Start one rank per listed host (over SSH; `localhost` here) and wait for them.
+    Hosts(Vec<String>),
     /// Run as one rank of a job.
     Rank(Identity),
 }
@@ -42,6 +44,8 @@ pub struct RankFlags {
     pub world: Option<usize>,
     pub coordinator: Option<String>,
     pub np: Option<usize>,
+    /// `--hosts a,b,c`: one rank on each.
+    pub hosts: Option<Vec<String>>,
 }
 
 /// Decides the role from flags, then environment (`env` looks a variable up).
@@ -68,6 +72,21 @@ pub fn resolve(flags: &RankFlags, env: impl Fn(&str) -> Option<String>) -> anyho
             }
             return rank_role(rank, world, coordinator, launcher);
         }
+    }
+    if let Some(hosts) = &flags.hosts {
+        if flags.np.is_some() {
+            return Err(cli::usage(
+                "-np and --hosts do not go together: --hosts starts one rank per listed host (repeat a host for more)",
+            ));
+        }
+        if hosts.is_empty() || hosts.iter().any(|h| h.trim().is_empty()) {
+            return Err(cli::usage(
+                "--hosts needs a comma-separated list of [user@]host[:port]",
+            ));
+        }
+        return Ok(Role::Hosts(
+            hosts.iter().map(|h| h.trim().to_string()).collect(),
+        ));
     }
     match flags.np {
         Some(0) => Err(cli::usage("-np must be at least 1")),

@@ -8,6 +8,7 @@ pub mod comm;
 pub mod decode;
 pub mod dtype;
 pub mod harness;
+pub mod hosts;
 pub mod launch;
 pub mod nccl;
 pub mod ops;
@@ -44,8 +45,27 @@ pub struct Job {
     pub backend: Backend,
     /// GPUs driven by this process (nccl backend, `-g`).
     pub gpus: usize,
-    /// Arguments to start more ranks of this binary with (`-np`): ours, unchanged.
+    /// Arguments to start more ranks of this binary with (`-np`, `--hosts`): ours, unchanged.
     pub args: Vec<OsString>,
+    /// `--hosts`: the collbench binary there (default: this binary's path).
+    pub remote_bin: Option<String>,
+    /// `--hosts`: how to reach and trust them.
+    pub ssh: servbench::exec::SshOptions,
+}
+
+impl Job {
+    /// The plan for `--hosts`.
+    pub fn hosts_plan(&self, hosts: &[String]) -> anyhow::Result<hosts::HostsPlan> {
+        let remote_bin = match &self.remote_bin {
+            Some(b) => b.clone(),
+            None => std::env::current_exe()?.to_string_lossy().into_owned(),
+        };
+        Ok(hosts::HostsPlan {
+            hosts: hosts.to_vec(),
+            remote_bin,
+            ssh: self.ssh.clone(),
+        })
+    }
 }
 
 /// Set by launchers that know the number of hosts better than the ranks can tell.
@@ -82,6 +102,7 @@ pub fn bench(cfg: &RunConfig, job: &Job) -> anyhow::Result<Exit> {
             format!("--root {} but -np {n} starts ranks 0..{}", cfg.root, n - 1),
         )),
         Role::Local(n) => run_local_ranks(job, *n, cfg.timeout),
+        Role::Hosts(h) => hosts::run(&job.hosts_plan(h)?, &job.args),
         Role::Alone => run_rank(cfg, job, None, &mut out),
         Role::Rank(id) => run_rank(cfg, job, Some(id), &mut out),
     }

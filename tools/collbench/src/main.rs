@@ -6,6 +6,7 @@ use collbench::launch::{self, RankFlags};
 use collbench::ops::{Algo, OpKind};
 use collbench::{Backend, Job};
 use servbench::cli::{self, CommonArgs, Exit};
+use servbench::exec::SshArgs;
 use servbench::presets;
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -19,6 +20,7 @@ Examples:
   collbench --backend nccl -g 8 -b 8 -e 1G          NCCL on 8 local GPUs
   collbench --rank 1 --world 2 --coordinator hostA:29500   join a job by hand (rank 0 listens there)
   mpirun -np 8 collbench --coordinator hostA:29500  under mpirun (OMPI_COMM_WORLD_RANK/SIZE)
+  collbench --hosts gpu1,gpu2 -b 8 -e 1G            one rank per host, started over SSH
   collbench decode --model llama-3.1-70b --tp 8 --batch 1,8,64
 Pipeline:
   srv-launch ... | collbench -np 8 -b 8 -e 256M | summarize";
@@ -103,6 +105,15 @@ struct RunArgs {
     /// HOST:PORT where rank 0 listens and the others join
     #[arg(long)]
     coordinator: Option<String>,
+    /// Start one rank on each of these hosts over SSH ([user@]host[:port], comma-separated;
+    /// repeat a host for more ranks there; localhost runs here)
+    #[arg(long, value_parser = host_list)]
+    hosts: Option<StrList>,
+    /// Path of the collbench binary on the --hosts (default: this binary's path)
+    #[arg(long, value_name = "PATH")]
+    remote_bin: Option<String>,
+    #[command(flatten)]
+    ssh: SshArgs,
     /// Give up on a silent peer (or a rank that never joins) after this long
     #[arg(long, value_parser = cli::parse_duration, default_value = "60s")]
     timeout: Duration,
@@ -112,6 +123,11 @@ struct RunArgs {
 
 /// A whole list in one value (`1,8,64`); the alias keeps clap from expecting repeated flags.
 type U32List = Vec<u32>;
+type StrList = Vec<String>;
+
+fn host_list(s: &str) -> Result<StrList, String> {
+    Ok(s.split(',').map(|h| h.trim().to_string()).collect())
+}
 
 #[derive(Debug, Args)]
 struct DecodeArgs {
@@ -140,7 +156,12 @@ impl RunArgs {
             rank: self.rank,
             world: self.world,
             coordinator: self.coordinator.clone(),
-            np: self.np.or(default_np),
+            np: if self.hosts.is_some() {
+                self.np
+            } else {
+                self.np.or(default_np)
+            },
+            hosts: self.hosts.clone(),
         }
     }
 }
@@ -189,6 +210,8 @@ fn job(run: &RunArgs, default_np: Option<usize>, args: Vec<OsString>) -> anyhow:
         backend: run.backend,
         gpus: run.gpus,
         args,
+        remote_bin: run.remote_bin.clone(),
+        ssh: run.ssh.options(),
     })
 }
 
