@@ -29,29 +29,34 @@ pub struct Comm {
     pub world: usize,
     peers: Vec<Option<TcpStream>>,
     timeout: Duration,
-    /// How long to retry a stalled exchange before sleeping in poll(2) (see [`spin_for`]; every rank counts as local).
+    /// How long to retry a stalled exchange before sleeping in poll(2), first busy, then
+    /// yielding the core between tries (see [`spin_for`]).
     spin: Duration,
+    yield_spin: Duration,
 }
 
-/// How long a stalled exchange busy-retries before sleeping in poll(2). Spinning saves the
-/// wake-up of a small message when every rank has a core of its own, which is also when MPI
-/// progress engines spin (Open MPI yields only when oversubscribed); with more ranks than
-/// cores a spinning rank steals the time its peer needs to answer. So: 20 us while the job's
-/// ranks (an upper bound on the ranks sharing this host) fit in this host's cores, else none.
-/// `COLLBENCH_SPIN_US` overrides (0: never spin).
-pub fn spin_for(world: usize) -> Duration {
+/// How a stalled exchange waits before sleeping in poll(2): (busy retries, then retries that
+/// yield the core). Sleeping costs a wake-up of tens of microseconds, several times an 8-byte
+/// exchange on loopback; MPI progress engines poll instead (yielding when oversubscribed).
+/// Busy retries help only while every rank has a core (the job's ranks bound those sharing
+/// this host); yielding retries let a rank that shares our core answer. Measured on a 2-core
+/// box, 8-byte allreduce: 2 ranks 7 us mean busy vs 19 us sleeping; 4 ranks 25 us yielding vs
+/// 46 us sleeping. `COLLBENCH_SPIN_US` sets both to that many microseconds (0: always sleep).
+pub fn spin_for(world: usize) -> (Duration, Duration) {
     if let Some(us) = std::env::var("COLLBENCH_SPIN_US")
         .ok()
         .and_then(|v| v.parse().ok())
     {
-        return Duration::from_micros(us);
+        let d = Duration::from_micros(us);
+        return (d, d);
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if world <= cores {
-        Duration::from_micros(20)
+    let busy = if world <= cores {
+        Duration::from_micros(1000)
     } else {
         Duration::ZERO
-    }
+    };
+    (busy, Duration::from_micros(1000))
 }
 
 /// One outgoing block in an exchange.
@@ -79,7 +84,8 @@ impl Comm {
             s.set_nodelay(true)?;
         }
         Ok(Comm {
-            spin: spin_for(world),
+            spin: spin_for(world).0,
+            yield_spin: spin_for(world).1,
             rank,
             world,
             peers,
@@ -160,8 +166,14 @@ impl Comm {
                 last_progress = Instant::now();
                 continue;
             }
-            if last_progress.elapsed() < self.spin {
+            let stalled = last_progress.elapsed();
+            if stalled < self.spin {
                 std::hint::spin_loop();
+                continue;
+            }
+            if stalled < self.spin + self.yield_spin {
+                // Let a rank sharing this core run, and come back at once if none does.
+                std::thread::yield_now();
                 continue;
             }
             // Nothing moved: sleep in poll(2) until a socket is ready or the timeout passes.
