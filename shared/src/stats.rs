@@ -422,6 +422,11 @@ impl PointStats {
             prompt_len_targeted: self.prompt_len_targeted,
             output_len_mismatch: self.output_len_mismatch,
             client_cpu_s: None,
+            model: None,
+            api: None,
+            seed: None,
+            arrival: None,
+            max_concurrency: None,
             hist,
             extra: Default::default(),
         }
