@@ -143,6 +143,14 @@ impl Pool {
                 None => break,
             }
         }
+        Ok(Conn {
+            sender: self.connect().await?,
+            reused: false,
+        })
+    }
+
+    /// A new connection, its driver task spawned.
+    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, Failure> {
         let stream = TcpStream::connect(&self.target.authority)
             .await
             .map_err(|e| connect_failure(&self.target, &e))?;
@@ -156,10 +164,30 @@ impl Pool {
             // Ends when the server closes the connection or the sender is dropped.
             let _ = conn.await;
         });
-        Ok(Conn {
-            sender,
-            reused: false,
-        })
+        Ok(sender)
+    }
+
+    /// Opens connections until `n` are idle, so a point's first requests do not pay for the
+    /// TCP handshake inside their TTFT. Failures are left for the requests to meet.
+    pub async fn prewarm(self: &std::sync::Arc<Self>, n: usize) {
+        let have = self.idle.lock().map(|v| v.len()).unwrap_or(0);
+        let mut set = tokio::task::JoinSet::new();
+        for _ in have..n {
+            let pool = self.clone();
+            set.spawn(async move {
+                if let Ok(sender) = pool.connect().await {
+                    pool.give_back(Conn {
+                        sender,
+                        reused: false,
+                    });
+                }
+            });
+            // Bounded: never more than 512 handshakes in flight.
+            if set.len() >= 512 {
+                set.join_next().await;
+            }
+        }
+        while set.join_next().await.is_some() {}
     }
 
     /// Returns a connection whose response was read to the end, for the next request.
@@ -186,7 +214,7 @@ impl Pool {
                     && (e.is_canceled() || e.is_closed() || e.is_incomplete_message()) =>
             {
                 let mut fresh = Conn {
-                    sender: self.fresh().await?,
+                    sender: self.connect().await?,
                     reused: false,
                 };
                 let resp = fresh
@@ -198,20 +226,6 @@ impl Pool {
             }
             Err(e) => Err(hyper_failure(&e)),
         }
-    }
-
-    async fn fresh(&self) -> Result<SendRequest<Full<Bytes>>, Failure> {
-        let stream = TcpStream::connect(&self.target.authority)
-            .await
-            .map_err(|e| connect_failure(&self.target, &e))?;
-        let _ = stream.set_nodelay(true);
-        let (sender, conn) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| Failure::new(ErrorClass::Connect, format!("HTTP handshake: {e}")))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(sender)
     }
 
     /// A whole small exchange (models, tokenize, probes): status and body.

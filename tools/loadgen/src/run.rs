@@ -562,6 +562,9 @@ impl Run {
                 }
             }
         }
+        if let Some(n) = load.slots() {
+            self.pool.prewarm(n as usize).await;
+        }
         let budget = self.budget(&load);
         let cpu_before = cpu_seconds();
         let mut stats = PointStats::new();

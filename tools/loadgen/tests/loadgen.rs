@@ -29,6 +29,12 @@ fn mean(xs: impl IntoIterator<Item = f64>) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
 }
 
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn run_ok(args: &[&str]) -> Vec<Value> {
     let out = loadgen(args);
     assert!(
@@ -64,23 +70,39 @@ fn ttft_and_itl_match_fixed_latency_truth() {
         let reqs = kinds(&recs, "request");
         assert_eq!(reqs.len(), 8);
         assert_eq!(truth.len(), 8);
-        let lg_ttft = mean(reqs.iter().map(|r| f(&r["ttft_ms"])));
-        let true_ttft = mean(truth.iter().map(|t| t.ttft_ms));
-        // loadgen's clock starts before its bytes leave, the server's once it has read them.
-        let err = lg_ttft - true_ttft;
+        // Medians within 1 ms (the acceptance figure), means within 2 ms: one hiccup of a
+        // loaded test box must not decide. loadgen's clock starts before its bytes leave, the
+        // server's once it has read them, so loadgen may only be later, never earlier.
+        let lg_ttft: Vec<f64> = reqs.iter().map(|r| f(&r["ttft_ms"])).collect();
+        let true_ttft: Vec<f64> = truth.iter().map(|t| t.ttft_ms).collect();
+        let err = median(&lg_ttft) - median(&true_ttft);
         assert!(
             (-0.5..1.0).contains(&err),
-            "c={c}: TTFT {lg_ttft:.3} vs truth {true_ttft:.3}"
+            "c={c}: TTFT {lg_ttft:?} vs truth {true_ttft:?}"
         );
-        let lg_itl = mean(
-            reqs.iter()
-                .flat_map(|r| r["itl_ms"].as_array().unwrap().iter().map(f)),
-        );
-        let true_itl = mean(truth.iter().flat_map(|t| t.itl_ms.iter().copied()));
+        let err = mean(lg_ttft.iter().copied()) - mean(true_ttft.iter().copied());
         assert!(
-            (lg_itl - true_itl).abs() < 1.0,
-            "c={c}: ITL {lg_itl:.3} vs {true_itl:.3}"
+            (-0.5..2.0).contains(&err),
+            "c={c}: TTFT {lg_ttft:?} vs truth {true_ttft:?}"
         );
+        let lg_itl: Vec<f64> = reqs
+            .iter()
+            .flat_map(|r| r["itl_ms"].as_array().unwrap().iter().map(f))
+            .collect();
+        let true_itl: Vec<f64> = truth
+            .iter()
+            .flat_map(|t| t.itl_ms.iter().copied())
+            .collect();
+        let err = (median(&lg_itl) - median(&true_itl)).abs();
+        assert!(
+            err < 1.0,
+            "c={c}: ITL median {} vs {}",
+            median(&lg_itl),
+            median(&true_itl)
+        );
+        let err = (mean(lg_itl.iter().copied()) - mean(true_itl.iter().copied())).abs();
+        assert!(err < 1.0, "c={c}: ITL mean off by {err}");
+        let lg_ttft = mean(lg_ttft);
         for r in &reqs {
             assert_eq!(r["output_tokens"], 20);
             assert_eq!(r["chunks"], 20);
@@ -114,21 +136,24 @@ fn multi_token_chunks_count_tokens_not_chunks() {
         ..Behavior::default()
     });
     let recs = run_ok(&["--url", &srv.url(), "-n", "3", "--max-tokens", "16"]);
-    for r in kinds(&recs, "request") {
+    let truth = srv.truths();
+    let reqs = kinds(&recs, "request");
+    assert_eq!(reqs.len(), truth.len());
+    // One at a time (-c 1): records and the server's truths are in the same order.
+    for (r, t) in reqs.iter().zip(&truth) {
         assert_eq!(r["output_tokens"], 16, "{r}");
         assert_eq!(r["chunks"], 4);
         assert_eq!(r["output_tokens_source"], "usage");
         // Chunk count and usage disagree: flagged.
         assert_eq!(r["output_tokens_chunks"], 4);
         let itl: Vec<f64> = r["itl_ms"].as_array().unwrap().iter().map(f).collect();
-        assert_eq!(itl.len(), 3);
-        assert!(
-            itl.iter().all(|g| (g - 20.0).abs() < 3.0),
-            "ITL per chunk: {itl:?}"
-        );
-        // TPOT per token: (e2e - ttft) / (16 - 1), i.e. three 20 ms gaps over 15 tokens.
+        assert_eq!(itl.len(), 3, "one gap per chunk, not per token");
+        let err = (mean(itl.iter().copied()) - mean(t.itl_ms.iter().copied())).abs();
+        assert!(err < 1.0, "ITL per chunk {itl:?} vs truth {:?}", t.itl_ms);
+        // TPOT per token: (e2e - ttft) / (16 - 1): the three chunk gaps spread over 15 tokens.
         let tpot = f(&r["tpot_ms"]);
-        assert!((tpot - 60.0 / 15.0).abs() < 0.3, "tpot {tpot}");
+        let want = t.itl_ms.iter().sum::<f64>() / 15.0;
+        assert!((tpot - want).abs() < 0.1, "tpot {tpot} vs truth {want}");
     }
     let s = kinds(&recs, "summary")[0];
     assert_eq!(f(&s["tokens_per_chunk"]), 4.0);
