@@ -283,7 +283,15 @@ pub fn hyper_failure(e: &hyper::Error) -> Failure {
     } else {
         ErrorClass::Reset
     };
-    Failure::new(class, format!("{e}"))
+    // hyper's own text is terse ("connection error"): add the cause chain.
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    Failure::new(class, message)
 }
 
 /// The HTTP status class of a non-2xx answer.

@@ -46,7 +46,7 @@ Examples:
   loadgen --url http://127.0.0.1:8000 -c 1..64 --input-len 1000 --max-tokens 256 -n 200
   loadgen -r 5,10,20 --arrival poisson --duration 60s --slo ttft_ms=500,tpot_ms=50
   loadgen --ramp -c 8 --input-len 3000 --max-tokens 512 --duration 30s
-  srv-launch sim -- --ttft 200ms | loadgen -c 1,8 --prompts builtin | srv-kill | summarize
+  srv-launch sim | loadgen -c 1,8 --prompts builtin | srv-kill
 
 Records (stdout, JSON lines): one `request` per finished request (--no-requests to omit),
 one `summary` per sweep point, one `ramp` per --ramp. Progress goes to stderr (a terminal only).
