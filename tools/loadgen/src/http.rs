@@ -228,25 +228,38 @@ impl Pool {
         }
     }
 
-    /// A whole small exchange (models, tokenize, probes): status and body.
+    /// A whole small exchange (models, tokenize, probes): status and body, within 120 s.
     pub async fn exchange(
         &self,
         method: hyper::Method,
         path: &str,
         body: Bytes,
     ) -> Result<(u16, Bytes), Failure> {
-        let (resp, conn) = self
-            .send(|| self.target.request(method.clone(), path, body.clone()))
-            .await?;
-        let status = resp.status().as_u16();
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| hyper_failure(&e))?
-            .to_bytes();
-        self.give_back(conn);
-        Ok((status, bytes))
+        const LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+        let work = async {
+            let (resp, conn) = self
+                .send(|| self.target.request(method.clone(), path, body.clone()))
+                .await?;
+            let status = resp.status().as_u16();
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| hyper_failure(&e))?
+                .to_bytes();
+            self.give_back(conn);
+            Ok((status, bytes))
+        };
+        tokio::time::timeout(LIMIT, work).await.unwrap_or_else(|_| {
+            Err(Failure::new(
+                ErrorClass::Timeout,
+                format!(
+                    "{}{path}: no answer within {}s",
+                    self.target.url,
+                    LIMIT.as_secs()
+                ),
+            ))
+        })
     }
 }
 

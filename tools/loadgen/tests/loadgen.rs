@@ -629,3 +629,117 @@ fn usage_errors_exit_2() {
     let out = loadgen(&["--help"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("Examples:"));
 }
+
+#[test]
+fn warmup_is_not_counted_and_repeats_are_numbered() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(2),
+        itl: Duration::from_millis(1),
+        ..Behavior::default()
+    });
+    let recs = run_ok(&[
+        "--url",
+        &srv.url(),
+        "-c",
+        "1,2",
+        "-n",
+        "3",
+        "--warmup",
+        "2",
+        "--repeat",
+        "2",
+        "--max-tokens",
+        "3",
+    ]);
+    // 4 points x (2 warmup + 3 counted) generation requests reached the server.
+    assert_eq!(srv.requests.load(std::sync::atomic::Ordering::SeqCst), 20);
+    assert_eq!(kinds(&recs, "request").len(), 12);
+    let points: Vec<(u64, u64, u64)> = kinds(&recs, "summary")
+        .iter()
+        .map(|s| {
+            assert_eq!(s["requests"], 3);
+            (
+                s["point"]["index"].as_u64().unwrap(),
+                s["point"]["concurrency"].as_u64().unwrap(),
+                s["point"]["repeat"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(points, vec![(0, 1, 0), (1, 1, 1), (2, 2, 0), (3, 2, 1)]);
+}
+
+#[test]
+fn duration_bounds_a_point() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(20),
+        itl: Duration::from_millis(5),
+        ..Behavior::default()
+    });
+    let started = std::time::Instant::now();
+    let recs = run_ok(&[
+        "--url",
+        &srv.url(),
+        "-c",
+        "2",
+        "--duration",
+        "1s",
+        "--max-tokens",
+        "4",
+    ]);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let s = kinds(&recs, "summary")[0];
+    assert_eq!(s["partial"], false);
+    let n = s["requests"].as_u64().unwrap();
+    // ~35 ms per request, 2 at a time, for 1 s: tens of requests, and every one finished.
+    assert!((10..=80).contains(&n), "{n} requests");
+    assert_eq!(s["ok"].as_u64().unwrap(), n);
+    assert!(f(&s["duration_s"]) >= 0.9);
+}
+
+#[test]
+fn second_ctrl_c_exits_at_once() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(1),
+        itl: Duration::from_millis(1),
+        fault: |n| if n >= 2 { Fault::Stall } else { Fault::None },
+        ..Behavior::default()
+    });
+    let mut child = testkit::cmd("loadgen")
+        .args([
+            "--url",
+            &srv.url(),
+            "-c",
+            "1",
+            "-n",
+            "10",
+            "--max-tokens",
+            "4",
+            "--grace",
+            "60s",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let pid = child.id() as i32;
+    // SAFETY: signalling the child we spawned, by its pid.
+    unsafe {
+        libc::kill(pid, libc::SIGINT);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe {
+        libc::kill(pid, libc::SIGINT);
+    }
+    let started = std::time::Instant::now();
+    let out = wait_with_timeout(&mut child, Duration::from_secs(10));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "did not exit at once"
+    );
+    assert_eq!(out.status.code(), Some(130));
+    let recs = testkit::json_lines(&out.stdout);
+    // The two requests that finished before the stall were written, whole.
+    assert_eq!(kinds(&recs, "request").len(), 2);
+}
