@@ -7,7 +7,7 @@
 
 use crate::exec::{Outcome, RequestMeta, stream_into, to_record};
 use crate::http::{Failure, Pool, Target, raise_nofile_limit};
-use crate::pacing::{Load, next_send, precise_timers_for_this_thread, sleep_until};
+use crate::pacing::{Load, next_send};
 use crate::workload::{self, Api, BodySpec, Entry, PromptText, Synthetic};
 use crate::{Args, Warmup};
 use anyhow::Context;
@@ -87,7 +87,6 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let handle = runtime.handle().clone();
     runtime.block_on(async move {
         let (stop_tx, stop_rx) = watch::channel(false);
         tokio::spawn(watch_signals(stop_tx));
@@ -97,7 +96,6 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
             labels,
             out,
             stop_rx,
-            handle,
             model: String::new(),
             seq: Arc::new(AtomicU64::new(0)),
             first_errors: BTreeSet::new(),
@@ -232,7 +230,6 @@ struct Run {
     labels: Labels,
     out: RecordWriter<Stdout>,
     stop_rx: watch::Receiver<bool>,
-    handle: tokio::runtime::Handle,
     model: String,
     /// Requests prepared so far in the whole run: synthetic prompts are unique across points.
     seq: Arc<AtomicU64>,
@@ -523,7 +520,6 @@ impl Run {
             seed: self.args.seed,
             max_given,
         });
-        let handle = self.handle.clone();
         let pool = self.pool.clone();
         let seq = self.seq.clone();
         let stop_rx = self.stop_rx.clone();
@@ -537,7 +533,6 @@ impl Run {
             if !matches!(budget, Budget::Requests(0)) {
                 let mut sink = |_: Finished, _: Instant| {};
                 let interrupted = phase(
-                    &handle,
                     &pool,
                     api,
                     timeout,
@@ -608,7 +603,6 @@ impl Run {
             }
         };
         let interrupted = phase(
-            &handle,
             &pool,
             api,
             timeout,
@@ -828,7 +822,6 @@ impl Args {
 /// finished request with the phase's start. Returns true when stopped by a signal.
 #[allow(clippy::too_many_arguments)]
 async fn phase(
-    handle: &tokio::runtime::Handle,
     pool: &Arc<Pool>,
     api: Api,
     timeout: Duration,
@@ -845,9 +838,8 @@ async fn phase(
     let (cancel_tx, cancel_rx) = watch::channel(false);
     // A moment's head start so the first deadline is not already past when the thread starts.
     let start = Instant::now() + Duration::from_millis(1);
-    let dispatcher = {
-        let d = Dispatcher {
-            handle: handle.clone(),
+    let dispatcher = tokio::spawn(
+        Dispatcher {
             pool: pool.clone(),
             path: api.path(),
             timeout,
@@ -860,11 +852,9 @@ async fn phase(
             cancel_rx,
             tx,
             arrival_seed,
-        };
-        std::thread::Builder::new()
-            .name("loadgen-dispatch".into())
-            .spawn(move || d.run())
-    };
+        }
+        .run(),
+    );
     let mut stop_rx = stop_rx.clone();
     let mut stopping = STOP.load(Ordering::SeqCst);
     let mut cancel_at = tokio::time::Instant::now() + grace;
@@ -886,15 +876,13 @@ async fn phase(
             }
         }
     }
-    if let Ok(d) = dispatcher {
-        let _ = d.join();
-    }
+    let _ = dispatcher.await;
     stopping
 }
 
-/// The one dispatch loop every load mode feeds.
+/// The one dispatch loop every load mode feeds. It runs as a task on the runtime, so a freed
+/// slot wakes it without a thread switch and its requests start on the same worker.
 struct Dispatcher {
-    handle: tokio::runtime::Handle,
     pool: Arc<Pool>,
     path: &'static str,
     timeout: Duration,
@@ -910,8 +898,7 @@ struct Dispatcher {
 }
 
 impl Dispatcher {
-    fn run(self) {
-        precise_timers_for_this_thread();
+    async fn run(self) {
         let mut rng = StdRng::seed_from_u64(self.arrival_seed);
         let slots = self
             .load
@@ -939,21 +926,21 @@ impl Dispatcher {
                 Some(t) => {
                     prev = Some(t);
                     let deadline = self.start + Duration::from_secs_f64(t);
-                    if end.is_some_and(|e| deadline >= e) || !sleep_until_or_stop(deadline) {
+                    if end.is_some_and(|e| deadline >= e) || !self.wait_until(deadline).await {
                         break;
                     }
                     // The latency clock started at the deadline, slot or no slot.
-                    match self.acquire(&slots, end) {
+                    match self.acquire(&slots, end).await {
                         Some(p) => (deadline, p),
                         None => break,
                     }
                 }
-                None => match self.acquire(&slots, end) {
+                None => match self.acquire(&slots, end).await {
                     Some(p) => (Instant::now(), p),
                     None => break,
                 },
             };
-            self.handle.spawn(request_task(
+            tokio::spawn(request_task(
                 self.pool.clone(),
                 self.path,
                 self.timeout,
@@ -968,8 +955,33 @@ impl Dispatcher {
         }
     }
 
+    /// Waits until `deadline` without the runtime timer's millisecond rounding: the timer
+    /// sleeps to within 1.5 ms, then the task yields (letting every other task and the I/O
+    /// driver run) until the deadline passes. False when a stop came first.
+    async fn wait_until(&self, deadline: Instant) -> bool {
+        const COARSE: Duration = Duration::from_micros(1500);
+        let mut stop_rx = self.stop_rx.clone();
+        loop {
+            if STOP.load(Ordering::SeqCst) {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return true;
+            }
+            if deadline - now > COARSE {
+                tokio::select! {
+                    _ = tokio::time::sleep_until((deadline - COARSE).into()) => {}
+                    _ = stop_rx.wait_for(|s| *s) => return false,
+                }
+            } else {
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+
     /// Waits for a free slot; `None` when stopped or the time budget ran out meanwhile.
-    fn acquire(
+    async fn acquire(
         &self,
         slots: &Option<Arc<Semaphore>>,
         end: Option<Instant>,
@@ -979,35 +991,17 @@ impl Dispatcher {
             return Some(Some(p));
         }
         let mut stop_rx = self.stop_rx.clone();
-        self.handle.block_on(async move {
-            let until = async {
-                match end {
-                    Some(e) => tokio::time::sleep_until(e.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                p = sem.clone().acquire_owned() => p.ok().map(Some),
-                _ = stop_rx.wait_for(|s| *s) => None,
-                _ = until => None,
+        let until = async {
+            match end {
+                Some(e) => tokio::time::sleep_until(e.into()).await,
+                None => std::future::pending().await,
             }
-        })
-    }
-}
-
-/// Sleeps until `deadline` unless a stop comes first (then false).
-fn sleep_until_or_stop(deadline: Instant) -> bool {
-    const SLICE: Duration = Duration::from_millis(50);
-    loop {
-        if STOP.load(Ordering::SeqCst) {
-            return false;
+        };
+        tokio::select! {
+            p = sem.clone().acquire_owned() => p.ok().map(Some),
+            _ = stop_rx.wait_for(|s| *s) => None,
+            _ = until => None,
         }
-        let now = Instant::now();
-        if deadline.saturating_duration_since(now) <= SLICE {
-            sleep_until(deadline);
-            return true;
-        }
-        std::thread::sleep(SLICE);
     }
 }
 

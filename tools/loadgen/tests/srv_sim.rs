@@ -91,8 +91,10 @@ fn fixed_latency_figures_match_what_srv_sim_holds() {
                 .map(|r| r["tpot_ms"].as_f64().unwrap())
                 .collect(),
         );
-        // srv-sim can only be late, never early; within 1 ms of its promise at the median.
-        assert!((100.0..101.0).contains(&ttft), "c={c}: TTFT median {ttft}");
+        // srv-sim can only be late, never early. Its own lateness (a runtime timer, debug
+        // build, a shared test box) is in these figures, so they get 2 ms; the 1 ms check
+        // against the truth a server recorded is in tests/loadgen.rs.
+        assert!((100.0..102.0).contains(&ttft), "c={c}: TTFT median {ttft}");
         assert!((itl - 10.0).abs() < 1.0, "c={c}: ITL median {itl}");
         assert!((tpot - 10.0).abs() < 1.0, "c={c}: TPOT median {tpot}");
         let s = of_kind(&recs, "summary")[0];
