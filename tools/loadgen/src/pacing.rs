@@ -1,11 +1,11 @@
 //! When each request is sent. One pure function, [`next_send`], decides the intended send time
-//! of the next request for every load mode (so it is tested from a table), and [`sleep_until`]
-//! waits for an absolute deadline precisely, without the millisecond quantization of an event
-//! loop timer (the way AIPerf silently under-delivered rates).
+//! of the next request for every load mode, so it is tested from a table. (The precise wait for
+//! each deadline is the dispatcher's, in `run.rs`: a runtime timer to within 1.5 ms, then
+//! yielding until the deadline, so sends do not inherit the timer's millisecond rounding, the
+//! way AIPerf silently under-delivered rates.)
 
 use rand::Rng;
 use rand_distr::{Distribution, Exp1, Gamma};
-use std::time::{Duration, Instant};
 
 /// Open-loop inter-arrival process.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,33 +91,6 @@ pub fn next_send(load: &Load, prev_s: Option<f64>, draw: f64) -> Option<f64> {
     }
 }
 
-/// Sets this thread's timer slack to 1 ns so sleeps wake when asked (Linux defaults to 50 µs).
-pub fn precise_timers_for_this_thread() {
-    // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
-    }
-}
-
-/// How long before a deadline the sleeper stops sleeping and spins.
-const SPIN: Duration = Duration::from_micros(40);
-
-/// Blocks this (non-async) thread until `deadline`: sleeps most of the way, spins the rest.
-pub fn sleep_until(deadline: Instant) {
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return;
-        }
-        let left = deadline - now;
-        if left > SPIN {
-            std::thread::sleep(left - SPIN);
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,15 +151,5 @@ mod tests {
         assert_eq!(Arrival::parse("gamma:0.5").unwrap(), Arrival::Gamma(0.5));
         assert!(Arrival::parse("gamma:-1").is_err());
         assert!(Arrival::parse("burst").is_err());
-    }
-
-    #[test]
-    fn sleep_until_is_not_early() {
-        precise_timers_for_this_thread();
-        for us in [0u64, 50, 300, 2000] {
-            let deadline = Instant::now() + Duration::from_micros(us);
-            sleep_until(deadline);
-            assert!(Instant::now() >= deadline);
-        }
     }
 }

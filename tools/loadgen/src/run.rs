@@ -1,6 +1,6 @@
 //! The run: finds the target and model, aligns prompt lengths, then walks the sweep matrix.
-//! Every load mode feeds one dispatcher loop (a dedicated thread with precise timers that
-//! decides each intended send time through [`crate::pacing::next_send`]); finished requests
+//! Every load mode feeds one dispatcher loop (a runtime task that decides each intended send
+//! time through [`crate::pacing::next_send`] and waits for it precisely); finished requests
 //! come back to one collector that writes `request` records and builds the point's `summary`
 //! with the shared statistics. Ctrl-C/SIGTERM stops sending, gives in-flight requests
 //! `--grace`, writes a partial summary and exits 130; a second one exits at once.
