@@ -952,6 +952,10 @@ impl Dispatcher {
                 self.cancel_rx.clone(),
             ));
             id += 1;
+            // Let the new request go out before preparing the next: when many slots free at
+            // once, each request leaves as soon as its slot is taken instead of queueing behind
+            // the whole burst's preparation.
+            tokio::task::yield_now().await;
         }
     }
 
