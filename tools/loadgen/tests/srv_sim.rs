@@ -167,3 +167,26 @@ fn srv_sim_faults_are_classified() {
     assert_eq!(s["errors_by_class"]["timeout"], 2, "{s}");
     assert!(err.contains("first timeout error"), "{err}");
 }
+
+#[test]
+fn pipeline_from_srv_launch_to_srv_kill() {
+    let out = testkit::sh(
+        "srv-launch sim | loadgen -c 1,2 -n 3 --prompts builtin --max-tokens 8 --no-requests | srv-kill",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let recs = testkit::json_lines(&out.stdout);
+    let sums = of_kind(&recs, "summary");
+    assert_eq!(sums.len(), 2, "{recs:?}");
+    for s in &sums {
+        assert_eq!(
+            s["labels"]["engine"], "sim",
+            "labels come from the server record"
+        );
+        assert_eq!(s["ok"], 3);
+    }
+    // The server record went through loadgen to srv-kill, which stopped the server.
+    let kills = of_kind(&recs, "kill");
+    assert_eq!(kills.len(), 1);
+    assert_eq!(kills[0]["ok"], true, "{}", kills[0]);
+}
