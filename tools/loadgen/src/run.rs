@@ -1114,9 +1114,13 @@ impl Progress {
             Budget::Time(_) => indicatif::ProgressBar::new_spinner(),
         };
         bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        let done = match budget {
+            Budget::Requests(_) => "{pos}/{len}, {elapsed},".to_string(),
+            Budget::Time(d) => format!("{{pos}} done, {{elapsed}} of {}s,", d.as_secs()),
+        };
         bar.set_style(
             indicatif::ProgressStyle::with_template(&format!(
-                "point {} {load} {{pos}}/{{len}} {{msg}} {{elapsed}}",
+                "point {} {load} {done} {{msg}}",
                 key.index
             ))
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
