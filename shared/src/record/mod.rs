@@ -9,12 +9,14 @@
 
 mod coll;
 mod kill;
+mod ramp;
 mod request;
 mod server;
 mod summary;
 
 pub use coll::*;
 pub use kill::*;
+pub use ramp::*;
 pub use request::*;
 pub use server::*;
 pub use summary::*;
@@ -97,6 +99,7 @@ pub enum Record {
     Coll(CollRecord),
     CollRun(CollRunRecord),
     Decode(DecodeRecord),
+    Ramp(RampRecord),
     /// A kind this build does not know (or knows only by name): kept whole, `kind` included.
     Other(Extra),
 }
@@ -144,6 +147,7 @@ impl Record {
             CollRecord::KIND => Record::Coll(typed(line)?),
             CollRunRecord::KIND => Record::CollRun(typed(line)?),
             DecodeRecord::KIND => Record::Decode(typed(line)?),
+            RampRecord::KIND => Record::Ramp(typed(line)?),
             _ => Record::Other(serde_json::from_str(line).map_err(RecordError::NotJson)?),
         })
     }
@@ -158,6 +162,7 @@ impl Record {
             Record::Coll(_) => CollRecord::KIND,
             Record::CollRun(_) => CollRunRecord::KIND,
             Record::Decode(_) => DecodeRecord::KIND,
+            Record::Ramp(_) => RampRecord::KIND,
             Record::Other(map) => map.get("kind").and_then(Value::as_str).unwrap_or(""),
         }
     }
@@ -172,6 +177,7 @@ impl Record {
             Record::Coll(r) => r.v,
             Record::CollRun(r) => r.v,
             Record::Decode(r) => r.v,
+            Record::Ramp(r) => r.v,
             Record::Other(map) => map.get("v").and_then(Value::as_u64).unwrap_or(1) as u32,
         }
     }
@@ -186,6 +192,7 @@ impl Record {
             Record::Coll(r) => r.labels.clone(),
             Record::CollRun(r) => r.labels.clone(),
             Record::Decode(r) => r.labels.clone(),
+            Record::Ramp(r) => r.labels.clone(),
             Record::Other(map) => map
                 .get("labels")
                 .and_then(|l| serde_json::from_value(l.clone()).ok())
@@ -203,6 +210,7 @@ impl Record {
             Record::Coll(r) => to_line_with_kind(r),
             Record::CollRun(r) => to_line_with_kind(r),
             Record::Decode(r) => to_line_with_kind(r),
+            Record::Ramp(r) => to_line_with_kind(r),
             Record::Other(map) => serde_json::to_string(map),
         };
         // Serializing plain data structures to a String cannot fail (no I/O, string keys only).

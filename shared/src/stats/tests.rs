@@ -158,3 +158,13 @@ fn slo_parsing() {
     assert!(Slo::parse("latency=5").unwrap_err().contains("unknown SLO"));
     assert!(Slo::parse("ttft_ms").is_err());
 }
+
+#[test]
+fn no_steady_figure_from_a_window_too_short() {
+    // Two slots, four requests: the steady window is a sliver of the wall window.
+    let mut s = PointStats::new();
+    for (i, start) in [0.0, 0.0, 230.0, 230.0].into_iter().enumerate() {
+        s.add_request(&req(i as u64, start, 200.0, &[10.0; 3], 4), None);
+    }
+    assert_eq!(s.steady_output_tok_s(), None);
+}
