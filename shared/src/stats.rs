@@ -56,7 +56,9 @@ impl Hist {
 
     pub fn merge(&mut self, other: &Hist) {
         // Both are auto-resizing, so add cannot fail on range.
-        self.0.add(&other.0).expect("auto-resizing histograms merge");
+        self.0
+            .add(&other.0)
+            .expect("auto-resizing histograms merge");
     }
 
     /// The distribution in milliseconds; `None` when nothing was recorded.
@@ -188,9 +190,11 @@ impl Slo {
             (Some(l), Some(v)) => v <= l,
             (Some(_), None) => false,
         };
-        let max_itl = r.itl_ms.iter().copied().fold(None, |m: Option<f64>, x| {
-            Some(m.map_or(x, |m| m.max(x)))
-        });
+        let max_itl = r
+            .itl_ms
+            .iter()
+            .copied()
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
         r.is_ok()
             && within(self.ttft_ms, r.ttft_ms)
             && within(self.tpot_ms, r.tpot_ms.or(Some(0.0)))

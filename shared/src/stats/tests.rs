@@ -44,7 +44,11 @@ fn merged_histograms_equal_the_histogram_of_the_union() {
     let (mut a, mut b, mut all) = (Hist::new(), Hist::new(), Hist::new());
     for i in 0..1000 {
         let v = f64::from(i * 7 % 997) + 0.5;
-        if i % 3 == 0 { a.record_ms(v) } else { b.record_ms(v) }
+        if i % 3 == 0 {
+            a.record_ms(v)
+        } else {
+            b.record_ms(v)
+        }
         all.record_ms(v);
     }
     let mut merged = Hist::decode(&a.encode()).unwrap();
@@ -77,7 +81,10 @@ fn point_stats_count_and_rate() {
     let ttft = sum.ttft_ms.unwrap();
     // Histogram resolution is 0.1% (3 significant digits).
     assert_eq!(ttft.n, 2);
-    assert!((ttft.min - 100.0).abs() < 0.05 && (ttft.max - 200.0).abs() < 0.1, "{ttft:?}");
+    assert!(
+        (ttft.min - 100.0).abs() < 0.05 && (ttft.max - 200.0).abs() < 0.1,
+        "{ttft:?}"
+    );
     assert!((sum.itl_ms.unwrap().p50 - 10.0).abs() < 0.005);
     assert!((sum.tpot_ms.unwrap().p99 - 10.0).abs() < 0.005);
     assert_eq!(sum.tokens_per_chunk, Some(1.0));
@@ -87,11 +94,23 @@ fn point_stats_count_and_rate() {
 #[test]
 fn summaries_merge_like_their_requests() {
     let reqs: Vec<_> = (0..40)
-        .map(|i| req(i, f64::from(i as u32) * 5.0, 50.0 + f64::from(i as u32), &[3.0, 4.0, 5.0], 4))
+        .map(|i| {
+            req(
+                i,
+                f64::from(i as u32) * 5.0,
+                50.0 + f64::from(i as u32),
+                &[3.0, 4.0, 5.0],
+                4,
+            )
+        })
         .collect();
     let (mut a, mut b, mut all) = (PointStats::new(), PointStats::new(), PointStats::new());
     for (i, r) in reqs.iter().enumerate() {
-        if i % 2 == 0 { a.add_request(r, None) } else { b.add_request(r, None) }
+        if i % 2 == 0 {
+            a.add_request(r, None)
+        } else {
+            b.add_request(r, None)
+        }
         all.add_request(r, None);
     }
     let sa = a.to_summary(PointKey::default(), Labels::new(), false, None);
@@ -116,7 +135,16 @@ fn steady_window_excludes_ramp_and_drain() {
     // the steady rate is 100 tok/s regardless of ramp-up.
     let mut s = PointStats::new();
     for i in 0..10u32 {
-        s.add_request(&req(u64::from(i), f64::from(i) * 100.0, 0.0, &[100.0 / 9.0; 9], 10), None);
+        s.add_request(
+            &req(
+                u64::from(i),
+                f64::from(i) * 100.0,
+                0.0,
+                &[100.0 / 9.0; 9],
+                10,
+            ),
+            None,
+        );
     }
     let steady = s.steady_output_tok_s().unwrap();
     assert!((steady - 100.0).abs() < 1.0, "{steady}");
