@@ -488,21 +488,31 @@ impl MeanCi {
         }
         let mean = values.iter().sum::<f64>() / n as f64;
         if n == 1 {
-            return Some(MeanCi { n, mean, stddev: 0.0, half_width: None });
+            return Some(MeanCi {
+                n,
+                mean,
+                stddev: 0.0,
+                half_width: None,
+            });
         }
         let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
         let stddev = var.sqrt();
         let half_width = Some(t95(n - 1) * stddev / (n as f64).sqrt());
-        Some(MeanCi { n, mean, stddev, half_width })
+        Some(MeanCi {
+            n,
+            mean,
+            stddev,
+            half_width,
+        })
     }
 }
 
 /// Two-sided 95% critical value of Student's t for `df` degrees of freedom.
 pub fn t95(df: usize) -> f64 {
     const TABLE: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
     ];
     match df {
         0 => f64::INFINITY,

@@ -159,7 +159,6 @@ fn slo_parsing() {
     assert!(Slo::parse("ttft_ms").is_err());
 }
 
-
 #[test]
 fn mean_ci_uses_student_t() {
     let ci = MeanCi::of(&[10.0, 12.0, 14.0]).unwrap();

@@ -23,7 +23,10 @@ fn write(dir: &str, name: &str, lines: &[String]) {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--bench") {
-        let n: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+        let n: u64 = args
+            .get(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1_000_000);
         let points = 8u64;
         let sweep = Sweep {
             concurrency: vec![1, 2, 4, 8, 16, 32, 64, 128],
@@ -276,7 +279,7 @@ fn main() {
 
     // Two engines in one file, for --compare-by engine.
     let mut engines = Vec::new();
-    for (engine, itl, seed) in [("sglang", 8.0, 31), ("vllm", 10.0, 32)] {
+    for (engine, itl, seed) in [("sglang", 3.2, 31), ("vllm", 4.0, 32)] {
         let mut l = base.labels.clone();
         l.insert("engine".into(), engine.into());
         engines.extend(sweep_lines(

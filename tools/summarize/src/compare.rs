@@ -2,7 +2,8 @@
 //! engine`), matching points side by side with the ratio new/base. A change is called real
 //! only when it exceeds the runs' own noise: |new - base| > sqrt(hw_base² + hw_new²), where hw
 //! is the half-width of each side's 95% interval (from repeats when present, else from the
-//! run's own spread; see [`crate::metrics::Metric::single_run_noise`]).
+//! run's own spread; see [`crate::metrics::Metric::single_run_noise`]), and by at least
+//! [`MIN_EFFECT`].
 
 use crate::input::Params;
 use crate::metrics::{Better, Metric};
@@ -11,6 +12,10 @@ use crate::table::{Cell, Column, Table};
 use servbench::cli;
 use servbench::record::Labels;
 use std::collections::{BTreeMap, BTreeSet};
+
+/// A change smaller than this share never counts as real, however tight the intervals: a
+/// 1% move at a bounded tail is statistics, not news.
+pub const MIN_EFFECT: f64 = 0.02;
 
 pub const DEFAULT_METRICS: [Metric; 4] = [
     Metric::TOK_S,
@@ -46,7 +51,7 @@ pub fn change(m: Metric, base: &Point, new: &Point) -> Option<Change> {
         (None, None) if b != n => Verdict::Unknown,
         (nb, nn) => {
             let noise = (nb.unwrap_or(0.0).powi(2) + nn.unwrap_or(0.0).powi(2)).sqrt();
-            if (n - b).abs() <= noise || b == n {
+            if (n - b).abs() <= noise || (n - b).abs() <= MIN_EFFECT * b.abs() {
                 Verdict::Noise
             } else if (n > b) == (m.better() == Better::Higher) {
                 Verdict::Better
@@ -140,8 +145,7 @@ fn table_for(
     let keys = Keys::of(&all);
     let mut key_cols: Vec<String> = keys.varying.clone();
     for load in ["conc", "rate"] {
-        if all.iter().any(|p| p.key_value(load).is_some()) && !key_cols.iter().any(|k| k == load)
-        {
+        if all.iter().any(|p| p.key_value(load).is_some()) && !key_cols.iter().any(|k| k == load) {
             key_cols.push(load.to_string());
         }
     }
@@ -174,7 +178,8 @@ fn table_for(
     }
     let mut table = Table::new(title, columns);
     table.context = context;
-    let mut tallies: Vec<(usize, usize, usize, Vec<f64>)> = vec![(0, 0, 0, Vec::new()); metrics.len()];
+    let mut tallies: Vec<(usize, usize, usize, Vec<f64>)> =
+        vec![(0, 0, 0, Vec::new()); metrics.len()];
     for (group, (versus, b, n)) in pairing.pairs.iter().enumerate() {
         let mut row = Vec::new();
         if versus_col {
@@ -182,10 +187,7 @@ fn table_for(
         }
         for k in &key_cols {
             row.push(match b.key_value(k) {
-                Some(v) => match v.parse::<f64>() {
-                    Ok(x) if crate::points::PARAM_KEYS.contains(&k.as_str()) => Cell::num(Some(x)),
-                    _ => Cell::Text(v),
-                },
+                Some(v) => crate::report::key_cell(k, v),
                 None => Cell::Empty,
             });
         }
@@ -323,14 +325,18 @@ pub fn compare_by_label(points: &[Point], spec: &str, metrics: &[Metric]) -> any
     }
     for (v, ps) in &others {
         let p = pair(&base, ps, &drop);
-        all.pairs
-            .extend(p.pairs.into_iter().map(|(_, b, n)| (format!("{label}={v}"), b, n)));
+        all.pairs.extend(
+            p.pairs
+                .into_iter()
+                .map(|(_, b, n)| (format!("{label}={v}"), b, n)),
+        );
         all.only_new.extend(p.only_new);
         all.only_base.extend(p.only_base);
     }
     // Sort by the base point, so each base point's comparisons sit together.
-    all.pairs
-        .sort_by(|a, b| (&a.1.labels, a.1.params.sort_key()).cmp(&(&b.1.labels, b.1.params.sort_key())));
+    all.pairs.sort_by(|a, b| {
+        (&a.1.labels, a.1.params.sort_key()).cmp(&(&b.1.labels, b.1.params.sort_key()))
+    });
     let mut table = table_for(
         &format!("comparison by {label}"),
         vec![("base".into(), format!("{label}={base_value}"))],
@@ -338,7 +344,10 @@ pub fn compare_by_label(points: &[Point], spec: &str, metrics: &[Metric]) -> any
         metrics,
         true,
     );
-    // Groups: one per base point.
+    // Groups: one per base point, when each has several comparisons.
+    if others.len() < 2 {
+        return Ok(table);
+    }
     let mut g = 0;
     for i in 0..all.pairs.len() {
         if i > 0 && !std::ptr::eq(all.pairs[i].1, all.pairs[i - 1].1) {

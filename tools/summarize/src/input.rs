@@ -9,6 +9,7 @@
 //! only the fields statistics need, with unknown fields skipped. The wire format is unchanged:
 //! a line the fast path cannot read goes through `Record::parse`, which names the problem.
 
+use serde::Deserialize;
 use servbench::cli;
 use servbench::jsonl::{Source, excerpt};
 use servbench::record::{
@@ -16,7 +17,6 @@ use servbench::record::{
     ServerRecord, SummaryRecord,
 };
 use servbench::stats::{PointStats, Slo};
-use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
@@ -241,10 +241,7 @@ pub fn load_one(
         match Record::parse(&text) {
             Ok(record) => add_record(inputs, record, slo)?,
             Err(reason) => {
-                let msg = format!(
-                    "{name}:{line_no}: {reason} (line: {})",
-                    excerpt(&text, 60)
-                );
+                let msg = format!("{name}:{line_no}: {reason} (line: {})", excerpt(&text, 60));
                 if strict {
                     return Err(cli::usage(msg));
                 }
@@ -280,11 +277,7 @@ fn add_request(inputs: &mut Inputs, mut r: RequestRecord, slo: Option<&Slo>) {
         .add_request(&r, slo);
 }
 
-fn add_record(
-    inputs: &mut Inputs,
-    record: Record,
-    slo: Option<&Slo>,
-) -> anyhow::Result<()> {
+fn add_record(inputs: &mut Inputs, record: Record, slo: Option<&Slo>) -> anyhow::Result<()> {
     match record {
         Record::Request(r) => {
             inputs.request_lines += 1;

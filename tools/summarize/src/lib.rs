@@ -4,9 +4,11 @@
 //! efficiency against a roofline, and plots.
 
 pub mod compare;
+pub mod efficiency;
 pub mod input;
 pub mod metrics;
 pub mod notes;
+pub mod plot;
 pub mod points;
 pub mod report;
 pub mod synth;
@@ -37,6 +39,9 @@ pub struct Config {
     pub compare_metrics: Vec<metrics::Metric>,
     pub notes: bool,
     pub plot: Option<PathBuf>,
+    pub roofline: Option<efficiency::Roofline>,
+    /// Hardware for the collectives' link share when no model is given.
+    pub link_hw: Option<servbench::presets::Hardware>,
     pub strict: bool,
 }
 
@@ -54,6 +59,8 @@ impl Default for Config {
             compare_metrics: compare::DEFAULT_METRICS.to_vec(),
             notes: true,
             plot: None,
+            roofline: None,
+            link_hw: None,
             strict: false,
         }
     }
@@ -73,14 +80,33 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
         out.push(report::server_table(&inputs.servers));
     }
     if !points.is_empty() {
-        let mut t = report::points_table(points, config.cols.as_deref(), &config.by);
+        let roof = config.roofline.as_ref();
+        let mut t = report::points_table(points, config.cols.as_deref(), &config.by, roof);
         if config.notes {
             t.notes = notes::all(points);
+            if let Some(roof) = roof {
+                t.notes.extend(efficiency::single_stream_note(points, roof));
+                t.notes
+                    .extend(efficiency::decode_budget(points, &inputs.coll, roof));
+            }
         }
         out.push(t);
     }
     if !inputs.coll.is_empty() || !inputs.coll_runs.is_empty() {
-        out.push(report::coll_table(&inputs.coll, &inputs.coll_runs));
+        let hw = config
+            .roofline
+            .as_ref()
+            .map(|r| &r.hw)
+            .or(config.link_hw.as_ref());
+        let mut t = report::coll_table(&inputs.coll, &inputs.coll_runs, hw);
+        if points.is_empty()
+            && config.notes
+            && let Some(roof) = &config.roofline
+        {
+            t.notes
+                .extend(efficiency::decode_budget(points, &inputs.coll, roof));
+        }
+        out.push(t);
     }
     if !inputs.kills.is_empty() {
         out.push(report::kill_table(&inputs.kills));
@@ -90,6 +116,7 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
 
 /// Runs summarize, writing the report to `out`.
 pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
+    let mut load_for_plot: Option<(Inputs, Vec<Point>)> = None;
     let tables = if let Some((base, new)) = &config.compare {
         let (bi, bp) = load_points(std::slice::from_ref(base), config)?;
         let (ni, np) = load_points(std::slice::from_ref(new), config)?;
@@ -105,7 +132,7 @@ pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
     } else {
         let (inputs, points) = load_points(&config.sources, config)?;
         report_ignored(&inputs);
-        if let Some(label) = &config.compare_by {
+        let out = if let Some(label) = &config.compare_by {
             vec![compare::compare_by_label(
                 &points,
                 label,
@@ -113,14 +140,28 @@ pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
             )?]
         } else {
             tables(&inputs, &points, config)
-        }
+        };
+        load_for_plot = Some((inputs, points));
+        out
     };
     if tables.is_empty() {
         return Err(cli::usage(
             "no records to summarize: give loadgen, collbench, srv-launch or srv-kill output (files or stdin)",
         ));
     }
-    let text = table::render(&tables, config.format);
+    let mut text = table::render(&tables, config.format);
+    if let Some(path) = &config.plot
+        && config.compare.is_none()
+    {
+        let (inputs, points) = load_for_plot.unwrap_or_default();
+        if path.as_os_str() == "-" {
+            text.push('\n');
+            text.push_str(&plot::terminal(&points, &inputs.coll, &config.by));
+        } else {
+            plot::write_file(path, &points, &inputs.coll, &config.by)?;
+            cli::info(format!("plot written to {}", path.display()));
+        }
+    }
     out.write_all(text.as_bytes())
         .and_then(|_| out.flush())
         .map_err(|_| servbench::jsonl::StdoutClosed)?;

@@ -56,6 +56,19 @@ struct Args {
     /// Do not print notes under the tables
     #[arg(long)]
     no_notes: bool,
+    /// Judge against the roofline of MODEL@HARDWARE (presets or JSON cards: llama-3.1-8b@h200):
+    /// per-stream decode limit, single-stream note, link share for collectives, decode budget
+    #[arg(long, value_name = "MODEL@HARDWARE", conflicts_with_all = ["model", "hardware"])]
+    roofline: Option<String>,
+    /// Model preset or JSON card for the roofline (with --hardware)
+    #[arg(long, requires = "hardware")]
+    model: Option<String>,
+    /// Hardware preset or JSON card for the roofline (with --model; alone: link share only)
+    #[arg(long)]
+    hardware: Option<String>,
+    /// Tensor-parallel degree of the model for the roofline and the decode budget
+    #[arg(long, default_value_t = 1)]
+    tp: u32,
     /// Draw a plot: FILE.svg, FILE.png, or - for a chart in the terminal
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
@@ -96,6 +109,24 @@ fn main() -> ExitCode {
             .into_iter()
             .filter(|l| l != "none" && !l.is_empty())
             .collect();
+        let roofline = match (&args.roofline, &args.model, &args.hardware) {
+            (Some(spec), _, _) => Some(
+                summarize::efficiency::Roofline::parse(spec, args.tp)
+                    .map_err(|e| cli::usage(format!("--roofline: {e}")))?,
+            ),
+            (None, Some(m), Some(h)) => Some(
+                summarize::efficiency::Roofline::of(m, h, args.tp)
+                    .map_err(|e| cli::usage(format!("--model/--hardware: {e}")))?,
+            ),
+            _ => None,
+        };
+        let link_hw = match (&roofline, &args.hardware) {
+            (None, Some(h)) => Some(
+                servbench::presets::load_hardware(h)
+                    .map_err(|e| cli::usage(format!("--hardware: {e}")))?,
+            ),
+            _ => None,
+        };
         let config = Config {
             sources,
             format: args.format,
@@ -110,6 +141,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|| compare::DEFAULT_METRICS.to_vec()),
             notes: !args.no_notes,
             plot: args.plot,
+            roofline,
+            link_hw,
             strict: args.common.strict,
         };
         summarize::run(&config, &mut std::io::stdout().lock())

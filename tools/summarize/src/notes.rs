@@ -321,7 +321,11 @@ pub fn client_limited(points: &[Point], keys: &Keys) -> Vec<String> {
         .filter_map(|p| {
             let lag = p.mean(Metric::LAG_P99)?;
             (lag > SEND_LAG_P99_MS).then(|| {
-                format!("{} (send lag p99 {} ms)", point_name(p, &keys.varying), human(lag))
+                format!(
+                    "{} (send lag p99 {} ms)",
+                    point_name(p, &keys.varying),
+                    human(lag)
+                )
             })
         })
         .collect();
@@ -348,10 +352,16 @@ pub fn lengths_missed(points: &[Point], keys: &Keys) -> Vec<String> {
         });
         let missed = targeted - exact.min(targeted);
         if missed > 0 {
-            prompts.push(format!("{} ({missed} of {targeted})", point_name(p, &keys.varying)));
+            prompts.push(format!(
+                "{} ({missed} of {targeted})",
+                point_name(p, &keys.varying)
+            ));
         }
         if mismatch > 0 {
-            outputs.push(format!("{} ({mismatch} of {ok})", point_name(p, &keys.varying)));
+            outputs.push(format!(
+                "{} ({mismatch} of {ok})",
+                point_name(p, &keys.varying)
+            ));
         }
     }
     let mut out = Vec::new();

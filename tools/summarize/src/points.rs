@@ -148,9 +148,7 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
             params,
         })
         .collect();
-    points.sort_by(|a, b| {
-        (&a.labels, a.params.sort_key()).cmp(&(&b.labels, b.params.sort_key()))
-    });
+    points.sort_by(|a, b| (&a.labels, a.params.sort_key()).cmp(&(&b.labels, b.params.sort_key())));
     points
 }
 

@@ -1,9 +1,11 @@
 //! The tables summarize prints, one per kind of record present: load points (from `request`
 //! and `summary` records), collectives (`coll`, nccl-tests style), servers and kills.
 
+use crate::efficiency::{self, Roofline};
 use crate::metrics::Metric;
 use crate::points::{Keys, PARAM_KEYS, Point};
 use crate::table::{Cell, Column, Table};
+use servbench::presets::Hardware;
 use servbench::record::{CollRecord, CollRunRecord, KillRecord, ServerRecord};
 
 /// What a column of the points table shows.
@@ -81,7 +83,8 @@ pub fn group_keys(keys: &Keys, by: &[String]) -> Vec<String> {
 /// Points in table order: by group, then by load; with the group number of each.
 pub fn ordered<'a>(points: &'a [Point], groups: &[String]) -> Vec<(usize, &'a Point)> {
     let mut sorted: Vec<&Point> = points.iter().collect();
-    let gkey = |p: &Point| -> Vec<Option<String>> { groups.iter().map(|g| p.key_value(g)).collect() };
+    let gkey =
+        |p: &Point| -> Vec<Option<String>> { groups.iter().map(|g| p.key_value(g)).collect() };
     sorted.sort_by(|a, b| {
         let ka = (gkey(a), a.params.sort_key(), &a.labels);
         let kb = (gkey(b), b.params.sort_key(), &b.labels);
@@ -121,7 +124,12 @@ fn cmp_keys(a: &[Option<String>], b: &[Option<String>]) -> std::cmp::Ordering {
 }
 
 /// The points table: varying keys first (group keys, then the load), then metrics.
-pub fn points_table(points: &[Point], cols: Option<&[Col]>, by: &[String]) -> Table {
+pub fn points_table(
+    points: &[Point],
+    cols: Option<&[Col]>,
+    by: &[String],
+    roof: Option<&Roofline>,
+) -> Table {
     let keys = Keys::of(points);
     let groups = group_keys(&keys, by);
     let chosen: Vec<Col> = match cols {
@@ -164,22 +172,20 @@ pub fn points_table(points: &[Point], cols: Option<&[Col]>, by: &[String]) -> Ta
         .collect();
     let repeats = points.iter().map(|p| p.repeats.len()).max().unwrap_or(0);
     if repeats > 1 {
-        table
-            .context
-            .push(("repeats".into(), format!("{repeats} (mean ± 95% CI)")));
+        table.title = "load points (mean ± 95% CI over repeats)".into();
+        table.context.push(("repeats".into(), repeats.to_string()));
     }
-    for (group, p) in ordered(points, &groups) {
+    let order = ordered(points, &groups);
+    for &(group, p) in &order {
         let row = chosen
             .iter()
             .map(|c| match c {
                 Col::Key(k) => match p.key_value(k) {
-                    Some(v) => match v.parse::<f64>() {
-                        Ok(n) if PARAM_KEYS.contains(&k.as_str()) => Cell::num(Some(n)),
-                        _ => Cell::Text(v),
-                    },
+                    Some(v) => key_cell(k, v),
                     None => Cell::Empty,
                 },
                 Col::Metric(m) => match p.figure(*m) {
+                    Some(f) if m.is_count() => Cell::int(f.mean as i64),
                     Some(f) => Cell::Num {
                         value: f.mean,
                         ci: f.half_width,
@@ -190,11 +196,29 @@ pub fn points_table(points: &[Point], cols: Option<&[Col]>, by: &[String]) -> Ta
             .collect();
         table.push(row, group);
     }
+    if let Some(roof) = roof {
+        let in_order: Vec<&Point> = order.iter().map(|(_, p)| *p).collect();
+        efficiency::add_columns(&mut table, &in_order, roof);
+    }
     table
 }
 
+/// A label or parameter value: parameters are numbers (integers but the rate).
+pub fn key_cell(key: &str, value: String) -> Cell {
+    if !PARAM_KEYS.contains(&key) {
+        return Cell::Text(value);
+    }
+    if let Ok(i) = value.parse::<i64>() {
+        Cell::Int(i)
+    } else if let Ok(x) = value.parse::<f64>() {
+        Cell::num(Some(x))
+    } else {
+        Cell::Text(value)
+    }
+}
+
 /// nccl-tests' table: size, count, type, time, algbw, busbw, #wrong, per op/backend/ranks.
-pub fn coll_table(coll: &[CollRecord], runs: &[CollRunRecord]) -> Table {
+pub fn coll_table(coll: &[CollRecord], runs: &[CollRunRecord], hw: Option<&Hardware>) -> Table {
     let col = |name: &str, header: &str| Column {
         name: name.into(),
         header: header.into(),
@@ -217,13 +241,12 @@ pub fn coll_table(coll: &[CollRecord], runs: &[CollRunRecord]) -> Table {
     );
     let mut sorted: Vec<&CollRecord> = coll.iter().collect();
     sorted.sort_by(|a, b| {
-        (&a.op, &a.backend, a.ranks, &a.mode, a.bytes).cmp(&(
-            &b.op, &b.backend, b.ranks, &b.mode, b.bytes,
-        ))
+        (&a.op, &a.backend, a.ranks, &a.mode, a.bytes)
+            .cmp(&(&b.op, &b.backend, b.ranks, &b.mode, b.bytes))
     });
     let mut group = 0;
     let mut prev = None;
-    for c in sorted {
+    for c in &sorted {
         let k = (&c.op, &c.backend, c.ranks, &c.mode);
         if prev.is_some_and(|p| p != k) {
             group += 1;
@@ -233,19 +256,22 @@ pub fn coll_table(coll: &[CollRecord], runs: &[CollRunRecord]) -> Table {
             vec![
                 Cell::Text(c.op.clone()),
                 Cell::Text(c.backend.clone()),
-                Cell::num(Some(f64::from(c.ranks))),
+                Cell::int(c.ranks),
                 Cell::Text(c.mode.clone()),
-                Cell::num(Some(c.bytes as f64)),
-                Cell::num(Some(c.count as f64)),
+                Cell::int(c.bytes),
+                Cell::int(c.count),
                 Cell::Text(c.dtype.clone()),
                 // nccl-tests reports the average time; our record's mean is that figure.
                 Cell::num(Some(c.time_us.mean)),
                 Cell::num(Some(c.algbw_gbps)),
                 Cell::num(Some(c.busbw_gbps)),
-                Cell::num(Some(c.wrong as f64)),
+                Cell::int(c.wrong),
             ],
             group,
         );
+    }
+    if let Some(hw) = hw {
+        efficiency::add_link_share(&mut table, &sorted, hw);
     }
     for r in runs {
         table.notes.push(format!(
@@ -287,7 +313,7 @@ pub fn server_table(servers: &[ServerRecord]) -> Table {
                 Cell::Text(s.engine.clone()),
                 s.model.clone().map_or(Cell::Empty, Cell::Text),
                 Cell::Text(s.host.clone()),
-                Cell::num(Some(f64::from(s.pid))),
+                Cell::int(s.pid),
                 Cell::Text(s.url.clone()),
                 Cell::num(Some(s.ready_s)),
             ],
@@ -320,15 +346,16 @@ pub fn kill_table(kills: &[KillRecord]) -> Table {
             vec![
                 Cell::Text(k.target.clone()),
                 Cell::Text(k.host.clone()),
-                Cell::num(Some(k.matched.len() as f64)),
+                Cell::int(k.matched.len()),
                 Cell::Text(if k.signals.is_empty() {
                     "-".into()
                 } else {
                     k.signals.join(",")
                 }),
-                Cell::num(Some(k.survivors.len() as f64)),
-                k.port_free
-                    .map_or(Cell::Empty, |f| Cell::Text(if f { "yes" } else { "no" }.into())),
+                Cell::int(k.survivors.len()),
+                k.port_free.map_or(Cell::Empty, |f| {
+                    Cell::Text(if f { "yes" } else { "no" }.into())
+                }),
                 Cell::num(Some(k.elapsed_s)),
                 Cell::Text(match (&k.error, k.ok) {
                     (Some(e), _) => format!("FAILED: {e}"),

@@ -77,7 +77,7 @@ impl Default for ServerModel {
         ServerModel {
             ttft_ms: 40.0,
             ttft_per_conc_ms: 0.0,
-            itl_ms: 10.0,
+            itl_ms: 4.0,
             saturate_at: 1e9,
             collapse_at: None,
             jitter: 0.1,
@@ -163,8 +163,8 @@ pub fn simulate_point(
             .unwrap_or((0, &0.0));
         let intended = free;
         let nth = |every: Option<u64>| every.is_some_and(|e| e > 0 && (id + 1) % e == 0);
-        let mut ttft = (model.ttft_ms + model.ttft_per_conc_ms * f64::from(conc))
-            * rng.jitter(model.jitter);
+        let mut ttft =
+            (model.ttft_ms + model.ttft_per_conc_ms * f64::from(conc)) * rng.jitter(model.jitter);
         if let Some((len, extra)) = model.short_output_penalty
             && max_tokens <= len
         {
@@ -290,7 +290,13 @@ pub fn sweep_lines(sweep: &Sweep, model: &ServerModel) -> Vec<String> {
 
 /// nccl-tests style allreduce records over `ranks` ranks, sizes 8 B .. `max_bytes` (x4),
 /// with a link of `link_gbps` and latency `alpha_us`.
-pub fn coll_lines(labels: &Labels, ranks: u32, max_bytes: u64, link_gbps: f64, alpha_us: f64) -> Vec<String> {
+pub fn coll_lines(
+    labels: &Labels,
+    ranks: u32,
+    max_bytes: u64,
+    link_gbps: f64,
+    alpha_us: f64,
+) -> Vec<String> {
     let mut lines = Vec::new();
     let mut bytes = 8u64;
     let factor = 2.0 * f64::from(ranks - 1) / f64::from(ranks);

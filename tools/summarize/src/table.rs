@@ -23,10 +23,19 @@ pub enum Cell {
     Empty,
     Text(String),
     /// A number; `ci` is the half-width of its 95% interval (repeats).
-    Num { value: f64, ci: Option<f64> },
+    Num {
+        value: f64,
+        ci: Option<f64>,
+    },
+    /// A count or an integer parameter.
+    Int(i64),
 }
 
 impl Cell {
+    pub fn int(value: impl TryInto<i64>) -> Cell {
+        value.try_into().map_or(Cell::Empty, Cell::Int)
+    }
+
     pub fn num(value: Option<f64>) -> Cell {
         match value {
             Some(v) if v.is_finite() => Cell::Num { value: v, ci: None },
@@ -38,8 +47,12 @@ impl Cell {
         match self {
             Cell::Empty => "-".to_string(),
             Cell::Text(t) => t.clone(),
+            Cell::Int(i) => i.to_string(),
             Cell::Num { value, ci: None } => human(*value),
-            Cell::Num { value, ci: Some(ci) } if *ci == 0.0 => human(*value),
+            Cell::Num {
+                value,
+                ci: Some(ci),
+            } if *ci == 0.0 => human(*value),
             Cell::Num {
                 value,
                 ci: Some(ci),
@@ -54,6 +67,7 @@ impl Cell {
         match self {
             Cell::Empty => String::new(),
             Cell::Text(t) => t.clone(),
+            Cell::Int(i) => i.to_string(),
             Cell::Num { value, .. } => machine(*value),
         }
     }
@@ -62,6 +76,7 @@ impl Cell {
         match self {
             Cell::Empty => Value::Null,
             Cell::Text(t) => json!(t),
+            Cell::Int(i) => json!(i),
             Cell::Num { value, .. } => json!(round6(*value)),
         }
     }
@@ -70,7 +85,7 @@ impl Cell {
 /// Decimals that keep about three significant digits without noise.
 fn decimals(v: f64) -> usize {
     let a = v.abs();
-    if a >= 100.0 || a == 0.0 || a.fract() == 0.0 {
+    if a >= 100.0 || a == 0.0 {
         0
     } else if a >= 10.0 {
         1
@@ -374,10 +389,10 @@ mod tests {
             ],
         );
         t.context.push(("engine".into(), "sim".into()));
-        t.push(vec![Cell::num(Some(1.0)), Cell::num(Some(36.25))], 0);
+        t.push(vec![Cell::Int(1), Cell::num(Some(36.25))], 0);
         t.push(
             vec![
-                Cell::num(Some(32.0)),
+                Cell::Int(32),
                 Cell::Num {
                     value: 250.4,
                     ci: Some(3.26),
@@ -393,7 +408,7 @@ mod tests {
         let text = table().text();
         assert_eq!(
             text,
-            "# points: engine=sim\n C      tok/s\n 1       36.3\n32  250 ± 3\n"
+            "# points: engine=sim\n C    tok/s\n 1     36.2\n32  250 ± 3\n"
         );
     }
 

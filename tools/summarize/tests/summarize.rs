@@ -1,0 +1,483 @@
+//! summarize on recorded inputs (tests/fixtures, written by `examples/gen_fixtures.rs` through
+//! the shared record types and statistics): statistics agree with the shared implementation,
+//! merges are exact, every note fires on its fixture and stays silent on a clean one, compare
+//! tells a real change from noise, output formats are stable, plots are drawn.
+
+use servbench::jsonl::Source;
+use servbench::record::{Record, SummaryRecord};
+use servbench::stats::Hist;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use summarize::efficiency::{self, Roofline};
+use summarize::input;
+use summarize::points::{self, Point};
+use summarize::{Config, compare, notes};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn read(name: &str) -> String {
+    std::fs::read_to_string(fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Points from the fixture's lines that pass `keep` (e.g. only `request` lines).
+fn points_of(name: &str, keep: impl Fn(&str) -> bool) -> Vec<Point> {
+    let text: String = read(name)
+        .lines()
+        .filter(|l| keep(l))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut inputs = input::Inputs::default();
+    input::load_one(name, text.as_bytes(), true, None, &mut inputs).unwrap();
+    points::build(&inputs, &["host".to_string()], None)
+}
+
+fn points(name: &str) -> Vec<Point> {
+    points_of(name, |_| true)
+}
+
+fn is_kind(line: &str, kind: &str) -> bool {
+    line.starts_with(&format!("{{\"kind\":\"{kind}\""))
+}
+
+fn summaries_in(name: &str) -> Vec<SummaryRecord> {
+    read(name)
+        .lines()
+        .filter_map(|l| match Record::parse(l) {
+            Ok(Record::Summary(s)) => Some(*s),
+            _ => None,
+        })
+        .collect()
+}
+
+fn summarize(args: &[&str]) -> std::process::Output {
+    testkit::cmd("summarize")
+        .args(args)
+        .current_dir(fixture(""))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run summarize")
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "summarize failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn statistics_from_requests_equal_the_summaries_the_shared_code_wrote() {
+    let from_requests = points_of("clean.jsonl", |l| is_kind(l, "request"));
+    let written = summaries_in("clean.jsonl");
+    assert_eq!(from_requests.len(), written.len());
+    assert!(from_requests.iter().all(|p| p.from_requests));
+    for (p, s) in from_requests.iter().zip(&written) {
+        let ours = &p.repeats[0];
+        assert_eq!(ours.point.concurrency, s.point.concurrency);
+        assert_eq!(ours.ttft_ms, s.ttft_ms);
+        assert_eq!(ours.itl_ms, s.itl_ms);
+        assert_eq!(ours.tpot_ms, s.tpot_ms);
+        assert_eq!(ours.e2e_ms, s.e2e_ms);
+        assert_eq!(ours.send_lag_ms, s.send_lag_ms);
+        assert_eq!(
+            (ours.requests, ours.ok, ours.output_tokens),
+            (s.requests, s.ok, s.output_tokens)
+        );
+        assert_eq!(ours.output_tok_s, s.output_tok_s);
+        assert_eq!(ours.steady_output_tok_s, s.steady_output_tok_s);
+        assert_eq!(ours.tokens_per_chunk, s.tokens_per_chunk);
+    }
+}
+
+#[test]
+fn requests_and_their_summary_in_one_stream_are_not_counted_twice() {
+    let both = points("clean.jsonl");
+    let only_requests = points_of("clean.jsonl", |l| is_kind(l, "request"));
+    assert_eq!(both.len(), only_requests.len());
+    for (a, b) in both.iter().zip(&only_requests) {
+        assert_eq!(a.repeats[0].requests, b.repeats[0].requests);
+        assert_eq!(a.repeats[0].ttft_ms, b.repeats[0].ttft_ms);
+    }
+}
+
+#[test]
+fn merged_host_summaries_equal_the_histograms_of_the_union_of_requests() {
+    let two_hosts = |keep: &dyn Fn(&str) -> bool| -> Vec<Point> {
+        let text: String = ["host_a.jsonl", "host_b.jsonl"]
+            .iter()
+            .flat_map(|f| read(f).lines().map(str::to_string).collect::<Vec<_>>())
+            .filter(|l| keep(l))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let mut inputs = input::Inputs::default();
+        input::load_one("hosts", text.as_bytes(), true, None, &mut inputs).unwrap();
+        points::build(&inputs, &["host".to_string()], None)
+    };
+    let merged = two_hosts(&|l| is_kind(l, "summary"));
+    let union = two_hosts(&|l| is_kind(l, "request"));
+    assert_eq!(merged.len(), 4);
+    assert_eq!(merged.len(), union.len());
+    for (m, u) in merged.iter().zip(&union) {
+        assert_eq!(m.merged_sources, 2, "two hosts merged into one point");
+        assert!(!m.labels.contains_key("host"));
+        let (ms, us) = (&m.repeats[0], &u.repeats[0]);
+        assert_eq!(ms.requests, 80);
+        assert_eq!(
+            (ms.requests, ms.ok, ms.output_tokens),
+            (us.requests, us.ok, us.output_tokens)
+        );
+        for name in ["ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "send_lag_ms"] {
+            assert_eq!(
+                Hist::decode(&ms.hist[name]).unwrap(),
+                Hist::decode(&us.hist[name]).unwrap(),
+                "{name}"
+            );
+        }
+        assert_eq!(ms.ttft_ms, us.ttft_ms);
+        assert_eq!(ms.itl_ms, us.itl_ms);
+    }
+    // Keeping the host label apart gives one point per host instead.
+    let text = read("host_a.jsonl") + &read("host_b.jsonl");
+    let mut inputs = input::Inputs::default();
+    input::load_one("hosts", text.as_bytes(), true, None, &mut inputs).unwrap();
+    assert_eq!(points::build(&inputs, &[], None).len(), 8);
+}
+
+#[test]
+fn repeats_give_a_mean_and_a_confidence_interval() {
+    let ps = points("repeats.jsonl");
+    assert_eq!(ps.len(), 4);
+    for p in &ps {
+        assert_eq!(p.repeats.len(), 3);
+        let f = p.figure(summarize::metrics::Metric::TOK_S).unwrap();
+        let values: Vec<f64> = p.repeats.iter().map(|s| s.output_tok_s).collect();
+        assert!((f.mean - values.iter().sum::<f64>() / 3.0).abs() < 1e-9);
+        let hw = f.half_width.expect("three repeats have an interval");
+        assert!(hw > 0.0 && hw < f.mean * 0.1, "{hw} of {}", f.mean);
+    }
+    let text = stdout(&summarize(&["repeats.jsonl"]));
+    assert!(text.contains("(mean ± 95% CI over repeats)"), "{text}");
+    assert!(text.contains("repeats=3"), "{text}");
+    assert!(text.contains(" ± "), "{text}");
+}
+
+#[test]
+fn each_note_fires_on_its_fixture_and_stays_silent_on_a_clean_run() {
+    let clean = points("clean.jsonl");
+    assert_eq!(
+        notes::all(&clean),
+        Vec::<String>::new(),
+        "a clean sweep gets no notes"
+    );
+    let keys = points::Keys::of(&clean);
+    for (name, note) in notes::by_name() {
+        assert!(
+            note(&clean, &keys).is_empty(),
+            "{name} fired on clean.jsonl"
+        );
+        let ps = points(&format!("{name}.jsonl"));
+        let fired = note(&ps, &points::Keys::of(&ps));
+        assert!(!fired.is_empty(), "{name} did not fire on {name}.jsonl");
+        // Notes name the points involved.
+        assert!(fired.iter().all(|n| n.contains("C=")), "{name}: {fired:?}");
+    }
+}
+
+#[test]
+fn notes_say_what_they_saw() {
+    let ps = points("shorter_output_slower.jsonl");
+    let text = notes::shorter_output_slower(&ps, &points::Keys::of(&ps)).join(" ");
+    assert!(text.contains("at C=32, out=32 gives"), "{text}");
+    assert!(text.contains("longer out=64"), "{text}");
+    let ps = points("saturation_knee.jsonl");
+    let text = notes::saturation_knee(&ps, &points::Keys::of(&ps)).join(" ");
+    assert!(text.contains("saturation knee at C=8"), "{text}");
+    let ps = points("errors_or_partial.jsonl");
+    let text = notes::errors_or_partial(&ps, &points::Keys::of(&ps)).join(" ");
+    assert!(text.contains("3 of 40: 3 timeout"), "{text}");
+    assert!(text.contains("cut short (partial): C=8"), "{text}");
+}
+
+#[test]
+fn single_stream_far_below_the_roofline_is_noted_and_a_healthy_one_is_not() {
+    let roof = Roofline::parse("llama-3.1-8b@h200", 1).unwrap();
+    let slow = points("single_stream_slow.jsonl");
+    let fired = efficiency::single_stream_note(&slow, &roof);
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    assert!(fired[0].contains("C=1") && fired[0].contains("llama-3.1-8b on h200"));
+    assert!(efficiency::single_stream_note(&points("clean.jsonl"), &roof).is_empty());
+    let text = stdout(&summarize(&[
+        "single_stream_slow.jsonl",
+        "--roofline",
+        "llama-3.1-8b@h200",
+    ]));
+    assert!(
+        text.contains("% of limit") && text.contains("single stream at C=1"),
+        "{text}"
+    );
+}
+
+#[test]
+fn decode_budget_puts_allreduce_time_beside_tpot() {
+    let out = stdout(&summarize(&[
+        "coll.jsonl",
+        "clean.jsonl",
+        "--roofline",
+        "llama-3.1-8b@h200",
+        "--tp",
+        "2",
+    ]));
+    assert!(out.contains("allreduce is"), "{out}");
+    assert!(out.contains("not the bottleneck"), "{out}");
+    assert!(out.contains("% link"), "{out}");
+}
+
+#[test]
+fn compare_flags_a_20_percent_change_and_ignores_noise() {
+    let base = points("compare_base.jsonl");
+    let faster = points("compare_faster.jsonl");
+    let rerun = points("compare_rerun.jsonl");
+    for m in compare::DEFAULT_METRICS {
+        for (b, n) in base.iter().zip(&faster) {
+            let c = compare::change(m, b, n).unwrap();
+            assert_eq!(c.verdict, compare::Verdict::Better, "{} {c:?}", m.name());
+        }
+        for (b, n) in base.iter().zip(&rerun) {
+            let c = compare::change(m, b, n).unwrap();
+            assert_eq!(c.verdict, compare::Verdict::Noise, "{} {c:?}", m.name());
+        }
+    }
+    let text = stdout(&summarize(&[
+        "--compare",
+        "compare_base.jsonl",
+        "compare_faster.jsonl",
+        "--format",
+        "csv",
+    ]));
+    let rows: Vec<&str> = text.lines().skip(1).collect();
+    assert_eq!(rows.len(), 4, "{text}");
+    assert!(rows.iter().all(|r| r.contains("1.20x better")), "{text}");
+    let text = stdout(&summarize(&[
+        "--compare",
+        "compare_base.jsonl",
+        "compare_rerun.jsonl",
+    ]));
+    assert!(
+        !text.contains("better") || text.contains("0 point(s) better"),
+        "{text}"
+    );
+    assert!(text.contains("4 within noise"), "{text}");
+}
+
+#[test]
+fn compare_by_label_matches_points_across_its_values() {
+    let text = stdout(&summarize(&[
+        "engines.jsonl",
+        "--compare-by",
+        "engine=vllm",
+    ]));
+    assert!(text.contains("base=engine=vllm"), "{text}");
+    assert!(text.contains("engine=sglang"), "{text}");
+    assert!(text.contains("better"), "{text}");
+    let bad = summarize(&["clean.jsonl", "--compare-by", "engine"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("summarize: error: --compare-by engine"));
+}
+
+/// Compares output with an expected file; `SUMMARIZE_UPDATE_EXPECTED=1` rewrites it.
+fn snapshot(name: &str, actual: &str) {
+    let path = fixture("expected").join(name);
+    if std::env::var_os("SUMMARIZE_UPDATE_EXPECTED").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (SUMMARIZE_UPDATE_EXPECTED=1 writes it)",
+            path.display()
+        )
+    });
+    assert_eq!(actual, expected, "{name} changed");
+}
+
+#[test]
+fn markdown_and_csv_output_are_stable() {
+    snapshot(
+        "clean.md",
+        &stdout(&summarize(&["clean.jsonl", "--format", "md"])),
+    );
+    snapshot(
+        "throughput_falls.txt",
+        &stdout(&summarize(&["throughput_falls.jsonl"])),
+    );
+    snapshot(
+        "repeats.csv",
+        &stdout(&summarize(&["repeats.jsonl", "--format", "csv"])),
+    );
+    snapshot(
+        "coll.tsv",
+        &stdout(&summarize(&["coll.jsonl", "--format", "tsv"])),
+    );
+    snapshot(
+        "compare.md",
+        &stdout(&summarize(&[
+            "--compare",
+            "compare_base.jsonl",
+            "compare_faster.jsonl",
+            "--format",
+            "md",
+        ])),
+    );
+    snapshot(
+        "pipeline.json",
+        &stdout(&summarize(&["pipeline.jsonl", "--format", "json"])),
+    );
+}
+
+#[test]
+fn columns_and_groups_are_chosen_by_flags() {
+    let text = stdout(&summarize(&[
+        "shorter_output_slower.jsonl",
+        "--cols",
+        "out,conc,tok_s,ttft_p50,e2e_p99",
+        "--format",
+        "csv",
+    ]));
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "engine,model,in,out,conc,tok_s,ttft_p50,e2e_p99"
+    );
+    assert_eq!(lines.count(), 2);
+    let bad = summarize(&["clean.jsonl", "--cols", "speed"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown column 'speed'"));
+}
+
+#[test]
+fn png_and_svg_plots_are_drawn() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("sweep.png");
+    let svg = dir.path().join("sweep.svg");
+    for path in [&png, &svg] {
+        let out = summarize(&[
+            "saturation_knee.jsonl",
+            "coll.jsonl",
+            "--plot",
+            path.to_str().unwrap(),
+        ]);
+        stdout(&out);
+    }
+    let png_bytes = std::fs::read(&png).unwrap();
+    assert!(png_bytes.starts_with(b"\x89PNG\r\n\x1a\n"));
+    assert!(png_bytes.len() > 20_000, "PNG of {} bytes", png_bytes.len());
+    let svg_text = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg_text.starts_with("<svg"));
+    for text in [
+        "Output throughput against load",
+        "TTFT against throughput",
+        "Bus bandwidth against message size",
+        "output tokens/s",
+        "busbw (GB/s)",
+    ] {
+        assert!(svg_text.contains(text), "SVG lacks '{text}'");
+    }
+    assert!(svg_text.matches("<polyline").count() >= 6);
+    // A terminal chart on stdout after the tables.
+    let text = stdout(&summarize(&["saturation_knee.jsonl", "--plot", "-"]));
+    assert!(
+        text.contains("# Output throughput against load") && text.contains('█'),
+        "{text}"
+    );
+    let bad = summarize(&["clean.jsonl", "--plot", "out.gif"]);
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
+fn unknown_kinds_are_counted_and_other_kinds_tabulated() {
+    let out = summarize(&["pipeline.jsonl"]);
+    let text = stdout(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("ignored 1 record(s)") && err.contains("1 mystery"),
+        "{err}"
+    );
+    assert!(
+        text.contains("# servers") && text.contains("# kills") && text.contains("# load points")
+    );
+}
+
+#[test]
+fn reads_stdin_and_files_together() {
+    let mut child = testkit::cmd("summarize")
+        .args([
+            "-",
+            "host_b.jsonl",
+            "--merge-label",
+            "none",
+            "--format",
+            "csv",
+        ])
+        .current_dir(fixture(""))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let data = read("host_a.jsonl");
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        stdin.write_all(data.as_bytes()).unwrap();
+    });
+    let out = child.wait_with_output().unwrap();
+    let text = stdout(&out);
+    // Each host's points apart: 8 rows plus the header.
+    assert_eq!(text.lines().count(), 9, "{text}");
+    assert!(text.contains("host-a") && text.contains("host-b"));
+}
+
+#[test]
+fn bad_input_is_reported_with_its_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.jsonl");
+    std::fs::write(&path, read("clean.jsonl") + "{not json\n").unwrap();
+    let p = path.to_str().unwrap();
+    let lenient = summarize(&[p]);
+    assert!(lenient.status.success());
+    assert!(String::from_utf8_lossy(&lenient.stderr).contains("bad.jsonl:165"));
+    let strict = summarize(&[p, "--strict"]);
+    assert_eq!(strict.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&strict.stderr);
+    assert!(
+        err.starts_with("summarize: error: ") && err.contains("bad.jsonl:165"),
+        "{err}"
+    );
+    let missing = summarize(&["no-such-file.jsonl"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read no-such-file.jsonl"));
+    let nothing = summarize(&[fixture("coll.jsonl").to_str().unwrap(), "--compare-by", "x"]);
+    assert_eq!(nothing.status.code(), Some(2));
+}
+
+#[test]
+fn library_run_writes_the_same_tables_as_the_binary() {
+    let config = Config {
+        sources: vec![Source::File(fixture("clean.jsonl"))],
+        format: summarize::table::Format::Md,
+        ..Config::default()
+    };
+    let mut out = Vec::new();
+    summarize::run(&config, &mut out).unwrap();
+    let bin = Command::new(testkit::bin("summarize"))
+        .args([fixture("clean.jsonl").to_str().unwrap(), "--format", "md"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8(out).unwrap(), stdout(&bin));
+}
