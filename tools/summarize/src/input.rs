@@ -87,6 +87,8 @@ pub struct Acc {
     pub partial: bool,
     /// The first summary seen, for fields only summaries carry (client CPU, SLO text).
     pub first_summary: Option<Box<SummaryRecord>>,
+    /// The sources this key's records came from (more than one: two runs look alike).
+    pub sources: Vec<String>,
 }
 
 impl Acc {
@@ -195,7 +197,27 @@ pub fn load(sources: &[Source], strict: bool, slo: Option<&Slo>) -> anyhow::Resu
         };
         load_one(&source.name(), reader, strict, slo, &mut inputs)?;
     }
+    warn_lookalikes(&inputs);
     Ok(inputs)
+}
+
+/// Two sources with records of the same point under the same labels are merged as one
+/// measurement, which is right for a file split in two and wrong for two runs: say so.
+fn warn_lookalikes(inputs: &Inputs) {
+    let shared: Vec<&AccKey> = inputs
+        .points
+        .iter()
+        .filter(|(_, acc)| acc.sources.len() > 1)
+        .map(|(k, _)| k)
+        .collect();
+    if let Some(first) = shared.first() {
+        let acc = &inputs.points[*first];
+        cli::warn(format!(
+            "{} point(s) appear with the same labels in several inputs ({}): each is merged as one measurement; if these are different runs, label them apart (loadgen --label run=NAME) or compare them (--compare)",
+            shared.len(),
+            acc.sources.join(", ")
+        ));
+    }
 }
 
 /// Reads one source; see [`load`].
@@ -234,12 +256,12 @@ pub fn load_one(
             && fields.kind == "request"
         {
             inputs.request_lines += 1;
-            add_request(inputs, fields.into_record(), slo);
+            add_request(inputs, fields.into_record(), slo, name);
             continue;
         }
         let text = String::from_utf8_lossy(bytes);
         match Record::parse(&text) {
-            Ok(record) => add_record(inputs, record, slo)?,
+            Ok(record) => add_record(inputs, record, slo, name)?,
             Err(reason) => {
                 let msg = format!("{name}:{line_no}: {reason} (line: {})", excerpt(&text, 60));
                 if strict {
@@ -261,27 +283,36 @@ pub fn load_one(
     Ok(())
 }
 
-fn add_request(inputs: &mut Inputs, mut r: RequestRecord, slo: Option<&Slo>) {
+fn note_source(acc: &mut Acc, source: &str) {
+    if acc.sources.last().is_none_or(|s| s != source) && !acc.sources.iter().any(|s| s == source) {
+        acc.sources.push(source.to_string());
+    }
+}
+
+fn add_request(inputs: &mut Inputs, mut r: RequestRecord, slo: Option<&Slo>, source: &str) {
     // The labels move into the key: statistics do not read them.
     let key = AccKey {
         labels: std::mem::take(&mut r.labels),
         params: Params::of(&r.point),
         repeat: r.point.repeat,
     };
-    inputs
-        .points
-        .entry(key)
-        .or_default()
-        .from_requests
+    let acc = inputs.points.entry(key).or_default();
+    note_source(acc, source);
+    acc.from_requests
         .get_or_insert_with(PointStats::new)
         .add_request(&r, slo);
 }
 
-fn add_record(inputs: &mut Inputs, record: Record, slo: Option<&Slo>) -> anyhow::Result<()> {
+fn add_record(
+    inputs: &mut Inputs,
+    record: Record,
+    slo: Option<&Slo>,
+    source: &str,
+) -> anyhow::Result<()> {
     match record {
         Record::Request(r) => {
             inputs.request_lines += 1;
-            add_request(inputs, *r, slo);
+            add_request(inputs, *r, slo, source);
         }
         Record::Summary(s) => {
             inputs.summary_lines += 1;
@@ -297,6 +328,7 @@ fn add_record(inputs: &mut Inputs, record: Record, slo: Option<&Slo>) -> anyhow:
                 repeat: s.point.repeat,
             };
             let acc = inputs.points.entry(key).or_default();
+            note_source(acc, source);
             acc.partial |= s.partial;
             match &mut acc.from_summaries {
                 Some(existing) => existing.merge(&stats),

@@ -1,5 +1,5 @@
 use clap::Parser;
-use servbench::cli::{self, CommonArgs};
+use servbench::cli;
 use servbench::jsonl::{self, Source};
 use servbench::stats::Slo;
 use std::path::PathBuf;
@@ -72,8 +72,9 @@ struct Args {
     /// Draw a plot: FILE.svg, FILE.png, or - for a chart in the terminal
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
-    #[command(flatten)]
-    common: CommonArgs,
+    /// Treat a malformed input line as an error (exit 2) instead of warning and skipping it
+    #[arg(long)]
+    strict: bool,
 }
 
 fn parse_metric(s: &str) -> Result<Metric, String> {
@@ -143,7 +144,7 @@ fn main() -> ExitCode {
             plot: args.plot,
             roofline,
             link_hw,
-            strict: args.common.strict,
+            strict: args.strict,
         };
         summarize::run(&config, &mut std::io::stdout().lock())
     })

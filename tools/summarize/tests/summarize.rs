@@ -481,3 +481,18 @@ fn library_run_writes_the_same_tables_as_the_binary() {
         .unwrap();
     assert_eq!(String::from_utf8(out).unwrap(), stdout(&bin));
 }
+
+#[test]
+fn lookalike_points_from_different_inputs_are_merged_with_a_warning() {
+    let out = summarize(&["throughput_falls.jsonl", "shorter_output_slower.jsonl"]);
+    stdout(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("1 point(s) appear with the same labels in several inputs"),
+        "{err}"
+    );
+    // Host files differ by their host label: merged on purpose, no warning.
+    let out = summarize(&["host_a.jsonl", "host_b.jsonl"]);
+    stdout(&out);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("same labels"));
+}
