@@ -298,6 +298,23 @@ fn main() {
     }
     write(&dir, "engines.jsonl", &engines);
 
+    // An open-loop rate sweep: step time grows past 4 requests in flight (~30 req/s).
+    write(
+        &dir,
+        "rate_sweep.jsonl",
+        &sweep_lines(
+            &Sweep {
+                rates: vec![5.0, 10.0, 20.0, 40.0],
+                requests_per_point: 60,
+                ..base.clone()
+            },
+            &ServerModel {
+                saturate_at: 4.0,
+                ..clean.clone()
+            },
+        ),
+    );
+
     // Collectives and a whole pipeline's other records, plus a kind summarize ignores.
     let tp = labels(&[("cluster", "local")]);
     write(

@@ -70,7 +70,7 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     tp: u32,
     /// Draw a plot: FILE.svg, FILE.png, or - for a chart in the terminal
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["compare", "compare_by"])]
     plot: Option<PathBuf>,
     /// Treat a malformed input line as an error (exit 2) instead of warning and skipping it
     #[arg(long)]

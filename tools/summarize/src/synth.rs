@@ -109,6 +109,8 @@ impl ServerModel {
 pub struct Sweep {
     pub labels: Labels,
     pub concurrency: Vec<u32>,
+    /// Open-loop rates (req/s); when given, they replace the concurrency sweep.
+    pub rates: Vec<f64>,
     pub input_len: u32,
     pub max_tokens: Vec<u32>,
     pub requests_per_point: u64,
@@ -130,6 +132,7 @@ impl Default for Sweep {
                 ("model".to_string(), "llama-3.1-8b".to_string()),
             ]),
             concurrency: vec![1, 2, 4, 8],
+            rates: Vec::new(),
             input_len: 128,
             max_tokens: vec![32],
             requests_per_point: 40,
@@ -154,6 +157,12 @@ pub fn simulate_point(
     let max_tokens = point.max_tokens.unwrap_or(32).max(1);
     let input_len = point.input_len.unwrap_or(128);
     let mut slots = vec![0.0f64; conc as usize];
+    // Open loop: sends on a fixed schedule; the load the server sees is Little's law's.
+    let open = point.rate_rps.filter(|r| *r > 0.0);
+    let load = match open {
+        Some(r) => (r * (model.ttft_ms + f64::from(max_tokens) * model.itl_ms) / 1000.0).max(1.0),
+        None => f64::from(conc),
+    };
     let mut out = Vec::with_capacity(n as usize);
     for id in 0..n {
         let (slot, &free) = slots
@@ -161,7 +170,7 @@ pub fn simulate_point(
             .enumerate()
             .min_by(|a, b| a.1.total_cmp(b.1))
             .unwrap_or((0, &0.0));
-        let intended = free;
+        let intended = open.map_or(free, |r| id as f64 * 1000.0 / r);
         let nth = |every: Option<u64>| every.is_some_and(|e| e > 0 && (id + 1) % e == 0);
         let mut ttft =
             (model.ttft_ms + model.ttft_per_conc_ms * f64::from(conc)) * rng.jitter(model.jitter);
@@ -220,7 +229,7 @@ pub fn simulate_point(
         };
         let tpc = model.tokens_per_chunk.max(1);
         let chunks = tokens.div_ceil(tpc);
-        let step = model.step_ms(f64::from(conc));
+        let step = model.step_ms(load);
         let itl: Vec<f64> = (1..chunks)
             .map(|_| round3(step * f64::from(tpc) * rng.jitter(model.jitter)))
             .collect();
@@ -247,16 +256,21 @@ pub fn sweep_lines(sweep: &Sweep, model: &ServerModel) -> Vec<String> {
     let mut rng = Rng::new(sweep.seed);
     let mut lines = Vec::new();
     let mut index = 0;
-    let total = sweep.max_tokens.len() * sweep.concurrency.len() * sweep.repeats as usize;
+    let loads: Vec<(Option<u32>, Option<f64>)> = if sweep.rates.is_empty() {
+        sweep.concurrency.iter().map(|&c| (Some(c), None)).collect()
+    } else {
+        sweep.rates.iter().map(|&r| (None, Some(r))).collect()
+    };
+    let total = sweep.max_tokens.len() * loads.len() * sweep.repeats as usize;
     let mut done = 0;
     for &max_tokens in &sweep.max_tokens {
-        for &conc in &sweep.concurrency {
+        for &(concurrency, rate_rps) in &loads {
             for repeat in 0..sweep.repeats {
                 done += 1;
                 let point = PointKey {
                     index,
-                    concurrency: Some(conc),
-                    rate_rps: None,
+                    concurrency,
+                    rate_rps,
                     input_len: Some(sweep.input_len),
                     max_tokens: Some(max_tokens),
                     repeat,

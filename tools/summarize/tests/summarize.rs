@@ -496,3 +496,36 @@ fn lookalike_points_from_different_inputs_are_merged_with_a_warning() {
     stdout(&out);
     assert!(!String::from_utf8_lossy(&out.stderr).contains("same labels"));
 }
+
+#[test]
+fn open_loop_rate_sweeps_are_tabulated_by_rate() {
+    let text = stdout(&summarize(&["rate_sweep.jsonl", "--format", "csv"]));
+    let header = text.lines().next().unwrap();
+    assert!(
+        header.starts_with("engine,model,in,out,rate,req_s,tok_s"),
+        "{header}"
+    );
+    assert!(!header.split(',').any(|c| c == "conc"), "{header}");
+    assert_eq!(text.lines().count(), 5);
+    let ps = points("rate_sweep.jsonl");
+    assert_eq!(notes::all(&ps), Vec::<String>::new());
+    assert_eq!(notes::series(&ps).len(), 1, "one rate series");
+}
+
+#[test]
+fn by_groups_rows_into_blocks() {
+    let text = stdout(&summarize(&[
+        "engines.jsonl",
+        "--by",
+        "engine",
+        "--cols",
+        "label:engine,conc,tok_s",
+    ]));
+    let blocks: Vec<&str> = text.split("\n\n").collect();
+    assert_eq!(blocks.len(), 2, "{text}");
+    assert!(
+        blocks[0].contains("sglang") && !blocks[0].contains("vllm"),
+        "{text}"
+    );
+    assert!(blocks[1].contains("vllm"), "{text}");
+}
