@@ -114,35 +114,21 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
     out
 }
 
-/// Runs summarize, writing the report to `out`.
+/// Runs summarize, writing the report to `out`: load, tabulate (or compare), note, plot.
 pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
-    let mut load_for_plot: Option<(Inputs, Vec<Point>)> = None;
-    let tables = if let Some((base, new)) = &config.compare {
-        let (bi, bp) = load_points(std::slice::from_ref(base), config)?;
-        let (ni, np) = load_points(std::slice::from_ref(new), config)?;
-        report_ignored(&bi);
-        report_ignored(&ni);
-        vec![compare::compare_sides(
-            &bp,
-            &np,
-            &base.name(),
-            &new.name(),
+    if let Some((base, new)) = &config.compare {
+        let table = compare_files(base, new, config)?;
+        return write_text(out, &table::render(&[table], config.format));
+    }
+    let (inputs, points) = load_points(&config.sources, config)?;
+    report_ignored(&inputs);
+    let tables = match &config.compare_by {
+        Some(label) => vec![compare::compare_by_label(
+            &points,
+            label,
             &config.compare_metrics,
-        )]
-    } else {
-        let (inputs, points) = load_points(&config.sources, config)?;
-        report_ignored(&inputs);
-        let out = if let Some(label) = &config.compare_by {
-            vec![compare::compare_by_label(
-                &points,
-                label,
-                &config.compare_metrics,
-            )?]
-        } else {
-            tables(&inputs, &points, config)
-        };
-        load_for_plot = Some((inputs, points));
-        out
+        )?],
+        None => tables(&inputs, &points, config),
     };
     if tables.is_empty() {
         return Err(cli::usage(
@@ -150,18 +136,43 @@ pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
         ));
     }
     let mut text = table::render(&tables, config.format);
-    if let Some(path) = &config.plot
-        && config.compare.is_none()
-    {
-        let (inputs, points) = load_for_plot.unwrap_or_default();
-        if path.as_os_str() == "-" {
+    match &config.plot {
+        Some(path) if path.as_os_str() == "-" => {
             text.push('\n');
             text.push_str(&plot::terminal(&points, &inputs.coll, &config.by));
-        } else {
+        }
+        Some(path) => {
             plot::write_file(path, &points, &inputs.coll, &config.by)?;
             cli::info(format!("plot written to {}", path.display()));
         }
+        None => {}
     }
+    write_text(out, &text)
+}
+
+/// `--compare BASE NEW`: each file read on its own, then matched point by point.
+fn compare_files(base: &Source, new: &Source, config: &Config) -> anyhow::Result<Table> {
+    let (base_inputs, base_points) = load_points(std::slice::from_ref(base), config)?;
+    let (new_inputs, new_points) = load_points(std::slice::from_ref(new), config)?;
+    report_ignored(&base_inputs);
+    report_ignored(&new_inputs);
+    if base_points.is_empty() || new_points.is_empty() {
+        let empty = if base_points.is_empty() { base } else { new };
+        return Err(cli::usage(format!(
+            "--compare: {} holds no request or summary records to compare",
+            empty.name()
+        )));
+    }
+    Ok(compare::compare_sides(
+        &base_points,
+        &new_points,
+        &base.name(),
+        &new.name(),
+        &config.compare_metrics,
+    ))
+}
+
+fn write_text(out: &mut impl Write, text: &str) -> anyhow::Result<Exit> {
     out.write_all(text.as_bytes())
         .and_then(|_| out.flush())
         .map_err(|_| servbench::jsonl::StdoutClosed)?;
