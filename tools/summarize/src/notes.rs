@@ -75,10 +75,16 @@ fn load_name(p: &Point) -> String {
     }
 }
 
+/// A point whose throughput can be compared: not cut short, with successes. (Partial points
+/// and failures get their own note.)
+fn complete(p: &Point) -> bool {
+    !p.partial && p.repeats.iter().any(|s| s.ok > 0)
+}
+
 /// Points that differ only in their load, in increasing load: a concurrency or rate sweep.
 pub fn series(points: &[Point]) -> Vec<Vec<&Point>> {
     let mut by: BTreeMap<_, Vec<&Point>> = BTreeMap::new();
-    for p in points.iter().filter(|p| load(p).is_some()) {
+    for p in points.iter().filter(|p| load(p).is_some() && complete(p)) {
         let closed = p.params.concurrency.is_some();
         by.entry((&p.labels, p.params.input_len, p.params.max_tokens, closed))
             .or_default()
@@ -199,7 +205,10 @@ pub fn saturation_knee(points: &[Point], keys: &Keys) -> Vec<String> {
 pub fn shorter_output_slower(points: &[Point], _keys: &Keys) -> Vec<String> {
     let mut out = Vec::new();
     let mut by: BTreeMap<_, Vec<&Point>> = BTreeMap::new();
-    for p in points.iter().filter(|p| p.params.max_tokens.is_some()) {
+    for p in points
+        .iter()
+        .filter(|p| p.params.max_tokens.is_some() && complete(p))
+    {
         by.entry((
             &p.labels,
             p.params.input_len,
