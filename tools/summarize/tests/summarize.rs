@@ -529,3 +529,28 @@ fn by_groups_rows_into_blocks() {
     );
     assert!(blocks[1].contains("vllm"), "{text}");
 }
+
+#[test]
+fn the_fast_path_and_the_shared_parser_agree() {
+    // Re-serialized through a JSON value, keys come out sorted: `kind` is no longer first, so
+    // every line takes the shared `Record::parse` path instead of the fast one.
+    let reordered: String = read("lengths_missed.jsonl")
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            format!("{v}\n")
+        })
+        .collect();
+    assert!(!reordered.starts_with("{\"kind\""));
+    let mut inputs = input::Inputs::default();
+    input::load_one("reordered", reordered.as_bytes(), true, None, &mut inputs).unwrap();
+    let slow = points::build(&inputs, &[], None);
+    let fast = points("lengths_missed.jsonl");
+    assert_eq!(slow.len(), fast.len());
+    for (s, f) in slow.iter().zip(&fast) {
+        let (mut a, mut b) = (s.repeats[0].clone(), f.repeats[0].clone());
+        a.ts.clear();
+        b.ts.clear();
+        assert_eq!(a, b);
+    }
+}
