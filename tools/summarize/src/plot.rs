@@ -26,7 +26,37 @@ struct Panel {
     x_label: String,
     y_label: String,
     log_x: bool,
+    /// The x axis is a size in bytes: label it 1K, 4M, ...
+    x_bytes: bool,
     series: Vec<Series>,
+}
+
+/// `4096` -> `4K`: binary sizes as collbench and nccl-tests name them.
+fn size_label(bytes: f64) -> String {
+    scaled(bytes, [(1u64 << 30) as f64, (1u64 << 20) as f64, 1024.0])
+}
+
+/// Axis ticks of a log scale fall on powers of ten: `1e6` -> `1M`.
+fn decimal_label(bytes: f64) -> String {
+    scaled(bytes, [1e9, 1e6, 1e3])
+}
+
+fn scaled(bytes: f64, units: [f64; 3]) -> String {
+    for (u, name) in units.into_iter().zip(["G", "M", "K"]) {
+        if bytes >= u {
+            return format!("{}{name}", tidy(bytes / u));
+        }
+    }
+    tidy(bytes)
+}
+
+/// An axis or bar label: whole numbers without decimals.
+fn tidy(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else {
+        human(v)
+    }
 }
 
 fn load_of(p: &Point) -> Option<f64> {
@@ -92,6 +122,7 @@ fn panels(points: &[Point], coll: &[CollRecord], by: &[String]) -> Vec<Panel> {
             x_label: load_axis(&with_load).into(),
             y_label: "output tokens/s".into(),
             log_x: true,
+            x_bytes: false,
             series: gs
                 .iter()
                 .map(|(n, ps)| line(n.clone(), ps, &load_of, Metric::TOK_S, false))
@@ -108,6 +139,7 @@ fn panels(points: &[Point], coll: &[CollRecord], by: &[String]) -> Vec<Panel> {
             x_label: "output tokens/s".into(),
             y_label: "TTFT (ms)".into(),
             log_x: false,
+            x_bytes: false,
             series: lat,
         });
         let mut pct = Vec::new();
@@ -139,6 +171,7 @@ fn panels(points: &[Point], coll: &[CollRecord], by: &[String]) -> Vec<Panel> {
             x_label: load_axis(&with_load).into(),
             y_label: "ITL / TPOT (ms)".into(),
             log_x: true,
+            x_bytes: false,
             series: pct,
         });
     }
@@ -155,6 +188,7 @@ fn panels(points: &[Point], coll: &[CollRecord], by: &[String]) -> Vec<Panel> {
             x_label: "message size (bytes)".into(),
             y_label: "busbw (GB/s)".into(),
             log_x: true,
+            x_bytes: true,
             series: by_op
                 .into_iter()
                 .map(|(name, mut points)| {
@@ -228,8 +262,14 @@ fn draw_panel<DB: DrawingBackend>(
                 .configure_mesh()
                 .x_desc(panel.x_label.as_str())
                 .y_desc(panel.y_label.as_str())
-                .x_label_formatter(&|v| human(*v))
-                .y_label_formatter(&|v| human(*v))
+                .x_label_formatter(&|v| {
+                    if panel.x_bytes {
+                        decimal_label(*v)
+                    } else {
+                        tidy(*v)
+                    }
+                })
+                .y_label_formatter(&|v| tidy(*v))
                 .label_style(("sans-serif", 13))
                 .draw()
                 .map_err(err)?;
@@ -356,7 +396,17 @@ pub fn terminal(points: &[Point], coll: &[CollRecord], by: &[String]) -> String 
         out.push_str(&format!("# {} ({})\n", panel.title, panel.y_label));
         for s in &panel.series {
             out.push_str(&format!("{}\n", s.name));
-            let labels: Vec<String> = s.points.iter().map(|p| human(p.0)).collect();
+            let labels: Vec<String> = s
+                .points
+                .iter()
+                .map(|p| {
+                    if panel.x_bytes {
+                        size_label(p.0)
+                    } else {
+                        tidy(p.0)
+                    }
+                })
+                .collect();
             let w = labels.iter().map(|l| l.len()).max().unwrap_or(0);
             for (l, p) in labels.iter().zip(&s.points) {
                 let b = bar(p.1, max);
