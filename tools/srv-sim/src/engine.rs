@@ -1,0 +1,555 @@
+//! The simulated engine: one OS thread that owns admission, scheduling and token timing.
+//!
+//! Requests arrive over a channel; the engine decides when each of their tokens exists and
+//! publishes a running count ([`Progress::available`]) that the HTTP side streams from. Timing
+//! follows absolute deadlines on the monotonic clock (`Instant`), waited for with the channel's
+//! timed receive (a futex with a timeout), not tokio's 1 ms timer wheel.
+//!
+//! Two timings:
+//! - [`Timing::Modelled`]: a step loop with continuous batching. Each step admits waiting requests
+//!   (FCFS) while the running limit and the KV-token budget allow, spends the per-step token budget
+//!   on decode tokens first and chunked prefill after, and lasts what the [`CostModel`] says.
+//! - [`Timing::Fixed`]: each request has its own schedule, first chunk at arrival + TTFT, then one
+//!   chunk every ITL; with ITL 0 every token is available at once.
+
+use crate::metrics::Metrics;
+use crate::tokens::{splitmix64, unit};
+use futures_util::task::AtomicWaker;
+use servbench::presets::StepWork;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What one request's stream reads: how many tokens exist so far.
+#[derive(Debug)]
+pub struct Progress {
+    pub available: AtomicU32,
+    pub total: u32,
+    pub waker: AtomicWaker,
+    /// Set by the HTTP side when the client went away; the engine frees the request's slot.
+    pub cancelled: AtomicBool,
+}
+
+impl Progress {
+    pub fn new(total: u32) -> Arc<Progress> {
+        Arc::new(Progress {
+            available: AtomicU32::new(0),
+            total,
+            waker: AtomicWaker::new(),
+            cancelled: AtomicBool::new(false),
+        })
+    }
+
+    fn publish(&self, available: u32) {
+        self.available.store(available, Ordering::Release);
+        self.waker.wake();
+    }
+}
+
+/// A request handed to the engine.
+#[derive(Debug)]
+pub struct Submit {
+    pub progress: Arc<Progress>,
+    pub prompt_tokens: u32,
+    pub arrival: Instant,
+}
+
+/// The work in one engine step, as the cost model sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepShape {
+    /// Requests taking part in the step (decoding or prefilling): pipeline micro-batches split these.
+    pub seqs: u32,
+    /// Decode sequences, prompt-chunk tokens (plus speculative verify tokens beyond the first of
+    /// each decoding sequence) and KV tokens read, in the shared roofline's terms.
+    pub work: StepWork,
+    /// (prompt token, earlier token) pairs prefill attention computes this step: a chunk of c
+    /// tokens after p already prefilled attends to c x (p + (c+1)/2) positions.
+    pub prefill_attention_pairs: u64,
+}
+
+impl StepShape {
+    /// Tokens pushed through the model this step.
+    pub fn tokens(&self) -> u32 {
+        self.work.decode_seqs + self.work.prefill_tokens
+    }
+}
+
+/// Duration of one engine step for a shape of work.
+pub trait CostModel: Send {
+    fn step_time(&self, shape: &StepShape) -> Duration;
+}
+
+/// Speculative decoding: `k` draft tokens per step, each accepted with probability `accept`
+/// while the previous ones were (the chain stops at the first rejection).
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    pub tokens: u32,
+    pub accept: f64,
+}
+
+impl Spec {
+    /// Expected tokens emitted per decode step: 1 + a + a^2 + ... + a^k.
+    pub fn mean_tokens_per_step(&self) -> f64 {
+        (0..=self.tokens).map(|i| self.accept.powi(i as i32)).sum()
+    }
+}
+
+pub enum Timing {
+    Fixed {
+        ttft: Duration,
+        /// Gap between chunks; zero streams every token as soon as the first is due.
+        itl: Duration,
+        tokens_per_chunk: u32,
+    },
+    Modelled {
+        cost: Box<dyn CostModel>,
+        max_step_tokens: u32,
+        kv_cache_tokens: u64,
+        spec: Option<Spec>,
+    },
+}
+
+pub struct EngineConfig {
+    pub timing: Timing,
+    /// At most this many requests run at once; the rest wait in FCFS order.
+    pub max_running: Option<u32>,
+    pub seed: u64,
+}
+
+/// The HTTP side's handle: submit requests, read metrics.
+#[derive(Clone)]
+pub struct Engine {
+    tx: Sender<Submit>,
+    pub metrics: Arc<Mutex<Metrics>>,
+}
+
+impl Engine {
+    /// Starts the engine thread; it ends when every handle is dropped.
+    pub fn start(config: EngineConfig) -> Engine {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let metrics = Arc::new(Mutex::new(Metrics::default()));
+        let m = metrics.clone();
+        std::thread::Builder::new()
+            .name("srv-sim-engine".into())
+            .spawn(move || match config.timing {
+                Timing::Fixed {
+                    ttft,
+                    itl,
+                    tokens_per_chunk,
+                } => FixedLoop {
+                    rx,
+                    metrics: m,
+                    ttft,
+                    itl,
+                    chunk: tokens_per_chunk.max(1),
+                    max_running: config.max_running.map_or(usize::MAX, |n| n as usize),
+                    waiting: VecDeque::new(),
+                    running: HashMap::new(),
+                    heap: BinaryHeap::new(),
+                    next_id: 0,
+                }
+                .run(),
+                Timing::Modelled {
+                    cost,
+                    max_step_tokens,
+                    kv_cache_tokens,
+                    spec,
+                } => StepLoop {
+                    rx,
+                    metrics: m,
+                    cost,
+                    max_step_tokens,
+                    kv_cache_tokens,
+                    kv_reserved: 0,
+                    spec,
+                    max_running: config.max_running.map_or(usize::MAX, |n| n as usize),
+                    waiting: VecDeque::new(),
+                    running: Vec::new(),
+                    rng: config.seed,
+                }
+                .run(),
+            })
+            .expect("spawn the engine thread");
+        Engine { tx, metrics }
+    }
+
+    pub fn submit(&self, s: Submit) {
+        // The engine thread lives as long as any handle; a failed send means shutdown.
+        let _ = self.tx.send(s);
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// Per-request bookkeeping shared by both loops.
+struct Req {
+    sub: Submit,
+    published: u32,
+    last_publish: Instant,
+}
+
+impl Req {
+    fn new(sub: Submit) -> Req {
+        let arrival = sub.arrival;
+        Req {
+            sub,
+            published: 0,
+            last_publish: arrival,
+        }
+    }
+
+    fn total(&self) -> u32 {
+        self.sub.progress.total
+    }
+
+    fn cancelled(&self) -> bool {
+        self.sub.progress.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// Makes `n` more tokens available at `now`, and records TTFT/ITL/e2e.
+    fn publish(&mut self, n: u32, now: Instant, m: &mut Metrics) {
+        if n == 0 {
+            return;
+        }
+        if self.published == 0 {
+            m.ttft.observe(secs(now - self.sub.arrival));
+            if n > 1 {
+                m.itl.observe_n(0.0, u64::from(n - 1));
+            }
+        } else {
+            m.itl
+                .observe_n(secs(now - self.last_publish) / f64::from(n), u64::from(n));
+        }
+        self.published += n;
+        self.last_publish = now;
+        m.generation_tokens += u64::from(n);
+        self.sub.progress.publish(self.published);
+        if self.published >= self.total() {
+            m.finished_length += 1;
+            m.e2e.observe(secs(now - self.sub.arrival));
+        }
+    }
+}
+
+/// Waits until `deadline`, queueing requests that arrive meanwhile. False when the server is gone.
+fn wait_until(rx: &Receiver<Submit>, deadline: Instant, inbox: &mut VecDeque<Submit>) -> bool {
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        match rx.recv_timeout(deadline - now) {
+            Ok(s) => inbox.push_back(s),
+            Err(RecvTimeoutError::Timeout) => return true,
+            Err(RecvTimeoutError::Disconnected) => return false,
+        }
+    }
+}
+
+struct FixedLoop {
+    rx: Receiver<Submit>,
+    metrics: Arc<Mutex<Metrics>>,
+    ttft: Duration,
+    itl: Duration,
+    chunk: u32,
+    max_running: usize,
+    waiting: VecDeque<Submit>,
+    running: HashMap<u64, (Req, Instant, u32)>,
+    /// (deadline, request id): the next chunk of each running request.
+    heap: BinaryHeap<Reverse<(Instant, u64)>>,
+    next_id: u64,
+}
+
+impl FixedLoop {
+    fn run(mut self) {
+        loop {
+            let mut inbox = VecDeque::new();
+            match self.heap.peek().map(|Reverse((t, _))| *t) {
+                Some(deadline) => {
+                    if !wait_until(&self.rx, deadline, &mut inbox) {
+                        return;
+                    }
+                }
+                None => match self.rx.recv() {
+                    Ok(s) => inbox.push_back(s),
+                    Err(_) => return,
+                },
+            }
+            inbox.extend(self.rx.try_iter());
+            let metrics = self.metrics.clone();
+            let mut m = metrics.lock().unwrap_or_else(|e| e.into_inner());
+            for s in inbox {
+                m.prompt_tokens += u64::from(s.prompt_tokens);
+                self.waiting.push_back(s);
+            }
+            self.admit(None);
+            let now = Instant::now();
+            while let Some(&Reverse((due, id))) = self.heap.peek() {
+                if due > now {
+                    break;
+                }
+                self.heap.pop();
+                m.engine_steps += 1;
+                let Some((req, first_due, chunks)) = self.running.get_mut(&id) else {
+                    continue;
+                };
+                if req.cancelled() {
+                    m.aborted += 1;
+                    self.running.remove(&id);
+                    self.admit(Some(due));
+                    continue;
+                }
+                let n = if self.itl.is_zero() {
+                    req.total() - req.published
+                } else {
+                    self.chunk.min(req.total() - req.published)
+                };
+                m.late(secs(now.saturating_duration_since(due)));
+                req.publish(n, now, &mut m);
+                *chunks += 1;
+                if req.published >= req.total() {
+                    self.running.remove(&id);
+                    self.admit(Some(due));
+                } else {
+                    // Absolute schedule: chunk j is due at first + j x ITL, whatever the lateness.
+                    let next = *first_due + self.itl * *chunks;
+                    self.heap.push(Reverse((next, id)));
+                }
+            }
+            m.running = self.running.len() as u64;
+            m.waiting = self.waiting.len() as u64;
+        }
+    }
+
+    /// Starts waiting requests while slots are free; `freed_at` is when the slot opened.
+    fn admit(&mut self, freed_at: Option<Instant>) {
+        while self.running.len() < self.max_running {
+            let Some(s) = self.waiting.pop_front() else {
+                break;
+            };
+            if s.progress.cancelled.load(Ordering::Relaxed) {
+                continue;
+            }
+            let start = freed_at.map_or(s.arrival, |t| t.max(s.arrival));
+            let first_due = start + self.ttft;
+            let id = self.next_id;
+            self.next_id += 1;
+            self.heap.push(Reverse((first_due, id)));
+            self.running.insert(id, (Req::new(s), first_due, 0));
+        }
+    }
+}
+
+struct Running {
+    req: Req,
+    prefilled: u32,
+    /// Prompt tokens to prefill (at least one: an empty prompt still runs one forward pass).
+    prompt_work: u32,
+    kv_reserved: u64,
+}
+
+struct StepLoop {
+    rx: Receiver<Submit>,
+    metrics: Arc<Mutex<Metrics>>,
+    cost: Box<dyn CostModel>,
+    max_step_tokens: u32,
+    kv_cache_tokens: u64,
+    kv_reserved: u64,
+    spec: Option<Spec>,
+    max_running: usize,
+    waiting: VecDeque<Submit>,
+    running: Vec<Running>,
+    rng: u64,
+}
+
+/// What a step does to one running request.
+#[derive(Clone, Copy)]
+enum Work {
+    Prefill(u32),
+    Decode(u32),
+}
+
+impl StepLoop {
+    fn run(mut self) {
+        let mut step_start: Option<Instant> = None;
+        let mut inbox = VecDeque::new();
+        loop {
+            if self.running.is_empty() && self.waiting.is_empty() && inbox.is_empty() {
+                // Idle: the next step starts when work arrives.
+                match self.rx.recv() {
+                    Ok(s) => inbox.push_back(s),
+                    Err(_) => return,
+                }
+                step_start = None;
+            }
+            inbox.extend(self.rx.try_iter());
+            let start = step_start.unwrap_or_else(Instant::now);
+            let metrics = self.metrics.clone();
+            {
+                let mut m = metrics.lock().unwrap_or_else(|e| e.into_inner());
+                for s in inbox.drain(..) {
+                    m.prompt_tokens += u64::from(s.prompt_tokens);
+                    self.waiting.push_back(s);
+                }
+                self.drop_cancelled(&mut m);
+                self.admit();
+                m.running = self.running.len() as u64;
+                m.waiting = self.waiting.len() as u64;
+            }
+            let (plan, shape) = self.plan();
+            if plan.is_empty() {
+                step_start = None;
+                continue;
+            }
+            let deadline = start + self.cost.step_time(&shape);
+            if !wait_until(&self.rx, deadline, &mut inbox) {
+                return;
+            }
+            let now = Instant::now();
+            let mut m = metrics.lock().unwrap_or_else(|e| e.into_inner());
+            m.engine_steps += 1;
+            m.late(secs(now.saturating_duration_since(deadline)));
+            self.apply(&plan, now, &mut m);
+            // Absolute deadlines: the next step starts when this one was due to end.
+            step_start = Some(deadline);
+        }
+    }
+
+    fn drop_cancelled(&mut self, m: &mut Metrics) {
+        let before = self.running.len();
+        let mut freed = 0;
+        self.running.retain(|r| {
+            let keep = !r.req.cancelled();
+            if !keep {
+                freed += r.kv_reserved;
+            }
+            keep
+        });
+        self.kv_reserved -= freed;
+        m.aborted += (before - self.running.len()) as u64;
+        self.waiting
+            .retain(|s| !s.progress.cancelled.load(Ordering::Relaxed));
+    }
+
+    /// FCFS admission: the head of the queue waits until a slot and its KV reservation fit.
+    fn admit(&mut self) {
+        while self.running.len() < self.max_running {
+            let Some(s) = self.waiting.front() else { break };
+            // Reserve the prompt and every token the request may generate (no preemption).
+            let need = u64::from(s.prompt_tokens) + u64::from(s.progress.total);
+            if self.kv_reserved + need > self.kv_cache_tokens && !self.running.is_empty() {
+                break;
+            }
+            let Some(s) = self.waiting.pop_front() else {
+                break;
+            };
+            self.kv_reserved += need;
+            let prompt_work = s.prompt_tokens.max(1);
+            self.running.push(Running {
+                req: Req::new(s),
+                prefilled: 0,
+                prompt_work,
+                kv_reserved: need,
+            });
+        }
+    }
+
+    fn draw(&mut self) -> f64 {
+        self.rng = splitmix64(self.rng);
+        unit(self.rng)
+    }
+
+    /// Decides the step's work: decode for every request past prefill, then prefill chunks in
+    /// admission order within what is left of the step's token budget.
+    fn plan(&mut self) -> (Vec<(usize, Work)>, StepShape) {
+        let mut plan = Vec::with_capacity(self.running.len());
+        let mut shape = StepShape::default();
+        let drafts = self.spec.map_or(0, |s| s.tokens);
+        for i in 0..self.running.len() {
+            let r = &self.running[i];
+            if r.prefilled < r.prompt_work {
+                continue;
+            }
+            let remaining = r.req.total() - r.req.published;
+            let context = u64::from(r.prompt_work + r.req.published);
+            let emitted = match self.spec {
+                None => 1,
+                Some(spec) => {
+                    let mut accepted = 0;
+                    while accepted < spec.tokens && self.draw() < spec.accept {
+                        accepted += 1;
+                    }
+                    1 + accepted
+                }
+            };
+            shape.seqs += 1;
+            shape.work.decode_seqs += 1;
+            shape.work.prefill_tokens += drafts;
+            shape.work.kv_tokens += context;
+            plan.push((i, Work::Decode(emitted.min(remaining))));
+        }
+        let mut budget = self.max_step_tokens.saturating_sub(shape.tokens());
+        for (i, r) in self.running.iter().enumerate() {
+            if budget == 0 {
+                break;
+            }
+            if r.prefilled >= r.prompt_work {
+                continue;
+            }
+            let chunk = (r.prompt_work - r.prefilled).min(budget);
+            budget -= chunk;
+            shape.seqs += 1;
+            shape.work.prefill_tokens += chunk;
+            shape.work.kv_tokens += u64::from(r.prefilled);
+            shape.prefill_attention_pairs +=
+                u64::from(chunk) * (u64::from(r.prefilled) + u64::from(chunk).div_ceil(2));
+            plan.push((i, Work::Prefill(chunk)));
+        }
+        (plan, shape)
+    }
+
+    fn apply(&mut self, plan: &[(usize, Work)], now: Instant, m: &mut Metrics) {
+        for &(i, work) in plan {
+            let r = &mut self.running[i];
+            match work {
+                Work::Prefill(n) => {
+                    r.prefilled += n;
+                    if r.prefilled >= r.prompt_work {
+                        // The step that finishes the prompt samples the first token.
+                        r.req.publish(1, now, m);
+                    }
+                }
+                Work::Decode(n) => {
+                    if let Some(spec) = self.spec {
+                        m.spec_drafts += 1;
+                        m.spec_draft_tokens += u64::from(spec.tokens);
+                        m.spec_accepted_tokens += u64::from(n.saturating_sub(1));
+                    }
+                    r.req.publish(n, now, m);
+                }
+            }
+        }
+        let mut freed = 0;
+        self.running.retain(|r| {
+            let done = r.req.published >= r.req.total();
+            if done {
+                freed += r.kv_reserved;
+            }
+            !done
+        });
+        self.kv_reserved -= freed;
+        let used: u64 = self
+            .running
+            .iter()
+            .map(|r| u64::from(r.prefilled + r.req.published))
+            .sum();
+        m.kv_usage = used as f64 / self.kv_cache_tokens.max(1) as f64;
+        m.running = self.running.len() as u64;
+        m.waiting = self.waiting.len() as u64;
+    }
+}
