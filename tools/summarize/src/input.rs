@@ -14,7 +14,7 @@ use servbench::cli;
 use servbench::jsonl::{Source, excerpt};
 use servbench::record::{
     CollRecord, CollRunRecord, KillRecord, Labels, PointKey, Record, RequestError, RequestRecord,
-    ServerRecord, SummaryRecord,
+    SCHEMA_VERSION, ServerRecord, SummaryRecord,
 };
 use servbench::stats::{PointStats, Slo};
 use std::collections::BTreeMap;
@@ -118,6 +118,8 @@ pub struct Inputs {
 #[derive(Deserialize)]
 struct RequestFields {
     kind: String,
+    #[serde(default = "current_version")]
+    v: u32,
     #[serde(default)]
     labels: Labels,
     point: PointKey,
@@ -150,7 +152,7 @@ struct RequestFields {
 impl RequestFields {
     fn into_record(self) -> RequestRecord {
         RequestRecord {
-            v: servbench::record::SCHEMA_VERSION,
+            v: self.v,
             ts: String::new(),
             labels: self.labels,
             point: self.point,
@@ -173,6 +175,10 @@ impl RequestFields {
             extra: Default::default(),
         }
     }
+}
+
+fn current_version() -> u32 {
+    SCHEMA_VERSION
 }
 
 /// How many malformed lines to describe before only counting them (as the shared reader does).
@@ -220,6 +226,16 @@ fn warn_lookalikes(inputs: &Inputs) {
     }
 }
 
+/// Warns once per source about records from a newer schema (as the shared reader does).
+fn warn_newer(warned: &mut bool, v: u32, name: &str, line_no: usize) {
+    if v > SCHEMA_VERSION && !*warned {
+        *warned = true;
+        cli::warn(format!(
+            "{name}:{line_no}: record schema v{v} is newer than this tool's v{SCHEMA_VERSION}: fields it does not know are ignored"
+        ));
+    }
+}
+
 /// Reads one source; see [`load`].
 pub fn load_one(
     name: &str,
@@ -231,6 +247,7 @@ pub fn load_one(
     let mut buf = Vec::with_capacity(4096);
     let mut line_no = 0usize;
     let mut malformed_here = 0u64;
+    let mut warned_version = false;
     loop {
         buf.clear();
         let n = reader
@@ -240,14 +257,7 @@ pub fn load_one(
             break;
         }
         line_no += 1;
-        let mut bytes = buf.as_slice();
-        while let Some((&b, rest)) = bytes.split_last() {
-            if b == b'\n' || b == b'\r' || b == b' ' || b == b'\t' {
-                bytes = rest;
-            } else {
-                break;
-            }
-        }
+        let bytes = buf.trim_ascii_end();
         if bytes.is_empty() {
             continue;
         }
@@ -256,12 +266,16 @@ pub fn load_one(
             && fields.kind == "request"
         {
             inputs.request_lines += 1;
+            warn_newer(&mut warned_version, fields.v, name, line_no);
             add_request(inputs, fields.into_record(), slo, name);
             continue;
         }
         let text = String::from_utf8_lossy(bytes);
         match Record::parse(&text) {
-            Ok(record) => add_record(inputs, record, slo, name)?,
+            Ok(record) => {
+                warn_newer(&mut warned_version, record.version(), name, line_no);
+                add_record(inputs, record, slo, name)?
+            }
             Err(reason) => {
                 let msg = format!("{name}:{line_no}: {reason} (line: {})", excerpt(&text, 60));
                 if strict {
