@@ -73,8 +73,30 @@ fn stdout(out: &std::process::Output) -> String {
 
 #[test]
 fn statistics_from_requests_equal_the_summaries_the_shared_code_wrote() {
-    let from_requests = points_of("clean.jsonl", |l| is_kind(l, "request"));
-    let written = summaries_in("clean.jsonl");
+    statistics_from_requests_equal_the_summaries_in("clean.jsonl");
+}
+
+/// `loadgen_sim.jsonl` is real loadgen output (`loadgen --url SIM -c 1,4,16 -n 32
+/// --max-tokens 32 --input-len 128 --label engine=srv-sim` against `srv-sim --model
+/// llama-3.1-8b --hardware h100`): summarize must recompute exactly what loadgen summarized.
+#[test]
+fn statistics_from_loadgen_requests_equal_loadgens_summaries() {
+    statistics_from_requests_equal_the_summaries_in("loadgen_sim.jsonl");
+    let text = stdout(&summarize(&[
+        "loadgen_sim.jsonl",
+        "--roofline",
+        "llama-3.1-8b@h100",
+    ]));
+    assert!(text.contains("engine=srv-sim"), "{text}");
+    assert!(
+        !text.contains("note:"),
+        "a healthy simulated sweep gets no notes: {text}"
+    );
+}
+
+fn statistics_from_requests_equal_the_summaries_in(name: &str) {
+    let from_requests = points_of(name, |l| is_kind(l, "request"));
+    let written = summaries_in(name);
     assert_eq!(from_requests.len(), written.len());
     assert!(from_requests.iter().all(|p| p.from_requests));
     for (p, s) in from_requests.iter().zip(&written) {
