@@ -127,3 +127,15 @@ pub fn alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// The value of an environment variable a setup script exports (`scripts/setup/<script>.sh`);
+/// panics with the fix when it is missing, so a test never passes for want of its setup.
+pub fn setup_env(var: &str, script: &str) -> String {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => v,
+        _ => panic!(
+            "{var} is not set: run the tests with scripts/test.sh, or first \
+             `eval \"$(scripts/setup/{script}.sh start)\"`"
+        ),
+    }
+}

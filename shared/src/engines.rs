@@ -1,0 +1,209 @@
+//! How each inference engine is started and how to tell it is ready, as data.
+//!
+//! srv-launch maps its shared flags (`--model`, `--tp`, `--pp`, `--port`) onto each engine's own
+//! spelling here, so adding or correcting an engine is an edit to one table, not to code. Flags
+//! drift between releases; these follow the engines' own docs as of late 2026 (see README).
+
+/// How the model is passed on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelArg {
+    /// `FLAG MODEL`.
+    Flag(&'static str),
+    /// A positional argument right after the program.
+    Positional,
+}
+
+/// One engine's launch recipe.
+#[derive(Debug, Clone, Copy)]
+pub struct EnginePreset {
+    /// The name on srv-launch's command line and in records (`engine`).
+    pub name: &'static str,
+    /// Program and fixed leading arguments.
+    pub program: &'static [&'static str],
+    pub model: ModelArg,
+    pub host_flag: &'static str,
+    pub port_flag: &'static str,
+    /// Tensor-parallel flag; `None` when the engine has none (then `--tp` above 1 is refused).
+    pub tp_flag: Option<&'static str>,
+    pub pp_flag: Option<&'static str>,
+    /// Answers 200 only once the model is loaded (503 or no answer before).
+    pub health_path: &'static str,
+    /// Lists the served model once ready.
+    pub models_path: &'static str,
+    /// The log line the engine prints when ready, shown in progress (not relied on).
+    pub ready_line: Option<&'static str>,
+    /// Process titles of its workers, to recognise leftovers.
+    pub worker_titles: &'static [&'static str],
+    /// Whether the engine needs `--model`.
+    pub needs_model: bool,
+}
+
+pub const ENGINES: &[EnginePreset] = &[
+    EnginePreset {
+        name: "sglang",
+        program: &["python3", "-m", "sglang.launch_server"],
+        model: ModelArg::Flag("--model-path"),
+        host_flag: "--host",
+        port_flag: "--port",
+        tp_flag: Some("--tp-size"),
+        pp_flag: Some("--pp-size"),
+        health_path: "/health",
+        models_path: "/v1/models",
+        ready_line: Some("The server is fired up and ready to roll!"),
+        worker_titles: &["sglang::scheduler", "sglang::detokenizer"],
+        needs_model: true,
+    },
+    EnginePreset {
+        name: "vllm",
+        program: &["vllm", "serve"],
+        model: ModelArg::Positional,
+        host_flag: "--host",
+        port_flag: "--port",
+        tp_flag: Some("--tensor-parallel-size"),
+        pp_flag: Some("--pipeline-parallel-size"),
+        health_path: "/health",
+        models_path: "/v1/models",
+        ready_line: Some("Application startup complete."),
+        worker_titles: &["VLLM::EngineCore", "VLLM::Worker"],
+        needs_model: true,
+    },
+    EnginePreset {
+        name: "llama-cpp",
+        program: &["llama-server"],
+        model: ModelArg::Flag("-m"),
+        host_flag: "--host",
+        port_flag: "--port",
+        tp_flag: None,
+        pp_flag: None,
+        health_path: "/health",
+        models_path: "/v1/models",
+        ready_line: Some("main: server is listening"),
+        worker_titles: &[],
+        needs_model: true,
+    },
+    EnginePreset {
+        name: "trtllm",
+        program: &["trtllm-serve"],
+        model: ModelArg::Positional,
+        host_flag: "--host",
+        port_flag: "--port",
+        tp_flag: Some("--tp_size"),
+        pp_flag: Some("--pp_size"),
+        health_path: "/health",
+        models_path: "/v1/models",
+        ready_line: Some("Application startup complete."),
+        worker_titles: &[],
+        needs_model: true,
+    },
+    EnginePreset {
+        name: "sim",
+        program: &["srv-sim"],
+        model: ModelArg::Flag("--model"),
+        host_flag: "--host",
+        port_flag: "--port",
+        tp_flag: Some("--tp"),
+        pp_flag: Some("--pp"),
+        health_path: "/health",
+        models_path: "/v1/models",
+        ready_line: None,
+        worker_titles: &[],
+        needs_model: false,
+    },
+];
+
+/// The preset called `name`.
+pub fn engine(name: &str) -> Option<&'static EnginePreset> {
+    ENGINES.iter().find(|e| e.name == name)
+}
+
+/// What the launcher asks of an engine, in engine-independent terms.
+#[derive(Debug, Clone, Default)]
+pub struct LaunchParams {
+    pub model: Option<String>,
+    pub tp: u32,
+    pub pp: u32,
+    pub bind: String,
+    pub port: u16,
+    /// Replaces the preset's program (e.g. a llama-server built elsewhere).
+    pub program: Option<String>,
+    /// Appended as given (after `--`).
+    pub extra: Vec<String>,
+}
+
+impl EnginePreset {
+    /// The full argv for `params`; an error names the flag the engine cannot take.
+    pub fn argv(&self, params: &LaunchParams) -> Result<Vec<String>, String> {
+        let mut argv: Vec<String> = match &params.program {
+            Some(p) => vec![p.clone()],
+            None => self.program.iter().map(|s| s.to_string()).collect(),
+        };
+        match (&params.model, self.model) {
+            (Some(m), ModelArg::Positional) => argv.push(m.clone()),
+            (Some(m), ModelArg::Flag(f)) => argv.extend([f.to_string(), m.clone()]),
+            (None, _) if self.needs_model => {
+                return Err(format!("{} needs --model", self.name));
+            }
+            (None, _) => {}
+        }
+        argv.extend([self.host_flag.to_string(), params.bind.clone()]);
+        argv.extend([self.port_flag.to_string(), params.port.to_string()]);
+        for (value, flag, what) in [
+            (params.tp, self.tp_flag, "tensor"),
+            (params.pp, self.pp_flag, "pipeline"),
+        ] {
+            match flag {
+                Some(f) if value > 1 => argv.extend([f.to_string(), value.to_string()]),
+                None if value > 1 => {
+                    return Err(format!(
+                        "{} has no {what} parallelism flag; pass its own flags after --",
+                        self.name
+                    ));
+                }
+                _ => {}
+            }
+        }
+        argv.extend(params.extra.iter().cloned());
+        Ok(argv)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> LaunchParams {
+        LaunchParams {
+            model: Some("m".into()),
+            tp: 4,
+            pp: 1,
+            bind: "127.0.0.1".into(),
+            port: 9000,
+            program: None,
+            extra: vec!["--x".into()],
+        }
+    }
+
+    #[test]
+    fn flag_maps() {
+        let v = engine("vllm").unwrap().argv(&params()).unwrap();
+        assert_eq!(
+            v.join(" "),
+            "vllm serve m --host 127.0.0.1 --port 9000 --tensor-parallel-size 4 --x"
+        );
+        let s = engine("sglang").unwrap().argv(&params()).unwrap();
+        assert_eq!(
+            s.join(" "),
+            "python3 -m sglang.launch_server --model-path m --host 127.0.0.1 --port 9000 --tp-size 4 --x"
+        );
+        let err = engine("llama-cpp").unwrap().argv(&params()).unwrap_err();
+        assert!(err.contains("tensor"), "{err}");
+        let mut p = params();
+        p.tp = 1;
+        p.program = Some("/opt/llama-server".into());
+        let l = engine("llama-cpp").unwrap().argv(&p).unwrap();
+        assert_eq!(l[..3], ["/opt/llama-server", "-m", "m"]);
+        p.model = None;
+        assert!(engine("vllm").unwrap().argv(&p).is_err());
+        assert!(engine("sim").unwrap().argv(&p).is_ok());
+    }
+}

@@ -1,0 +1,94 @@
+//! A real engine end to end: llama.cpp's llama-server (built by scripts/setup/llama-server.sh)
+//! serving a tiny random-weights GGUF with one thread: srv-launch llama-cpp -> completions and
+//! chat over HTTP -> srv-kill. Asserts behaviour only, never speed.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Stdio;
+use std::time::Duration;
+use testkit::{alive, cmd, json_lines, setup_env};
+
+/// One HTTP/1.1 POST with `Connection: close`: status code and body.
+fn post(url: &str, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    let hostport = url.strip_prefix("http://").unwrap();
+    let mut s = TcpStream::connect(hostport).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let body = body.to_string();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let (head, rest) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
+    let status: u16 = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // The body may be chunked: take the JSON object between the first '{' and the last '}'.
+    let json = &rest[rest.find('{').unwrap()..=rest.rfind('}').unwrap()];
+    (status, serde_json::from_str(json).unwrap())
+}
+
+#[test]
+fn llama_server_launches_serves_completions_and_chat_and_is_killed() {
+    let server = setup_env("SERVBENCH_LLAMA_SERVER", "llama-server");
+    let model = setup_env("SERVBENCH_TINY_GGUF", "llama-server");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("llama.log");
+    let out = cmd("srv-launch")
+        .args(["llama-cpp", "--bin", &server, "--model", &model, "--probe"])
+        .args(["--log", log.to_str().unwrap(), "--timeout", "5m"])
+        .args(["--", "-t", "1", "-c", "2048", "--parallel", "2"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let r = &json_lines(&out.stdout)[0];
+    assert_eq!(r["engine"], "llama-cpp");
+    assert_eq!(r["labels"]["engine"], "llama-cpp");
+    assert_eq!(r["model"], model.as_str());
+    let command = r["command"].as_str().unwrap();
+    assert!(
+        command.starts_with(&format!("{server} -m {model} --host 127.0.0.1 --port ")),
+        "{command}"
+    );
+    assert!(command.ends_with("-t 1 -c 2048 --parallel 2"), "{command}");
+    let url = r["url"].as_str().unwrap();
+    let pid = r["pid"].as_u64().unwrap() as u32;
+
+    let (status, body) = post(
+        url,
+        "/v1/completions",
+        &serde_json::json!({"prompt": "Hello there", "max_tokens": 5, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["usage"]["completion_tokens"], 5);
+    assert!(!body["choices"][0]["text"].as_str().unwrap().is_empty());
+
+    let (status, body) = post(
+        url,
+        "/v1/chat/completions",
+        &serde_json::json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["usage"]["completion_tokens"], 3);
+    assert_eq!(body["choices"][0]["message"]["role"], "assistant");
+
+    let mut child = cmd("srv-kill")
+        .args(["--grace", "10s"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.as_mut().unwrap(), "{r}").unwrap();
+    drop(child.stdin.take());
+    let killed = child.wait_with_output().unwrap();
+    assert_eq!(killed.status.code(), Some(0));
+    let k = &json_lines(&killed.stdout)[0];
+    assert_eq!(k["ok"], true);
+    assert_eq!(k["port_free"], true);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!alive(pid), "llama-server still running");
+}
