@@ -311,7 +311,11 @@ pub fn server_table(servers: &[ServerRecord]) -> Table {
         table.push(
             vec![
                 Cell::Text(s.engine.clone()),
-                s.model.clone().map_or(Cell::Empty, Cell::Text),
+                // srv-launch names the model in its labels when the engine has no model field.
+                s.model
+                    .clone()
+                    .or_else(|| s.labels.get("model").cloned())
+                    .map_or(Cell::Empty, Cell::Text),
                 Cell::Text(s.host.clone()),
                 Cell::int(s.pid),
                 Cell::Text(s.url.clone()),

@@ -576,3 +576,15 @@ fn the_fast_path_and_the_shared_parser_agree() {
         assert_eq!(a, b);
     }
 }
+
+#[test]
+fn real_launch_and_kill_records_become_status_tables() {
+    let text = stdout(&summarize(&["launch_kill.jsonl"]));
+    assert!(
+        text.contains("# servers") && text.contains("llama-3.1-8b"),
+        "{text}"
+    );
+    assert!(text.contains("# kills") && text.contains("TERM"), "{text}");
+    let kill_row = text.lines().last().unwrap();
+    assert!(kill_row.ends_with("ok"), "{text}");
+}
