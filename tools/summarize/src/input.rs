@@ -107,6 +107,9 @@ pub struct Inputs {
     pub coll_runs: Vec<CollRunRecord>,
     pub kills: Vec<KillRecord>,
     pub servers: Vec<ServerRecord>,
+    /// collbench's `decode` records (allreduce per decode step), kept as JSON: read by field
+    /// name so they tabulate whether or not this build knows the kind.
+    pub decode: Vec<serde_json::Value>,
     /// Records of kinds summarize does not tabulate, by kind.
     pub ignored: BTreeMap<String, u64>,
     pub malformed: u64,
@@ -356,6 +359,11 @@ fn add_record(
         Record::CollRun(c) => inputs.coll_runs.push(c),
         Record::Kill(k) => inputs.kills.push(k),
         Record::Server(s) => inputs.servers.push(s),
+        other if other.kind() == "decode" => {
+            if let Ok(v) = serde_json::from_str(&other.to_line()) {
+                inputs.decode.push(v);
+            }
+        }
         other => *inputs.ignored.entry(other.kind().to_string()).or_default() += 1,
     }
     Ok(())

@@ -372,3 +372,88 @@ pub fn kill_table(kills: &[KillRecord]) -> Table {
     }
     table
 }
+
+/// collbench's decode question, one row per batch: the allreduce each decode step pays, times
+/// the allreduces per step, against the roofline step of the model on the hardware.
+pub fn decode_table(decode: &[serde_json::Value]) -> Table {
+    use serde_json::Value;
+    let col = |name: &str, header: &str| Column {
+        name: name.into(),
+        header: header.into(),
+    };
+    let mut table = Table::new(
+        "decode allreduce budget",
+        vec![
+            col("model", "model"),
+            col("hardware", "hardware"),
+            col("backend", "backend"),
+            col("tp", "TP"),
+            col("batch", "batch"),
+            col("allreduce_bytes", "allreduce B"),
+            col("allreduces_per_step", "per step"),
+            col("allreduce_us_p50", "allreduce p50 us"),
+            col("comm_ms_per_token", "comm ms/token"),
+            col("step_roofline_ms", "roofline step ms"),
+            col("comm_pct", "comm %"),
+            col("wrong", "#wrong"),
+        ],
+    );
+    let text = |v: &Value, k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .map_or(Cell::Empty, |s| Cell::Text(s.to_string()))
+    };
+    let int = |v: &Value, k: &str| {
+        v.get(k)
+            .and_then(Value::as_i64)
+            .map_or(Cell::Empty, Cell::Int)
+    };
+    let num = |v: &Value, k: &str, scale: f64| {
+        Cell::num(v.get(k).and_then(Value::as_f64).map(|x| x * scale))
+    };
+    for d in decode {
+        let p50 = d
+            .get("allreduce_us")
+            .and_then(|a| a.get("p50"))
+            .and_then(Value::as_f64);
+        table.push(
+            vec![
+                text(d, "model"),
+                text(d, "hardware"),
+                text(d, "backend"),
+                int(d, "tp"),
+                int(d, "batch"),
+                int(d, "allreduce_bytes"),
+                int(d, "allreduces_per_step"),
+                Cell::num(p50),
+                num(d, "comm_us_per_token", 1e-3),
+                num(d, "step_roofline_us", 1e-3),
+                num(d, "comm_fraction", 100.0),
+                int(d, "wrong"),
+            ],
+            0,
+        );
+        let (Some(comm), Some(step)) = (
+            d.get("comm_us_per_token").and_then(Value::as_f64),
+            d.get("step_roofline_us").and_then(Value::as_f64),
+        ) else {
+            continue;
+        };
+        let share = comm / (comm + step);
+        let verdict = if share < 0.25 {
+            "not the bottleneck"
+        } else if share < 0.5 {
+            "a large share of the step"
+        } else {
+            "the bottleneck: communication latency caps this TP degree"
+        };
+        table.notes.push(format!(
+            "batch {}: allreduce is {} ms of a {} ms step ({:.0}%): {verdict}",
+            d.get("batch").and_then(Value::as_i64).unwrap_or(0),
+            crate::table::human(comm / 1000.0),
+            crate::table::human((comm + step) / 1000.0),
+            share * 100.0
+        ));
+    }
+    table
+}

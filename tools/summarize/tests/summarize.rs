@@ -588,3 +588,18 @@ fn real_launch_and_kill_records_become_status_tables() {
     let kill_row = text.lines().last().unwrap();
     assert!(kill_row.ends_with("ok"), "{text}");
 }
+
+/// Real collbench output: `collbench -np 2 -b 8 -e 4M -f 4` (tcp) and `collbench decode --model
+/// llama-3.1-8b --tp 2 --batch 1,8,32 --hardware h100` (coll branch 449913d).
+#[test]
+fn real_collbench_records_become_the_collectives_and_decode_tables() {
+    let text = stdout(&summarize(&["collbench_tcp.jsonl", "--hardware", "h100"]));
+    assert!(text.contains("# collectives: link=nvlink4 450 GB/s"), "{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("allreduce")).count(), 10, "{text}");
+    assert!(text.contains("every result checked OK"), "{text}");
+    let out = summarize(&["collbench_decode.jsonl"]);
+    let text = stdout(&out);
+    assert!(text.contains("# decode allreduce budget"), "{text}");
+    assert_eq!(text.matches("note: batch ").count(), 3, "{text}");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("ignored"));
+}
