@@ -110,6 +110,8 @@ pub struct Inputs {
     /// collbench's `decode` records (allreduce per decode step), kept as JSON: read by field
     /// name so they tabulate whether or not this build knows the kind.
     pub decode: Vec<serde_json::Value>,
+    /// loadgen's `ramp` records (the end of a `--ramp`), kept as JSON like `decode`.
+    pub ramps: Vec<serde_json::Value>,
     /// Records of kinds summarize does not tabulate, by kind.
     pub ignored: BTreeMap<String, u64>,
     pub malformed: u64,
@@ -359,9 +361,13 @@ fn add_record(
         Record::CollRun(c) => inputs.coll_runs.push(c),
         Record::Kill(k) => inputs.kills.push(k),
         Record::Server(s) => inputs.servers.push(s),
-        other if other.kind() == "decode" => {
+        other if other.kind() == "decode" || other.kind() == "ramp" => {
             if let Ok(v) = serde_json::from_str(&other.to_line()) {
-                inputs.decode.push(v);
+                if other.kind() == "decode" {
+                    inputs.decode.push(v);
+                } else {
+                    inputs.ramps.push(v);
+                }
             }
         }
         other => *inputs.ignored.entry(other.kind().to_string()).or_default() += 1,

@@ -108,6 +108,9 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
         }
         out.push(t);
     }
+    if !inputs.ramps.is_empty() {
+        out.push(report::ramp_table(&inputs.ramps));
+    }
     if !inputs.decode.is_empty() {
         out.push(report::decode_table(&inputs.decode));
     }

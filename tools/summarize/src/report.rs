@@ -457,3 +457,58 @@ pub fn decode_table(decode: &[serde_json::Value]) -> Table {
     }
     table
 }
+
+/// loadgen's `--ramp` outcomes: what stopped each ramp and the best level it found.
+pub fn ramp_table(ramps: &[serde_json::Value]) -> Table {
+    use serde_json::Value;
+    let col = |name: &str, header: &str| Column {
+        name: name.into(),
+        header: header.into(),
+    };
+    let mut table = Table::new(
+        "ramps",
+        vec![
+            col("in", "in tok"),
+            col("out", "out tok"),
+            col("levels", "levels"),
+            col("last_conc", "last C"),
+            col("stopped_by", "stopped by"),
+            col("best_conc", "best C"),
+            col("best_tok_s", "best out tok/s"),
+        ],
+    );
+    for r in ramps {
+        let point = r.get("point");
+        let pint = |k: &str| {
+            point
+                .and_then(|p| p.get(k))
+                .and_then(Value::as_i64)
+                .map_or(Cell::Empty, Cell::Int)
+        };
+        let levels = r.get("levels").and_then(Value::as_array);
+        let last_conc = levels
+            .and_then(|l| l.last())
+            .and_then(|l| l.get("concurrency"))
+            .and_then(Value::as_i64);
+        table.push(
+            vec![
+                pint("input_len"),
+                pint("max_tokens"),
+                levels.map_or(Cell::Empty, |l| Cell::int(l.len())),
+                last_conc.map_or(Cell::Empty, Cell::Int),
+                r.get("stopped_by")
+                    .and_then(Value::as_str)
+                    .map_or(Cell::Empty, |s| Cell::Text(s.to_string())),
+                r.get("best_concurrency")
+                    .and_then(Value::as_i64)
+                    .map_or(Cell::Empty, Cell::Int),
+                Cell::num(r.get("best_output_tok_s").and_then(Value::as_f64)),
+            ],
+            0,
+        );
+        if let Some(reason) = r.get("reason").and_then(Value::as_str) {
+            table.notes.push(format!("ramp stopped: {reason}"));
+        }
+    }
+    table
+}

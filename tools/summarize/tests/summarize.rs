@@ -594,12 +594,31 @@ fn real_launch_and_kill_records_become_status_tables() {
 #[test]
 fn real_collbench_records_become_the_collectives_and_decode_tables() {
     let text = stdout(&summarize(&["collbench_tcp.jsonl", "--hardware", "h100"]));
-    assert!(text.contains("# collectives: link=nvlink4 450 GB/s"), "{text}");
-    assert_eq!(text.lines().filter(|l| l.starts_with("allreduce")).count(), 10, "{text}");
+    assert!(
+        text.contains("# collectives: link=nvlink4 450 GB/s"),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("allreduce")).count(),
+        10,
+        "{text}"
+    );
     assert!(text.contains("every result checked OK"), "{text}");
     let out = summarize(&["collbench_decode.jsonl"]);
     let text = stdout(&out);
     assert!(text.contains("# decode allreduce budget"), "{text}");
     assert_eq!(text.matches("note: batch ").count(), 3, "{text}");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("ignored"));
+}
+
+/// Real `loadgen --ramp -c 1 --max-concurrency 64 -n 32 --max-tokens 16 --input-len 32
+/// --no-requests` against `srv-sim --ttft 5ms --itl 1ms --max-running-requests 8`.
+#[test]
+fn a_real_ramp_shows_its_levels_its_outcome_and_the_knee() {
+    let out = summarize(&["loadgen_ramp.jsonl"]);
+    let text = stdout(&out);
+    assert!(text.contains("# ramps") && text.contains("saturated"), "{text}");
+    assert!(text.contains("note: ramp stopped: output"), "{text}");
+    assert!(text.contains("saturation knee at C=8"), "{text}");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("ignored"));
 }
