@@ -227,7 +227,7 @@ fn main() {
 
     // Comparisons: a base, a new run 20% faster, and a rerun of the base (noise only).
     let cmp = Sweep {
-        requests_per_point: 200,
+        requests_per_point: 600,
         summaries: true,
         requests: false,
         ..base.clone()

@@ -3,7 +3,8 @@
 //! only when it exceeds the runs' own noise: |new - base| > sqrt(hw_base² + hw_new²), where hw
 //! is the half-width of each side's 95% interval (from repeats when present, else from the
 //! run's own spread; see [`crate::metrics::Metric::single_run_noise`]), and by at least
-//! [`MIN_EFFECT`].
+//! [`MIN_EFFECT`] (with repeats on both sides) or [`MIN_EFFECT_SINGLE`] (without: one run's
+//! spread shows sampling noise only, not how much a rerun moves).
 
 use crate::input::Params;
 use crate::metrics::{Better, Metric};
@@ -16,6 +17,10 @@ use std::collections::{BTreeMap, BTreeSet};
 /// A change smaller than this share never counts as real, however tight the intervals: a
 /// 1% move at a bounded tail is statistics, not news.
 pub const MIN_EFFECT: f64 = 0.02;
+
+/// The floor when either side is a single run: its spread says nothing about run-to-run
+/// variation (machine load, server state), which on real runs is a few percent.
+pub const MIN_EFFECT_SINGLE: f64 = 0.05;
 
 pub const DEFAULT_METRICS: [Metric; 4] = [
     Metric::TOK_S,
@@ -47,11 +52,19 @@ pub struct Change {
 pub fn change(m: Metric, base: &Point, new: &Point) -> Option<Change> {
     let (b, n) = (base.mean(m)?, new.mean(m)?);
     let ratio = if b != 0.0 { n / b } else { f64::NAN };
+    let repeated = base.repeats.len() > 1 && new.repeats.len() > 1;
+    let floor = if repeated {
+        MIN_EFFECT
+    } else {
+        MIN_EFFECT_SINGLE
+    };
     let verdict = match (base.noise(m), new.noise(m)) {
-        (None, None) if b != n => Verdict::Unknown,
-        (nb, nn) => {
-            let noise = (nb.unwrap_or(0.0).powi(2) + nn.unwrap_or(0.0).powi(2)).sqrt();
-            if (n - b).abs() <= noise || (n - b).abs() <= MIN_EFFECT * b.abs() {
+        _ if (n - b).abs() <= floor * b.abs() => Verdict::Noise,
+        // One side's noise unknown (too few samples for a tail): no claim either way.
+        (None, _) | (_, None) => Verdict::Unknown,
+        (Some(nb), Some(nn)) => {
+            let noise = (nb.powi(2) + nn.powi(2)).sqrt();
+            if (n - b).abs() <= noise {
                 Verdict::Noise
             } else if (n > b) == (m.better() == Better::Higher) {
                 Verdict::Better
@@ -178,8 +191,8 @@ fn table_for(
     }
     let mut table = Table::new(title, columns);
     table.context = context;
-    let mut tallies: Vec<(usize, usize, usize, Vec<f64>)> =
-        vec![(0, 0, 0, Vec::new()); metrics.len()];
+    let mut tallies: Vec<(usize, usize, usize, usize, Vec<f64>)> =
+        vec![(0, 0, 0, 0, Vec::new()); metrics.len()];
     for (group, (versus, b, n)) in pairing.pairs.iter().enumerate() {
         let mut row = Vec::new();
         if versus_col {
@@ -200,10 +213,11 @@ fn table_for(
                     match c.verdict {
                         Verdict::Better => tallies[i].0 += 1,
                         Verdict::Worse => tallies[i].1 += 1,
-                        _ => tallies[i].2 += 1,
+                        Verdict::Noise => tallies[i].2 += 1,
+                        Verdict::Unknown => tallies[i].3 += 1,
                     }
                     if c.ratio.is_finite() && c.ratio > 0.0 {
-                        tallies[i].3.push(c.ratio);
+                        tallies[i].4.push(c.ratio);
                     }
                 }
                 None => row.extend([Cell::Empty, Cell::Empty, Cell::Empty]),
@@ -212,19 +226,24 @@ fn table_for(
         // Comparing by label: one group per base point, so text output keeps them apart.
         table.push(row, if versus_col { group } else { 0 });
     }
-    for (m, (better, worse, same, ratios)) in metrics.iter().zip(&tallies) {
+    for (m, (better, worse, same, unknown, ratios)) in metrics.iter().zip(&tallies) {
         if ratios.is_empty() {
             continue;
         }
         let geo = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
+        let unknown = if *unknown > 0 {
+            format!(", {unknown} unknown")
+        } else {
+            String::new()
+        };
         table.notes.push(format!(
-            "{}: {better} point(s) better, {worse} worse, {same} within noise; geometric mean ratio {:.2}x",
+            "{}: {better} point(s) better, {worse} worse, {same} within noise{unknown}; geometric mean ratio {:.2}x",
             m.header(),
             geo
         ));
     }
     table.notes.push(
-        "better/worse: the change exceeds both runs' noise (95% intervals combined: repeats' CI, else the run's own spread); ~: within noise; ?: no noise estimate".to_string(),
+        "better/worse: the change exceeds both runs' noise (95% intervals combined: repeats' CI, else the run's own spread) and 5% (2% with repeats on both sides); ~: within that; ?: too few samples to know the noise (a p99 needs 500+ requests)".to_string(),
     );
     let names = |ps: &[&Point]| -> String {
         let varying = Keys::of(&ps.iter().map(|p| (*p).clone()).collect::<Vec<_>>()).varying;

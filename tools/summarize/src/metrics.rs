@@ -200,6 +200,9 @@ pub enum Metric {
     Dist(DistName, Stat),
 }
 
+/// n q (1 - q) below this: too few samples around a quantile to bound it.
+pub const MIN_TAIL_SAMPLES: f64 = 5.0;
+
 /// Whether a larger value is an improvement (for comparisons).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Better {
@@ -300,7 +303,8 @@ impl Metric {
 
     /// Half-width of a 95% interval for this metric from one run alone (no repeats), or
     /// `None` when the run carries nothing to estimate it from. The rules (README, "Noise"):
-    /// - percentiles: the distribution-free interval of the quantile from the histogram;
+    /// - percentiles: the distribution-free interval of the quantile from the histogram, when
+    ///   n q (1 - q) >= 5 (else unknown: a p99 needs 500+ samples);
     /// - means: 1.96 x stddev / sqrt(n);
     /// - throughput: a rate is tokens over time, and time is driven by request latency, so its
     ///   relative noise is that of the mean end-to-end latency: 1.96 x CV(e2e) / sqrt(ok).
@@ -310,6 +314,12 @@ impl Metric {
             Metric::Dist(d, st) => {
                 if let Some(q) = st.quantile() {
                     let hist = Hist::decode(s.hist.get(d.field())?).ok()?;
+                    // The interval leans on the normal approximation of a binomial count,
+                    // which needs n q (1 - q) >= 5: a p99 of 100 samples is one sample's say.
+                    let n = hist.len() as f64;
+                    if n * q * (1.0 - q) < MIN_TAIL_SAMPLES {
+                        return None;
+                    }
                     let (lo, hi) = hist.quantile_ci95_ms(q)?;
                     Some((value - lo).max(hi - value).max(0.0))
                 } else if *st == Stat::Mean {

@@ -617,8 +617,51 @@ fn real_collbench_records_become_the_collectives_and_decode_tables() {
 fn a_real_ramp_shows_its_levels_its_outcome_and_the_knee() {
     let out = summarize(&["loadgen_ramp.jsonl"]);
     let text = stdout(&out);
-    assert!(text.contains("# ramps") && text.contains("saturated"), "{text}");
+    assert!(
+        text.contains("# ramps") && text.contains("saturated"),
+        "{text}"
+    );
     assert!(text.contains("note: ramp stopped: output"), "{text}");
     assert!(text.contains("saturation knee at C=8"), "{text}");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("ignored"));
+}
+
+/// Real runs: `loadgen -c 1,4 -n 100 --max-tokens 16 --input-len 32 --no-requests` against
+/// `srv-sim --ttft 10ms --itl 2ms` (base, rerun; `--repeat 3` for repeats) and against
+/// `srv-sim --ttft 8.333ms --itl 1.667ms` (faster), on a busy 2-core machine.
+#[test]
+fn compare_on_real_runs_finds_the_faster_server_and_calls_a_rerun_noise() {
+    let base = points("loadgen_base.jsonl");
+    let faster = points("loadgen_faster.jsonl");
+    let rerun = points("loadgen_rerun.jsonl");
+    for (b, n) in base.iter().zip(&faster) {
+        for m in [
+            summarize::metrics::Metric::TTFT_P50,
+            summarize::metrics::Metric::TPOT_P50,
+        ] {
+            let c = compare::change(m, b, n).unwrap();
+            assert_eq!(c.verdict, compare::Verdict::Better, "{} {c:?}", m.name());
+            assert!((0.80..0.87).contains(&c.ratio), "{} {c:?}", m.name());
+        }
+    }
+    for (b, n) in base.iter().zip(&rerun) {
+        for m in compare::DEFAULT_METRICS {
+            let c = compare::change(m, b, n).unwrap();
+            assert!(
+                matches!(
+                    c.verdict,
+                    compare::Verdict::Noise | compare::Verdict::Unknown
+                ),
+                "a rerun is not a change: {} {c:?}",
+                m.name()
+            );
+        }
+    }
+    // 100 requests cannot bound a p99: the comparison says so instead of guessing.
+    let c = compare::change(summarize::metrics::Metric::TTFT_P99, &base[0], &rerun[0]).unwrap();
+    assert_eq!(c.verdict, compare::Verdict::Unknown);
+    let repeats = points("loadgen_repeats.jsonl");
+    assert!(repeats.iter().all(|p| p.repeats.len() == 3));
+    let text = stdout(&summarize(&["loadgen_repeats.jsonl"]));
+    assert!(text.contains(" ± "), "{text}");
 }
