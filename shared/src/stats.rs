@@ -203,6 +203,9 @@ impl Slo {
     }
 }
 
+/// The steady window must cover at least this share of the wall window to be reported.
+const MIN_STEADY_SHARE: f64 = 0.25;
+
 /// One successful request's place in time, for the steady-state window.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Span {
@@ -312,7 +315,8 @@ impl PointStats {
     /// Output tokens per second over the steady-state window: from the first request's
     /// completion (ramp-up over) to the last request's send (drain not yet begun), counting
     /// each request's tokens as spread evenly between its first and last token. `None` when
-    /// that window is empty (too few requests) or unknown (merged summaries).
+    /// that window is under a quarter of the wall window (too few requests per slot) or
+    /// unknown (merged summaries).
     pub fn steady_output_tok_s(&self) -> Option<f64> {
         if self.spans_incomplete || self.spans.len() < 2 {
             return None;
@@ -323,7 +327,9 @@ impl PointStats {
             .iter()
             .map(|s| s.start_ms)
             .fold(f64::MIN, f64::max);
-        if to <= from {
+        // Too short a steady window (few requests per slot) says nothing reliable.
+        let (wall_from, wall_to) = self.window?;
+        if to <= from || (to - from) < MIN_STEADY_SHARE * (wall_to - wall_from) {
             return None;
         }
         let mut tokens = 0.0;
@@ -452,6 +458,11 @@ impl PointStats {
             prompt_len_targeted: self.prompt_len_targeted,
             output_len_mismatch: self.output_len_mismatch,
             client_cpu_s: None,
+            model: None,
+            api: None,
+            seed: None,
+            arrival: None,
+            max_concurrency: None,
             hist,
             extra: Default::default(),
         }

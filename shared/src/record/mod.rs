@@ -9,12 +9,14 @@
 
 mod coll;
 mod kill;
+mod ramp;
 mod request;
 mod server;
 mod summary;
 
 pub use coll::*;
 pub use kill::*;
+pub use ramp::*;
 pub use request::*;
 pub use server::*;
 pub use summary::*;
@@ -96,6 +98,7 @@ pub enum Record {
     Summary(Box<SummaryRecord>),
     Coll(CollRecord),
     CollRun(CollRunRecord),
+    Ramp(RampRecord),
     /// A kind this build does not know (or knows only by name): kept whole, `kind` included.
     Other(Extra),
 }
@@ -142,6 +145,7 @@ impl Record {
             SummaryRecord::KIND => Record::Summary(Box::new(typed(line)?)),
             CollRecord::KIND => Record::Coll(typed(line)?),
             CollRunRecord::KIND => Record::CollRun(typed(line)?),
+            RampRecord::KIND => Record::Ramp(typed(line)?),
             _ => Record::Other(serde_json::from_str(line).map_err(RecordError::NotJson)?),
         })
     }
@@ -155,6 +159,7 @@ impl Record {
             Record::Summary(_) => SummaryRecord::KIND,
             Record::Coll(_) => CollRecord::KIND,
             Record::CollRun(_) => CollRunRecord::KIND,
+            Record::Ramp(_) => RampRecord::KIND,
             Record::Other(map) => map.get("kind").and_then(Value::as_str).unwrap_or(""),
         }
     }
@@ -168,6 +173,7 @@ impl Record {
             Record::Summary(r) => r.v,
             Record::Coll(r) => r.v,
             Record::CollRun(r) => r.v,
+            Record::Ramp(r) => r.v,
             Record::Other(map) => map.get("v").and_then(Value::as_u64).unwrap_or(1) as u32,
         }
     }
@@ -181,6 +187,7 @@ impl Record {
             Record::Summary(r) => r.labels.clone(),
             Record::Coll(r) => r.labels.clone(),
             Record::CollRun(r) => r.labels.clone(),
+            Record::Ramp(r) => r.labels.clone(),
             Record::Other(map) => map
                 .get("labels")
                 .and_then(|l| serde_json::from_value(l.clone()).ok())
@@ -197,6 +204,7 @@ impl Record {
             Record::Summary(r) => to_line_with_kind(r.as_ref()),
             Record::Coll(r) => to_line_with_kind(r),
             Record::CollRun(r) => to_line_with_kind(r),
+            Record::Ramp(r) => to_line_with_kind(r),
             Record::Other(map) => serde_json::to_string(map),
         };
         // Serializing plain data structures to a String cannot fail (no I/O, string keys only).

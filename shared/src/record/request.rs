@@ -45,8 +45,10 @@ pub enum ErrorClass {
     /// No complete answer within `--timeout`.
     Timeout,
     /// HTTP 4xx from the server.
+    #[serde(rename = "http_4xx", alias = "http4xx")]
     Http4xx,
     /// HTTP 5xx from the server.
+    #[serde(rename = "http_5xx", alias = "http5xx")]
     Http5xx,
     /// The stream was not valid SSE / JSON, or the server sent an error event mid-stream.
     Protocol,

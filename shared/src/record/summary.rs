@@ -60,6 +60,21 @@ pub struct SummaryRecord {
     /// CPU seconds the client spent on this point (user + system), where known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_cpu_s: Option<f64>,
+    /// Model the requests named (`loadgen --model`, or the server's first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// `completions` or `chat`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<String>,
+    /// Seed of every random choice of the run (prompts, arrivals), so it can be reproduced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Open-loop arrival process (`poisson`, `constant`, `gamma:SHAPE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival: Option<String>,
+    /// Open-loop cap on requests in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<u32>,
     /// Metric name (`ttft_ms`, ...) to HdrHistogram V2+deflate, base64; values in microseconds.
     #[serde(default)]
     pub hist: BTreeMap<String, String>,

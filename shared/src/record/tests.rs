@@ -185,6 +185,11 @@ fn summary() -> impl Strategy<Value = Record> {
                 prompt_len_targeted: 10,
                 output_len_mismatch: 0,
                 client_cpu_s: Some(0.01),
+                model: Some("llama".into()),
+                api: Some("chat".into()),
+                seed: Some(7),
+                arrival: Some("poisson".into()),
+                max_concurrency: None,
                 hist: [("ttft_ms".to_string(), "HISTFAAAAB".to_string())]
                     .into_iter()
                     .collect(),
@@ -236,6 +241,31 @@ fn coll_run() -> impl Strategy<Value = Record> {
     })
 }
 
+fn ramp() -> impl Strategy<Value = Record> {
+    (labels(), extra(), point(), finite(), 0u32..3).prop_map(|(labels, extra, point, tok_s, n)| {
+        Record::Ramp(RampRecord {
+            v: 1,
+            ts: "2026-11-30T17:00:00.123Z".into(),
+            labels,
+            point,
+            levels: (0..n)
+                .map(|i| RampLevel {
+                    concurrency: 1 << i,
+                    output_tok_s: tok_s,
+                    req_s: tok_s / 100.0,
+                    error_rate: 0.0,
+                    slo_attainment: (i == 1).then_some(0.95),
+                })
+                .collect(),
+            stopped_by: "saturated".into(),
+            reason: "gain 2% < 5%".into(),
+            best_concurrency: (n > 0).then_some(1),
+            best_output_tok_s: (n > 0).then_some(tok_s),
+            extra,
+        })
+    })
+}
+
 fn other() -> impl Strategy<Value = Record> {
     (labels(), extra(), "[a-z_]{3,10}").prop_map(|(labels, mut extra, kind)| {
         extra.insert("kind".into(), json!(format!("future_{kind}")));
@@ -253,6 +283,7 @@ fn any_record() -> impl Strategy<Value = Record> {
         summary(),
         coll(),
         coll_run(),
+        ramp(),
         other()
     ]
 }

@@ -187,3 +187,13 @@ fn quantile_ci_brackets_the_quantile_and_narrows_with_n() {
     assert!(lhi - llo < hi - lo);
     assert_eq!(small.quantile_ms(0.5), small.dist_ms().map(|d| d.p50));
 }
+
+#[test]
+fn no_steady_figure_from_a_window_too_short() {
+    // Two slots, four requests: the steady window is a sliver of the wall window.
+    let mut s = PointStats::new();
+    for (i, start) in [0.0, 0.0, 230.0, 230.0].into_iter().enumerate() {
+        s.add_request(&req(i as u64, start, 200.0, &[10.0; 3], 4), None);
+    }
+    assert_eq!(s.steady_output_tok_s(), None);
+}

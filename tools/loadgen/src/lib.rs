@@ -1,1 +1,155 @@
+//! loadgen: drives an OpenAI-compatible inference server with streaming requests and measures
+//! what a user of it sees (TTFT, ITL, TPOT, E2E, throughput, goodput), as `request` and
+//! `summary` records. The measuring is the point: chunks are timed as their bytes arrive,
+//! open-loop latency counts from the intended send time, the client's own CPU cost is recorded.
 
+pub mod exec;
+pub mod http;
+pub mod pacing;
+pub mod run;
+pub mod sse;
+pub mod workload;
+
+use clap::Parser;
+use servbench::cli::CommonArgs;
+use std::time::Duration;
+pub use workload::Api;
+
+/// A whole list in one flag value (`1,2,4` or `1..256`); an alias so clap takes it as one value.
+pub type U32List = Vec<u32>;
+/// A list of numbers in one flag value (`5,10,20`).
+pub type F64List = Vec<f64>;
+
+/// `--warmup`: a request count (`20`) or a time (`10s`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Warmup {
+    Requests(u64),
+    Time(Duration),
+}
+
+pub fn parse_warmup(s: &str) -> Result<Warmup, String> {
+    if let Ok(n) = s.trim().parse::<u64>() {
+        return Ok(Warmup::Requests(n));
+    }
+    servbench::cli::parse_duration(s).map(Warmup::Time)
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    match s.split_once(':') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+        _ => Err(format!("expected 'Name: value', got '{s}'")),
+    }
+}
+
+const AFTER_HELP: &str = "\
+Examples:
+  loadgen --url http://127.0.0.1:8000 -c 1..64 --input-len 1000 --max-tokens 256 -n 200
+  loadgen -r 5,10,20 --arrival poisson --duration 60s --slo ttft_ms=500,tpot_ms=50
+  loadgen --ramp -c 8 --input-len 3000 --max-tokens 512 --duration 30s
+  srv-launch sim | loadgen -c 1,8 --prompts builtin | srv-kill
+
+Records (stdout, JSON lines): one `request` per finished request (--no-requests to omit),
+one `summary` per sweep point, one `ramp` per --ramp. Progress goes to stderr (a terminal only).
+Exit: 0 ok, 1 every request of a point failed, 2 bad usage, 130 interrupted (partial summary written).";
+
+/// Drive an OpenAI-compatible server with streaming requests and measure TTFT, ITL, TPOT and throughput.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "loadgen", version, after_help = AFTER_HELP)]
+pub struct Args {
+    /// Server base URL (default: the `server` record on stdin, else http://127.0.0.1:8000)
+    #[arg(long)]
+    pub url: Option<String>,
+    /// API to load
+    #[arg(long, value_enum, default_value = "completions")]
+    pub api: Api,
+    /// Model name (default: the first one /v1/models lists)
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Extra request header (repeatable), e.g. --header 'Authorization: Bearer KEY'
+    #[arg(long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
+    pub headers: Vec<(String, String)>,
+    /// API key sent as a bearer token (unless --header sets Authorization)
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+
+    /// Closed loop: requests in flight, a list or doubling range (1,4,16 or 1..256)
+    #[arg(short = 'c', long, value_parser = servbench::cli::u32_list)]
+    pub concurrency: Option<U32List>,
+    /// Open loop: requests per second, a list (5,10,20)
+    #[arg(short = 'r', long, value_parser = servbench::cli::f64_list, conflicts_with = "concurrency")]
+    pub rate: Option<F64List>,
+    /// Open-loop arrivals: poisson, constant or gamma:SHAPE
+    #[arg(long, default_value = "poisson", value_parser = pacing::Arrival::parse)]
+    pub arrival: pacing::Arrival,
+    /// Open loop: at most this many requests in flight (waiting for a slot counts into latency)
+    #[arg(long)]
+    pub max_concurrency: Option<u32>,
+    /// Double the concurrency from the first -c value until errors, saturation or an --slo stop it
+    #[arg(long, conflicts_with = "rate")]
+    pub ramp: bool,
+    /// --ramp: stop when the error rate passes this fraction
+    #[arg(long, default_value_t = 0.01)]
+    pub max_error_rate: f64,
+    /// --ramp: stop when output throughput gains less than this fraction over the previous level
+    #[arg(long, default_value_t = 0.05)]
+    pub min_gain: f64,
+    /// --ramp: the highest concurrency tried
+    #[arg(long, default_value_t = 16384)]
+    pub ramp_max: u32,
+    /// --ramp with --slo: stop when fewer than this fraction of requests meet the SLO
+    #[arg(long, default_value_t = 0.9)]
+    pub slo_attainment: f64,
+    /// Requests per point (default: max(100, 4 x concurrency), or 10 s of an open-loop rate)
+    #[arg(short = 'n', long)]
+    pub requests: Option<u64>,
+    /// Time per point instead of a request count (30s, 2m): sending stops then, in-flight requests finish
+    #[arg(long, value_parser = servbench::cli::parse_duration, conflicts_with = "requests")]
+    pub duration: Option<Duration>,
+    /// Before each point, this many requests (20) or this long (10s), not counted
+    #[arg(long, value_parser = parse_warmup)]
+    pub warmup: Option<Warmup>,
+    /// Run each point K times (summaries then give a confidence interval)
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
+
+    /// Prompt lengths in tokens as the server counts them, a list (1000,30000)
+    #[arg(long, value_parser = servbench::cli::u32_list)]
+    pub input_len: Option<U32List>,
+    /// Output tokens per request, a list; forced with ignore_eos + min_tokens unless --allow-eos
+    #[arg(long, value_parser = servbench::cli::u32_list)]
+    pub max_tokens: Option<U32List>,
+    /// Let the model stop before max_tokens (no ignore_eos/min_tokens)
+    #[arg(long)]
+    pub allow_eos: bool,
+    /// Synthetic prompts share their first N tokens (prefix caching); otherwise each is unique
+    #[arg(long, default_value_t = 0)]
+    pub shared_prefix: u32,
+    /// Prompts from a file (JSON lines with prompt or messages, or ShareGPT JSON), or `builtin`
+    #[arg(long)]
+    pub prompts: Option<String>,
+    /// Seed of every random choice (prompts, arrivals); recorded in summaries
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Do not ask for usage in every chunk (vLLM's continuous_usage_stats)
+    #[arg(long)]
+    pub no_usage_per_chunk: bool,
+
+    /// Goodput objectives: ttft_ms=500,tpot_ms=50 (also itl_ms, e2e_ms)
+    #[arg(long, value_parser = servbench::stats::Slo::parse)]
+    pub slo: Option<servbench::stats::Slo>,
+    /// Per-request time limit
+    #[arg(long, default_value = "600s", value_parser = servbench::cli::parse_duration)]
+    pub timeout: Duration,
+    /// After Ctrl-C/SIGTERM, how long in-flight requests may finish
+    #[arg(long, default_value = "5s", value_parser = servbench::cli::parse_duration)]
+    pub grace: Duration,
+    /// Leave out the per-request records
+    #[arg(long)]
+    pub no_requests: bool,
+    /// Runtime worker threads (default: available cores, at most 8)
+    #[arg(long)]
+    pub threads: Option<usize>,
+
+    #[command(flatten)]
+    pub common: CommonArgs,
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Benchmark of loadgen itself against srv-sim: how much CPU the client spends per million output
+# tokens, how many streams it holds, how close its TTFT/ITL are to a fixed-latency truth, and
+# how late its open-loop sends are. Client and server run pinned to different cores.
+#
+#   scripts/bench-loadgen.sh            # full run (a few minutes), prints a table on stdout
+#   QUICK=1 scripts/bench-loadgen.sh    # shorter points, for a smoke check
+#   SERVER_CPU=0 CLIENT_CPU=1           # which cores (defaults 0 and 1)
+#
+# Run it on a quiet machine: figures taken while other work competes for the cores are noise.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+QUICK=${QUICK:-0}
+SECS=10
+[ "$QUICK" = 1 ] && SECS=3
+
+echo "== cargo build --release -p loadgen -p srv-sim" >&2
+cargo build --release -q -p loadgen -p srv-sim
+BIN=target/release
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+work=$(mktemp -d)
+server_pid=""
+stop_server() {
+  if [ -n "$server_pid" ]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=""
+  fi
+}
+trap 'stop_server; rm -rf "$work"' EXIT
+
+# start_server ARGS...: srv-sim on a free port, pinned; sets $url.
+start_server() {
+  stop_server
+  taskset -c "$SERVER_CPU" "$BIN/srv-sim" --port 0 --threads 1 "$@" 2>"$work/sim.err" &
+  server_pid=$!
+  url=""
+  for _ in $(seq 1 200); do
+    url=$(grep -o 'http://127.0.0.1:[0-9]*' "$work/sim.err" | head -1 || true)
+    [ -n "$url" ] && break
+    sleep 0.05
+  done
+  [ -n "$url" ] || { echo "srv-sim did not start: $(cat "$work/sim.err")" >&2; exit 1; }
+}
+
+# lg ARGS...: loadgen pinned, summaries only, to $work/out.jsonl.
+lg() {
+  taskset -c "$CLIENT_CPU" "$BIN/loadgen" --url "$url" --threads 1 --no-requests "$@" \
+    </dev/null >"$work/out.jsonl" 2>"$work/lg.err" || {
+    echo "loadgen $* failed: $(tail -3 "$work/lg.err")" >&2
+    return 1
+  }
+}
+summ() { jq -r "select(.kind==\"summary\") | $1" "$work/out.jsonl"; }
+
+printf '%-44s %s\n' "figure" "value"
+printf '%-44s %s\n' "------" "-----"
+
+# 1. Client CPU per million output tokens, server streaming 256 tokens as fast as it can.
+start_server --ttft 0ms --itl 0ms
+for c in 1 64 256 1024 4096; do
+  lg -c "$c" --duration "${SECS}s" --warmup 2s --max-tokens 256 --input-len 32
+  summ '"\(.output_tok_s) \(.client_cpu_s) \(.output_tokens) \(.errors)"' | while read -r toks cpu out errs; do
+    per_m=$(echo "$cpu $out" | awk '{ if ($2 > 0) printf "%.2f", $1 / $2 * 1e6; else print "n/a" }')
+    printf '%-44s %s\n' "c=$c output tok/s" "$(printf '%.0f' "$toks") (errors $errs)"
+    printf '%-44s %s\n' "c=$c client CPU-s per 1M output tokens" "$per_m"
+  done
+done
+
+# 2. Concurrent streams held: 10,000 streams of ~3 s each, all open at once.
+start_server --ttft 1s --itl 50ms
+lg -c 10000 -n 10000 --max-tokens 40 --input-len 16 --timeout 120s
+summ '"\(.ok) \(.requests)"' | while read -r ok n; do
+  printf '%-44s %s\n' "streams held at once (c=10000)" "$ok of $n succeeded"
+done
+
+# 3. TTFT / ITL error against srv-sim's fixed 200 ms / 10 ms.
+start_server --ttft 200ms --itl 10ms
+for c in 1 64 512; do
+  n=$(( c * 4 < 40 ? 40 : c * 4 ))
+  lg -c "$c" -n "$n" --max-tokens 64 --input-len 32
+  summ '"\(.ttft_ms.mean - 200) \(.itl_ms.mean - 10) \(.tpot_ms.mean - 10)"' | while read -r t i p; do
+    printf '%-44s %s\n' "c=$c mean TTFT error (ms)" "$(printf '%+.3f' "$t")"
+    printf '%-44s %s\n' "c=$c mean ITL error (ms)" "$(printf '%+.3f' "$i")"
+    printf '%-44s %s\n' "c=$c mean TPOT error (ms)" "$(printf '%+.3f' "$p")"
+  done
+done
+
+# 4. Send lag, open loop at 1k and 5k requests/s.
+start_server --ttft 5ms --itl 1ms
+for r in 1000 5000; do
+  lg -r "$r" --arrival constant --duration "${SECS}s" --max-tokens 8 --input-len 16
+  summ '"\(.send_lag_ms.p50) \(.send_lag_ms.p99) \(.req_s)"' | while read -r p50 p99 rs; do
+    printf '%-44s %s\n' "r=$r send lag p50 / p99 (us)" \
+      "$(awk -v a="$p50" -v b="$p99" 'BEGIN { printf "%.0f / %.0f", a * 1000, b * 1000 }') (achieved $(printf '%.0f' "$rs") req/s)"
+  done
+done

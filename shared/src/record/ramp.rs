@@ -1,0 +1,41 @@
+use super::{Extra, Labels, PointKey, current_version, record_kind};
+use serde::{Deserialize, Serialize};
+
+/// One level of a `loadgen --ramp`: the concurrency tried and what it gave.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RampLevel {
+    pub concurrency: u32,
+    pub output_tok_s: f64,
+    pub req_s: f64,
+    /// Failed requests / requests.
+    pub error_rate: f64,
+    /// Share of requests that met every `--slo` (absent without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_attainment: Option<f64>,
+}
+
+/// The end of a `loadgen --ramp` ("double the concurrency until it breaks"): every level tried,
+/// which rule stopped the ramp, and the best level (highest output throughput among the levels
+/// that broke no rule).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RampRecord {
+    #[serde(default = "current_version")]
+    pub v: u32,
+    pub ts: String,
+    #[serde(default)]
+    pub labels: Labels,
+    /// The workload of the ramp (`concurrency` absent: it is what varies).
+    pub point: PointKey,
+    pub levels: Vec<RampLevel>,
+    /// `error_rate`, `saturated`, `slo`, `max_concurrency` (the cap was reached) or `interrupted`.
+    pub stopped_by: String,
+    /// One line: why, with the figures that decided it.
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_concurrency: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_output_tok_s: Option<f64>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+record_kind!(RampRecord, "ramp", Ramp);

@@ -1,0 +1,223 @@
+//! One streaming request, timed: chunks are timestamped the moment their bytes are handed to
+//! us, classified (content, reasoning, usage, error), and turned into the `request` record.
+
+use crate::http::{Failure, Pool, hyper_failure, status_failure};
+use crate::sse::{SseParser, classify};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use servbench::record::{ErrorClass, PointKey, RequestError, RequestRecord, TokenSource};
+use std::time::Instant;
+
+/// What happened to one request, as raw instants.
+#[derive(Debug)]
+pub struct Outcome {
+    pub first_content: Option<Instant>,
+    pub first_reasoning: Option<Instant>,
+    pub last_content: Option<Instant>,
+    pub itl_ms: Vec<f64>,
+    pub chunks: u32,
+    pub usage_completion: Option<u32>,
+    pub usage_prompt: Option<u32>,
+    pub end: Instant,
+    pub failure: Option<Failure>,
+}
+
+impl Default for Outcome {
+    fn default() -> Self {
+        Outcome {
+            first_content: None,
+            first_reasoning: None,
+            last_content: None,
+            itl_ms: Vec::new(),
+            chunks: 0,
+            usage_completion: None,
+            usage_prompt: None,
+            end: Instant::now(),
+            failure: None,
+        }
+    }
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Sends one streaming request and reads its stream to the end into `o`.
+pub async fn stream_into(pool: &Pool, path: &str, body: Bytes, o: &mut Outcome) {
+    let result = stream_inner(pool, path, body, o).await;
+    o.end = Instant::now();
+    if let Err(f) = result {
+        o.failure = Some(f);
+    }
+}
+
+async fn stream_inner(
+    pool: &Pool,
+    path: &str,
+    body: Bytes,
+    o: &mut Outcome,
+) -> Result<(), Failure> {
+    let (resp, conn) = pool
+        .send(|| pool.target.request(hyper::Method::POST, path, body.clone()))
+        .await?;
+    let status = resp.status().as_u16();
+    let mut incoming = resp.into_body();
+    if !(200..300).contains(&status) {
+        let mut excerpt = Vec::new();
+        while let Some(Ok(frame)) = incoming.frame().await {
+            if let Ok(data) = frame.into_data()
+                && excerpt.len() < 4096
+            {
+                excerpt.extend_from_slice(&data);
+            }
+        }
+        return Err(status_failure(status, &excerpt));
+    }
+    let mut parser = SseParser::default();
+    let mut done = false;
+    let mut bad: Option<Failure> = None;
+    while let Some(frame) = incoming.frame().await {
+        let frame = frame.map_err(|e| hyper_failure(&e))?;
+        let now = Instant::now();
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        parser.feed(&data, |payload| {
+            let ev = match classify(payload) {
+                Ok(ev) => ev,
+                Err(why) => {
+                    let text = String::from_utf8_lossy(payload);
+                    bad = Some(Failure::new(
+                        ErrorClass::Protocol,
+                        format!(
+                            "malformed SSE data ({why}): {}",
+                            servbench::jsonl::excerpt(&text, 120)
+                        ),
+                    ));
+                    return false;
+                }
+            };
+            if ev.done {
+                done = true;
+                return false;
+            }
+            if ev.error {
+                let text = String::from_utf8_lossy(payload);
+                bad = Some(Failure::new(
+                    ErrorClass::Protocol,
+                    format!(
+                        "error event in stream: {}",
+                        servbench::jsonl::excerpt(&text, 200)
+                    ),
+                ));
+                return false;
+            }
+            if ev.has_content() {
+                if ev.reasoning && o.first_reasoning.is_none() {
+                    o.first_reasoning = Some(now);
+                }
+                match o.last_content {
+                    None => o.first_content = Some(now),
+                    Some(last) => o.itl_ms.push(ms(now - last)),
+                }
+                o.last_content = Some(now);
+                o.chunks += 1;
+            }
+            if let Some(c) = ev.completion_tokens {
+                o.usage_completion = Some(o.usage_completion.map_or(c, |p| p.max(c)));
+            }
+            if ev.prompt_tokens.is_some() {
+                o.usage_prompt = ev.prompt_tokens;
+            }
+            true
+        });
+        if bad.is_some() || done {
+            break;
+        }
+    }
+    if let Some(f) = bad {
+        return Err(f);
+    }
+    if !done {
+        return Err(Failure::new(
+            ErrorClass::Reset,
+            "stream ended without data: [DONE] (incomplete)",
+        ));
+    }
+    // Read the body's end (the terminating chunk) so the connection can be reused.
+    loop {
+        match incoming.frame().await {
+            None => {
+                pool.give_back(conn);
+                break;
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(_)) => break,
+        }
+    }
+    Ok(())
+}
+
+/// Everything the record of one request needs besides its outcome.
+pub struct RequestMeta {
+    pub point: PointKey,
+    pub id: u64,
+    pub point_start: Instant,
+    pub intended: Instant,
+    pub dispatched: Instant,
+    pub prompt_tokens_target: Option<u32>,
+    pub max_tokens: Option<u32>,
+}
+
+/// The `request` record: every time from the intended send time.
+pub fn to_record(
+    meta: RequestMeta,
+    o: Outcome,
+    labels: &servbench::record::Labels,
+) -> RequestRecord {
+    let since = |t: Instant| ms(t.saturating_duration_since(meta.intended));
+    let ttft_ms = o.first_content.map(since);
+    let e2e_ms = Some(since(
+        o.last_content
+            .filter(|_| o.failure.is_none())
+            .unwrap_or(o.end),
+    ));
+    let (output_tokens, source, from_chunks) = match o.usage_completion {
+        Some(u) => (u, TokenSource::Usage, (u != o.chunks).then_some(o.chunks)),
+        None => (o.chunks, TokenSource::Chunks, None),
+    };
+    let ok = o.failure.is_none();
+    let tpot_ms = match (ok, ttft_ms, e2e_ms) {
+        (true, Some(t), Some(e)) if output_tokens > 1 => {
+            Some((e - t) / f64::from(output_tokens - 1))
+        }
+        _ => None,
+    };
+    RequestRecord {
+        v: servbench::record::SCHEMA_VERSION,
+        ts: servbench::record::now_ts(),
+        labels: labels.clone(),
+        point: meta.point,
+        id: meta.id,
+        intended_ms: ms(meta.intended.saturating_duration_since(meta.point_start)),
+        send_lag_ms: ms(meta.dispatched.saturating_duration_since(meta.intended)),
+        ttft_ms,
+        ttft_reasoning_ms: o.first_reasoning.map(since),
+        e2e_ms,
+        tpot_ms,
+        itl_ms: o.itl_ms,
+        chunks: o.chunks,
+        output_tokens,
+        output_tokens_source: (o.chunks > 0 || o.usage_completion.is_some()).then_some(source),
+        output_tokens_chunks: from_chunks,
+        prompt_tokens: o.usage_prompt,
+        prompt_tokens_target: meta.prompt_tokens_target,
+        max_tokens: meta.max_tokens,
+        error: o.failure.map(|f| RequestError {
+            class: f.class,
+            message: f.message,
+            http_status: f.http_status,
+        }),
+        extra: Default::default(),
+    }
+}

@@ -1,0 +1,378 @@
+//! A small HTTP/1.1 client on hyper's connection API: keep-alive connections pooled and
+//! reused (the pool grows to the number of requests in flight, no further), TCP_NODELAY, and
+//! response bodies read frame by frame as they arrive so each chunk is timed when it lands.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use servbench::record::ErrorClass;
+use std::sync::Mutex;
+use tokio::net::TcpStream;
+
+/// Where requests go: `http://host:port[/prefix]`.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The URL as given, for messages.
+    pub url: String,
+    /// `host:port`, to connect to and for the Host header.
+    pub authority: String,
+    /// Path prefix without a trailing slash (`""` or `/proxy`).
+    pub prefix: String,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Target {
+    pub fn parse(url: &str, headers: Vec<(HeaderName, HeaderValue)>) -> Result<Target, String> {
+        let rest = match url.strip_prefix("http://") {
+            Some(r) => r,
+            None if url.starts_with("https://") => {
+                return Err(format!(
+                    "{url}: https is not supported; point loadgen at the server's plain http port"
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "{url}: not an http:// URL (e.g. http://127.0.0.1:8000)"
+                ));
+            }
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        if authority.is_empty() {
+            return Err(format!("{url}: no host"));
+        }
+        let authority = if authority
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+            && !authority.ends_with(']')
+        {
+            authority.to_string()
+        } else {
+            format!("{authority}:80")
+        };
+        let mut prefix = path.trim_end_matches('/').to_string();
+        // `--url http://host:8000/v1` is a common way to write the OpenAI base URL.
+        if prefix.ends_with("/v1") {
+            prefix.truncate(prefix.len() - 3);
+        }
+        Ok(Target {
+            url: url.trim_end_matches('/').to_string(),
+            authority,
+            prefix,
+            headers,
+        })
+    }
+
+    pub fn request(&self, method: hyper::Method, path: &str, body: Bytes) -> Request<Full<Bytes>> {
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = method;
+        // The path is ours and well formed; a bad prefix was rejected by `parse`.
+        *req.uri_mut() = format!("{}{}", self.prefix, path)
+            .parse()
+            .unwrap_or_else(|_| hyper::Uri::from_static("/"));
+        let h = req.headers_mut();
+        if let Ok(v) = HeaderValue::from_str(&self.authority) {
+            h.insert(hyper::header::HOST, v);
+        }
+        h.insert(
+            hyper::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        for (k, v) in &self.headers {
+            h.insert(k.clone(), v.clone());
+        }
+        req
+    }
+}
+
+/// A failure of one exchange, classified.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub class: ErrorClass,
+    pub message: String,
+    pub http_status: Option<u16>,
+}
+
+impl Failure {
+    pub fn new(class: ErrorClass, message: impl Into<String>) -> Failure {
+        Failure {
+            class,
+            message: message.into(),
+            http_status: None,
+        }
+    }
+}
+
+/// Keep-alive connections to one target.
+pub struct Pool {
+    pub target: Target,
+    idle: Mutex<Vec<SendRequest<Full<Bytes>>>>,
+}
+
+/// A connection checked out of the pool; `reused` says whether it served a request before.
+pub struct Conn {
+    pub sender: SendRequest<Full<Bytes>>,
+    pub reused: bool,
+}
+
+impl Pool {
+    pub fn new(target: Target) -> Pool {
+        Pool {
+            target,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub async fn checkout(&self) -> Result<Conn, Failure> {
+        loop {
+            let popped = self.idle.lock().map(|mut v| v.pop()).unwrap_or(None);
+            match popped {
+                Some(sender) if sender.is_ready() => {
+                    return Ok(Conn {
+                        sender,
+                        reused: true,
+                    });
+                }
+                Some(_) => continue,
+                None => break,
+            }
+        }
+        Ok(Conn {
+            sender: self.connect().await?,
+            reused: false,
+        })
+    }
+
+    /// A new connection, its driver task spawned.
+    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, Failure> {
+        let stream = TcpStream::connect(&self.target.authority)
+            .await
+            .map_err(|e| connect_failure(&self.target, &e))?;
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) = http1::Builder::new()
+            .max_buf_size(8 << 20)
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| Failure::new(ErrorClass::Connect, format!("HTTP handshake: {e}")))?;
+        tokio::spawn(async move {
+            // Ends when the server closes the connection or the sender is dropped.
+            let _ = conn.await;
+        });
+        Ok(sender)
+    }
+
+    /// Opens connections until `n` are idle, so a point's first requests do not pay for the
+    /// TCP handshake inside their TTFT. Failures are left for the requests to meet.
+    pub async fn prewarm(self: &std::sync::Arc<Self>, n: usize) {
+        let have = self.idle.lock().map(|v| v.len()).unwrap_or(0);
+        let mut set = tokio::task::JoinSet::new();
+        for _ in have..n {
+            let pool = self.clone();
+            set.spawn(async move {
+                if let Ok(sender) = pool.connect().await {
+                    pool.give_back(Conn {
+                        sender,
+                        reused: false,
+                    });
+                }
+            });
+            // Bounded: never more than 512 handshakes in flight.
+            if set.len() >= 512 {
+                set.join_next().await;
+            }
+        }
+        while set.join_next().await.is_some() {}
+    }
+
+    /// Returns a connection whose response was read to the end, for the next request.
+    pub fn give_back(&self, conn: Conn) {
+        if !conn.sender.is_closed()
+            && let Ok(mut v) = self.idle.lock()
+        {
+            v.push(conn.sender);
+        }
+    }
+
+    /// Sends a request on a pooled connection; retries once on a fresh connection when a reused
+    /// one turns out to have been closed by the server while idle.
+    pub async fn send(
+        &self,
+        make: impl Fn() -> Request<Full<Bytes>>,
+    ) -> Result<(Response<Incoming>, Conn), Failure> {
+        let mut conn = self.checkout().await?;
+        let _ = std::future::poll_fn(|cx| conn.sender.poll_ready(cx)).await;
+        match conn.sender.send_request(make()).await {
+            Ok(resp) => Ok((resp, conn)),
+            Err(e)
+                if conn.reused
+                    && (e.is_canceled() || e.is_closed() || e.is_incomplete_message()) =>
+            {
+                let mut fresh = Conn {
+                    sender: self.connect().await?,
+                    reused: false,
+                };
+                let resp = fresh
+                    .sender
+                    .send_request(make())
+                    .await
+                    .map_err(|e| hyper_failure(&e))?;
+                Ok((resp, fresh))
+            }
+            Err(e) => Err(hyper_failure(&e)),
+        }
+    }
+
+    /// A whole small exchange (models, tokenize, probes): status and body, within 120 s.
+    pub async fn exchange(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        body: Bytes,
+    ) -> Result<(u16, Bytes), Failure> {
+        const LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+        let work = async {
+            let (resp, conn) = self
+                .send(|| self.target.request(method.clone(), path, body.clone()))
+                .await?;
+            let status = resp.status().as_u16();
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| hyper_failure(&e))?
+                .to_bytes();
+            self.give_back(conn);
+            Ok((status, bytes))
+        };
+        tokio::time::timeout(LIMIT, work).await.unwrap_or_else(|_| {
+            Err(Failure::new(
+                ErrorClass::Timeout,
+                format!(
+                    "{}{path}: no answer within {}s",
+                    self.target.url,
+                    LIMIT.as_secs()
+                ),
+            ))
+        })
+    }
+}
+
+pub fn connect_failure(target: &Target, e: &std::io::Error) -> Failure {
+    Failure::new(
+        ErrorClass::Connect,
+        format!(
+            "cannot connect to {} ({}): {e}",
+            target.url, target.authority
+        ),
+    )
+}
+
+/// Classifies a hyper error: resets and early closes, else protocol errors.
+pub fn hyper_failure(e: &hyper::Error) -> Failure {
+    let io_kind = std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .map(|io| io.kind());
+    let class = if e.is_incomplete_message()
+        || e.is_closed()
+        || e.is_canceled()
+        || matches!(
+            io_kind,
+            Some(
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            )
+        ) {
+        ErrorClass::Reset
+    } else if e.is_parse() || e.is_user() {
+        ErrorClass::Protocol
+    } else {
+        ErrorClass::Reset
+    };
+    // hyper's own text is terse ("connection error"): add the cause chain.
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    Failure::new(class, message)
+}
+
+/// The HTTP status class of a non-2xx answer.
+pub fn status_failure(status: u16, body: &[u8]) -> Failure {
+    let class = if status >= 500 {
+        ErrorClass::Http5xx
+    } else {
+        ErrorClass::Http4xx
+    };
+    let text = String::from_utf8_lossy(&body[..body.len().min(400)]);
+    let excerpt = servbench::jsonl::excerpt(text.trim(), 200).replace('\n', " ");
+    Failure {
+        class,
+        message: format!("HTTP {status}: {excerpt}"),
+        http_status: Some(status),
+    }
+}
+
+/// Raises the open-files limit to its hard maximum (10,000 streams need 10,000 sockets).
+pub fn raise_nofile_limit() -> u64 {
+    // SAFETY: getrlimit/setrlimit on our own process with a valid struct.
+    unsafe {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 0;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+        lim.rlim_cur
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let t = Target::parse("http://127.0.0.1:8000", vec![]).unwrap();
+        assert_eq!(
+            (t.authority.as_str(), t.prefix.as_str()),
+            ("127.0.0.1:8000", "")
+        );
+        let t = Target::parse("http://localhost:9/v1/", vec![]).unwrap();
+        assert_eq!(
+            (t.authority.as_str(), t.prefix.as_str()),
+            ("localhost:9", "")
+        );
+        let t = Target::parse("http://h/api", vec![]).unwrap();
+        assert_eq!((t.authority.as_str(), t.prefix.as_str()), ("h:80", "/api"));
+        assert!(
+            Target::parse("https://h", vec![])
+                .unwrap_err()
+                .contains("https")
+        );
+        assert!(Target::parse("h:80", vec![]).is_err());
+    }
+
+    #[test]
+    fn status_classes() {
+        assert_eq!(status_failure(503, b"busy").class, ErrorClass::Http5xx);
+        let f = status_failure(404, b"{\"error\":\"no such model\"}");
+        assert_eq!(f.class, ErrorClass::Http4xx);
+        assert!(f.message.contains("no such model"), "{}", f.message);
+    }
+}

@@ -1,0 +1,155 @@
+//! When each request is sent. One pure function, [`next_send`], decides the intended send time
+//! of the next request for every load mode, so it is tested from a table. (The precise wait for
+//! each deadline is the dispatcher's, in `run.rs`: a runtime timer to within 1.5 ms, then
+//! yielding until the deadline, so sends do not inherit the timer's millisecond rounding, the
+//! way AIPerf silently under-delivered rates.)
+
+use rand::Rng;
+use rand_distr::{Distribution, Exp1, Gamma};
+
+/// Open-loop inter-arrival process.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Arrival {
+    Poisson,
+    Constant,
+    /// Gamma-distributed gaps with this shape (1 = Poisson; below 1 burstier, above smoother).
+    Gamma(f64),
+}
+
+impl Arrival {
+    pub fn parse(s: &str) -> Result<Arrival, String> {
+        match s.trim() {
+            "poisson" => Ok(Arrival::Poisson),
+            "constant" => Ok(Arrival::Constant),
+            other => match other
+                .strip_prefix("gamma:")
+                .map(|k| k.trim().parse::<f64>())
+            {
+                Some(Ok(k)) if k.is_finite() && k > 0.0 => Ok(Arrival::Gamma(k)),
+                _ => Err(format!(
+                    "arrival '{s}': use poisson, constant or gamma:SHAPE (SHAPE > 0, e.g. gamma:0.5)"
+                )),
+            },
+        }
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Arrival::Poisson => "poisson".into(),
+            Arrival::Constant => "constant".into(),
+            Arrival::Gamma(k) => format!("gamma:{k}"),
+        }
+    }
+
+    /// One gap in units of the mean gap (mean 1): what [`next_send`] scales by the rate.
+    pub fn draw(&self, rng: &mut impl Rng) -> f64 {
+        match *self {
+            Arrival::Constant => 1.0,
+            Arrival::Poisson => Exp1.sample(rng),
+            Arrival::Gamma(k) => Gamma::new(k, 1.0 / k).map_or(1.0, |g| g.sample(rng)),
+        }
+    }
+}
+
+/// The load of one sweep point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Load {
+    /// Closed loop: this many requests in flight, each slot sending as soon as it frees.
+    Closed { concurrency: u32 },
+    /// Open loop: requests at `rate_rps`, at most `max_concurrency` in flight (waiting for a
+    /// slot counts into the request's latency).
+    Open {
+        rate_rps: f64,
+        arrival: Arrival,
+        max_concurrency: Option<u32>,
+    },
+}
+
+impl Load {
+    /// How many requests may be in flight at once (`None`: unbounded).
+    pub fn slots(&self) -> Option<u32> {
+        match *self {
+            Load::Closed { concurrency } => Some(concurrency.max(1)),
+            Load::Open {
+                max_concurrency, ..
+            } => max_concurrency,
+        }
+    }
+}
+
+/// Intended send time of the next request, in seconds from the start of the point, given the
+/// previous intended time (`None` for the first request) and a unit-mean gap `draw` from
+/// [`Arrival::draw`]. `None` means "as soon as a slot frees" (closed loop). Deadlines are
+/// absolute: a late send never shifts the ones after it.
+pub fn next_send(load: &Load, prev_s: Option<f64>, draw: f64) -> Option<f64> {
+    match *load {
+        Load::Closed { .. } => None,
+        Load::Open { rate_rps, .. } => Some(match prev_s {
+            None => 0.0,
+            Some(prev) => prev + draw / rate_rps,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn next_send_table() {
+        let closed = Load::Closed { concurrency: 8 };
+        let open = |rate_rps, arrival| Load::Open {
+            rate_rps,
+            arrival,
+            max_concurrency: None,
+        };
+        let cases: &[(Load, Option<f64>, f64, Option<f64>)] = &[
+            (closed, None, 1.0, None),
+            (closed, Some(3.0), 1.0, None),
+            (open(10.0, Arrival::Constant), None, 1.0, Some(0.0)),
+            (open(10.0, Arrival::Constant), Some(0.0), 1.0, Some(0.1)),
+            (open(10.0, Arrival::Constant), Some(0.5), 1.0, Some(0.6)),
+            (open(4.0, Arrival::Poisson), Some(1.0), 2.0, Some(1.5)),
+            (open(4.0, Arrival::Poisson), Some(1.0), 0.0, Some(1.0)),
+            (
+                open(1000.0, Arrival::Gamma(0.5)),
+                Some(2.0),
+                3.0,
+                Some(2.003),
+            ),
+        ];
+        for (load, prev, draw, want) in cases {
+            let got = next_send(load, *prev, *draw);
+            match (got, want) {
+                (Some(g), Some(w)) => {
+                    assert!((g - w).abs() < 1e-12, "{load:?} {prev:?}: {g} != {w}")
+                }
+                _ => assert_eq!(got, *want, "{load:?} {prev:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn draws_have_unit_mean() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        for arrival in [
+            Arrival::Poisson,
+            Arrival::Constant,
+            Arrival::Gamma(0.5),
+            Arrival::Gamma(4.0),
+        ] {
+            let n = 200_000;
+            let mean = (0..n).map(|_| arrival.draw(&mut rng)).sum::<f64>() / f64::from(n);
+            assert!((mean - 1.0).abs() < 0.02, "{arrival:?}: mean {mean}");
+        }
+    }
+
+    #[test]
+    fn arrivals_parse() {
+        assert_eq!(Arrival::parse("poisson").unwrap(), Arrival::Poisson);
+        assert_eq!(Arrival::parse("gamma:0.5").unwrap(), Arrival::Gamma(0.5));
+        assert!(Arrival::parse("gamma:-1").is_err());
+        assert!(Arrival::parse("burst").is_err());
+    }
+}

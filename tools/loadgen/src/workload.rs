@@ -1,0 +1,352 @@
+//! What each request asks for: synthetic prompts of an exact token length (as the server counts
+//! it), prompts from a file (JSON lines or ShareGPT), or the built-in set; and the JSON body of
+//! each request, with output length forced where the workload is synthetic.
+//!
+//! Exact lengths: a synthetic prompt is a sequence of common English words, each one token with
+//! its leading space in the usual BPE tokenizers. The word count is aligned once per target
+//! length against the server's own count (`/tokenize`, else `usage.prompt_tokens` of probe
+//! requests), then each request swaps a few words after the shared prefix for others drawn from
+//! the same vocabulary: the length holds and no two requests share a prefix by accident.
+
+use bytes::Bytes;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+
+/// Which OpenAI endpoint the load uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Api {
+    /// POST /v1/completions with `prompt`.
+    Completions,
+    /// POST /v1/chat/completions with `messages`.
+    Chat,
+}
+
+impl Api {
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::Completions => "/v1/completions",
+            Api::Chat => "/v1/chat/completions",
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Completions => "completions",
+            Api::Chat => "chat",
+        }
+    }
+}
+
+/// Words that are one token each (with their leading space) in common tokenizers.
+const VOCAB: &[&str] = &[
+    "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by",
+    "on", "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an",
+    "had", "they", "you", "were", "their", "one", "all", "we", "can", "her", "has", "there",
+    "been", "if", "more", "when", "will", "would", "who", "so", "no", "time", "people", "year",
+    "new", "first", "world", "state", "city", "water", "house", "school", "day", "night", "home",
+    "light", "small", "large", "long", "little", "good", "great", "old", "young", "high", "low",
+    "work", "life", "hand", "part", "place", "case", "week", "company", "system", "program",
+    "question", "number", "group", "problem", "fact", "money", "story", "month", "book", "eye",
+    "job", "word", "business", "side", "kind", "head", "power", "war", "family", "music", "market",
+    "river", "tree", "road", "table", "window", "door", "paper", "game", "song",
+];
+
+/// Unique words per request, right after the shared prefix.
+const UNIQUE_WORDS: usize = 8;
+
+/// One prompt as the request body will carry it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PromptText {
+    Text(String),
+    Messages(Value),
+}
+
+/// A prompt from a file or the built-in set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub prompt: PromptText,
+    pub max_tokens: Option<u32>,
+}
+
+/// The synthetic prompt for one target length: word indices into [`VOCAB`].
+#[derive(Debug, Clone)]
+pub struct Synthetic {
+    pub target_tokens: u32,
+    pub words: Vec<u16>,
+    pub shared_prefix_words: usize,
+}
+
+impl Synthetic {
+    /// A starting guess: `words` words drawn from the seed.
+    pub fn new(target_tokens: u32, words: usize, shared_prefix_words: usize, seed: u64) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_f1e6);
+        let words = (0..words.max(1))
+            .map(|_| rng.random_range(0..VOCAB.len()) as u16)
+            .collect();
+        Synthetic {
+            target_tokens,
+            words,
+            shared_prefix_words,
+        }
+    }
+
+    /// Lengthens or shortens to `n` words, keeping the words already there.
+    pub fn resize(&mut self, n: usize, seed: u64) {
+        let mut rng = StdRng::seed_from_u64(seed ^ n as u64);
+        let n = n.max(1);
+        while self.words.len() < n {
+            self.words.push(rng.random_range(0..VOCAB.len()) as u16);
+        }
+        self.words.truncate(n);
+    }
+
+    /// The text of request `id` (`None`: the aligned base itself).
+    pub fn text(&self, id: Option<u64>, seed: u64) -> String {
+        let mut words = self.words.clone();
+        if let Some(id) = id {
+            let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ id);
+            let from = self.shared_prefix_words.min(words.len());
+            let to = (from + UNIQUE_WORDS).min(words.len());
+            for w in &mut words[from..to] {
+                *w = rng.random_range(0..VOCAB.len()) as u16;
+            }
+        }
+        let mut out = String::with_capacity(words.len() * 6);
+        for (i, w) in words.iter().enumerate() {
+            if i > 0 {
+                out.push(' ');
+            }
+            out.push_str(VOCAB[*w as usize]);
+        }
+        out
+    }
+}
+
+/// The prompts of a run.
+#[derive(Debug, Clone)]
+pub enum Prompts {
+    /// Aligned per target length (filled in by the runner before the points that need it).
+    Synthetic,
+    /// From a file or the built-in set, taken in a seeded shuffled order.
+    Listed(Vec<Entry>),
+}
+
+/// The built-in prompts: one each of code, explanation, arithmetic, poem and JSON, for the quick
+/// "is the server healthy" check.
+pub fn builtin() -> Vec<Entry> {
+    let e = |p: &str, max: u32| Entry {
+        prompt: PromptText::Text(p.to_string()),
+        max_tokens: Some(max),
+    };
+    vec![
+        e(
+            "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring and two doctests.",
+            256,
+        ),
+        e(
+            "Explain to a new engineer why a hash map lookup is O(1) on average but O(n) in the worst case.",
+            256,
+        ),
+        e(
+            "What is 37 * 43 + 128 / 4? Show each step of the arithmetic, then give the final answer on its own line.",
+            128,
+        ),
+        e(
+            "Write a short poem of eight lines about a lighthouse keeper on the last night before the light is automated.",
+            160,
+        ),
+        e(
+            "Return a JSON object describing three fictional books, each with title, author, year and a list of genres. Output only the JSON.",
+            256,
+        ),
+    ]
+}
+
+/// Reads `--prompts FILE`: JSON lines with `prompt` or `messages` (and optional `max_tokens`), or a
+/// ShareGPT JSON file (a list of `{"conversations":[{"from":"human","value":...},...]}`).
+pub fn read_prompts_file(path: &str) -> Result<Vec<Entry>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let trimmed = text.trim_start();
+    let entries = if trimmed.starts_with('[') {
+        let all: Value = serde_json::from_str(trimmed)
+            .map_err(|e| format!("{path}: not a ShareGPT JSON list: {e}"))?;
+        all.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(sharegpt_entry)
+            .collect::<Vec<_>>()
+    } else {
+        let mut out = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(line)
+                .map_err(|e| format!("{path}:{}: not JSON: {e}", i + 1))?;
+            let max_tokens = v
+                .get("max_tokens")
+                .and_then(Value::as_u64)
+                .map(|m| m as u32);
+            let prompt = if let Some(p) = v.get("prompt").and_then(Value::as_str) {
+                PromptText::Text(p.to_string())
+            } else if let Some(m) = v.get("messages").filter(|m| m.is_array()) {
+                PromptText::Messages(m.clone())
+            } else {
+                return Err(format!(
+                    "{path}:{}: needs a \"prompt\" string or a \"messages\" list",
+                    i + 1
+                ));
+            };
+            out.push(Entry { prompt, max_tokens });
+        }
+        out
+    };
+    if entries.is_empty() {
+        return Err(format!("{path}: no prompts in it"));
+    }
+    Ok(entries)
+}
+
+fn sharegpt_entry(v: &Value) -> Option<Entry> {
+    let turns = v.get("conversations")?.as_array()?;
+    let human = turns.iter().find(|t| {
+        matches!(
+            t.get("from").and_then(Value::as_str),
+            Some("human" | "user")
+        )
+    })?;
+    let text = human.get("value")?.as_str()?;
+    (!text.trim().is_empty()).then(|| Entry {
+        prompt: PromptText::Text(text.to_string()),
+        max_tokens: None,
+    })
+}
+
+/// Deterministic order of listed prompts: request `id` gets `order[id % len]`.
+pub fn shuffled_order(len: usize, seed: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..len).collect();
+    order.shuffle(&mut StdRng::seed_from_u64(seed));
+    order
+}
+
+/// Everything a request body needs besides the prompt.
+#[derive(Debug, Clone)]
+pub struct BodySpec {
+    pub api: Api,
+    pub model: String,
+    pub max_tokens: u32,
+    /// Add `ignore_eos` and `min_tokens` so the server generates exactly `max_tokens`.
+    pub force_length: bool,
+    /// Ask for usage in every chunk (vLLM's `continuous_usage_stats`).
+    pub usage_per_chunk: bool,
+}
+
+/// The JSON body of one streaming request.
+pub fn body(spec: &BodySpec, prompt: &PromptText) -> Bytes {
+    let mut b = json!({
+        "model": spec.model,
+        "max_tokens": spec.max_tokens,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "temperature": 0.0,
+    });
+    if spec.usage_per_chunk {
+        b["stream_options"]["continuous_usage_stats"] = json!(true);
+    }
+    if spec.force_length {
+        b["ignore_eos"] = json!(true);
+        b["min_tokens"] = json!(spec.max_tokens);
+    }
+    put_prompt(&mut b, spec.api, prompt);
+    Bytes::from(serde_json::to_vec(&b).unwrap_or_default())
+}
+
+/// Sets `prompt` or `messages`, converting between the two forms where the API needs the other.
+pub fn put_prompt(b: &mut Value, api: Api, prompt: &PromptText) {
+    match (api, prompt) {
+        (Api::Completions, PromptText::Text(t)) => b["prompt"] = json!(t),
+        (Api::Chat, PromptText::Messages(m)) => b["messages"] = m.clone(),
+        (Api::Chat, PromptText::Text(t)) => b["messages"] = json!([{"role": "user", "content": t}]),
+        (Api::Completions, PromptText::Messages(m)) => {
+            let joined: Vec<&str> = m
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|x| x.get("content").and_then(Value::as_str))
+                .collect();
+            b["prompt"] = json!(joined.join("\n\n"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synthetic_requests_differ_but_keep_word_count_and_prefix() {
+        let mut s = Synthetic::new(100, 100, 20, 7);
+        s.resize(120, 7);
+        let base = s.text(None, 7);
+        let a = s.text(Some(1), 7);
+        let b = s.text(Some(2), 7);
+        assert_ne!(a, b);
+        assert_eq!(a.split(' ').count(), 120);
+        assert_eq!(b.split(' ').count(), 120);
+        let prefix = |t: &str| t.split(' ').take(20).collect::<Vec<_>>().join(" ");
+        assert_eq!(prefix(&a), prefix(&base));
+        assert_eq!(a, s.text(Some(1), 7), "reproducible from the seed");
+    }
+
+    #[test]
+    fn bodies_force_length_unless_allowed() {
+        let spec = BodySpec {
+            api: Api::Chat,
+            model: "m".into(),
+            max_tokens: 64,
+            force_length: true,
+            usage_per_chunk: true,
+        };
+        let v: Value =
+            serde_json::from_slice(&body(&spec, &PromptText::Text("hi".into()))).unwrap();
+        assert_eq!(v["ignore_eos"], json!(true));
+        assert_eq!(v["min_tokens"], json!(64));
+        assert_eq!(v["messages"][0]["content"], json!("hi"));
+        let free = BodySpec {
+            force_length: false,
+            api: Api::Completions,
+            ..spec
+        };
+        let v: Value =
+            serde_json::from_slice(&body(&free, &PromptText::Text("hi".into()))).unwrap();
+        assert!(v.get("ignore_eos").is_none());
+        assert_eq!(v["prompt"], json!("hi"));
+    }
+
+    #[test]
+    fn prompt_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let jl = dir.path().join("p.jsonl");
+        std::fs::write(&jl, "{\"prompt\":\"a\",\"max_tokens\":5}\n\n{\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}\n").unwrap();
+        let got = read_prompts_file(jl.to_str().unwrap()).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].max_tokens, Some(5));
+        let sg = dir.path().join("s.json");
+        std::fs::write(&sg, r#"[{"conversations":[{"from":"human","value":"q1"},{"from":"gpt","value":"a"}]},{"conversations":[]}]"#).unwrap();
+        let got = read_prompts_file(sg.to_str().unwrap()).unwrap();
+        assert_eq!(
+            got,
+            vec![Entry {
+                prompt: PromptText::Text("q1".into()),
+                max_tokens: None
+            }]
+        );
+        std::fs::write(&jl, "{\"text\":\"a\"}\n").unwrap();
+        assert!(
+            read_prompts_file(jl.to_str().unwrap())
+                .unwrap_err()
+                .contains(":1:")
+        );
+    }
+}

@@ -1,0 +1,745 @@
+//! loadgen end to end: the real binary against a raw-socket streaming server in this process
+//! that records what it really did, so every figure is checked against the truth.
+
+mod server;
+
+use serde_json::Value;
+use server::{Behavior, Fault, Usage};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+fn loadgen(args: &[&str]) -> Output {
+    testkit::cmd("loadgen")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run loadgen")
+}
+
+fn kinds<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    records.iter().filter(|r| r["kind"] == kind).collect()
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn mean(xs: impl IntoIterator<Item = f64>) -> f64 {
+    let v: Vec<f64> = xs.into_iter().collect();
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn run_ok(args: &[&str]) -> Vec<Value> {
+    let out = loadgen(args);
+    assert!(
+        out.status.success(),
+        "loadgen {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    testkit::json_lines(&out.stdout)
+}
+
+#[test]
+fn ttft_and_itl_match_fixed_latency_truth() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(60),
+        itl: Duration::from_millis(10),
+        ..Behavior::default()
+    });
+    for c in ["1", "4"] {
+        let before = srv.truths().len();
+        let recs = run_ok(&[
+            "--url",
+            &srv.url(),
+            "-c",
+            c,
+            "-n",
+            "8",
+            "--input-len",
+            "40",
+            "--max-tokens",
+            "20",
+        ]);
+        let truth = &srv.truths()[before..];
+        let reqs = kinds(&recs, "request");
+        assert_eq!(reqs.len(), 8);
+        assert_eq!(truth.len(), 8);
+        // Medians within 1 ms (the acceptance figure), means within 2 ms: one hiccup of a
+        // loaded test box must not decide. loadgen's clock starts before its bytes leave, the
+        // server's once it has read them, so loadgen may only be later, never earlier.
+        let lg_ttft: Vec<f64> = reqs.iter().map(|r| f(&r["ttft_ms"])).collect();
+        let true_ttft: Vec<f64> = truth.iter().map(|t| t.ttft_ms).collect();
+        let err = median(&lg_ttft) - median(&true_ttft);
+        assert!(
+            (-0.5..1.0).contains(&err),
+            "c={c}: TTFT {lg_ttft:?} vs truth {true_ttft:?}"
+        );
+        let err = mean(lg_ttft.iter().copied()) - mean(true_ttft.iter().copied());
+        assert!(
+            (-0.5..2.0).contains(&err),
+            "c={c}: TTFT {lg_ttft:?} vs truth {true_ttft:?}"
+        );
+        let lg_itl: Vec<f64> = reqs
+            .iter()
+            .flat_map(|r| r["itl_ms"].as_array().unwrap().iter().map(f))
+            .collect();
+        let true_itl: Vec<f64> = truth
+            .iter()
+            .flat_map(|t| t.itl_ms.iter().copied())
+            .collect();
+        let err = (median(&lg_itl) - median(&true_itl)).abs();
+        assert!(
+            err < 1.0,
+            "c={c}: ITL median {} vs {}",
+            median(&lg_itl),
+            median(&true_itl)
+        );
+        let err = (mean(lg_itl.iter().copied()) - mean(true_itl.iter().copied())).abs();
+        assert!(err < 1.0, "c={c}: ITL mean off by {err}");
+        let lg_ttft = mean(lg_ttft);
+        for r in &reqs {
+            assert_eq!(r["output_tokens"], 20);
+            assert_eq!(r["chunks"], 20);
+            assert_eq!(r["itl_ms"].as_array().unwrap().len(), 19);
+            assert_eq!(r["output_tokens_source"], "usage");
+            let tpot = f(&r["tpot_ms"]);
+            let want = (f(&r["e2e_ms"]) - f(&r["ttft_ms"])) / 19.0;
+            assert!((tpot - want).abs() < 1e-6);
+            assert!((tpot - 10.0).abs() < 1.0, "tpot {tpot}");
+        }
+        let s = kinds(&recs, "summary")[0];
+        assert_eq!(s["ok"], 8);
+        assert_eq!(s["point"]["concurrency"], c.parse::<u32>().unwrap());
+        let sum_ttft = f(&s["ttft_ms"]["mean"]);
+        assert!(
+            (sum_ttft - lg_ttft).abs() < 0.1,
+            "summary mean {sum_ttft} vs records {lg_ttft}"
+        );
+        assert!(s["hist"]["ttft_ms"].as_str().unwrap().starts_with("HISTF"));
+        assert!(f(&s["client_cpu_s"]) > 0.0);
+    }
+}
+
+#[test]
+fn multi_token_chunks_count_tokens_not_chunks() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(30),
+        itl: Duration::from_millis(20),
+        tokens_per_chunk: 4,
+        usage: Usage::PerChunk,
+        ..Behavior::default()
+    });
+    let recs = run_ok(&["--url", &srv.url(), "-n", "3", "--max-tokens", "16"]);
+    let truth = srv.truths();
+    let reqs = kinds(&recs, "request");
+    assert_eq!(reqs.len(), truth.len());
+    // One at a time (-c 1): records and the server's truths are in the same order.
+    for (r, t) in reqs.iter().zip(&truth) {
+        assert_eq!(r["output_tokens"], 16, "{r}");
+        assert_eq!(r["chunks"], 4);
+        assert_eq!(r["output_tokens_source"], "usage");
+        // Chunk count and usage disagree: flagged.
+        assert_eq!(r["output_tokens_chunks"], 4);
+        let itl: Vec<f64> = r["itl_ms"].as_array().unwrap().iter().map(f).collect();
+        assert_eq!(itl.len(), 3, "one gap per chunk, not per token");
+        let err = (mean(itl.iter().copied()) - mean(t.itl_ms.iter().copied())).abs();
+        assert!(err < 1.0, "ITL per chunk {itl:?} vs truth {:?}", t.itl_ms);
+        // TPOT per token: (e2e - ttft) / (16 - 1): the three chunk gaps spread over 15 tokens.
+        let tpot = f(&r["tpot_ms"]);
+        let want = t.itl_ms.iter().sum::<f64>() / 15.0;
+        assert!((tpot - want).abs() < 0.1, "tpot {tpot} vs truth {want}");
+    }
+    let s = kinds(&recs, "summary")[0];
+    assert_eq!(f(&s["tokens_per_chunk"]), 4.0);
+    assert_eq!(s["output_tokens"], 48);
+}
+
+#[test]
+fn role_only_first_chunk_is_not_the_first_token() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(80),
+        itl: Duration::from_millis(5),
+        role_first: true,
+        ..Behavior::default()
+    });
+    let recs = run_ok(&[
+        "--url",
+        &srv.url(),
+        "--api",
+        "chat",
+        "-n",
+        "3",
+        "--max-tokens",
+        "5",
+    ]);
+    for r in kinds(&recs, "request") {
+        let ttft = f(&r["ttft_ms"]);
+        assert!(ttft >= 79.0, "role-only chunk counted: ttft {ttft}");
+        assert_eq!(r["chunks"], 5);
+        assert_eq!(r["output_tokens"], 5);
+    }
+}
+
+#[test]
+fn usage_in_the_final_chunk_moves_neither_ttft_nor_e2e() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(30),
+        itl: Duration::from_millis(5),
+        usage: Usage::Final {
+            delay: Duration::from_millis(150),
+        },
+        ..Behavior::default()
+    });
+    let recs = run_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "4"]);
+    for r in kinds(&recs, "request") {
+        let (ttft, e2e) = (f(&r["ttft_ms"]), f(&r["e2e_ms"]));
+        assert!((29.0..45.0).contains(&ttft), "ttft {ttft}");
+        assert!(e2e < 120.0, "e2e moved by the usage chunk: {e2e}");
+        assert_eq!(r["output_tokens"], 4);
+        assert_eq!(r["output_tokens_source"], "usage");
+        assert!(r.get("output_tokens_chunks").is_none());
+    }
+    // Usage on the last content chunk (llama-server) works the same.
+    let srv = server::start(Behavior {
+        usage: Usage::LastContent,
+        ..Behavior::default()
+    });
+    let recs = run_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "6"]);
+    for r in kinds(&recs, "request") {
+        assert_eq!(r["output_tokens"], 6);
+        assert_eq!(r["output_tokens_source"], "usage");
+    }
+    // No usage at all: counted from chunks, and the record says so.
+    let srv = server::start(Behavior {
+        usage: Usage::None,
+        ..Behavior::default()
+    });
+    let recs = run_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "6"]);
+    for r in kinds(&recs, "request") {
+        assert_eq!(r["output_tokens"], 6);
+        assert_eq!(r["output_tokens_source"], "chunks");
+    }
+}
+
+#[test]
+fn exact_input_lengths_via_tokenize_or_probes() {
+    for tokenize in [true, false] {
+        let srv = server::start(Behavior {
+            ttft: Duration::from_millis(1),
+            itl: Duration::from_millis(1),
+            tokenize,
+            ..Behavior::default()
+        });
+        let recs = run_ok(&[
+            "--url",
+            &srv.url(),
+            "-c",
+            "2",
+            "-n",
+            "6",
+            "--input-len",
+            "37,300",
+            "--max-tokens",
+            "2",
+            "--shared-prefix",
+            "10",
+        ]);
+        let reqs = kinds(&recs, "request");
+        assert_eq!(reqs.len(), 12);
+        for r in &reqs {
+            assert_eq!(
+                r["prompt_tokens"], r["prompt_tokens_target"],
+                "tokenize={tokenize}: {r}"
+            );
+        }
+        for s in kinds(&recs, "summary") {
+            assert_eq!(s["prompt_len_exact"], 6);
+            assert_eq!(s["prompt_len_targeted"], 6);
+        }
+    }
+}
+
+#[test]
+fn open_loop_latency_includes_the_wait_for_a_send_slot() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(100),
+        itl: Duration::from_millis(1),
+        ..Behavior::default()
+    });
+    // Sends are due every 50 ms but one slot frees only every ~100 ms: request i waits ~50*i ms.
+    let recs = run_ok(&[
+        "--url",
+        &srv.url(),
+        "-r",
+        "20",
+        "--arrival",
+        "constant",
+        "--max-concurrency",
+        "1",
+        "-n",
+        "6",
+        "--max-tokens",
+        "2",
+    ]);
+    let reqs = kinds(&recs, "request");
+    assert_eq!(reqs.len(), 6);
+    for r in &reqs {
+        let id = r["id"].as_u64().unwrap() as f64;
+        let intended = f(&r["intended_ms"]);
+        assert!(
+            (intended - 50.0 * id).abs() < 1.0,
+            "intended {intended} for request {id}"
+        );
+        let ttft = f(&r["ttft_ms"]);
+        assert!(
+            ttft >= 100.0 + 50.0 * id - 5.0,
+            "request {id}: ttft {ttft} lacks the slot wait"
+        );
+    }
+    let s = kinds(&recs, "summary")[0];
+    assert_eq!(f(&s["point"]["rate_rps"]), 20.0);
+    assert_eq!(s["arrival"], "constant");
+    assert_eq!(s["max_concurrency"], 1);
+}
+
+#[test]
+fn open_loop_follows_absolute_deadlines() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(2),
+        itl: Duration::from_millis(1),
+        ..Behavior::default()
+    });
+    let recs = run_ok(&[
+        "--url",
+        &srv.url(),
+        "-r",
+        "200",
+        "--arrival",
+        "constant",
+        "-n",
+        "100",
+        "--max-tokens",
+        "2",
+    ]);
+    let reqs = kinds(&recs, "request");
+    assert_eq!(reqs.len(), 100);
+    for r in &reqs {
+        let id = r["id"].as_u64().unwrap() as f64;
+        assert!((f(&r["intended_ms"]) - 5.0 * id).abs() < 0.01);
+    }
+    // On a quiet machine the lag is tens of microseconds; allow a loaded box its hiccups.
+    let s = kinds(&recs, "summary")[0];
+    assert!(f(&s["send_lag_ms"]["p50"]) < 2.0, "{}", s["send_lag_ms"]);
+}
+
+#[test]
+fn every_error_class_is_counted() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(5),
+        itl: Duration::from_millis(2),
+        fault: |n| match n % 7 {
+            1 => Fault::Status(500),
+            2 => Fault::Status(429),
+            3 => Fault::Malformed,
+            4 => Fault::ErrorEvent,
+            5 => Fault::Reset,
+            6 => Fault::Stall,
+            _ => Fault::None,
+        },
+        ..Behavior::default()
+    });
+    let out = loadgen(&[
+        "--url",
+        &srv.url(),
+        "-c",
+        "1",
+        "-n",
+        "14",
+        "--max-tokens",
+        "4",
+        "--timeout",
+        "400ms",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let recs = testkit::json_lines(&out.stdout);
+    let s = kinds(&recs, "summary")[0];
+    let by = &s["errors_by_class"];
+    assert_eq!(s["ok"], 2, "{s}");
+    assert_eq!(by["http_5xx"], 2, "{by}");
+    assert_eq!(by["http_4xx"], 2, "{by}");
+    assert_eq!(by["protocol"], 4, "{by}");
+    assert_eq!(by["reset"], 2, "{by}");
+    assert_eq!(by["timeout"], 2, "{by}");
+    for class in ["http_5xx", "http_4xx", "protocol", "reset", "timeout"] {
+        assert_eq!(
+            stderr.matches(&format!("first {class} error")).count(),
+            1,
+            "first {class} error shown once: {stderr}"
+        );
+    }
+    let failed: Vec<_> = kinds(&recs, "request")
+        .into_iter()
+        .filter(|r| r.get("error").is_some())
+        .collect();
+    assert_eq!(failed.len(), 12);
+    let status = failed
+        .iter()
+        .find(|r| r["error"]["class"] == "http_4xx")
+        .unwrap();
+    assert_eq!(status["error"]["http_status"], 429);
+    assert!(
+        status["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("injected 429")
+    );
+}
+
+#[test]
+fn server_down_model_missing_or_all_failed_exit_1() {
+    let port = testkit::free_port();
+    let out = loadgen(&["--url", &format!("http://127.0.0.1:{port}"), "-n", "2"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("loadgen: error: no server answering at http://127.0.0.1:"),
+        "{stderr}"
+    );
+
+    let srv = server::start(Behavior::default());
+    let out = loadgen(&["--url", &srv.url(), "--model", "nope", "-n", "2"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("model nope not found: the server at"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("has fake-model"), "{stderr}");
+
+    let srv = server::start(Behavior {
+        fault: |_| Fault::Status(503),
+        ..Behavior::default()
+    });
+    let out = loadgen(&["--url", &srv.url(), "-n", "3", "-c", "1,2"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("every request of point 0 failed"),
+        "{stderr}"
+    );
+    // The failed point's records and summary are still written; no later point ran.
+    let recs = testkit::json_lines(&out.stdout);
+    assert_eq!(kinds(&recs, "request").len(), 3);
+    let sums = kinds(&recs, "summary");
+    assert_eq!(sums.len(), 1);
+    assert_eq!(sums[0]["errors_by_class"]["http_5xx"], 3);
+}
+
+#[test]
+fn ctrl_c_writes_a_partial_summary_and_every_finished_request() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(100),
+        itl: Duration::from_millis(20),
+        ..Behavior::default()
+    });
+    let mut child = testkit::cmd("loadgen")
+        .args([
+            "--url",
+            &srv.url(),
+            "-c",
+            "2",
+            "--duration",
+            "60s",
+            "--max-tokens",
+            "10",
+        ])
+        .args(["--grace", "2s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signalling the child we spawned, by its pid.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = wait_with_timeout(&mut child, Duration::from_secs(20));
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recs = testkit::json_lines(&out.stdout);
+    let reqs = kinds(&recs, "request");
+    let sums = kinds(&recs, "summary");
+    assert_eq!(sums.len(), 1);
+    let s = sums[0];
+    assert_eq!(s["partial"], true);
+    assert_eq!(s["requests"].as_u64().unwrap() as usize, reqs.len());
+    // ~1.5 s at 2 x ~300 ms per request: several finished; the in-flight ones finished in grace.
+    assert!(reqs.len() >= 6, "{} requests", reqs.len());
+    assert!(
+        reqs.iter().all(|r| r.get("error").is_none()),
+        "grace let them finish"
+    );
+}
+
+fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> Output {
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("loadgen did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    use std::io::Read;
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    child.stderr.take().unwrap().read_to_end(&mut err).unwrap();
+    Output {
+        status: child.wait().unwrap(),
+        stdout: out,
+        stderr: err,
+    }
+}
+
+#[test]
+fn server_record_on_stdin_is_the_target_and_passes_through() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(1),
+        itl: Duration::from_millis(1),
+        ..Behavior::default()
+    });
+    let server_line = format!(
+        r#"{{"kind":"server","v":1,"ts":"2026-11-30T17:00:00.000Z","labels":{{"engine":"sim","tp":"1"}},"engine":"sim","host":"localhost","pid":1,"pgid":1,"start_ticks":1,"port":{},"url":"{}","command":"x","log":"/tmp/x","ready_s":0.1}}"#,
+        srv.port,
+        srv.url()
+    );
+    let other = r#"{"kind":"future_thing","v":3,"x":[1,2]}"#;
+    let mut child = testkit::cmd("loadgen")
+        .args([
+            "-n",
+            "2",
+            "--max-tokens",
+            "3",
+            "--label",
+            "run=a",
+            "--prompts",
+            "builtin",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "{server_line}\n{other}").unwrap();
+    }
+    let out = wait_with_timeout(&mut child, Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], server_line, "passed through unchanged, first");
+    assert_eq!(lines[1], other);
+    let recs = testkit::json_lines(&out.stdout);
+    for r in kinds(&recs, "request")
+        .into_iter()
+        .chain(kinds(&recs, "summary"))
+    {
+        assert_eq!(r["labels"]["engine"], "sim");
+        assert_eq!(r["labels"]["run"], "a");
+        assert!(r["point"].get("input_len").is_none());
+    }
+    let reqs = kinds(&recs, "request");
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(
+        reqs[0]["output_tokens"], 3,
+        "--max-tokens overrides the builtin's own"
+    );
+}
+
+#[test]
+fn ramp_stops_on_saturation_and_names_the_best_level() {
+    // One generation at a time: throughput cannot grow with concurrency.
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(5),
+        itl: Duration::from_millis(1),
+        serial: true,
+        ..Behavior::default()
+    });
+    let recs = run_ok(&[
+        "--url",
+        &srv.url(),
+        "--ramp",
+        "-c",
+        "1",
+        "-n",
+        "12",
+        "--max-tokens",
+        "4",
+        "--no-requests",
+    ]);
+    assert!(kinds(&recs, "request").is_empty());
+    let ramp = kinds(&recs, "ramp");
+    assert_eq!(ramp.len(), 1);
+    let r = ramp[0];
+    assert_eq!(r["stopped_by"], "saturated", "{r}");
+    let levels = r["levels"].as_array().unwrap();
+    assert!(levels.len() >= 2);
+    assert_eq!(levels[0]["concurrency"], 1);
+    assert_eq!(levels[1]["concurrency"], 2);
+    assert_eq!(kinds(&recs, "summary").len(), levels.len());
+    assert!(r["best_concurrency"].as_u64().is_some());
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        vec!["-c", "0"],
+        vec!["--arrival", "burst"],
+        vec!["--prompts", "builtin", "--input-len", "10"],
+        vec!["--url", "ftp://x"],
+        vec!["-r", "5", "-c", "2"],
+    ] {
+        let out = loadgen(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = loadgen(&["--help"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Examples:"));
+}
+
+#[test]
+fn warmup_is_not_counted_and_repeats_are_numbered() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(2),
+        itl: Duration::from_millis(1),
+        ..Behavior::default()
+    });
+    let recs = run_ok(&[
+        "--url",
+        &srv.url(),
+        "-c",
+        "1,2",
+        "-n",
+        "3",
+        "--warmup",
+        "2",
+        "--repeat",
+        "2",
+        "--max-tokens",
+        "3",
+    ]);
+    // 4 points x (2 warmup + 3 counted) generation requests reached the server.
+    assert_eq!(srv.requests.load(std::sync::atomic::Ordering::SeqCst), 20);
+    assert_eq!(kinds(&recs, "request").len(), 12);
+    let points: Vec<(u64, u64, u64)> = kinds(&recs, "summary")
+        .iter()
+        .map(|s| {
+            assert_eq!(s["requests"], 3);
+            (
+                s["point"]["index"].as_u64().unwrap(),
+                s["point"]["concurrency"].as_u64().unwrap(),
+                s["point"]["repeat"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(points, vec![(0, 1, 0), (1, 1, 1), (2, 2, 0), (3, 2, 1)]);
+}
+
+#[test]
+fn duration_bounds_a_point() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(20),
+        itl: Duration::from_millis(5),
+        ..Behavior::default()
+    });
+    let started = std::time::Instant::now();
+    let recs = run_ok(&[
+        "--url",
+        &srv.url(),
+        "-c",
+        "2",
+        "--duration",
+        "1s",
+        "--max-tokens",
+        "4",
+    ]);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let s = kinds(&recs, "summary")[0];
+    assert_eq!(s["partial"], false);
+    let n = s["requests"].as_u64().unwrap();
+    // ~35 ms per request, 2 at a time, for 1 s: tens of requests, and every one finished.
+    assert!((10..=80).contains(&n), "{n} requests");
+    assert_eq!(s["ok"].as_u64().unwrap(), n);
+    assert!(f(&s["duration_s"]) >= 0.9);
+}
+
+#[test]
+fn second_ctrl_c_exits_at_once() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(1),
+        itl: Duration::from_millis(1),
+        fault: |n| if n >= 2 { Fault::Stall } else { Fault::None },
+        ..Behavior::default()
+    });
+    let mut child = testkit::cmd("loadgen")
+        .args([
+            "--url",
+            &srv.url(),
+            "-c",
+            "1",
+            "-n",
+            "10",
+            "--max-tokens",
+            "4",
+            "--grace",
+            "60s",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let pid = child.id() as i32;
+    // SAFETY: signalling the child we spawned, by its pid.
+    unsafe {
+        libc::kill(pid, libc::SIGINT);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe {
+        libc::kill(pid, libc::SIGINT);
+    }
+    let started = std::time::Instant::now();
+    let out = wait_with_timeout(&mut child, Duration::from_secs(10));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "did not exit at once"
+    );
+    assert_eq!(out.status.code(), Some(130));
+    let recs = testkit::json_lines(&out.stdout);
+    // The two requests that finished before the stall were written, whole.
+    assert_eq!(kinds(&recs, "request").len(), 2);
+}

@@ -1,0 +1,323 @@
+//! A raw-socket OpenAI-style streaming server inside the test process, for the cases srv-sim
+//! cannot produce (role-only first chunk, usage placement, multi-token chunks, malformed SSE,
+//! error events, resets) and to know the truth: it records when it actually wrote each chunk.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Usage {
+    None,
+    /// A `choices: []` chunk after the last content chunk, `delay` later.
+    Final {
+        delay: Duration,
+    },
+    /// On the last content chunk (llama-server's completions).
+    LastContent,
+    /// Cumulative usage on every content chunk (vLLM continuous_usage_stats).
+    PerChunk,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Fault {
+    None,
+    Status(u16),
+    Malformed,
+    ErrorEvent,
+    Reset,
+    Stall,
+}
+
+#[derive(Clone)]
+pub struct Behavior {
+    pub ttft: Duration,
+    pub itl: Duration,
+    pub tokens_per_chunk: u32,
+    /// Chat: a role-only chunk first (sent at once, before the TTFT wait).
+    pub role_first: bool,
+    pub usage: Usage,
+    pub tokenize: bool,
+    pub fault: fn(usize) -> Fault,
+    /// One generation at a time (others wait for the lock).
+    pub serial: bool,
+}
+
+impl Default for Behavior {
+    fn default() -> Self {
+        Behavior {
+            ttft: Duration::from_millis(50),
+            itl: Duration::from_millis(10),
+            tokens_per_chunk: 1,
+            role_first: false,
+            usage: Usage::Final {
+                delay: Duration::ZERO,
+            },
+            tokenize: true,
+            fault: |_| Fault::None,
+            serial: false,
+        }
+    }
+}
+
+/// What the server actually did for one generation request.
+#[derive(Clone, Debug)]
+pub struct Truth {
+    /// Request read -> first content chunk written, ms.
+    pub ttft_ms: f64,
+    /// Gaps between content chunk writes, ms.
+    pub itl_ms: Vec<f64>,
+    pub prompt_tokens: u32,
+    pub output_tokens: u32,
+}
+
+pub struct TestServer {
+    pub port: u16,
+    pub truth: Arc<Mutex<Vec<Truth>>>,
+    pub requests: Arc<AtomicUsize>,
+}
+
+impl TestServer {
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+    pub fn truths(&self) -> Vec<Truth> {
+        self.truth.lock().unwrap().clone()
+    }
+}
+
+pub fn start(b: Behavior) -> TestServer {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let truth = Arc::new(Mutex::new(Vec::new()));
+    let requests = Arc::new(AtomicUsize::new(0));
+    let serial = Arc::new(Mutex::new(()));
+    let (t, r) = (truth.clone(), requests.clone());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let (b, t, r, serial) = (b.clone(), t.clone(), r.clone(), serial.clone());
+            std::thread::spawn(move || {
+                // SAFETY: this thread's own timer slack, so the server's sleeps are precise.
+                unsafe {
+                    libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+                }
+                let _ = serve_conn(conn, &b, &t, &r, &serial);
+            });
+        }
+    });
+    TestServer {
+        port,
+        truth,
+        requests,
+    }
+}
+
+fn count_tokens(body: &serde_json::Value) -> u32 {
+    let text = match body.get("prompt").and_then(|p| p.as_str()) {
+        Some(p) => p.to_string(),
+        None => body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["content"].as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+    };
+    // One BOS token plus one per word: the tokenizer of this fake model.
+    text.split_whitespace().count() as u32 + 1
+}
+
+fn serve_conn(
+    conn: TcpStream,
+    b: &Behavior,
+    truth: &Mutex<Vec<Truth>>,
+    requests: &AtomicUsize,
+    serial: &Mutex<()>,
+) -> std::io::Result<()> {
+    conn.set_nodelay(true)?;
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut w = conn;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+        let mut len = 0usize;
+        loop {
+            let mut h = String::new();
+            reader.read_line(&mut h)?;
+            if h == "\r\n" || h.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                len = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; len];
+        reader.read_exact(&mut body)?;
+        let t0 = Instant::now();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let json_reply = |w: &mut TcpStream, status: &str, v: serde_json::Value| {
+            let text = v.to_string();
+            write!(
+                w,
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{text}",
+                text.len()
+            )
+        };
+        match path.as_str() {
+            "/v1/models" => {
+                json_reply(
+                    &mut w,
+                    "200 OK",
+                    serde_json::json!({"data": [{"id": "fake-model"}]}),
+                )?;
+                continue;
+            }
+            "/tokenize" if b.tokenize => {
+                json_reply(
+                    &mut w,
+                    "200 OK",
+                    serde_json::json!({"count": count_tokens(&body)}),
+                )?;
+                continue;
+            }
+            "/v1/completions" | "/v1/chat/completions" => {}
+            _ => {
+                json_reply(
+                    &mut w,
+                    "404 Not Found",
+                    serde_json::json!({"detail": "Not Found"}),
+                )?;
+                continue;
+            }
+        }
+        let prompt_tokens = count_tokens(&body);
+        if body["stream"] != serde_json::json!(true) {
+            json_reply(
+                &mut w,
+                "200 OK",
+                serde_json::json!({"choices": [{"text": "x"}], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1}}),
+            )?;
+            continue;
+        }
+        let n = requests.fetch_add(1, Ordering::SeqCst);
+        let _guard = b.serial.then(|| serial.lock().unwrap());
+        let t0 = if b.serial { Instant::now() } else { t0 };
+        let fault = (b.fault)(n);
+        if let Fault::Status(code) = fault {
+            json_reply(
+                &mut w,
+                &format!("{code} Oops"),
+                serde_json::json!({"error": {"message": format!("injected {code}")}}),
+            )?;
+            continue;
+        }
+        let chat = path.contains("chat");
+        let max = body["max_tokens"].as_u64().unwrap_or(16) as u32;
+        write!(
+            w,
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        )?;
+        let chunk = |w: &mut TcpStream, data: &str| -> std::io::Result<()> {
+            let event = format!("data: {data}\n\n");
+            write!(w, "{:x}\r\n{event}\r\n", event.len())?;
+            w.flush()
+        };
+        if chat && b.role_first {
+            chunk(
+                &mut w,
+                r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+            )?;
+        }
+        sleep_until(t0 + b.ttft);
+        let k = b.tokens_per_chunk.max(1);
+        let chunks = max.div_ceil(k);
+        let mut sent = 0;
+        let mut writes = Vec::new();
+        let mut next = t0 + b.ttft;
+        for i in 0..chunks {
+            if i > 0 {
+                next += b.itl;
+                sleep_until(next);
+            }
+            let here = k.min(max - sent);
+            sent += here;
+            let text = vec!["tok"; here as usize].join(" ");
+            let usage = match b.usage {
+                Usage::PerChunk => format!(
+                    r#","usage":{{"prompt_tokens":{prompt_tokens},"completion_tokens":{sent}}}"#
+                ),
+                Usage::LastContent if i + 1 == chunks => format!(
+                    r#","usage":{{"prompt_tokens":{prompt_tokens},"completion_tokens":{sent}}}"#
+                ),
+                _ => String::new(),
+            };
+            let choice = if chat {
+                format!(r#"{{"index":0,"delta":{{"content":"{text}"}}}}"#)
+            } else {
+                format!(r#"{{"index":0,"text":"{text}"}}"#)
+            };
+            if i == 1 {
+                match fault {
+                    Fault::Malformed => {
+                        chunk(&mut w, "{\"choices\": [oops")?;
+                        break;
+                    }
+                    Fault::ErrorEvent => {
+                        chunk(&mut w, r#"{"error":{"message":"engine died","code":500}}"#)?;
+                        break;
+                    }
+                    Fault::Reset => {
+                        // Close mid-stream, no terminating chunk.
+                        return Ok(());
+                    }
+                    Fault::Stall => {
+                        std::thread::sleep(Duration::from_secs(5));
+                        return Ok(());
+                    }
+                    _ => {}
+                }
+            }
+            chunk(&mut w, &format!(r#"{{"choices":[{choice}]{usage}}}"#))?;
+            writes.push(Instant::now());
+        }
+        if let Usage::Final { delay } = b.usage {
+            std::thread::sleep(delay);
+            chunk(
+                &mut w,
+                &format!(
+                    r#"{{"choices":[],"usage":{{"prompt_tokens":{prompt_tokens},"completion_tokens":{sent},"total_tokens":{}}}}}"#,
+                    prompt_tokens + sent
+                ),
+            )?;
+        }
+        chunk(&mut w, "[DONE]")?;
+        write!(w, "0\r\n\r\n")?;
+        w.flush()?;
+        if fault == Fault::None {
+            let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+            truth.lock().unwrap().push(Truth {
+                ttft_ms: writes.first().map_or(0.0, |t| ms(*t - t0)),
+                itl_ms: writes.windows(2).map(|p| ms(p[1] - p[0])).collect(),
+                prompt_tokens,
+                output_tokens: sent,
+            });
+        }
+    }
+}
+
+fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        std::thread::sleep(t - now);
+    }
+}
