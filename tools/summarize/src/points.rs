@@ -22,6 +22,8 @@ pub struct Point {
     pub merged_sources: usize,
     /// Built from `request` records (else from `summary` records).
     pub from_requests: bool,
+    /// The model loadgen's summaries name (requests do not carry it).
+    pub model: Option<String>,
 }
 
 impl Point {
@@ -91,6 +93,7 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
         sources: usize,
         from_requests: bool,
         slo: Option<Slo>,
+        model: Option<String>,
     }
     let mut grouped: BTreeMap<(Labels, Params), BTreeMap<u32, Slot>> = BTreeMap::new();
     for (key, acc) in &inputs.points {
@@ -122,6 +125,7 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
                         sources: 1,
                         from_requests: acc.from_requests.is_some(),
                         slo: slot_slo,
+                        model: acc.first_summary.as_ref().and_then(|s| s.model.clone()),
                     },
                 );
             }
@@ -133,6 +137,7 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
             partial: repeats.values().any(|s| s.partial),
             merged_sources: repeats.values().map(|s| s.sources).max().unwrap_or(0),
             from_requests: repeats.values().all(|s| s.from_requests),
+            model: repeats.values().find_map(|s| s.model.clone()),
             repeats: repeats
                 .iter()
                 .map(|(&rep, s)| {

@@ -170,6 +170,16 @@ pub fn points_table(
         .filter(|(k, _)| !shown.contains(&k.as_str()))
         .cloned()
         .collect();
+    // loadgen names the model in its summaries; say it when no label does.
+    let models: std::collections::BTreeSet<&str> =
+        points.iter().filter_map(|p| p.model.as_deref()).collect();
+    if models.len() == 1
+        && !keys.varying.iter().any(|k| k == "model")
+        && !table.context.iter().any(|(k, _)| k == "model")
+    {
+        let model = models.into_iter().next().unwrap_or_default();
+        table.context.push(("model".into(), model.to_string()));
+    }
     let repeats = points.iter().map(|p| p.repeats.len()).max().unwrap_or(0);
     if repeats > 1 {
         table.title = "load points (mean ± 95% CI over repeats)".into();

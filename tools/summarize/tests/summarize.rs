@@ -657,9 +657,18 @@ fn compare_on_real_runs_finds_the_faster_server_and_calls_a_rerun_noise() {
             );
         }
     }
-    // 100 requests cannot bound a p99: the comparison says so instead of guessing.
-    let c = compare::change(summarize::metrics::Metric::TTFT_P99, &base[0], &rerun[0]).unwrap();
-    assert_eq!(c.verdict, compare::Verdict::Unknown);
+    // 100 requests cannot bound a p99 (a p50 they can): no noise estimate, so no claim.
+    let run = &base[0].repeats[0];
+    assert_eq!(run.ok, 100);
+    assert_eq!(
+        summarize::metrics::Metric::TTFT_P99.single_run_noise(run),
+        None
+    );
+    assert!(
+        summarize::metrics::Metric::TTFT_P50
+            .single_run_noise(run)
+            .is_some()
+    );
     let repeats = points("loadgen_repeats.jsonl");
     assert!(repeats.iter().all(|p| p.repeats.len() == 3));
     let text = stdout(&summarize(&["loadgen_repeats.jsonl"]));
