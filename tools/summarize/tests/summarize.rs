@@ -78,7 +78,8 @@ fn statistics_from_requests_equal_the_summaries_the_shared_code_wrote() {
 
 /// `loadgen_sim.jsonl` is real loadgen output (`loadgen --url SIM -c 1,4,16 -n 32
 /// --max-tokens 32 --input-len 128 --label engine=srv-sim` against `srv-sim --model
-/// llama-3.1-8b --hardware h100`): summarize must recompute exactly what loadgen summarized.
+/// llama-3.1-8b --hardware h100`, tests/fixtures/record-real.sh): summarize must recompute
+/// exactly what loadgen summarized.
 #[test]
 fn statistics_from_loadgen_requests_equal_loadgens_summaries() {
     statistics_from_requests_equal_the_summaries_in("loadgen_sim.jsonl");
