@@ -83,6 +83,32 @@ impl Hist {
         })
     }
 
+    /// The value at quantile `q` (0..=1) in milliseconds, as [`Hist::dist_ms`] reports it.
+    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
+        let h = &self.0;
+        if h.is_empty() {
+            return None;
+        }
+        Some(h.median_equivalent(h.value_at_quantile(q.clamp(0.0, 1.0))) as f64 / 1000.0)
+    }
+
+    /// A distribution-free 95% confidence interval for the quantile `q`, in milliseconds: the
+    /// values at the order-statistic ranks `n q -/+ 1.96 sqrt(n q (1 - q))` (the binomial
+    /// normal approximation). It says how far the quantile itself could move between runs of
+    /// the same size, so a change smaller than it is noise. `None` when empty.
+    pub fn quantile_ci95_ms(&self, q: f64) -> Option<(f64, f64)> {
+        let n = self.len() as f64;
+        if n == 0.0 {
+            return None;
+        }
+        let q = q.clamp(0.0, 1.0);
+        let spread = 1.96 * (n * q * (1.0 - q)).sqrt();
+        // One more rank either way: the histogram reports ranks, not interpolations.
+        let lo = ((n * q - spread - 1.0) / n).clamp(0.0, 1.0);
+        let hi = ((n * q + spread + 1.0) / n).clamp(0.0, 1.0);
+        Some((self.quantile_ms(lo)?, self.quantile_ms(hi)?))
+    }
+
     /// V2+deflate, base64.
     pub fn encode(&self) -> String {
         let mut bytes = Vec::new();
@@ -450,6 +476,61 @@ impl PointStats {
             ("e2e_ms", &self.e2e),
             ("send_lag_ms", &self.send_lag),
         ]
+    }
+}
+
+/// The mean of repeated measurements with the half-width of its 95% confidence interval
+/// (Student's t with n - 1 degrees of freedom, as hyperfine-style repeats need).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeanCi {
+    pub n: usize,
+    pub mean: f64,
+    pub stddev: f64,
+    /// Half-width of the 95% interval; `None` for a single measurement (no spread known).
+    pub half_width: Option<f64>,
+}
+
+impl MeanCi {
+    /// `None` for no values.
+    pub fn of(values: &[f64]) -> Option<MeanCi> {
+        let n = values.len();
+        if n == 0 {
+            return None;
+        }
+        let mean = values.iter().sum::<f64>() / n as f64;
+        if n == 1 {
+            return Some(MeanCi {
+                n,
+                mean,
+                stddev: 0.0,
+                half_width: None,
+            });
+        }
+        let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+        let stddev = var.sqrt();
+        let half_width = Some(t95(n - 1) * stddev / (n as f64).sqrt());
+        Some(MeanCi {
+            n,
+            mean,
+            stddev,
+            half_width,
+        })
+    }
+}
+
+/// Two-sided 95% critical value of Student's t for `df` degrees of freedom.
+pub fn t95(df: usize) -> f64 {
+    const TABLE: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::INFINITY,
+        1..=30 => TABLE[df - 1],
+        31..=60 => 2.0,
+        61..=120 => 1.98,
+        _ => 1.96,
     }
 }
 

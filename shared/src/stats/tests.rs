@@ -160,6 +160,35 @@ fn slo_parsing() {
 }
 
 #[test]
+fn mean_ci_uses_student_t() {
+    let ci = MeanCi::of(&[10.0, 12.0, 14.0]).unwrap();
+    assert!((ci.mean - 12.0).abs() < 1e-12);
+    assert!((ci.stddev - 2.0).abs() < 1e-12);
+    // t(2) = 4.303; 4.303 * 2 / sqrt(3)
+    assert!((ci.half_width.unwrap() - 4.303 * 2.0 / 3f64.sqrt()).abs() < 1e-9);
+    assert_eq!(MeanCi::of(&[5.0]).unwrap().half_width, None);
+    assert!(MeanCi::of(&[]).is_none());
+}
+
+#[test]
+fn quantile_ci_brackets_the_quantile_and_narrows_with_n() {
+    let mut small = Hist::new();
+    let mut large = Hist::new();
+    for i in 0..100 {
+        small.record_ms(f64::from(i) + 1.0);
+    }
+    for i in 0..10_000 {
+        large.record_ms(f64::from(i % 100) + 1.0);
+    }
+    let p50 = small.quantile_ms(0.5).unwrap();
+    let (lo, hi) = small.quantile_ci95_ms(0.5).unwrap();
+    assert!(lo < p50 && p50 < hi, "{lo} {p50} {hi}");
+    let (llo, lhi) = large.quantile_ci95_ms(0.5).unwrap();
+    assert!(lhi - llo < hi - lo);
+    assert_eq!(small.quantile_ms(0.5), small.dist_ms().map(|d| d.p50));
+}
+
+#[test]
 fn no_steady_figure_from_a_window_too_short() {
     // Two slots, four requests: the steady window is a sliver of the wall window.
     let mut s = PointStats::new();

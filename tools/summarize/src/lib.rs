@@ -1,1 +1,201 @@
+//! summarize: the end of a servbench pipeline. Reads records (many runs at once), recomputes
+//! each sweep point's statistics with the shared implementation, and prints tables for
+//! people, comparisons with a noise test, notes on what a careful engineer would spot,
+//! efficiency against a roofline, and plots.
 
+pub mod compare;
+pub mod efficiency;
+pub mod input;
+pub mod metrics;
+pub mod notes;
+pub mod plot;
+pub mod points;
+pub mod report;
+pub mod synth;
+pub mod table;
+
+use input::Inputs;
+use points::Point;
+use report::Col;
+use servbench::cli::{self, Exit};
+use servbench::jsonl::Source;
+use servbench::stats::Slo;
+use std::io::Write;
+use std::path::PathBuf;
+use table::{Format, Table};
+
+/// What to do, from the command line.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub sources: Vec<Source>,
+    pub format: Format,
+    pub cols: Option<Vec<Col>>,
+    pub by: Vec<String>,
+    /// Labels dropped before grouping, so one point measured on several hosts merges.
+    pub merge_labels: Vec<String>,
+    pub slo: Option<Slo>,
+    pub compare: Option<(Source, Source)>,
+    pub compare_by: Option<String>,
+    pub compare_metrics: Vec<metrics::Metric>,
+    pub notes: bool,
+    pub plot: Option<PathBuf>,
+    pub roofline: Option<efficiency::Roofline>,
+    /// Hardware for the collectives' link share when no model is given.
+    pub link_hw: Option<servbench::presets::Hardware>,
+    pub strict: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            sources: vec![Source::Stdin],
+            format: Format::Text,
+            cols: None,
+            by: Vec::new(),
+            merge_labels: vec!["host".to_string()],
+            slo: None,
+            compare: None,
+            compare_by: None,
+            compare_metrics: compare::DEFAULT_METRICS.to_vec(),
+            notes: true,
+            plot: None,
+            roofline: None,
+            link_hw: None,
+            strict: false,
+        }
+    }
+}
+
+/// Reads sources and builds points.
+pub fn load_points(sources: &[Source], config: &Config) -> anyhow::Result<(Inputs, Vec<Point>)> {
+    let inputs = input::load(sources, config.strict, config.slo.as_ref())?;
+    let points = points::build(&inputs, &config.merge_labels, config.slo.as_ref());
+    Ok((inputs, points))
+}
+
+/// The tables for one set of inputs, notes included.
+pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> {
+    let mut out = Vec::new();
+    if !inputs.servers.is_empty() {
+        out.push(report::server_table(&inputs.servers));
+    }
+    if !points.is_empty() {
+        let roof = config.roofline.as_ref();
+        let mut t = report::points_table(points, config.cols.as_deref(), &config.by, roof);
+        if config.notes {
+            t.notes = notes::all(points);
+            if let Some(roof) = roof {
+                t.notes.extend(efficiency::single_stream_note(points, roof));
+                t.notes
+                    .extend(efficiency::decode_budget(points, &inputs.coll, roof));
+            }
+        }
+        out.push(t);
+    }
+    if !inputs.coll.is_empty() || !inputs.coll_runs.is_empty() {
+        let hw = config
+            .roofline
+            .as_ref()
+            .map(|r| &r.hw)
+            .or(config.link_hw.as_ref());
+        let mut t = report::coll_table(&inputs.coll, &inputs.coll_runs, hw);
+        if points.is_empty()
+            && config.notes
+            && let Some(roof) = &config.roofline
+        {
+            t.notes
+                .extend(efficiency::decode_budget(points, &inputs.coll, roof));
+        }
+        out.push(t);
+    }
+    if !inputs.ramps.is_empty() {
+        out.push(report::ramp_table(&inputs.ramps));
+    }
+    if !inputs.decode.is_empty() {
+        out.push(report::decode_table(&inputs.decode));
+    }
+    if !inputs.kills.is_empty() {
+        out.push(report::kill_table(&inputs.kills));
+    }
+    out
+}
+
+/// Runs summarize, writing the report to `out`: load, tabulate (or compare), note, plot.
+pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
+    if let Some((base, new)) = &config.compare {
+        let table = compare_files(base, new, config)?;
+        return write_text(out, &table::render(&[table], config.format));
+    }
+    let (inputs, points) = load_points(&config.sources, config)?;
+    report_ignored(&inputs);
+    let tables = match &config.compare_by {
+        Some(label) => vec![compare::compare_by_label(
+            &points,
+            label,
+            &config.compare_metrics,
+        )?],
+        None => tables(&inputs, &points, config),
+    };
+    if tables.is_empty() {
+        return Err(cli::usage(
+            "no records to summarize: give loadgen, collbench, srv-launch or srv-kill output (files or stdin)",
+        ));
+    }
+    let mut text = table::render(&tables, config.format);
+    match &config.plot {
+        Some(path) if path.as_os_str() == "-" => {
+            text.push('\n');
+            text.push_str(&plot::terminal(&points, &inputs.coll, &config.by));
+        }
+        Some(path) => {
+            plot::write_file(path, &points, &inputs.coll, &config.by)?;
+            cli::info(format!("plot written to {}", path.display()));
+        }
+        None => {}
+    }
+    write_text(out, &text)
+}
+
+/// `--compare BASE NEW`: each file read on its own, then matched point by point.
+fn compare_files(base: &Source, new: &Source, config: &Config) -> anyhow::Result<Table> {
+    let (base_inputs, base_points) = load_points(std::slice::from_ref(base), config)?;
+    let (new_inputs, new_points) = load_points(std::slice::from_ref(new), config)?;
+    report_ignored(&base_inputs);
+    report_ignored(&new_inputs);
+    if base_points.is_empty() || new_points.is_empty() {
+        let empty = if base_points.is_empty() { base } else { new };
+        return Err(cli::usage(format!(
+            "--compare: {} holds no request or summary records to compare",
+            empty.name()
+        )));
+    }
+    Ok(compare::compare_sides(
+        &base_points,
+        &new_points,
+        &base.name(),
+        &new.name(),
+        &config.compare_metrics,
+    ))
+}
+
+fn write_text(out: &mut impl Write, text: &str) -> anyhow::Result<Exit> {
+    out.write_all(text.as_bytes())
+        .and_then(|_| out.flush())
+        .map_err(|_| servbench::jsonl::StdoutClosed)?;
+    Ok(Exit::Ok)
+}
+
+fn report_ignored(inputs: &Inputs) {
+    if !inputs.ignored.is_empty() {
+        let list: Vec<String> = inputs
+            .ignored
+            .iter()
+            .map(|(k, n)| format!("{n} {}", if k.is_empty() { "(no kind)" } else { k }))
+            .collect();
+        cli::info(format!(
+            "ignored {} record(s) of kinds it does not tabulate: {}",
+            inputs.ignored.values().sum::<u64>(),
+            list.join(", ")
+        ));
+    }
+}

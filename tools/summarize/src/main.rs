@@ -1,1 +1,151 @@
-fn main() {}
+use clap::Parser;
+use servbench::cli;
+use servbench::jsonl::{self, Source};
+use servbench::stats::Slo;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use summarize::metrics::Metric;
+use summarize::report::Col;
+use summarize::table::Format;
+use summarize::{Config, compare};
+
+const EXAMPLES: &str = "\
+Examples:
+  srv-launch sim | loadgen -c 1..64 -n 200 | tee run.jsonl | summarize
+  summarize run.jsonl --format md --cols conc,tok_s,ttft_p50,ttft_p99
+  summarize host-a.jsonl host-b.jsonl                # one point measured on two hosts, merged
+  summarize --compare base.jsonl new.jsonl           # side by side, new/base, noise-aware
+  cat vllm.jsonl sglang.jsonl | summarize --compare-by engine=vllm
+  summarize run.jsonl --plot sweep.svg               # or sweep.png, or - for the terminal";
+
+/// Tables, comparisons, notes and plots from servbench records.
+#[derive(Debug, Parser)]
+#[command(name = "summarize", version, after_help = EXAMPLES)]
+struct Args {
+    /// Record files (`-` is stdin); with none, stdin
+    #[arg(value_name = "FILE")]
+    files: Vec<String>,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Columns of the load-points table, comma-separated: conc, rate, in, out, label:NAME,
+    /// tok_s, req_s, total_tok_s, steady_tok_s, goodput_req_s, stream_tok_s, tok_per_chunk,
+    /// errors, requests, ok, duration_s, or {ttft,itl,tpot,e2e,lag}_{mean,min,p50,p90,p95,p99,p999,max}
+    #[arg(long, value_delimiter = ',', value_parser = Col::parse)]
+    cols: Option<Vec<Col>>,
+    /// Group rows (and plot lines) by these labels or params (in, out, conc, rate); default:
+    /// every label or param that varies, except the load
+    #[arg(long, value_delimiter = ',')]
+    by: Vec<String>,
+    /// Labels ignored when matching points, so measurements of one point from several hosts
+    /// merge (histograms exactly); `--merge-label none` keeps every label apart
+    #[arg(long = "merge-label", value_delimiter = ',', default_value = "host")]
+    merge_labels: Vec<String>,
+    /// Goodput SLO for points rebuilt from requests: ttft_ms=500,tpot_ms=50
+    #[arg(long, value_parser = Slo::parse)]
+    slo: Option<Slo>,
+    /// Compare two runs point by point: --compare BASE NEW
+    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with = "compare_by")]
+    compare: Option<Vec<String>>,
+    /// Compare the values of one label (LABEL, or LABEL=BASE to choose the base)
+    #[arg(long, value_name = "LABEL[=BASE]")]
+    compare_by: Option<String>,
+    /// Metrics compared (same names as --cols)
+    #[arg(long, value_delimiter = ',', value_parser = parse_metric)]
+    metrics: Option<Vec<Metric>>,
+    /// Do not print notes under the tables
+    #[arg(long)]
+    no_notes: bool,
+    /// Judge against the roofline of MODEL@HARDWARE (presets or JSON cards: llama-3.1-8b@h200):
+    /// per-stream decode limit, single-stream note, link share for collectives, decode budget
+    #[arg(long, value_name = "MODEL@HARDWARE", conflicts_with_all = ["model", "hardware"])]
+    roofline: Option<String>,
+    /// Model preset or JSON card for the roofline (with --hardware)
+    #[arg(long, requires = "hardware")]
+    model: Option<String>,
+    /// Hardware preset or JSON card for the roofline (with --model; alone: link share only)
+    #[arg(long)]
+    hardware: Option<String>,
+    /// Tensor-parallel degree of the model for the roofline and the decode budget
+    #[arg(long, default_value_t = 1)]
+    tp: u32,
+    /// Draw a plot: FILE.svg, FILE.png, or - for a chart in the terminal
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["compare", "compare_by"])]
+    plot: Option<PathBuf>,
+    /// Treat a malformed input line as an error (exit 2) instead of warning and skipping it
+    #[arg(long)]
+    strict: bool,
+}
+
+fn parse_metric(s: &str) -> Result<Metric, String> {
+    Metric::parse(s).ok_or_else(|| {
+        format!(
+            "unknown metric '{s}': use one of {}",
+            Metric::all_names().join(", ")
+        )
+    })
+}
+
+fn main() -> ExitCode {
+    cli::main("summarize", || {
+        let args = Args::parse();
+        let mut sources: Vec<Source> = args.files.iter().map(|f| Source::parse(f)).collect();
+        if sources.is_empty() && args.compare.is_none() {
+            if !jsonl::stdin_is_piped() {
+                return Err(cli::usage(
+                    "no input: pipe records in (loadgen ... | summarize) or name files (summarize run.jsonl)",
+                ));
+            }
+            sources.push(Source::Stdin);
+        }
+        let compare = args.compare.map(|pair| {
+            let mut it = pair.into_iter().map(|s| Source::parse(&s));
+            (
+                it.next().unwrap_or(Source::Stdin),
+                it.next().unwrap_or(Source::Stdin),
+            )
+        });
+        let merge_labels = args
+            .merge_labels
+            .into_iter()
+            .filter(|l| l != "none" && !l.is_empty())
+            .collect();
+        let roofline = match (&args.roofline, &args.model, &args.hardware) {
+            (Some(spec), _, _) => Some(
+                summarize::efficiency::Roofline::parse(spec, args.tp)
+                    .map_err(|e| cli::usage(format!("--roofline: {e}")))?,
+            ),
+            (None, Some(m), Some(h)) => Some(
+                summarize::efficiency::Roofline::of(m, h, args.tp)
+                    .map_err(|e| cli::usage(format!("--model/--hardware: {e}")))?,
+            ),
+            _ => None,
+        };
+        let link_hw = match (&roofline, &args.hardware) {
+            (None, Some(h)) => Some(
+                servbench::presets::load_hardware(h)
+                    .map_err(|e| cli::usage(format!("--hardware: {e}")))?,
+            ),
+            _ => None,
+        };
+        let config = Config {
+            sources,
+            format: args.format,
+            cols: args.cols,
+            by: args.by,
+            merge_labels,
+            slo: args.slo,
+            compare,
+            compare_by: args.compare_by,
+            compare_metrics: args
+                .metrics
+                .unwrap_or_else(|| compare::DEFAULT_METRICS.to_vec()),
+            notes: !args.no_notes,
+            plot: args.plot,
+            roofline,
+            link_hw,
+            strict: args.strict,
+        };
+        summarize::run(&config, &mut std::io::stdout().lock())
+    })
+}

@@ -1,0 +1,378 @@
+//! Comparisons: two runs (`--compare base new`) or the values of one label (`--compare-by
+//! engine`), matching points side by side with the ratio new/base. A change is called real
+//! only when it exceeds the runs' own noise: |new - base| > sqrt(hw_base² + hw_new²), where hw
+//! is the half-width of each side's 95% interval (from repeats when present, else from the
+//! run's own spread; see [`crate::metrics::Metric::single_run_noise`]), and by at least
+//! [`MIN_EFFECT`] (with repeats on both sides) or [`MIN_EFFECT_SINGLE`] (without: one run's
+//! spread shows sampling noise only, not how much a rerun moves).
+
+use crate::input::Params;
+use crate::metrics::{Better, Metric};
+use crate::points::{Keys, Point, point_name};
+use crate::table::{Cell, Column, Table};
+use servbench::cli;
+use servbench::record::Labels;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A change smaller than this share never counts as real, however tight the intervals: a
+/// 1% move at a bounded tail is statistics, not news.
+pub const MIN_EFFECT: f64 = 0.02;
+
+/// The floor when either side is a single run: its spread says nothing about run-to-run
+/// variation (machine load, server state), which on real runs is a few percent.
+pub const MIN_EFFECT_SINGLE: f64 = 0.05;
+
+pub const DEFAULT_METRICS: [Metric; 4] = [
+    Metric::TOK_S,
+    Metric::TTFT_P50,
+    Metric::TTFT_P99,
+    Metric::TPOT_P50,
+];
+
+/// How a metric moved between base and new.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict {
+    Better,
+    Worse,
+    /// Within the runs' noise.
+    Noise,
+    /// Different, but neither run says how noisy it is.
+    Unknown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Change {
+    pub base: f64,
+    pub new: f64,
+    pub ratio: f64,
+    pub verdict: Verdict,
+}
+
+/// Compares one metric of two measurements of the same point.
+pub fn change(m: Metric, base: &Point, new: &Point) -> Option<Change> {
+    let (b, n) = (base.mean(m)?, new.mean(m)?);
+    let ratio = if b != 0.0 { n / b } else { f64::NAN };
+    let repeated = base.repeats.len() > 1 && new.repeats.len() > 1;
+    let floor = if repeated {
+        MIN_EFFECT
+    } else {
+        MIN_EFFECT_SINGLE
+    };
+    let verdict = match (base.noise(m), new.noise(m)) {
+        _ if (n - b).abs() <= floor * b.abs() => Verdict::Noise,
+        // One side's noise unknown (too few samples for a tail): no claim either way.
+        (None, _) | (_, None) => Verdict::Unknown,
+        (Some(nb), Some(nn)) => {
+            let noise = (nb.powi(2) + nn.powi(2)).sqrt();
+            if (n - b).abs() <= noise {
+                Verdict::Noise
+            } else if (n > b) == (m.better() == Better::Higher) {
+                Verdict::Better
+            } else {
+                Verdict::Worse
+            }
+        }
+    };
+    Some(Change {
+        base: b,
+        new: n,
+        ratio,
+        verdict,
+    })
+}
+
+fn ratio_text(c: &Change) -> String {
+    let mark = match c.verdict {
+        Verdict::Better => " better",
+        Verdict::Worse => " worse",
+        Verdict::Noise => " ~",
+        Verdict::Unknown => " ?",
+    };
+    if c.ratio.is_finite() {
+        format!("{:.2}x{mark}", c.ratio)
+    } else {
+        format!("-{mark}")
+    }
+}
+
+/// The labels that name a whole side (the same on all its points): they differ between runs
+/// by design (`run=base`), so matching ignores them.
+fn run_labels(points: &[Point]) -> BTreeSet<String> {
+    let keys = Keys::of(points);
+    keys.constant
+        .iter()
+        .map(|(k, _)| k.clone())
+        .filter(|k| !crate::points::PARAM_KEYS.contains(&k.as_str()))
+        .collect()
+}
+
+fn stripped(p: &Point, drop: &BTreeSet<String>) -> (Labels, Params) {
+    let mut labels = p.labels.clone();
+    labels.retain(|k, _| !drop.contains(k));
+    (labels, p.params)
+}
+
+/// One comparison between a base and a new set of points, matched by what is left of their
+/// labels after `drop`, and by their parameters.
+struct Pairing<'a> {
+    pairs: Vec<(String, &'a Point, &'a Point)>,
+    only_base: Vec<&'a Point>,
+    only_new: Vec<&'a Point>,
+}
+
+fn pair<'a>(base: &'a [Point], new: &'a [Point], drop: &BTreeSet<String>) -> Pairing<'a> {
+    let index: BTreeMap<(Labels, Params), &Point> =
+        new.iter().map(|p| (stripped(p, drop), p)).collect();
+    let mut used = BTreeSet::new();
+    let mut pairs = Vec::new();
+    let mut only_base = Vec::new();
+    for b in base {
+        let k = stripped(b, drop);
+        match index.get(&k) {
+            Some(n) => {
+                used.insert(k);
+                pairs.push((String::new(), b, *n));
+            }
+            None => only_base.push(b),
+        }
+    }
+    let only_new = new
+        .iter()
+        .filter(|p| !used.contains(&stripped(p, drop)))
+        .collect();
+    Pairing {
+        pairs,
+        only_base,
+        only_new,
+    }
+}
+
+fn table_for(
+    title: &str,
+    context: Vec<(String, String)>,
+    pairing: &Pairing,
+    metrics: &[Metric],
+    versus_col: bool,
+) -> Table {
+    let all: Vec<Point> = pairing.pairs.iter().map(|(_, b, _)| (*b).clone()).collect();
+    let keys = Keys::of(&all);
+    let mut key_cols: Vec<String> = keys.varying.clone();
+    for load in ["conc", "rate"] {
+        if all.iter().any(|p| p.key_value(load).is_some()) && !key_cols.iter().any(|k| k == load) {
+            key_cols.push(load.to_string());
+        }
+    }
+    let mut columns = Vec::new();
+    if versus_col {
+        columns.push(Column {
+            name: "new".into(),
+            header: "new".into(),
+        });
+    }
+    for k in &key_cols {
+        columns.push(Column {
+            name: k.clone(),
+            header: match k.as_str() {
+                "conc" => "C".into(),
+                "rate" => "rate/s".into(),
+                "in" => "in tok".into(),
+                "out" => "out tok".into(),
+                other => other.into(),
+            },
+        });
+    }
+    for m in metrics {
+        for (suffix, head) in [("base", "base"), ("new", "new"), ("ratio", "new/base")] {
+            columns.push(Column {
+                name: format!("{}_{suffix}", m.name()),
+                header: format!("{} {head}", m.header()),
+            });
+        }
+    }
+    let mut table = Table::new(title, columns);
+    table.context = context;
+    let mut tallies: Vec<(usize, usize, usize, usize, Vec<f64>)> =
+        vec![(0, 0, 0, 0, Vec::new()); metrics.len()];
+    for (group, (versus, b, n)) in pairing.pairs.iter().enumerate() {
+        let mut row = Vec::new();
+        if versus_col {
+            row.push(Cell::Text(versus.clone()));
+        }
+        for k in &key_cols {
+            row.push(match b.key_value(k) {
+                Some(v) => crate::report::key_cell(k, v),
+                None => Cell::Empty,
+            });
+        }
+        for (i, m) in metrics.iter().enumerate() {
+            match change(*m, b, n) {
+                Some(c) => {
+                    row.push(Cell::num(Some(c.base)));
+                    row.push(Cell::num(Some(c.new)));
+                    row.push(Cell::Text(ratio_text(&c)));
+                    match c.verdict {
+                        Verdict::Better => tallies[i].0 += 1,
+                        Verdict::Worse => tallies[i].1 += 1,
+                        Verdict::Noise => tallies[i].2 += 1,
+                        Verdict::Unknown => tallies[i].3 += 1,
+                    }
+                    if c.ratio.is_finite() && c.ratio > 0.0 {
+                        tallies[i].4.push(c.ratio);
+                    }
+                }
+                None => row.extend([Cell::Empty, Cell::Empty, Cell::Empty]),
+            }
+        }
+        // Comparing by label: one group per base point, so text output keeps them apart.
+        table.push(row, if versus_col { group } else { 0 });
+    }
+    for (m, (better, worse, same, unknown, ratios)) in metrics.iter().zip(&tallies) {
+        if ratios.is_empty() {
+            continue;
+        }
+        let geo = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
+        let unknown = if *unknown > 0 {
+            format!(", {unknown} unknown")
+        } else {
+            String::new()
+        };
+        table.notes.push(format!(
+            "{}: {better} point(s) better, {worse} worse, {same} within noise{unknown}; geometric mean ratio {:.2}x",
+            m.header(),
+            geo
+        ));
+    }
+    table.notes.push(
+        "better/worse: the change exceeds both runs' noise (95% intervals combined: repeats' CI, else the run's own spread) and 5% (2% with repeats on both sides); ~: within that; ?: too few samples to know the noise (a p99 needs 500+ requests)".to_string(),
+    );
+    let names = |ps: &[&Point]| -> String {
+        let varying = Keys::of(&ps.iter().map(|p| (*p).clone()).collect::<Vec<_>>()).varying;
+        ps.iter()
+            .map(|p| point_name(p, &varying))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    if !pairing.only_base.is_empty() {
+        table.notes.push(format!(
+            "only in base (not compared): {}",
+            names(&pairing.only_base)
+        ));
+    }
+    if !pairing.only_new.is_empty() {
+        table.notes.push(format!(
+            "only in new (not compared): {}",
+            names(&pairing.only_new)
+        ));
+    }
+    table
+}
+
+/// `--compare base.jsonl new.jsonl`.
+pub fn compare_sides(
+    base: &[Point],
+    new: &[Point],
+    base_name: &str,
+    new_name: &str,
+    metrics: &[Metric],
+) -> Table {
+    let mut drop = run_labels(base);
+    drop.extend(run_labels(new));
+    let pairing = pair(base, new, &drop);
+    table_for(
+        "comparison",
+        vec![
+            ("base".into(), base_name.into()),
+            ("new".into(), new_name.into()),
+        ],
+        &pairing,
+        metrics,
+        false,
+    )
+}
+
+/// `--compare-by LABEL[=BASE]`: the base is the given value, else the first in sort order;
+/// every other value is compared with it.
+pub fn compare_by_label(points: &[Point], spec: &str, metrics: &[Metric]) -> anyhow::Result<Table> {
+    let (label, base_value) = match spec.split_once('=') {
+        Some((l, v)) => (l.trim(), Some(v.to_string())),
+        None => (spec.trim(), None),
+    };
+    let values: BTreeSet<String> = points
+        .iter()
+        .filter_map(|p| p.labels.get(label).cloned())
+        .collect();
+    if values.len() < 2 {
+        return Err(cli::usage(format!(
+            "--compare-by {label}: the records carry {} value(s) of label '{label}' ({}); it needs two or more (add them with --label {label}=... on each run)",
+            values.len(),
+            values.iter().cloned().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let base_value = match base_value {
+        Some(v) if values.contains(&v) => v,
+        Some(v) => {
+            return Err(cli::usage(format!(
+                "--compare-by {label}={v}: no record has {label}={v}; values: {}",
+                values.iter().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        None => values.iter().next().cloned().unwrap_or_default(),
+    };
+    let side = |v: &str| -> Vec<Point> {
+        points
+            .iter()
+            .filter(|p| p.labels.get(label).map(String::as_str) == Some(v))
+            .cloned()
+            .collect()
+    };
+    let base = side(&base_value);
+    let mut drop: BTreeSet<String> = BTreeSet::from([label.to_string()]);
+    let mut all = Pairing {
+        pairs: Vec::new(),
+        only_base: Vec::new(),
+        only_new: Vec::new(),
+    };
+    let others: Vec<(String, Vec<Point>)> = values
+        .iter()
+        .filter(|v| **v != base_value)
+        .map(|v| (v.clone(), side(v)))
+        .collect();
+    // Labels that name a whole side (other than the compared one) are ignored too.
+    let common: BTreeSet<String> = run_labels(&base);
+    for (_, ps) in &others {
+        drop.extend(run_labels(ps).intersection(&common).cloned());
+    }
+    for (v, ps) in &others {
+        let p = pair(&base, ps, &drop);
+        all.pairs.extend(
+            p.pairs
+                .into_iter()
+                .map(|(_, b, n)| (format!("{label}={v}"), b, n)),
+        );
+        all.only_new.extend(p.only_new);
+        all.only_base.extend(p.only_base);
+    }
+    // Sort by the base point, so each base point's comparisons sit together.
+    all.pairs.sort_by(|a, b| {
+        (&a.1.labels, a.1.params.sort_key()).cmp(&(&b.1.labels, b.1.params.sort_key()))
+    });
+    let mut table = table_for(
+        &format!("comparison by {label}"),
+        vec![("base".into(), format!("{label}={base_value}"))],
+        &all,
+        metrics,
+        true,
+    );
+    // Groups: one per base point, when each has several comparisons.
+    if others.len() < 2 {
+        return Ok(table);
+    }
+    let mut g = 0;
+    for i in 0..all.pairs.len() {
+        if i > 0 && !std::ptr::eq(all.pairs[i].1, all.pairs[i - 1].1) {
+            g += 1;
+        }
+        table.groups[i] = g;
+    }
+    Ok(table)
+}

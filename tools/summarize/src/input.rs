@@ -1,0 +1,376 @@
+//! Reading records for summarize: every source in order, `request` lines through a fast path
+//! (a million of them must summarize in seconds), everything else through the shared parser.
+//! Requests are folded into the shared [`PointStats`] as they arrive, so memory stays bounded
+//! by the number of points, not requests.
+//!
+//! Why a fast path: `Record::parse` peeks the kind, then deserializes the whole record with a
+//! flattened `extra` map (serde buffers every field for that) and keeps the raw line. For
+//! `request` lines, which loadgen writes with `"kind":"request"` first, summarize deserializes
+//! only the fields statistics need, with unknown fields skipped. The wire format is unchanged:
+//! a line the fast path cannot read goes through `Record::parse`, which names the problem.
+
+use serde::Deserialize;
+use servbench::cli;
+use servbench::jsonl::{Source, excerpt};
+use servbench::record::{
+    CollRecord, CollRunRecord, KillRecord, Labels, PointKey, Record, RequestError, RequestRecord,
+    SCHEMA_VERSION, ServerRecord, SummaryRecord,
+};
+use servbench::stats::{PointStats, Slo};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader};
+
+/// The parameters that identify a sweep point (PointKey without its position and repeat),
+/// hashable: the rate is kept by its bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Params {
+    pub concurrency: Option<u32>,
+    rate_bits: Option<u64>,
+    pub input_len: Option<u32>,
+    pub max_tokens: Option<u32>,
+}
+
+impl Params {
+    pub fn of(p: &PointKey) -> Params {
+        Params {
+            concurrency: p.concurrency,
+            rate_bits: p.rate_rps.map(f64::to_bits),
+            input_len: p.input_len,
+            max_tokens: p.max_tokens,
+        }
+    }
+
+    pub fn rate_rps(&self) -> Option<f64> {
+        self.rate_bits.map(f64::from_bits)
+    }
+
+    /// Back to a PointKey (position 0) for a summary built here.
+    pub fn to_point(self, repeat: u32) -> PointKey {
+        PointKey {
+            index: 0,
+            concurrency: self.concurrency,
+            rate_rps: self.rate_rps(),
+            input_len: self.input_len,
+            max_tokens: self.max_tokens,
+            repeat,
+        }
+    }
+
+    /// Sort order that puts rates in numeric order (bits of positive floats sort numerically).
+    pub fn sort_key(&self) -> (Option<u32>, Option<u32>, Option<u32>, Option<u64>) {
+        (
+            self.input_len,
+            self.max_tokens,
+            self.concurrency,
+            self.rate_bits,
+        )
+    }
+}
+
+/// One measurement of one point: its labels (all of them), parameters and repeat.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AccKey {
+    pub labels: Labels,
+    pub params: Params,
+    pub repeat: u32,
+}
+
+/// Statistics gathered for one [`AccKey`].
+#[derive(Debug, Default)]
+pub struct Acc {
+    /// From `request` records (exact, with the steady-state window).
+    pub from_requests: Option<PointStats>,
+    /// From `summary` records of this key, merged.
+    pub from_summaries: Option<PointStats>,
+    /// Any summary of this key said the point was cut short.
+    pub partial: bool,
+    /// The first summary seen, for fields only summaries carry (client CPU, SLO text).
+    pub first_summary: Option<Box<SummaryRecord>>,
+    /// The sources this key's records came from (more than one: two runs look alike).
+    pub sources: Vec<String>,
+}
+
+impl Acc {
+    /// Requests win over summaries of the same key: loadgen writes both, and the summary is
+    /// computed from exactly those requests (so nothing is counted twice).
+    pub fn stats(&self) -> Option<&PointStats> {
+        self.from_requests.as_ref().or(self.from_summaries.as_ref())
+    }
+}
+
+/// Everything read from a set of sources.
+#[derive(Debug, Default)]
+pub struct Inputs {
+    pub points: BTreeMap<AccKey, Acc>,
+    pub coll: Vec<CollRecord>,
+    pub coll_runs: Vec<CollRunRecord>,
+    pub kills: Vec<KillRecord>,
+    pub servers: Vec<ServerRecord>,
+    /// collbench's `decode` records (allreduce per decode step), kept as JSON: read by field
+    /// name so they tabulate whether or not this build knows the kind.
+    pub decode: Vec<serde_json::Value>,
+    /// loadgen's `ramp` records (the end of a `--ramp`), kept as JSON like `decode`.
+    pub ramps: Vec<serde_json::Value>,
+    /// Records of kinds summarize does not tabulate, by kind.
+    pub ignored: BTreeMap<String, u64>,
+    pub malformed: u64,
+    pub request_lines: u64,
+    pub summary_lines: u64,
+}
+
+/// The fields of a `request` record statistics need; unknown fields are skipped by serde.
+#[derive(Deserialize)]
+struct RequestFields {
+    kind: String,
+    #[serde(default = "current_version")]
+    v: u32,
+    #[serde(default)]
+    labels: Labels,
+    point: PointKey,
+    #[serde(default)]
+    id: u64,
+    intended_ms: f64,
+    send_lag_ms: f64,
+    #[serde(default)]
+    ttft_ms: Option<f64>,
+    #[serde(default)]
+    e2e_ms: Option<f64>,
+    #[serde(default)]
+    tpot_ms: Option<f64>,
+    #[serde(default)]
+    itl_ms: Vec<f64>,
+    #[serde(default)]
+    chunks: u32,
+    #[serde(default)]
+    output_tokens: u32,
+    #[serde(default)]
+    prompt_tokens: Option<u32>,
+    #[serde(default)]
+    prompt_tokens_target: Option<u32>,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    error: Option<RequestError>,
+}
+
+impl RequestFields {
+    fn into_record(self) -> RequestRecord {
+        RequestRecord {
+            v: self.v,
+            ts: String::new(),
+            labels: self.labels,
+            point: self.point,
+            id: self.id,
+            intended_ms: self.intended_ms,
+            send_lag_ms: self.send_lag_ms,
+            ttft_ms: self.ttft_ms,
+            ttft_reasoning_ms: None,
+            e2e_ms: self.e2e_ms,
+            tpot_ms: self.tpot_ms,
+            itl_ms: self.itl_ms,
+            chunks: self.chunks,
+            output_tokens: self.output_tokens,
+            output_tokens_source: None,
+            output_tokens_chunks: None,
+            prompt_tokens: self.prompt_tokens,
+            prompt_tokens_target: self.prompt_tokens_target,
+            max_tokens: self.max_tokens,
+            error: self.error,
+            extra: Default::default(),
+        }
+    }
+}
+
+fn current_version() -> u32 {
+    SCHEMA_VERSION
+}
+
+/// How many malformed lines to describe before only counting them (as the shared reader does).
+const MALFORMED_SHOWN: u64 = 3;
+
+/// Reads sources into [`Inputs`]. A missing file or, with `strict`, a malformed line is a
+/// usage error naming it.
+pub fn load(sources: &[Source], strict: bool, slo: Option<&Slo>) -> anyhow::Result<Inputs> {
+    let mut inputs = Inputs::default();
+    for source in sources {
+        let reader: Box<dyn BufRead> = match source {
+            Source::Stdin => Box::new(BufReader::with_capacity(1 << 16, io::stdin().lock())),
+            Source::File(path) => Box::new(BufReader::with_capacity(
+                1 << 16,
+                File::open(path).map_err(|e| {
+                    cli::usage(format!(
+                        "cannot read {}: {e} (give a file of records, or - for stdin)",
+                        path.display()
+                    ))
+                })?,
+            )),
+        };
+        load_one(&source.name(), reader, strict, slo, &mut inputs)?;
+    }
+    warn_lookalikes(&inputs);
+    Ok(inputs)
+}
+
+/// Two sources with records of the same point under the same labels are merged as one
+/// measurement, which is right for a file split in two and wrong for two runs: say so.
+fn warn_lookalikes(inputs: &Inputs) {
+    let shared: Vec<&AccKey> = inputs
+        .points
+        .iter()
+        .filter(|(_, acc)| acc.sources.len() > 1)
+        .map(|(k, _)| k)
+        .collect();
+    if let Some(first) = shared.first() {
+        let acc = &inputs.points[*first];
+        cli::warn(format!(
+            "{} point(s) appear with the same labels in several inputs ({}): each is merged as one measurement; if these are different runs, label them apart (loadgen --label run=NAME) or compare them (--compare)",
+            shared.len(),
+            acc.sources.join(", ")
+        ));
+    }
+}
+
+/// Warns once per source about records from a newer schema (as the shared reader does).
+fn warn_newer(warned: &mut bool, v: u32, name: &str, line_no: usize) {
+    if v > SCHEMA_VERSION && !*warned {
+        *warned = true;
+        cli::warn(format!(
+            "{name}:{line_no}: record schema v{v} is newer than this tool's v{SCHEMA_VERSION}: fields it does not know are ignored"
+        ));
+    }
+}
+
+/// Reads one source; see [`load`].
+pub fn load_one(
+    name: &str,
+    mut reader: impl BufRead,
+    strict: bool,
+    slo: Option<&Slo>,
+    inputs: &mut Inputs,
+) -> anyhow::Result<()> {
+    let mut buf = Vec::with_capacity(4096);
+    let mut line_no = 0usize;
+    let mut malformed_here = 0u64;
+    let mut warned_version = false;
+    loop {
+        buf.clear();
+        let n = reader
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| cli::usage(format!("{name}: read failed: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        let bytes = buf.trim_ascii_end();
+        if bytes.is_empty() {
+            continue;
+        }
+        if bytes.starts_with(br#"{"kind":"request""#)
+            && let Ok(fields) = serde_json::from_slice::<RequestFields>(bytes)
+            && fields.kind == "request"
+        {
+            inputs.request_lines += 1;
+            warn_newer(&mut warned_version, fields.v, name, line_no);
+            add_request(inputs, fields.into_record(), slo, name);
+            continue;
+        }
+        let text = String::from_utf8_lossy(bytes);
+        match Record::parse(&text) {
+            Ok(record) => {
+                warn_newer(&mut warned_version, record.version(), name, line_no);
+                add_record(inputs, record, slo, name)?
+            }
+            Err(reason) => {
+                let msg = format!("{name}:{line_no}: {reason} (line: {})", excerpt(&text, 60));
+                if strict {
+                    return Err(cli::usage(msg));
+                }
+                inputs.malformed += 1;
+                malformed_here += 1;
+                if malformed_here <= MALFORMED_SHOWN {
+                    cli::warn(format!("skipping malformed line: {msg}"));
+                }
+            }
+        }
+    }
+    if malformed_here > 0 {
+        cli::warn(format!(
+            "{name}: skipped {malformed_here} malformed line(s) (--strict makes this an error)"
+        ));
+    }
+    Ok(())
+}
+
+fn note_source(acc: &mut Acc, source: &str) {
+    if acc.sources.last().is_none_or(|s| s != source) && !acc.sources.iter().any(|s| s == source) {
+        acc.sources.push(source.to_string());
+    }
+}
+
+fn add_request(inputs: &mut Inputs, mut r: RequestRecord, slo: Option<&Slo>, source: &str) {
+    // The labels move into the key: statistics do not read them.
+    let key = AccKey {
+        labels: std::mem::take(&mut r.labels),
+        params: Params::of(&r.point),
+        repeat: r.point.repeat,
+    };
+    let acc = inputs.points.entry(key).or_default();
+    note_source(acc, source);
+    acc.from_requests
+        .get_or_insert_with(PointStats::new)
+        .add_request(&r, slo);
+}
+
+fn add_record(
+    inputs: &mut Inputs,
+    record: Record,
+    slo: Option<&Slo>,
+    source: &str,
+) -> anyhow::Result<()> {
+    match record {
+        Record::Request(r) => {
+            inputs.request_lines += 1;
+            add_request(inputs, *r, slo, source);
+        }
+        Record::Summary(s) => {
+            inputs.summary_lines += 1;
+            let stats = PointStats::from_summary(&s).map_err(|e| {
+                cli::usage(format!(
+                    "summary record of point {} has a bad histogram: {e}",
+                    s.point.index
+                ))
+            })?;
+            let key = AccKey {
+                labels: s.labels.clone(),
+                params: Params::of(&s.point),
+                repeat: s.point.repeat,
+            };
+            let acc = inputs.points.entry(key).or_default();
+            note_source(acc, source);
+            acc.partial |= s.partial;
+            match &mut acc.from_summaries {
+                Some(existing) => existing.merge(&stats),
+                None => acc.from_summaries = Some(stats),
+            }
+            if acc.first_summary.is_none() {
+                acc.first_summary = Some(s);
+            }
+        }
+        Record::Coll(c) => inputs.coll.push(c),
+        Record::CollRun(c) => inputs.coll_runs.push(c),
+        Record::Kill(k) => inputs.kills.push(k),
+        Record::Server(s) => inputs.servers.push(s),
+        other if other.kind() == "decode" || other.kind() == "ramp" => {
+            if let Ok(v) = serde_json::from_str(&other.to_line()) {
+                if other.kind() == "decode" {
+                    inputs.decode.push(v);
+                } else {
+                    inputs.ramps.push(v);
+                }
+            }
+        }
+        other => *inputs.ignored.entry(other.kind().to_string()).or_default() += 1,
+    }
+    Ok(())
+}

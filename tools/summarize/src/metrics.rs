@@ -1,0 +1,370 @@
+//! The figures a table column, a comparison or a note can read from a point's summary, by name
+//! (`tok_s`, `ttft_p99`, ...), with units, direction and a single-run noise estimate.
+
+use servbench::record::{Dist, SummaryRecord};
+use servbench::stats::Hist;
+
+/// A per-request latency distribution a summary carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DistName {
+    Ttft,
+    Itl,
+    Tpot,
+    E2e,
+    Lag,
+}
+
+impl DistName {
+    const ALL: [DistName; 5] = [
+        DistName::Ttft,
+        DistName::Itl,
+        DistName::Tpot,
+        DistName::E2e,
+        DistName::Lag,
+    ];
+
+    fn short(self) -> &'static str {
+        match self {
+            DistName::Ttft => "ttft",
+            DistName::Itl => "itl",
+            DistName::Tpot => "tpot",
+            DistName::E2e => "e2e",
+            DistName::Lag => "lag",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            DistName::Ttft => "TTFT",
+            DistName::Itl => "ITL",
+            DistName::Tpot => "TPOT",
+            DistName::E2e => "E2E",
+            DistName::Lag => "send lag",
+        }
+    }
+
+    /// The summary field / histogram name.
+    fn field(self) -> &'static str {
+        match self {
+            DistName::Ttft => "ttft_ms",
+            DistName::Itl => "itl_ms",
+            DistName::Tpot => "tpot_ms",
+            DistName::E2e => "e2e_ms",
+            DistName::Lag => "send_lag_ms",
+        }
+    }
+
+    fn of(self, s: &SummaryRecord) -> Option<&Dist> {
+        match self {
+            DistName::Ttft => s.ttft_ms.as_ref(),
+            DistName::Itl => s.itl_ms.as_ref(),
+            DistName::Tpot => s.tpot_ms.as_ref(),
+            DistName::E2e => s.e2e_ms.as_ref(),
+            DistName::Lag => s.send_lag_ms.as_ref(),
+        }
+    }
+}
+
+/// Which statistic of a distribution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stat {
+    Mean,
+    Min,
+    P50,
+    P90,
+    P95,
+    P99,
+    P999,
+    Max,
+}
+
+impl Stat {
+    const ALL: [Stat; 8] = [
+        Stat::Mean,
+        Stat::Min,
+        Stat::P50,
+        Stat::P90,
+        Stat::P95,
+        Stat::P99,
+        Stat::P999,
+        Stat::Max,
+    ];
+
+    fn short(self) -> &'static str {
+        match self {
+            Stat::Mean => "mean",
+            Stat::Min => "min",
+            Stat::P50 => "p50",
+            Stat::P90 => "p90",
+            Stat::P95 => "p95",
+            Stat::P99 => "p99",
+            Stat::P999 => "p999",
+            Stat::Max => "max",
+        }
+    }
+
+    fn quantile(self) -> Option<f64> {
+        match self {
+            Stat::P50 => Some(0.5),
+            Stat::P90 => Some(0.9),
+            Stat::P95 => Some(0.95),
+            Stat::P99 => Some(0.99),
+            Stat::P999 => Some(0.999),
+            _ => None,
+        }
+    }
+
+    fn of(self, d: &Dist) -> f64 {
+        match self {
+            Stat::Mean => d.mean,
+            Stat::Min => d.min,
+            Stat::P50 => d.p50,
+            Stat::P90 => d.p90,
+            Stat::P95 => d.p95,
+            Stat::P99 => d.p99,
+            Stat::P999 => d.p999,
+            Stat::Max => d.max,
+        }
+    }
+}
+
+/// A single number per point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scalar {
+    ReqS,
+    OutputTokS,
+    TotalTokS,
+    SteadyTokS,
+    GoodputReqS,
+    /// Single-stream decode rate: 1000 / TPOT p50.
+    StreamTokS,
+    TokensPerChunk,
+    Requests,
+    Ok,
+    Errors,
+    DurationS,
+}
+
+impl Scalar {
+    const ALL: [Scalar; 11] = [
+        Scalar::ReqS,
+        Scalar::OutputTokS,
+        Scalar::TotalTokS,
+        Scalar::SteadyTokS,
+        Scalar::GoodputReqS,
+        Scalar::StreamTokS,
+        Scalar::TokensPerChunk,
+        Scalar::Requests,
+        Scalar::Ok,
+        Scalar::Errors,
+        Scalar::DurationS,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Scalar::ReqS => "req_s",
+            Scalar::OutputTokS => "tok_s",
+            Scalar::TotalTokS => "total_tok_s",
+            Scalar::SteadyTokS => "steady_tok_s",
+            Scalar::GoodputReqS => "goodput_req_s",
+            Scalar::StreamTokS => "stream_tok_s",
+            Scalar::TokensPerChunk => "tok_per_chunk",
+            Scalar::Requests => "requests",
+            Scalar::Ok => "ok",
+            Scalar::Errors => "errors",
+            Scalar::DurationS => "duration_s",
+        }
+    }
+
+    fn header(self) -> &'static str {
+        match self {
+            Scalar::ReqS => "req/s",
+            Scalar::OutputTokS => "out tok/s",
+            Scalar::TotalTokS => "total tok/s",
+            Scalar::SteadyTokS => "steady tok/s",
+            Scalar::GoodputReqS => "goodput req/s",
+            Scalar::StreamTokS => "tok/s/stream",
+            Scalar::TokensPerChunk => "tok/chunk",
+            Scalar::Requests => "requests",
+            Scalar::Ok => "ok",
+            Scalar::Errors => "errors",
+            Scalar::DurationS => "duration s",
+        }
+    }
+}
+
+/// Anything a column can show from a summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    Scalar(Scalar),
+    Dist(DistName, Stat),
+}
+
+/// n q (1 - q) below this: too few samples around a quantile to bound it.
+pub const MIN_TAIL_SAMPLES: f64 = 5.0;
+
+/// Whether a larger value is an improvement (for comparisons).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Better {
+    Higher,
+    Lower,
+}
+
+impl Metric {
+    pub const TOK_S: Metric = Metric::Scalar(Scalar::OutputTokS);
+    pub const REQ_S: Metric = Metric::Scalar(Scalar::ReqS);
+    pub const TTFT_P50: Metric = Metric::Dist(DistName::Ttft, Stat::P50);
+    pub const TTFT_P99: Metric = Metric::Dist(DistName::Ttft, Stat::P99);
+    pub const ITL_P50: Metric = Metric::Dist(DistName::Itl, Stat::P50);
+    pub const ITL_P99: Metric = Metric::Dist(DistName::Itl, Stat::P99);
+    pub const TPOT_P50: Metric = Metric::Dist(DistName::Tpot, Stat::P50);
+    pub const E2E_P50: Metric = Metric::Dist(DistName::E2e, Stat::P50);
+    pub const LAG_P99: Metric = Metric::Dist(DistName::Lag, Stat::P99);
+    pub const TPC: Metric = Metric::Scalar(Scalar::TokensPerChunk);
+    pub const ERRORS: Metric = Metric::Scalar(Scalar::Errors);
+
+    /// `tok_s`, `ttft_p99`, `itl_mean`, ...
+    pub fn name(&self) -> String {
+        match self {
+            Metric::Scalar(s) => s.name().to_string(),
+            Metric::Dist(d, st) => format!("{}_{}", d.short(), st.short()),
+        }
+    }
+
+    /// Column header for people, unit included.
+    pub fn header(&self) -> String {
+        match self {
+            Metric::Scalar(s) => s.header().to_string(),
+            Metric::Dist(d, st) => format!("{} {} ms", d.title(), st.short()),
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Metric> {
+        let name = name.trim();
+        if let Some(s) = Scalar::ALL.iter().find(|s| s.name() == name) {
+            return Some(Metric::Scalar(*s));
+        }
+        // Accept `ttft_ms_p99` as well as `ttft_p99`.
+        let (base, stat) = name.rsplit_once('_')?;
+        let base = base.strip_suffix("_ms").unwrap_or(base);
+        let d = DistName::ALL.iter().find(|d| d.short() == base)?;
+        let st = Stat::ALL.iter().find(|s| s.short() == stat)?;
+        Some(Metric::Dist(*d, *st))
+    }
+
+    /// Every name `parse` accepts, for error messages.
+    pub fn all_names() -> Vec<String> {
+        let mut out: Vec<String> = Scalar::ALL.iter().map(|s| s.name().to_string()).collect();
+        for d in DistName::ALL {
+            for st in Stat::ALL {
+                out.push(format!("{}_{}", d.short(), st.short()));
+            }
+        }
+        out
+    }
+
+    /// Counts (requests, errors) add up over repeats instead of averaging.
+    pub fn is_count(&self) -> bool {
+        matches!(
+            self,
+            Metric::Scalar(Scalar::Requests | Scalar::Ok | Scalar::Errors)
+        )
+    }
+
+    pub fn better(&self) -> Better {
+        match self {
+            Metric::Scalar(Scalar::Errors) | Metric::Dist(..) => Better::Lower,
+            Metric::Scalar(_) => Better::Higher,
+        }
+    }
+
+    pub fn value(&self, s: &SummaryRecord) -> Option<f64> {
+        match self {
+            Metric::Scalar(sc) => match sc {
+                Scalar::ReqS => Some(s.req_s),
+                Scalar::OutputTokS => Some(s.output_tok_s),
+                Scalar::TotalTokS => Some(s.total_tok_s),
+                Scalar::SteadyTokS => s.steady_output_tok_s,
+                Scalar::GoodputReqS => s.goodput_req_s,
+                Scalar::StreamTokS => s
+                    .tpot_ms
+                    .as_ref()
+                    .filter(|d| d.p50 > 0.0)
+                    .map(|d| 1000.0 / d.p50),
+                Scalar::TokensPerChunk => s.tokens_per_chunk,
+                Scalar::Requests => Some(s.requests as f64),
+                Scalar::Ok => Some(s.ok as f64),
+                Scalar::Errors => Some(s.errors as f64),
+                Scalar::DurationS => Some(s.duration_s),
+            },
+            Metric::Dist(d, st) => d.of(s).map(|dist| st.of(dist)),
+        }
+    }
+
+    /// Half-width of a 95% interval for this metric from one run alone (no repeats), or
+    /// `None` when the run carries nothing to estimate it from. The rules (README, "Noise"):
+    /// - percentiles: the distribution-free interval of the quantile from the histogram, when
+    ///   n q (1 - q) >= 5 (else unknown: a p99 needs 500+ samples);
+    /// - means: 1.96 x stddev / sqrt(n);
+    /// - throughput: a rate is tokens over time, and time is driven by request latency, so its
+    ///   relative noise is that of the mean end-to-end latency: 1.96 x CV(e2e) / sqrt(ok).
+    pub fn single_run_noise(&self, s: &SummaryRecord) -> Option<f64> {
+        let value = self.value(s)?;
+        match self {
+            Metric::Dist(d, st) => {
+                if let Some(q) = st.quantile() {
+                    let hist = Hist::decode(s.hist.get(d.field())?).ok()?;
+                    // The interval leans on the normal approximation of a binomial count,
+                    // which needs n q (1 - q) >= 5: a p99 of 100 samples is one sample's say.
+                    let n = hist.len() as f64;
+                    if n * q * (1.0 - q) < MIN_TAIL_SAMPLES {
+                        return None;
+                    }
+                    let (lo, hi) = hist.quantile_ci95_ms(q)?;
+                    Some((value - lo).max(hi - value).max(0.0))
+                } else if *st == Stat::Mean {
+                    let dist = d.of(s)?;
+                    (dist.n > 0).then(|| 1.96 * dist.stddev / (dist.n as f64).sqrt())
+                } else {
+                    None
+                }
+            }
+            Metric::Scalar(
+                Scalar::ReqS
+                | Scalar::OutputTokS
+                | Scalar::TotalTokS
+                | Scalar::SteadyTokS
+                | Scalar::GoodputReqS,
+            ) => {
+                let e2e = s.e2e_ms.as_ref()?;
+                if e2e.mean <= 0.0 || s.ok == 0 {
+                    return None;
+                }
+                Some(value.abs() * 1.96 * (e2e.stddev / e2e.mean) / (s.ok as f64).sqrt())
+            }
+            Metric::Scalar(Scalar::StreamTokS) => {
+                // 1000/p50: the p50's relative interval carries over.
+                let hw = Metric::TPOT_P50.single_run_noise(s)?;
+                let p50 = Metric::TPOT_P50.value(s)?;
+                (p50 > 0.0).then(|| value * hw / p50)
+            }
+            Metric::Scalar(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_name_parses_back() {
+        for name in Metric::all_names() {
+            let m = Metric::parse(&name).unwrap_or_else(|| panic!("{name}"));
+            assert_eq!(m.name(), name);
+        }
+        assert_eq!(Metric::parse("ttft_ms_p99"), Some(Metric::TTFT_P99));
+        assert_eq!(Metric::parse("ttft_p42"), None);
+        assert_eq!(Metric::parse("speed"), None);
+    }
+}

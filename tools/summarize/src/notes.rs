@@ -1,0 +1,399 @@
+//! Notes: plain sentences under the table for what a careful engineer would spot, each naming
+//! the points involved. Every note is one small function over the points, so each can be
+//! tested on a fixture built to trigger it and on a clean one where it must stay silent.
+//! Thresholds are constants here and in the README; a change inside the runs' noise never
+//! triggers a note.
+
+use crate::metrics::{DistName, Metric, Stat};
+use crate::points::{Keys, Point, point_name};
+use crate::table::human;
+use std::collections::BTreeMap;
+
+/// A note fires on a throughput drop or shortfall only beyond this share and beyond the noise.
+pub const MIN_DROP: f64 = 0.05;
+/// Below this relative gain from one load to the next (after real gains), throughput has
+/// saturated.
+pub const KNEE_GAIN: f64 = 0.10;
+/// A gain that counts as "still scaling" before the knee.
+pub const SCALING_GAIN: f64 = 0.25;
+/// TTFT p99 above this multiple of p50 means requests queue.
+pub const TTFT_TAIL_RATIO: f64 = 3.0;
+/// With fewer successes than this, the TTFT tail must also show at p95 ...
+pub const TAIL_TRUSTED: u64 = 500;
+/// ... above this multiple of p50.
+pub const TTFT_P95_RATIO: f64 = 2.0;
+/// Tokens per chunk above this: several tokens arrive per SSE event.
+pub const TPC_ABOVE: f64 = 1.05;
+/// Send lag p99 above this (ms): the client did not send on time.
+pub const SEND_LAG_P99_MS: f64 = 5.0;
+/// Requests needed before a p99 means anything.
+pub const MIN_FOR_P99: u64 = 20;
+
+/// Every note, in a fixed order.
+pub fn all(points: &[Point]) -> Vec<String> {
+    let keys = Keys::of(points);
+    let mut out = Vec::new();
+    for f in [
+        throughput_falls,
+        saturation_knee,
+        shorter_output_slower,
+        ttft_tail,
+        errors_or_partial,
+        tokens_per_chunk,
+        client_limited,
+        lengths_missed,
+    ] {
+        out.extend(f(points, &keys));
+    }
+    out
+}
+
+type NoteFn = fn(&[Point], &Keys) -> Vec<String>;
+
+/// The notes by name, for tests and documentation.
+pub fn by_name() -> Vec<(&'static str, NoteFn)> {
+    vec![
+        ("throughput_falls", throughput_falls),
+        ("saturation_knee", saturation_knee),
+        ("shorter_output_slower", shorter_output_slower),
+        ("ttft_tail", ttft_tail),
+        ("errors_or_partial", errors_or_partial),
+        ("tokens_per_chunk", tokens_per_chunk),
+        ("client_limited", client_limited),
+        ("lengths_missed", lengths_missed),
+    ]
+}
+
+fn load(p: &Point) -> Option<f64> {
+    p.params
+        .concurrency
+        .map(f64::from)
+        .or_else(|| p.params.rate_rps())
+}
+
+fn load_name(p: &Point) -> String {
+    match (p.params.concurrency, p.params.rate_rps()) {
+        (Some(c), _) => format!("C={c}"),
+        (None, Some(r)) => format!("rate={}/s", crate::points::fmt_rate(r)),
+        _ => "the point".into(),
+    }
+}
+
+/// A point whose throughput can be compared: not cut short, with successes. (Partial points
+/// and failures get their own note.)
+fn complete(p: &Point) -> bool {
+    !p.partial && p.repeats.iter().any(|s| s.ok > 0)
+}
+
+/// Points that differ only in their load, in increasing load: a concurrency or rate sweep.
+pub fn series(points: &[Point]) -> Vec<Vec<&Point>> {
+    let mut by: BTreeMap<_, Vec<&Point>> = BTreeMap::new();
+    for p in points.iter().filter(|p| load(p).is_some() && complete(p)) {
+        let closed = p.params.concurrency.is_some();
+        by.entry((&p.labels, p.params.input_len, p.params.max_tokens, closed))
+            .or_default()
+            .push(p);
+    }
+    by.into_values()
+        .map(|mut s| {
+            s.sort_by(|a, b| load(a).unwrap_or(0.0).total_cmp(&load(b).unwrap_or(0.0)));
+            s
+        })
+        .filter(|s| s.len() >= 2)
+        .collect()
+}
+
+/// The series' name without its load: `engine=vllm out=2048`, or empty.
+fn series_name(p: &Point, keys: &Keys) -> String {
+    let varying: Vec<String> = keys
+        .varying
+        .iter()
+        .filter(|k| *k != "conc" && *k != "rate")
+        .cloned()
+        .collect();
+    if varying.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", point_name(p, &varying))
+    }
+}
+
+/// `a` is below `b` by more than MIN_DROP and more than the two points' noise combined.
+fn clearly_below(m: Metric, a: &Point, b: &Point) -> bool {
+    let (Some(va), Some(vb)) = (a.mean(m), b.mean(m)) else {
+        return false;
+    };
+    let noise = (a.noise(m).unwrap_or(0.0).powi(2) + b.noise(m).unwrap_or(0.0).powi(2)).sqrt();
+    va < vb * (1.0 - MIN_DROP) && vb - va > noise
+}
+
+pub fn throughput_falls(points: &[Point], keys: &Keys) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in series(points) {
+        // The peak, then any later point clearly below it.
+        let Some((peak_i, peak)) = s
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.mean(Metric::TOK_S).is_some())
+            .max_by(|a, b| {
+                a.1.mean(Metric::TOK_S)
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.1.mean(Metric::TOK_S).unwrap_or(0.0))
+            })
+        else {
+            continue;
+        };
+        let falls: Vec<&&Point> = s[peak_i + 1..]
+            .iter()
+            .filter(|p| clearly_below(Metric::TOK_S, p, peak))
+            .collect();
+        if let Some(last) = falls.last() {
+            let v = |p: &Point| human(p.mean(Metric::TOK_S).unwrap_or(0.0));
+            out.push(format!(
+                "throughput falls as load rises{}: {} tok/s at {} but {} tok/s at {}: past saturation the server loses throughput (preemption, KV-cache thrashing or contention); do not run it there",
+                series_name(peak, keys),
+                v(peak),
+                load_name(peak),
+                v(last),
+                load_name(last)
+            ));
+        }
+    }
+    out
+}
+
+pub fn saturation_knee(points: &[Point], keys: &Keys) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in series(points) {
+        let tok: Vec<Option<f64>> = s.iter().map(|p| p.mean(Metric::TOK_S)).collect();
+        let mut scaled = false;
+        for i in 0..s.len() - 1 {
+            let (Some(a), Some(b)) = (tok[i], tok[i + 1]) else {
+                continue;
+            };
+            if a <= 0.0 {
+                continue;
+            }
+            let gain = b / a - 1.0;
+            if gain >= SCALING_GAIN {
+                scaled = true;
+                continue;
+            }
+            if scaled && gain < KNEE_GAIN {
+                let ttft = |p: &Point| p.mean(Metric::TTFT_P50);
+                let latency = match (ttft(s[i]), ttft(s[i + 1])) {
+                    (Some(x), Some(y)) if x > 0.0 => {
+                        format!(" while TTFT p50 goes {:.1}x", y / x)
+                    }
+                    _ => String::new(),
+                };
+                let step = if gain >= 0.0 {
+                    format!("adds only {:.0}% throughput", gain * 100.0)
+                } else {
+                    format!("gives {:.0}% less throughput", -gain * 100.0)
+                };
+                out.push(format!(
+                    "saturation knee{} at {}: {} tok/s; {} {step}{latency}: more load buys latency, not throughput",
+                    series_name(s[i], keys),
+                    load_name(s[i]),
+                    human(a),
+                    load_name(s[i + 1]),
+                ));
+                break;
+            }
+        }
+    }
+    out
+}
+
+pub fn shorter_output_slower(points: &[Point], _keys: &Keys) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut by: BTreeMap<_, Vec<&Point>> = BTreeMap::new();
+    for p in points
+        .iter()
+        .filter(|p| p.params.max_tokens.is_some() && complete(p))
+    {
+        by.entry((
+            &p.labels,
+            p.params.input_len,
+            p.params.concurrency,
+            p.params.rate_rps().map(f64::to_bits),
+        ))
+        .or_default()
+        .push(p);
+    }
+    for mut group in by.into_values() {
+        group.sort_by_key(|p| p.params.max_tokens);
+        for (i, short) in group.iter().enumerate() {
+            for long in &group[i + 1..] {
+                if clearly_below(Metric::TOK_S, short, long) {
+                    out.push(format!(
+                        "at {}, out={} gives {} tok/s but the longer out={} gives {} tok/s: shorter outputs should not be slower; look at per-request overhead (TTFT p50 {} vs {} ms) and the server's batch limits",
+                        load_name(short),
+                        short.params.max_tokens.unwrap_or(0),
+                        human(short.mean(Metric::TOK_S).unwrap_or(0.0)),
+                        long.params.max_tokens.unwrap_or(0),
+                        human(long.mean(Metric::TOK_S).unwrap_or(0.0)),
+                        short.mean(Metric::TTFT_P50).map_or("-".into(), human),
+                        long.mean(Metric::TTFT_P50).map_or("-".into(), human),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+pub fn ttft_tail(points: &[Point], keys: &Keys) -> Vec<String> {
+    let hits: Vec<String> = points
+        .iter()
+        .filter(|p| p.repeats.iter().map(|s| s.ok).sum::<u64>() >= MIN_FOR_P99)
+        .filter_map(|p| {
+            let (p50, p99) = (p.mean(Metric::TTFT_P50)?, p.mean(Metric::TTFT_P99)?);
+            // Under 500 successes a p99 is a handful of requests: one stall of the machine
+            // is not a queue, so the p95 must show the tail too.
+            let ok: u64 = p.repeats.iter().map(|s| s.ok).sum();
+            let p95 = p.mean(Metric::Dist(DistName::Ttft, Stat::P95))?;
+            let tail_seen = ok >= TAIL_TRUSTED || p95 > TTFT_P95_RATIO * p50;
+            (p50 > 0.0 && p99 > TTFT_TAIL_RATIO * p50 && tail_seen).then(|| {
+                format!(
+                    "{} ({} vs {} ms, {:.1}x)",
+                    point_name(p, &keys.varying),
+                    human(p99),
+                    human(p50),
+                    p99 / p50
+                )
+            })
+        })
+        .collect();
+    if hits.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "TTFT p99 far above p50 at {}: some requests wait far longer for their first token, usually queueing before prefill (the server at its batch or KV limit), else stalls on the server or client host; look at goodput, not mean latency",
+        hits.join(", ")
+    )]
+}
+
+pub fn errors_or_partial(points: &[Point], keys: &Keys) -> Vec<String> {
+    let mut failed = Vec::new();
+    let mut partial = Vec::new();
+    for p in points {
+        let errors = p.errors();
+        if errors > 0 {
+            let mut classes: BTreeMap<&str, u64> = BTreeMap::new();
+            for s in &p.repeats {
+                for (k, v) in &s.errors_by_class {
+                    *classes.entry(k).or_default() += v;
+                }
+            }
+            let list: Vec<String> = classes.iter().map(|(k, v)| format!("{v} {k}")).collect();
+            failed.push(format!(
+                "{} ({} of {}: {})",
+                point_name(p, &keys.varying),
+                errors,
+                p.requests(),
+                list.join(", ")
+            ));
+        }
+        if p.partial {
+            partial.push(point_name(p, &keys.varying));
+        }
+    }
+    let mut out = Vec::new();
+    if !failed.is_empty() {
+        out.push(format!(
+            "requests failed at {}: throughput and latency there cover only the successes",
+            failed.join(", ")
+        ));
+    }
+    if !partial.is_empty() {
+        out.push(format!(
+            "cut short (partial): {}: their figures cover less than the planned run",
+            partial.join(", ")
+        ));
+    }
+    out
+}
+
+pub fn tokens_per_chunk(points: &[Point], keys: &Keys) -> Vec<String> {
+    let hits: Vec<String> = points
+        .iter()
+        .filter_map(|p| {
+            let tpc = p.mean(Metric::TPC)?;
+            (tpc > TPC_ABOVE).then(|| format!("{} ({tpc:.2})", point_name(p, &keys.varying)))
+        })
+        .collect();
+    if hits.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "more than one token per chunk at {}: speculative decoding or server-side batching of tokens; ITL is then a gap between chunks, not tokens: read TPOT for the per-token time",
+        hits.join(", ")
+    )]
+}
+
+pub fn client_limited(points: &[Point], keys: &Keys) -> Vec<String> {
+    let hits: Vec<String> = points
+        .iter()
+        .filter_map(|p| {
+            let lag = p.mean(Metric::LAG_P99)?;
+            (lag > SEND_LAG_P99_MS).then(|| {
+                format!(
+                    "{} (send lag p99 {} ms)",
+                    point_name(p, &keys.varying),
+                    human(lag)
+                )
+            })
+        })
+        .collect();
+    if hits.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "client-limited: requests left late at {}: the load generator, not the server, set the pace; give loadgen more cores or hosts and rerun those points",
+        hits.join(", ")
+    )]
+}
+
+pub fn lengths_missed(points: &[Point], keys: &Keys) -> Vec<String> {
+    let mut prompts = Vec::new();
+    let mut outputs = Vec::new();
+    for p in points {
+        let (exact, targeted, mismatch, ok) = p.repeats.iter().fold((0, 0, 0, 0), |acc, s| {
+            (
+                acc.0 + s.prompt_len_exact,
+                acc.1 + s.prompt_len_targeted,
+                acc.2 + s.output_len_mismatch,
+                acc.3 + s.ok,
+            )
+        });
+        let missed = targeted - exact.min(targeted);
+        if missed > 0 {
+            prompts.push(format!(
+                "{} ({missed} of {targeted})",
+                point_name(p, &keys.varying)
+            ));
+        }
+        if mismatch > 0 {
+            outputs.push(format!(
+                "{} ({mismatch} of {ok})",
+                point_name(p, &keys.varying)
+            ));
+        }
+    }
+    let mut out = Vec::new();
+    if !prompts.is_empty() {
+        out.push(format!(
+            "prompts missed their target length at {}: the server's tokenizer split them differently; input lengths there are approximate",
+            prompts.join(", ")
+        ));
+    }
+    if !outputs.is_empty() {
+        out.push(format!(
+            "outputs were not the requested length at {}: EOS before max_tokens? set ignore_eos, or per-token figures compare unequal work",
+            outputs.join(", ")
+        ));
+    }
+    out
+}

@@ -1,0 +1,223 @@
+//! From accumulated records to sweep points: merges the measurements of one point taken on
+//! several hosts (labels that name the host are dropped, histograms merged exactly), keeps
+//! repeats apart (their figures become a mean and a 95% interval), and names each point by
+//! what varies across the run.
+
+use crate::input::{Inputs, Params};
+use crate::metrics::Metric;
+use servbench::record::{Labels, SummaryRecord};
+use servbench::stats::{MeanCi, PointStats, Slo};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One sweep point: the same labels (less the merged ones) and parameters.
+#[derive(Debug, Clone)]
+pub struct Point {
+    pub labels: Labels,
+    pub params: Params,
+    /// One summary per repeat, in repeat order, each computed by the shared statistics.
+    pub repeats: Vec<SummaryRecord>,
+    /// Cut short (a summary said so).
+    pub partial: bool,
+    /// Measurements merged into each repeat (hosts), at most.
+    pub merged_sources: usize,
+    /// Built from `request` records (else from `summary` records).
+    pub from_requests: bool,
+    /// The model loadgen's summaries name (requests do not carry it).
+    pub model: Option<String>,
+}
+
+impl Point {
+    /// The metric over repeats: mean and 95% interval (a single value without repeats).
+    pub fn figure(&self, m: Metric) -> Option<MeanCi> {
+        let values: Vec<f64> = self.repeats.iter().filter_map(|s| m.value(s)).collect();
+        if m.is_count() {
+            // Counts add up over repeats; an interval of a count says nothing.
+            let total: f64 = values.iter().sum();
+            return (!values.is_empty()).then_some(MeanCi {
+                n: 1,
+                mean: total,
+                stddev: 0.0,
+                half_width: None,
+            });
+        }
+        MeanCi::of(&values)
+    }
+
+    pub fn mean(&self, m: Metric) -> Option<f64> {
+        self.figure(m).map(|f| f.mean)
+    }
+
+    /// Half-width of the 95% interval of the metric: from repeats when there are several,
+    /// else from the run's own spread (see [`Metric::single_run_noise`]).
+    pub fn noise(&self, m: Metric) -> Option<f64> {
+        match self.figure(m)? {
+            MeanCi {
+                half_width: Some(hw),
+                ..
+            } => Some(hw),
+            _ => self.repeats.first().and_then(|s| m.single_run_noise(s)),
+        }
+    }
+
+    /// The param or label value under a key name (`conc`, `rate`, `in`, `out`, or a label).
+    pub fn key_value(&self, key: &str) -> Option<String> {
+        match key {
+            "conc" => self.params.concurrency.map(|c| c.to_string()),
+            "rate" => self.params.rate_rps().map(fmt_rate),
+            "in" => self.params.input_len.map(|c| c.to_string()),
+            "out" => self.params.max_tokens.map(|c| c.to_string()),
+            label => self.labels.get(label).cloned(),
+        }
+    }
+
+    pub fn errors(&self) -> u64 {
+        self.repeats.iter().map(|s| s.errors).sum()
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.repeats.iter().map(|s| s.requests).sum()
+    }
+}
+
+pub fn fmt_rate(r: f64) -> String {
+    let s = format!("{r:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Builds points from inputs, dropping the `merge_labels` (e.g. `host`) so the same point
+/// measured on several hosts becomes one. `slo` (or the SLO a summary recorded) gives goodput.
+pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec<Point> {
+    struct Slot {
+        stats: PointStats,
+        partial: bool,
+        sources: usize,
+        from_requests: bool,
+        slo: Option<Slo>,
+        model: Option<String>,
+    }
+    let mut grouped: BTreeMap<(Labels, Params), BTreeMap<u32, Slot>> = BTreeMap::new();
+    for (key, acc) in &inputs.points {
+        let Some(stats) = acc.stats() else { continue };
+        let mut labels = key.labels.clone();
+        for l in merge_labels {
+            labels.remove(l);
+        }
+        let recorded_slo = acc
+            .first_summary
+            .as_ref()
+            .and_then(|s| s.slo.as_deref())
+            .and_then(|t| Slo::parse(t).ok());
+        let slot_slo = slo.cloned().or(recorded_slo);
+        let repeats = grouped.entry((labels, key.params)).or_default();
+        match repeats.get_mut(&key.repeat) {
+            Some(slot) => {
+                slot.stats.merge(stats);
+                slot.partial |= acc.partial;
+                slot.sources += 1;
+                slot.from_requests &= acc.from_requests.is_some();
+            }
+            None => {
+                repeats.insert(
+                    key.repeat,
+                    Slot {
+                        stats: stats.clone(),
+                        partial: acc.partial,
+                        sources: 1,
+                        from_requests: acc.from_requests.is_some(),
+                        slo: slot_slo,
+                        model: acc.first_summary.as_ref().and_then(|s| s.model.clone()),
+                    },
+                );
+            }
+        }
+    }
+    let mut points: Vec<Point> = grouped
+        .into_iter()
+        .map(|((labels, params), repeats)| Point {
+            partial: repeats.values().any(|s| s.partial),
+            merged_sources: repeats.values().map(|s| s.sources).max().unwrap_or(0),
+            from_requests: repeats.values().all(|s| s.from_requests),
+            model: repeats.values().find_map(|s| s.model.clone()),
+            repeats: repeats
+                .iter()
+                .map(|(&rep, s)| {
+                    s.stats.to_summary(
+                        params.to_point(rep),
+                        labels.clone(),
+                        s.partial,
+                        s.slo.as_ref(),
+                    )
+                })
+                .collect(),
+            labels,
+            params,
+        })
+        .collect();
+    points.sort_by(|a, b| (&a.labels, a.params.sort_key()).cmp(&(&b.labels, b.params.sort_key())));
+    points
+}
+
+/// The keys (labels and params) across a set of points: which vary and which are constant.
+#[derive(Debug, Clone, Default)]
+pub struct Keys {
+    /// Keys with more than one value (or present on some points only), labels first.
+    pub varying: Vec<String>,
+    /// Keys with one value on every point, and that value.
+    pub constant: Vec<(String, String)>,
+}
+
+pub const PARAM_KEYS: [&str; 4] = ["in", "out", "conc", "rate"];
+
+impl Keys {
+    pub fn of(points: &[Point]) -> Keys {
+        let mut label_names = BTreeSet::new();
+        for p in points {
+            label_names.extend(p.labels.keys().cloned());
+        }
+        let mut keys = Keys::default();
+        let names = label_names
+            .into_iter()
+            .chain(PARAM_KEYS.iter().map(|s| s.to_string()));
+        for name in names {
+            let values: BTreeSet<Option<String>> =
+                points.iter().map(|p| p.key_value(&name)).collect();
+            if values.len() > 1 {
+                keys.varying.push(name);
+            } else if let Some(Some(v)) = values.into_iter().next() {
+                keys.constant.push((name, v));
+            }
+        }
+        keys
+    }
+
+    pub fn is_varying(&self, key: &str) -> bool {
+        self.varying.iter().any(|k| k == key)
+    }
+}
+
+/// A short name for a point in notes: its varying keys, `engine=vllm C=32 out=2048`.
+pub fn point_name(p: &Point, varying: &[String]) -> String {
+    let mut parts = Vec::new();
+    for k in varying {
+        if let Some(v) = p.key_value(k) {
+            parts.push(match k.as_str() {
+                "conc" => format!("C={v}"),
+                "rate" => format!("rate={v}/s"),
+                "in" => format!("in={v}"),
+                "out" => format!("out={v}"),
+                _ => format!("{k}={v}"),
+            });
+        }
+    }
+    if parts.is_empty() {
+        // Nothing varies: name it by its load.
+        if let Some(c) = p.params.concurrency {
+            parts.push(format!("C={c}"));
+        } else if let Some(r) = p.params.rate_rps() {
+            parts.push(format!("rate={}/s", fmt_rate(r)));
+        } else {
+            parts.push("the point".to_string());
+        }
+    }
+    parts.join(" ")
+}

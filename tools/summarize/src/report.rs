@@ -1,0 +1,524 @@
+//! The tables summarize prints, one per kind of record present: load points (from `request`
+//! and `summary` records), collectives (`coll`, nccl-tests style), servers and kills.
+
+use crate::efficiency::{self, Roofline};
+use crate::metrics::Metric;
+use crate::points::{Keys, PARAM_KEYS, Point};
+use crate::table::{Cell, Column, Table};
+use servbench::presets::Hardware;
+use servbench::record::{CollRecord, CollRunRecord, KillRecord, ServerRecord};
+
+/// What a column of the points table shows.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Col {
+    /// A label or a parameter (`conc`, `rate`, `in`, `out`).
+    Key(String),
+    Metric(Metric),
+}
+
+impl Col {
+    pub fn parse(name: &str) -> Result<Col, String> {
+        let name = name.trim();
+        if PARAM_KEYS.contains(&name) {
+            return Ok(Col::Key(name.to_string()));
+        }
+        if let Some(label) = name.strip_prefix("label:") {
+            return Ok(Col::Key(label.to_string()));
+        }
+        Metric::parse(name).map(Col::Metric).ok_or_else(|| {
+            format!(
+                "unknown column '{name}': use conc, rate, in, out, label:NAME or one of {}",
+                Metric::all_names().join(", ")
+            )
+        })
+    }
+
+    fn column(&self) -> Column {
+        match self {
+            Col::Key(k) => Column {
+                name: k.clone(),
+                header: match k.as_str() {
+                    "conc" => "C".to_string(),
+                    "rate" => "rate/s".to_string(),
+                    "in" => "in tok".to_string(),
+                    "out" => "out tok".to_string(),
+                    other => other.to_string(),
+                },
+            },
+            Col::Metric(m) => Column {
+                name: m.name(),
+                header: m.header(),
+            },
+        }
+    }
+}
+
+/// The metrics shown by default, in order (columns with no value anywhere are dropped).
+pub const DEFAULT_METRICS: [Metric; 10] = [
+    Metric::REQ_S,
+    Metric::TOK_S,
+    Metric::TTFT_P50,
+    Metric::TTFT_P99,
+    Metric::ITL_P50,
+    Metric::ITL_P99,
+    Metric::TPOT_P50,
+    Metric::TPC,
+    Metric::ERRORS,
+    Metric::LAG_P99,
+];
+
+/// The group keys of the points: `by` when given, else every varying key except the load
+/// (`conc`/`rate`), which is what a group's rows (and a plot's x axis) step through.
+pub fn group_keys(keys: &Keys, by: &[String]) -> Vec<String> {
+    if !by.is_empty() {
+        return by.to_vec();
+    }
+    keys.varying
+        .iter()
+        .filter(|k| *k != "conc" && *k != "rate")
+        .cloned()
+        .collect()
+}
+
+/// Points in table order: by group, then by load; with the group number of each.
+pub fn ordered<'a>(points: &'a [Point], groups: &[String]) -> Vec<(usize, &'a Point)> {
+    let mut sorted: Vec<&Point> = points.iter().collect();
+    let gkey =
+        |p: &Point| -> Vec<Option<String>> { groups.iter().map(|g| p.key_value(g)).collect() };
+    sorted.sort_by(|a, b| {
+        let ka = (gkey(a), a.params.sort_key(), &a.labels);
+        let kb = (gkey(b), b.params.sort_key(), &b.labels);
+        // Group values that are numbers sort as numbers.
+        cmp_keys(&ka.0, &kb.0)
+            .then_with(|| ka.1.cmp(&kb.1))
+            .then_with(|| ka.2.cmp(kb.2))
+    });
+    let mut out = Vec::new();
+    let mut group = 0;
+    let mut prev: Option<Vec<Option<String>>> = None;
+    for p in sorted {
+        let k = gkey(p);
+        if prev.as_ref().is_some_and(|pk| *pk != k) {
+            group += 1;
+        }
+        prev = Some(k);
+        out.push((group, p));
+    }
+    out
+}
+
+fn cmp_keys(a: &[Option<String>], b: &[Option<String>]) -> std::cmp::Ordering {
+    for (x, y) in a.iter().zip(b) {
+        let o = match (x, y) {
+            (Some(x), Some(y)) => match (x.parse::<f64>(), y.parse::<f64>()) {
+                (Ok(fx), Ok(fy)) => fx.total_cmp(&fy),
+                _ => x.cmp(y),
+            },
+            _ => x.cmp(y),
+        };
+        if o.is_ne() {
+            return o;
+        }
+    }
+    std::cmp::Ordering::Equal
+}
+
+/// The points table: varying keys first (group keys, then the load), then metrics.
+pub fn points_table(
+    points: &[Point],
+    cols: Option<&[Col]>,
+    by: &[String],
+    roof: Option<&Roofline>,
+) -> Table {
+    let keys = Keys::of(points);
+    let groups = group_keys(&keys, by);
+    let chosen: Vec<Col> = match cols {
+        Some(c) => c.to_vec(),
+        None => {
+            let mut c: Vec<Col> = groups.iter().map(|g| Col::Key(g.clone())).collect();
+            for k in &keys.varying {
+                if !groups.contains(k) {
+                    c.push(Col::Key(k.clone()));
+                }
+            }
+            // The load is shown even when constant: it is what a row is about.
+            for load in ["conc", "rate"] {
+                let present = points.iter().any(|p| p.key_value(load).is_some());
+                if present && !c.contains(&Col::Key(load.to_string())) {
+                    c.push(Col::Key(load.to_string()));
+                }
+            }
+            for m in DEFAULT_METRICS {
+                if points.iter().any(|p| p.mean(m).is_some()) {
+                    c.push(Col::Metric(m));
+                }
+            }
+            c
+        }
+    };
+    let mut table = Table::new("load points", chosen.iter().map(Col::column).collect());
+    let shown: Vec<&str> = chosen
+        .iter()
+        .filter_map(|c| match c {
+            Col::Key(k) => Some(k.as_str()),
+            Col::Metric(_) => None,
+        })
+        .collect();
+    table.context = keys
+        .constant
+        .iter()
+        .filter(|(k, _)| !shown.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    // loadgen names the model in its summaries; say it when no label does.
+    let models: std::collections::BTreeSet<&str> =
+        points.iter().filter_map(|p| p.model.as_deref()).collect();
+    if models.len() == 1
+        && !keys.varying.iter().any(|k| k == "model")
+        && !table.context.iter().any(|(k, _)| k == "model")
+    {
+        let model = models.into_iter().next().unwrap_or_default();
+        table.context.push(("model".into(), model.to_string()));
+    }
+    let repeats = points.iter().map(|p| p.repeats.len()).max().unwrap_or(0);
+    if repeats > 1 {
+        table.title = "load points (mean ± 95% CI over repeats)".into();
+        table.context.push(("repeats".into(), repeats.to_string()));
+    }
+    let order = ordered(points, &groups);
+    for &(group, p) in &order {
+        let row = chosen
+            .iter()
+            .map(|c| match c {
+                Col::Key(k) => match p.key_value(k) {
+                    Some(v) => key_cell(k, v),
+                    None => Cell::Empty,
+                },
+                Col::Metric(m) => match p.figure(*m) {
+                    Some(f) if m.is_count() => Cell::int(f.mean as i64),
+                    Some(f) => Cell::Num {
+                        value: f.mean,
+                        ci: f.half_width,
+                    },
+                    None => Cell::Empty,
+                },
+            })
+            .collect();
+        table.push(row, group);
+    }
+    if let Some(roof) = roof {
+        let in_order: Vec<&Point> = order.iter().map(|(_, p)| *p).collect();
+        efficiency::add_columns(&mut table, &in_order, roof);
+    }
+    table
+}
+
+/// A label or parameter value: parameters are numbers (integers but the rate).
+pub fn key_cell(key: &str, value: String) -> Cell {
+    if !PARAM_KEYS.contains(&key) {
+        return Cell::Text(value);
+    }
+    if let Ok(i) = value.parse::<i64>() {
+        Cell::Int(i)
+    } else if let Ok(x) = value.parse::<f64>() {
+        Cell::num(Some(x))
+    } else {
+        Cell::Text(value)
+    }
+}
+
+/// nccl-tests' table: size, count, type, time, algbw, busbw, #wrong, per op/backend/ranks.
+pub fn coll_table(coll: &[CollRecord], runs: &[CollRunRecord], hw: Option<&Hardware>) -> Table {
+    let col = |name: &str, header: &str| Column {
+        name: name.into(),
+        header: header.into(),
+    };
+    let mut table = Table::new(
+        "collectives",
+        vec![
+            col("op", "op"),
+            col("backend", "backend"),
+            col("ranks", "ranks"),
+            col("mode", "mode"),
+            col("bytes", "size B"),
+            col("count", "count"),
+            col("dtype", "type"),
+            col("time_us", "time us"),
+            col("algbw_gbps", "algbw GB/s"),
+            col("busbw_gbps", "busbw GB/s"),
+            col("wrong", "#wrong"),
+        ],
+    );
+    let mut sorted: Vec<&CollRecord> = coll.iter().collect();
+    sorted.sort_by(|a, b| {
+        (&a.op, &a.backend, a.ranks, &a.mode, a.bytes)
+            .cmp(&(&b.op, &b.backend, b.ranks, &b.mode, b.bytes))
+    });
+    let mut group = 0;
+    let mut prev = None;
+    for c in &sorted {
+        let k = (&c.op, &c.backend, c.ranks, &c.mode);
+        if prev.is_some_and(|p| p != k) {
+            group += 1;
+        }
+        prev = Some(k);
+        table.push(
+            vec![
+                Cell::Text(c.op.clone()),
+                Cell::Text(c.backend.clone()),
+                Cell::int(c.ranks),
+                Cell::Text(c.mode.clone()),
+                Cell::int(c.bytes),
+                Cell::int(c.count),
+                Cell::Text(c.dtype.clone()),
+                // nccl-tests reports the average time; our record's mean is that figure.
+                Cell::num(Some(c.time_us.mean)),
+                Cell::num(Some(c.algbw_gbps)),
+                Cell::num(Some(c.busbw_gbps)),
+                Cell::int(c.wrong),
+            ],
+            group,
+        );
+    }
+    if let Some(hw) = hw {
+        efficiency::add_link_share(&mut table, &sorted, hw);
+    }
+    for r in runs {
+        table.notes.push(format!(
+            "{} {} over {} ranks: average bus bandwidth {} GB/s over {} sizes, {}",
+            r.op,
+            r.backend,
+            r.ranks,
+            crate::table::human(r.avg_busbw_gbps),
+            r.sizes,
+            if r.wrong == 0 {
+                "every result checked OK".to_string()
+            } else {
+                format!("{} wrong elements: FAILED", r.wrong)
+            }
+        ));
+    }
+    table
+}
+
+pub fn server_table(servers: &[ServerRecord]) -> Table {
+    let col = |name: &str, header: &str| Column {
+        name: name.into(),
+        header: header.into(),
+    };
+    let mut table = Table::new(
+        "servers",
+        vec![
+            col("engine", "engine"),
+            col("model", "model"),
+            col("host", "host"),
+            col("pid", "pid"),
+            col("url", "url"),
+            col("ready_s", "ready s"),
+        ],
+    );
+    for s in servers {
+        table.push(
+            vec![
+                Cell::Text(s.engine.clone()),
+                // srv-launch names the model in its labels when the engine has no model field.
+                s.model
+                    .clone()
+                    .or_else(|| s.labels.get("model").cloned())
+                    .map_or(Cell::Empty, Cell::Text),
+                Cell::Text(s.host.clone()),
+                Cell::int(s.pid),
+                Cell::Text(s.url.clone()),
+                Cell::num(Some(s.ready_s)),
+            ],
+            0,
+        );
+    }
+    table
+}
+
+pub fn kill_table(kills: &[KillRecord]) -> Table {
+    let col = |name: &str, header: &str| Column {
+        name: name.into(),
+        header: header.into(),
+    };
+    let mut table = Table::new(
+        "kills",
+        vec![
+            col("target", "target"),
+            col("host", "host"),
+            col("matched", "matched"),
+            col("signals", "signals"),
+            col("survivors", "survivors"),
+            col("port_free", "port free"),
+            col("elapsed_s", "elapsed s"),
+            col("status", "status"),
+        ],
+    );
+    for k in kills {
+        table.push(
+            vec![
+                Cell::Text(k.target.clone()),
+                Cell::Text(k.host.clone()),
+                Cell::int(k.matched.len()),
+                Cell::Text(if k.signals.is_empty() {
+                    "-".into()
+                } else {
+                    k.signals.join(",")
+                }),
+                Cell::int(k.survivors.len()),
+                k.port_free.map_or(Cell::Empty, |f| {
+                    Cell::Text(if f { "yes" } else { "no" }.into())
+                }),
+                Cell::num(Some(k.elapsed_s)),
+                Cell::Text(match (&k.error, k.ok) {
+                    (Some(e), _) => format!("FAILED: {e}"),
+                    (None, true) => "ok".into(),
+                    (None, false) => "FAILED".into(),
+                }),
+            ],
+            0,
+        );
+    }
+    table
+}
+
+/// collbench's decode question, one row per batch: the allreduce each decode step pays, times
+/// the allreduces per step, against the roofline step of the model on the hardware.
+pub fn decode_table(decode: &[serde_json::Value]) -> Table {
+    use serde_json::Value;
+    let col = |name: &str, header: &str| Column {
+        name: name.into(),
+        header: header.into(),
+    };
+    let mut table = Table::new(
+        "decode allreduce budget",
+        vec![
+            col("model", "model"),
+            col("hardware", "hardware"),
+            col("backend", "backend"),
+            col("tp", "TP"),
+            col("batch", "batch"),
+            col("allreduce_bytes", "allreduce B"),
+            col("allreduces_per_step", "per step"),
+            col("allreduce_us_p50", "allreduce p50 us"),
+            col("comm_ms_per_token", "comm ms/token"),
+            col("step_roofline_ms", "roofline step ms"),
+            col("comm_pct", "comm %"),
+            col("wrong", "#wrong"),
+        ],
+    );
+    let text = |v: &Value, k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .map_or(Cell::Empty, |s| Cell::Text(s.to_string()))
+    };
+    let int = |v: &Value, k: &str| {
+        v.get(k)
+            .and_then(Value::as_i64)
+            .map_or(Cell::Empty, Cell::Int)
+    };
+    let num = |v: &Value, k: &str, scale: f64| {
+        Cell::num(v.get(k).and_then(Value::as_f64).map(|x| x * scale))
+    };
+    for d in decode {
+        let p50 = d
+            .get("allreduce_us")
+            .and_then(|a| a.get("p50"))
+            .and_then(Value::as_f64);
+        table.push(
+            vec![
+                text(d, "model"),
+                text(d, "hardware"),
+                text(d, "backend"),
+                int(d, "tp"),
+                int(d, "batch"),
+                int(d, "allreduce_bytes"),
+                int(d, "allreduces_per_step"),
+                Cell::num(p50),
+                num(d, "comm_us_per_token", 1e-3),
+                num(d, "step_roofline_us", 1e-3),
+                num(d, "comm_fraction", 100.0),
+                int(d, "wrong"),
+            ],
+            0,
+        );
+        let (Some(comm), Some(step)) = (
+            d.get("comm_us_per_token").and_then(Value::as_f64),
+            d.get("step_roofline_us").and_then(Value::as_f64),
+        ) else {
+            continue;
+        };
+        let share = comm / (comm + step);
+        let verdict = if share < 0.25 {
+            "not the bottleneck"
+        } else if share < 0.5 {
+            "a large share of the step"
+        } else {
+            "the bottleneck: communication latency caps this TP degree"
+        };
+        table.notes.push(format!(
+            "batch {}: allreduce is {} ms of a {} ms step ({:.0}%): {verdict}",
+            d.get("batch").and_then(Value::as_i64).unwrap_or(0),
+            crate::table::human(comm / 1000.0),
+            crate::table::human((comm + step) / 1000.0),
+            share * 100.0
+        ));
+    }
+    table
+}
+
+/// loadgen's `--ramp` outcomes: what stopped each ramp and the best level it found.
+pub fn ramp_table(ramps: &[serde_json::Value]) -> Table {
+    use serde_json::Value;
+    let col = |name: &str, header: &str| Column {
+        name: name.into(),
+        header: header.into(),
+    };
+    let mut table = Table::new(
+        "ramps",
+        vec![
+            col("in", "in tok"),
+            col("out", "out tok"),
+            col("levels", "levels"),
+            col("last_conc", "last C"),
+            col("stopped_by", "stopped by"),
+            col("best_conc", "best C"),
+            col("best_tok_s", "best out tok/s"),
+        ],
+    );
+    for r in ramps {
+        let point = r.get("point");
+        let pint = |k: &str| {
+            point
+                .and_then(|p| p.get(k))
+                .and_then(Value::as_i64)
+                .map_or(Cell::Empty, Cell::Int)
+        };
+        let levels = r.get("levels").and_then(Value::as_array);
+        let last_conc = levels
+            .and_then(|l| l.last())
+            .and_then(|l| l.get("concurrency"))
+            .and_then(Value::as_i64);
+        table.push(
+            vec![
+                pint("input_len"),
+                pint("max_tokens"),
+                levels.map_or(Cell::Empty, |l| Cell::int(l.len())),
+                last_conc.map_or(Cell::Empty, Cell::Int),
+                r.get("stopped_by")
+                    .and_then(Value::as_str)
+                    .map_or(Cell::Empty, |s| Cell::Text(s.to_string())),
+                r.get("best_concurrency")
+                    .and_then(Value::as_i64)
+                    .map_or(Cell::Empty, Cell::Int),
+                Cell::num(r.get("best_output_tok_s").and_then(Value::as_f64)),
+            ],
+            0,
+        );
+        if let Some(reason) = r.get("reason").and_then(Value::as_str) {
+            table.notes.push(format!("ramp stopped: {reason}"));
+        }
+    }
+    table
+}

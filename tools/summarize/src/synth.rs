@@ -1,0 +1,420 @@
+//! Synthetic records for tests, fixtures and the speed benchmark: a small closed-loop server
+//! model (prefill, per-token decode that slows past a saturation point, optional collapse,
+//! jitter, injected failures) run through the shared record types and the shared statistics,
+//! so its `request` and `summary` lines are what loadgen writes for such a server.
+//! Deterministic: the same spec gives the same bytes.
+
+use servbench::record::{
+    CollRecord, CollRunRecord, Dist, ErrorClass, KillRecord, KilledProcess, Labels, PointKey,
+    RequestError, RequestRecord, ServerRecord, TokenSource, to_line_with_kind,
+};
+use servbench::stats::PointStats;
+
+/// The timestamp every synthetic record carries (fixtures stay byte-stable).
+pub const TS: &str = "2026-11-30T17:00:00.000Z";
+
+/// splitmix64: tiny, deterministic, good enough for jitter.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// 1 +/- `rel` (uniform).
+    pub fn jitter(&mut self, rel: f64) -> f64 {
+        1.0 + rel * (2.0 * self.unit() - 1.0)
+    }
+}
+
+/// How the simulated server behaves.
+#[derive(Debug, Clone)]
+pub struct ServerModel {
+    /// Prefill time at low load, ms.
+    pub ttft_ms: f64,
+    /// Extra prefill time per concurrent request (queueing for the prefill slot), ms.
+    pub ttft_per_conc_ms: f64,
+    /// Decode time per token at low load, ms.
+    pub itl_ms: f64,
+    /// Past this concurrency the step time grows with the batch: throughput is flat.
+    pub saturate_at: f64,
+    /// Past this concurrency the step time grows faster still: throughput falls.
+    pub collapse_at: Option<f64>,
+    /// Relative jitter of every time.
+    pub jitter: f64,
+    pub tokens_per_chunk: u32,
+    /// Every Nth request fails with a timeout.
+    pub error_every: Option<u64>,
+    /// Every Nth request waits 20x longer for its first token.
+    pub ttft_tail_every: Option<u64>,
+    /// Send lag of every request, ms.
+    pub send_lag_ms: f64,
+    /// Every Nth prompt is 3 tokens off its target.
+    pub prompt_off_every: Option<u64>,
+    /// Every Nth output stops at half its max_tokens.
+    pub short_output_every: Option<u64>,
+    /// Per-request overhead added to TTFT for outputs at or below this length, ms (to build a
+    /// server where shorter outputs are slower).
+    pub short_output_penalty: Option<(u32, f64)>,
+}
+
+impl Default for ServerModel {
+    fn default() -> Self {
+        ServerModel {
+            ttft_ms: 40.0,
+            ttft_per_conc_ms: 0.0,
+            itl_ms: 4.0,
+            saturate_at: 1e9,
+            collapse_at: None,
+            jitter: 0.1,
+            tokens_per_chunk: 1,
+            error_every: None,
+            ttft_tail_every: None,
+            send_lag_ms: 0.05,
+            prompt_off_every: None,
+            short_output_every: None,
+            short_output_penalty: None,
+        }
+    }
+}
+
+impl ServerModel {
+    fn step_ms(&self, conc: f64) -> f64 {
+        let mut f = (conc / self.saturate_at).max(1.0);
+        if let Some(c) = self.collapse_at
+            && conc > c
+        {
+            f *= (conc / c).powf(1.5);
+        }
+        self.itl_ms * f
+    }
+}
+
+/// A closed-loop sweep to simulate.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    pub labels: Labels,
+    pub concurrency: Vec<u32>,
+    /// Open-loop rates (req/s); when given, they replace the concurrency sweep.
+    pub rates: Vec<f64>,
+    pub input_len: u32,
+    pub max_tokens: Vec<u32>,
+    pub requests_per_point: u64,
+    pub repeats: u32,
+    pub seed: u64,
+    /// Write `request` records (else only summaries).
+    pub requests: bool,
+    /// Write `summary` records.
+    pub summaries: bool,
+    /// Mark the last point's summary partial.
+    pub partial_last: bool,
+}
+
+impl Default for Sweep {
+    fn default() -> Self {
+        Sweep {
+            labels: Labels::from([
+                ("engine".to_string(), "sim".to_string()),
+                ("model".to_string(), "llama-3.1-8b".to_string()),
+            ]),
+            concurrency: vec![1, 2, 4, 8],
+            rates: Vec::new(),
+            input_len: 128,
+            max_tokens: vec![32],
+            requests_per_point: 40,
+            repeats: 1,
+            seed: 1,
+            requests: true,
+            summaries: true,
+            partial_last: false,
+        }
+    }
+}
+
+/// One simulated request of a point (closed loop: `conc` slots back to back).
+pub fn simulate_point(
+    model: &ServerModel,
+    point: &PointKey,
+    labels: &Labels,
+    n: u64,
+    rng: &mut Rng,
+) -> Vec<RequestRecord> {
+    let conc = point.concurrency.unwrap_or(1).max(1);
+    let max_tokens = point.max_tokens.unwrap_or(32).max(1);
+    let input_len = point.input_len.unwrap_or(128);
+    let mut slots = vec![0.0f64; conc as usize];
+    // Open loop: sends on a fixed schedule; the load the server sees is Little's law's.
+    let open = point.rate_rps.filter(|r| *r > 0.0);
+    let load = match open {
+        Some(r) => (r * (model.ttft_ms + f64::from(max_tokens) * model.itl_ms) / 1000.0).max(1.0),
+        None => f64::from(conc),
+    };
+    let mut out = Vec::with_capacity(n as usize);
+    for id in 0..n {
+        let (slot, &free) = slots
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(b.1))
+            .unwrap_or((0, &0.0));
+        let intended = open.map_or(free, |r| id as f64 * 1000.0 / r);
+        let nth = |every: Option<u64>| every.is_some_and(|e| e > 0 && (id + 1) % e == 0);
+        let mut ttft =
+            (model.ttft_ms + model.ttft_per_conc_ms * f64::from(conc)) * rng.jitter(model.jitter);
+        if let Some((len, extra)) = model.short_output_penalty
+            && max_tokens <= len
+        {
+            ttft += extra;
+        }
+        if nth(model.ttft_tail_every) {
+            ttft *= 20.0;
+        }
+        let prompt_tokens = if nth(model.prompt_off_every) {
+            input_len + 3
+        } else {
+            input_len
+        };
+        let mut record = RequestRecord {
+            v: 1,
+            ts: TS.to_string(),
+            labels: labels.clone(),
+            point: point.clone(),
+            id,
+            intended_ms: round3(intended),
+            send_lag_ms: round3(model.send_lag_ms * rng.jitter(0.5)),
+            ttft_ms: None,
+            ttft_reasoning_ms: None,
+            e2e_ms: None,
+            tpot_ms: None,
+            itl_ms: Vec::new(),
+            chunks: 0,
+            output_tokens: 0,
+            output_tokens_source: Some(TokenSource::Usage),
+            output_tokens_chunks: None,
+            prompt_tokens: Some(prompt_tokens),
+            prompt_tokens_target: Some(input_len),
+            max_tokens: Some(max_tokens),
+            error: None,
+            extra: Default::default(),
+        };
+        if nth(model.error_every) {
+            let e2e = 30_000.0;
+            record.error = Some(RequestError {
+                class: ErrorClass::Timeout,
+                message: "no complete answer within 30s".into(),
+                http_status: None,
+            });
+            record.e2e_ms = Some(e2e);
+            slots[slot] = intended + e2e;
+            out.push(record);
+            continue;
+        }
+        let tokens = if nth(model.short_output_every) {
+            (max_tokens / 2).max(1)
+        } else {
+            max_tokens
+        };
+        let tpc = model.tokens_per_chunk.max(1);
+        let chunks = tokens.div_ceil(tpc);
+        let step = model.step_ms(load);
+        let itl: Vec<f64> = (1..chunks)
+            .map(|_| round3(step * f64::from(tpc) * rng.jitter(model.jitter)))
+            .collect();
+        let ttft = round3(ttft);
+        let e2e = round3(ttft + itl.iter().sum::<f64>());
+        record.ttft_ms = Some(ttft);
+        record.e2e_ms = Some(e2e);
+        record.tpot_ms = (tokens > 1).then(|| round3((e2e - ttft) / f64::from(tokens - 1)));
+        record.itl_ms = itl;
+        record.chunks = chunks;
+        record.output_tokens = tokens;
+        slots[slot] = intended + e2e;
+        out.push(record);
+    }
+    out
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// The lines (requests, then the point's summary) of a whole sweep.
+pub fn sweep_lines(sweep: &Sweep, model: &ServerModel) -> Vec<String> {
+    let mut rng = Rng::new(sweep.seed);
+    let mut lines = Vec::new();
+    let mut index = 0;
+    let loads: Vec<(Option<u32>, Option<f64>)> = if sweep.rates.is_empty() {
+        sweep.concurrency.iter().map(|&c| (Some(c), None)).collect()
+    } else {
+        sweep.rates.iter().map(|&r| (None, Some(r))).collect()
+    };
+    let total = sweep.max_tokens.len() * loads.len() * sweep.repeats as usize;
+    let mut done = 0;
+    for &max_tokens in &sweep.max_tokens {
+        for &(concurrency, rate_rps) in &loads {
+            for repeat in 0..sweep.repeats {
+                done += 1;
+                let point = PointKey {
+                    index,
+                    concurrency,
+                    rate_rps,
+                    input_len: Some(sweep.input_len),
+                    max_tokens: Some(max_tokens),
+                    repeat,
+                };
+                index += 1;
+                let reqs = simulate_point(
+                    model,
+                    &point,
+                    &sweep.labels,
+                    sweep.requests_per_point,
+                    &mut rng,
+                );
+                let mut stats = PointStats::new();
+                for r in &reqs {
+                    stats.add_request(r, None);
+                    if sweep.requests {
+                        lines.push(to_line_with_kind(r).expect("records serialize"));
+                    }
+                }
+                if sweep.summaries {
+                    let partial = sweep.partial_last && done == total;
+                    let mut s = stats.to_summary(point, sweep.labels.clone(), partial, None);
+                    s.ts = TS.to_string();
+                    lines.push(to_line_with_kind(&s).expect("records serialize"));
+                }
+            }
+        }
+    }
+    lines
+}
+
+/// nccl-tests style allreduce records over `ranks` ranks, sizes 8 B .. `max_bytes` (x4),
+/// with a link of `link_gbps` and latency `alpha_us`.
+pub fn coll_lines(
+    labels: &Labels,
+    ranks: u32,
+    max_bytes: u64,
+    link_gbps: f64,
+    alpha_us: f64,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut bytes = 8u64;
+    let factor = 2.0 * f64::from(ranks - 1) / f64::from(ranks);
+    let mut busbw_sum = 0.0;
+    let mut sizes = 0;
+    while bytes <= max_bytes {
+        // t = alpha + factor * S / B  (ring model)
+        let t_us = alpha_us + factor * bytes as f64 / (link_gbps * 1e3);
+        let algbw = bytes as f64 / (t_us * 1e3);
+        let busbw = algbw * factor;
+        busbw_sum += busbw;
+        sizes += 1;
+        let rec = CollRecord {
+            v: 1,
+            ts: TS.to_string(),
+            labels: labels.clone(),
+            op: "allreduce".into(),
+            backend: "tcp".into(),
+            algo: "ring".into(),
+            ranks,
+            hosts: 1,
+            bytes,
+            count: bytes / 4,
+            dtype: "float".into(),
+            redop: "sum".into(),
+            mode: "latency".into(),
+            time_us: Dist {
+                n: 20,
+                mean: round3(t_us),
+                stddev: round3(t_us * 0.02),
+                min: round3(t_us * 0.97),
+                p50: round3(t_us),
+                p90: round3(t_us * 1.02),
+                p95: round3(t_us * 1.03),
+                p99: round3(t_us * 1.05),
+                p999: round3(t_us * 1.05),
+                max: round3(t_us * 1.05),
+            },
+            algbw_gbps: round3(algbw),
+            busbw_gbps: round3(busbw),
+            wrong: 0,
+            extra: Default::default(),
+        };
+        lines.push(to_line_with_kind(&rec).expect("records serialize"));
+        bytes *= 4;
+    }
+    let run = CollRunRecord {
+        v: 1,
+        ts: TS.to_string(),
+        labels: labels.clone(),
+        op: "allreduce".into(),
+        backend: "tcp".into(),
+        ranks,
+        sizes,
+        avg_busbw_gbps: round3(busbw_sum / f64::from(sizes)),
+        wrong: 0,
+        extra: Default::default(),
+    };
+    lines.push(to_line_with_kind(&run).expect("records serialize"));
+    lines
+}
+
+/// A `server` record and the `kill` record that ended it.
+pub fn lifecycle_lines(labels: &Labels) -> Vec<String> {
+    let server = ServerRecord {
+        v: 1,
+        ts: TS.to_string(),
+        labels: labels.clone(),
+        engine: "sim".into(),
+        model: Some("llama-3.1-8b".into()),
+        host: "localhost".into(),
+        pid: 4242,
+        pgid: 4242,
+        start_ticks: 123_456,
+        port: 8000,
+        url: "http://127.0.0.1:8000".into(),
+        command: "srv-sim --port 8000".into(),
+        log: "/tmp/srv-sim-8000.log".into(),
+        ready_s: 1.25,
+        extra: Default::default(),
+    };
+    let kill = KillRecord {
+        v: 1,
+        ts: TS.to_string(),
+        labels: labels.clone(),
+        target: "server pid 4242".into(),
+        host: "localhost".into(),
+        matched: vec![KilledProcess {
+            pid: 4242,
+            command: "srv-sim --port 8000".into(),
+        }],
+        signals: vec!["TERM".into()],
+        survivors: Vec::new(),
+        port: Some(8000),
+        port_free: Some(true),
+        gpu_used_before_bytes: None,
+        gpu_used_after_bytes: None,
+        elapsed_s: 0.21,
+        ok: true,
+        error: None,
+        extra: Default::default(),
+    };
+    vec![
+        to_line_with_kind(&server).expect("records serialize"),
+        to_line_with_kind(&kill).expect("records serialize"),
+    ]
+}

@@ -1,0 +1,113 @@
+//! The real pipeline: srv-sim (fixed latency) | loadgen | summarize. summarize's statistics
+//! from loadgen's `request` records must equal loadgen's own `summary` records, and the table
+//! must show the latencies the server was told to produce.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use summarize::input;
+use summarize::points;
+
+/// Starts srv-sim on a free port with fixed latencies; returns the guard and its URL.
+fn start_sim() -> (testkit::Guard, String) {
+    let mut c = testkit::cmd("srv-sim");
+    c.args(["--port", "0", "--ttft", "20ms", "--itl", "2ms"])
+        .stderr(Stdio::piped());
+    let mut guard = testkit::Guard::spawn(c);
+    let stderr = guard.child.stderr.take().expect("srv-sim stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        match lines.next() {
+            Some(Ok(line)) => {
+                if let Some(url) = line.split("listening on ").nth(1) {
+                    let url = url.trim().to_string();
+                    // Keep draining stderr so srv-sim never blocks on a full pipe.
+                    std::thread::spawn(move || for _ in lines {});
+                    return (guard, url);
+                }
+            }
+            _ => break,
+        }
+    }
+    panic!("srv-sim did not say where it listens");
+}
+
+#[test]
+fn summarize_recomputes_exactly_what_loadgen_summarized() {
+    let (_sim, url) = start_sim();
+    let out = Command::new(testkit::bin("loadgen"))
+        .args([
+            "--url",
+            &url,
+            "-c",
+            "1,4",
+            "-n",
+            "24",
+            "--max-tokens",
+            "16",
+            "--input-len",
+            "32",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run loadgen");
+    assert!(
+        out.status.success(),
+        "loadgen: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let requests: String = text
+        .lines()
+        .filter(|l| l.starts_with("{\"kind\":\"request\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let summaries: Vec<servbench::record::SummaryRecord> = text
+        .lines()
+        .filter_map(|l| match servbench::record::Record::parse(l) {
+            Ok(servbench::record::Record::Summary(s)) => Some(*s),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(summaries.len(), 2, "{text}");
+    let mut inputs = input::Inputs::default();
+    input::load_one("loadgen", requests.as_bytes(), true, None, &mut inputs).unwrap();
+    let ours = points::build(&inputs, &[], None);
+    assert_eq!(ours.len(), 2);
+    for (p, s) in ours.iter().zip(&summaries) {
+        let r = &p.repeats[0];
+        assert_eq!(r.point.concurrency, s.point.concurrency);
+        assert_eq!(
+            (r.requests, r.ok, r.output_tokens),
+            (s.requests, s.ok, s.output_tokens)
+        );
+        assert_eq!(r.ttft_ms, s.ttft_ms);
+        assert_eq!(r.itl_ms, s.itl_ms);
+        assert_eq!(r.tpot_ms, s.tpot_ms);
+        assert_eq!(r.e2e_ms, s.e2e_ms);
+        assert_eq!(r.output_tok_s, s.output_tok_s);
+        assert_eq!(r.steady_output_tok_s, s.steady_output_tok_s);
+        // The server was told: 20 ms to the first token, 2 ms between tokens.
+        let ttft = r.ttft_ms.unwrap().p50;
+        let itl = r.itl_ms.unwrap().p50;
+        // Wide bounds: a busy 2-core box delays the client, never speeds it up.
+        assert!((19.0..80.0).contains(&ttft), "TTFT p50 {ttft}");
+        assert!((1.5..10.0).contains(&itl), "ITL p50 {itl}");
+    }
+    // And the pipeline as a person types it.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("run.jsonl");
+    std::fs::write(&file, &text).unwrap();
+    let table = testkit::cmd("summarize")
+        .arg(&file)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(table.status.success());
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(
+        table.contains("# load points") && table.contains("TTFT p50 ms"),
+        "{table}"
+    );
+}
