@@ -21,4 +21,4 @@ done
 echo "== cargo build" >&2
 cargo build --workspace --bins --tests
 echo "== cargo test" >&2
-cargo test --workspace "$@"
+cargo test --workspace --no-fail-fast "$@"

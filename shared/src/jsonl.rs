@@ -252,6 +252,54 @@ pub fn pass_through<W: Write>(
     Ok(())
 }
 
+/// Upstream records forwarded on a thread of their own while the tool works (srv-launch
+/// waiting for readiness, loadgen given `--url`), through a writer of their own: each record is
+/// one whole-line write, so lines never interleave with the tool's own records.
+pub struct BackgroundPassThrough {
+    handle: std::thread::JoinHandle<anyhow::Result<()>>,
+    forwarded: Arc<std::sync::atomic::AtomicUsize>,
+    stdin_is_file: bool,
+}
+
+impl BackgroundPassThrough {
+    /// Starts forwarding when stdin is a pipe or a file (not a terminal, socket or device).
+    pub fn start(strict: bool) -> Option<BackgroundPassThrough> {
+        use std::os::unix::fs::FileTypeExt;
+        let kind = std::fs::metadata("/proc/self/fd/0").ok()?.file_type();
+        if !stdin_is_piped() || !(kind.is_fifo() || kind.is_file()) {
+            return None;
+        }
+        let forwarded = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = forwarded.clone();
+        let handle = std::thread::spawn(move || {
+            let mut out = RecordWriter::stdout();
+            for line in Source::Stdin.open(strict)? {
+                let line = line.map_err(|e| cli::usage(e.to_string()))?;
+                out.write_raw(&line.raw)?;
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            Ok(())
+        });
+        Some(BackgroundPassThrough {
+            handle,
+            forwarded,
+            stdin_is_file: kind.is_file(),
+        })
+    }
+
+    /// Waits for the end of upstream input when there is an upstream: a file, or a pipe that
+    /// has carried records. A pipe that carried nothing (a script's inherited stdin, an SSH
+    /// session's) is not waited for, or the tool could block its own pipeline forever.
+    pub fn finish(self) -> anyhow::Result<()> {
+        if self.stdin_is_file || self.forwarded.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            self.handle
+                .join()
+                .map_err(|_| cli::failure("stdin reader panicked"))??;
+        }
+        Ok(())
+    }
+}
+
 /// The next tool in the pipeline closed its end: stop quietly, exit 0.
 #[derive(Debug, thiserror::Error)]
 #[error("stdout closed")]

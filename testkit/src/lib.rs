@@ -41,8 +41,17 @@ pub fn sh(script: &str) -> Output {
 
 /// The `sh -c` command [`sh`] runs, to add stdin or environment first.
 pub fn sh_cmd(script: &str) -> Command {
+    shell_cmd("sh", script)
+}
+
+/// Like [`sh`], under bash with `pipefail` off, for scripts that read `PIPESTATUS`.
+pub fn bash(script: &str) -> Output {
+    shell_cmd("bash", script).output().expect("run bash")
+}
+
+fn shell_cmd(shell: &str, script: &str) -> Command {
     let path = std::env::var("PATH").unwrap_or_default();
-    let mut c = Command::new("sh");
+    let mut c = Command::new(shell);
     c.arg("-c")
         .arg(script)
         .env("PATH", format!("{}:{path}", bin_dir().display()));

@@ -111,7 +111,7 @@ pub fn run(dc: &DecodeConfig, job: &Job) -> anyhow::Result<Exit> {
         _ => None,
     };
     if id.is_none_or(|id| id.rank == 0) {
-        jsonl::pass_through(false, &mut out, |_| Disposition::Forward)?;
+        jsonl::pass_through(job.strict_input, &mut out, |_| Disposition::Forward)?;
     }
     if let Role::Hosts(h) = &job.role {
         if h.len() != dc.tp {

@@ -51,6 +51,8 @@ pub struct Job {
     pub remote_bin: Option<String>,
     /// `--hosts`: how to reach and trust them.
     pub ssh: servbench::exec::SshOptions,
+    /// `--strict`: a malformed upstream line is an error, not a warning.
+    pub strict_input: bool,
 }
 
 impl Job {
@@ -95,7 +97,7 @@ pub fn bench(cfg: &RunConfig, job: &Job) -> anyhow::Result<Exit> {
         _ => true,
     };
     if is_writer {
-        jsonl::pass_through(false, &mut out, |_| Disposition::Forward)?;
+        jsonl::pass_through(job.strict_input, &mut out, |_| Disposition::Forward)?;
     }
     match &job.role {
         Role::Local(n) if job.backend == Backend::Tcp && cfg.root >= *n => Err(cli::usage(

@@ -212,6 +212,7 @@ fn job(run: &RunArgs, default_np: Option<usize>, args: Vec<OsString>) -> anyhow:
         args,
         remote_bin: run.remote_bin.clone(),
         ssh: run.ssh.options(),
+        strict_input: run.common.strict,
     })
 }
 

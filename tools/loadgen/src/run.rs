@@ -16,7 +16,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
 use servbench::cli::{self, Exit};
-use servbench::jsonl::{self, Disposition, RecordWriter};
+use servbench::jsonl::{self, BackgroundPassThrough, Disposition, RecordWriter};
 use servbench::record::{
     ErrorClass, Labels, PointKey, RampLevel, RampRecord, Record, SummaryRecord, inherit_labels,
     now_ts,
@@ -40,6 +40,12 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
     // Upstream records go through first, unchanged; a `server` record names the target.
     let mut upstream: Option<(String, Labels)> = None;
     let mut servers = 0;
+    // With --url, upstream records still pass on, on a thread of their own: loadgen does not
+    // wait for an upstream that may never close (an SSH session's stdin).
+    let background = match args.url {
+        Some(_) => BackgroundPassThrough::start(args.common.strict),
+        None => None,
+    };
     if args.url.is_none() {
         jsonl::pass_through(args.common.strict, &mut out, |line| {
             if let Record::Server(s) = &line.record {
@@ -87,7 +93,7 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async move {
+    let exit = runtime.block_on(async move {
         let (stop_tx, stop_rx) = watch::channel(false);
         tokio::spawn(watch_signals(stop_tx));
         let mut run = Run {
@@ -102,7 +108,11 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
             aligned: Vec::new(),
         };
         run.all().await
-    })
+    })?;
+    if let Some(upstream) = background {
+        upstream.finish()?;
+    }
+    Ok(exit)
 }
 
 fn validate(a: &Args) -> anyhow::Result<()> {

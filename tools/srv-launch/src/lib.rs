@@ -7,12 +7,11 @@ use anyhow::Result;
 use servbench::cli::{self, Exit};
 use servbench::engines::{self, LaunchParams};
 use servbench::exec::{self, Detached, Exec, SshOptions, shell_join};
-use servbench::jsonl::{self, RecordWriter, Source};
+use servbench::jsonl::{BackgroundPassThrough, RecordWriter};
 use servbench::procs::{self, KillOptions, LAUNCH_ID_VAR, ProcId};
 use servbench::record::{Labels, ServerRecord, inherit_labels, now_ts};
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How many log lines to show when a server dies during startup.
@@ -88,78 +87,18 @@ struct Plan {
 
 /// Runs srv-launch; upstream records on stdin are passed through while it works.
 pub fn run(cfg: &Config) -> Result<Exit> {
-    let out = Arc::new(Mutex::new(RecordWriter::stdout()));
-    let forwarder = start_pass_through(cfg.strict, out.clone());
+    let forwarder = BackgroundPassThrough::start(cfg.strict);
 
     let exec = exec::connect(cfg.host.as_deref(), &cfg.ssh).map_err(|e| e.into_tool_error())?;
     let plan = plan(cfg, exec.as_ref())?;
     catch_interrupts();
     let record = launch_and_wait(cfg, exec.as_ref(), &plan)?;
 
-    out.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .emit(&record)?;
+    RecordWriter::stdout().emit(&record)?;
     if let Some(forwarder) = forwarder {
         forwarder.finish()?;
     }
     Ok(Exit::Ok)
-}
-
-/// Upstream records being forwarded on a thread of their own.
-struct Forwarder {
-    handle: std::thread::JoinHandle<Result<()>>,
-    forwarded: Arc<AtomicUsize>,
-    stdin_is_file: bool,
-}
-
-impl Forwarder {
-    /// Waits for the end of upstream input, when there is an upstream: a file, or a pipe that
-    /// has carried records. A pipe that carried nothing (a script's inherited stdin, an SSH
-    /// session's) is not waited for, or srv-launch could block its own pipeline forever.
-    fn finish(self) -> Result<()> {
-        if self.stdin_is_file || self.forwarded.load(Ordering::SeqCst) > 0 {
-            self.handle
-                .join()
-                .map_err(|_| cli::failure("stdin reader panicked"))??;
-        }
-        Ok(())
-    }
-}
-
-/// Forwards upstream records unchanged, as they arrive. Reads stdin only when it is a pipe or a
-/// file (not a terminal, a socket or a device).
-fn start_pass_through(
-    strict: bool,
-    out: Arc<Mutex<RecordWriter<std::io::Stdout>>>,
-) -> Option<Forwarder> {
-    // SAFETY: fstat on fd 0 into a zeroed struct we own.
-    let mode = unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(0, &mut st) != 0 {
-            return None;
-        }
-        st.st_mode & libc::S_IFMT
-    };
-    if !jsonl::stdin_is_piped() || (mode != libc::S_IFIFO && mode != libc::S_IFREG) {
-        return None;
-    }
-    let forwarded = Arc::new(AtomicUsize::new(0));
-    let count = forwarded.clone();
-    let handle = std::thread::spawn(move || {
-        for line in Source::Stdin.open(strict)? {
-            let line = line.map_err(|e| cli::usage(e.to_string()))?;
-            out.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .write_raw(&line.raw)?;
-            count.fetch_add(1, Ordering::SeqCst);
-        }
-        Ok(())
-    });
-    Some(Forwarder {
-        handle,
-        forwarded,
-        stdin_is_file: mode == libc::S_IFREG,
-    })
 }
 
 fn launch_id() -> String {

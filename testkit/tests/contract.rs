@@ -1,0 +1,169 @@
+//! The record contract across the real binaries: what one tool writes, the next one reads,
+//! passes on unchanged and builds on (labels); malformed input is reported by source:line;
+//! a reader that goes away ends a tool quietly. These are the properties that make
+//! `srv-launch ... | loadgen ... | srv-kill | summarize` one product.
+
+use testkit::{bash, json_lines, sh};
+
+/// A record of a kind no tool knows, with fields in an unusual order and non-ASCII text.
+const FUTURE_KIND: &str = r#"{"zeta":[1,{"b":2}],"kind":"gpu_trace","v":1,"ts":"2026-11-30T17:00:00.000Z","labels":{"who":"upstream"},"note":"μs → ok"}"#;
+/// A known kind from a newer schema version, with a field this build does not know.
+const NEWER_VERSION: &str = r#"{"kind":"coll_run","v":2,"ts":"2026-11-30T17:00:00.000Z","labels":{},"op":"allreduce","backend":"tcp","ranks":2,"sizes":1,"avg_busbw_gbps":1.5,"wrong":0,"new_field_in_v2":{"x":true}}"#;
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn records_pass_through_the_whole_pipeline_unchanged_and_labels_are_inherited() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = dir.path().join("upstream.jsonl");
+    std::fs::write(&upstream, format!("{FUTURE_KIND}\n{NEWER_VERSION}\n")).unwrap();
+    let out = sh(&format!(
+        "srv-launch sim --label run=contract -- --ttft 5ms --itl 1ms < {up} \
+         | loadgen -c 1 -n 3 --max-tokens 4 --prompts builtin --label stage=load \
+         | collbench -np 2 -b 8 -e 8 -n 2 -w 1 \
+         | srv-kill",
+        up = upstream.display()
+    ));
+    assert!(out.status.success(), "pipeline failed: {}", stderr(&out));
+    let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    // Unknown kinds and newer versions come out byte for byte, first and in order.
+    assert_eq!(lines[0], FUTURE_KIND);
+    assert_eq!(lines[1], NEWER_VERSION);
+    assert!(
+        stderr(&out).contains("v2 is newer"),
+        "a newer schema version is warned about: {}",
+        stderr(&out)
+    );
+
+    let records = json_lines(&out.stdout);
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    for kind in ["request", "summary", "coll", "coll_run", "kill"] {
+        assert!(kinds.contains(&kind), "no {kind} record in {kinds:?}");
+    }
+    // srv-kill consumed the server record and stopped exactly that server.
+    assert!(!kinds.contains(&"server"));
+    let kill = records.iter().find(|r| r["kind"] == "kill").unwrap();
+    assert_eq!(kill["ok"], true, "{kill}");
+    // The server's labels reach what loadgen derived from it, plus loadgen's own.
+    for r in records
+        .iter()
+        .filter(|r| r["kind"] == "summary" || r["kind"] == "request")
+    {
+        let labels = &r["labels"];
+        assert_eq!(labels["run"], "contract", "{r}");
+        assert_eq!(labels["engine"], "sim", "{r}");
+        assert_eq!(labels["stage"], "load", "{r}");
+    }
+    assert_eq!(kill["labels"]["run"], "contract");
+    assert_eq!(kill["labels"]["engine"], "sim");
+    // Every record line carries the header.
+    for r in &records {
+        assert!(
+            r["v"].is_u64() && r["ts"].is_string() && r["labels"].is_object(),
+            "{r}"
+        );
+    }
+}
+
+#[test]
+fn malformed_input_names_source_and_line_and_strict_makes_it_exit_2() {
+    let input = format!("{FUTURE_KIND}\nthis is {{not json\n");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("in.jsonl");
+    std::fs::write(&file, &input).unwrap();
+    let file = file.display();
+    for tool in [
+        "srv-kill --missing-ok",
+        "summarize",
+        "collbench -np 1 -b 8 -e 8 -n 1 -w 0",
+        "loadgen -n 1",
+    ] {
+        let strict = sh(&format!("{tool} --strict < {file}"));
+        assert_eq!(
+            strict.status.code(),
+            Some(2),
+            "{tool} --strict: {}",
+            stderr(&strict)
+        );
+        let err = stderr(&strict);
+        assert!(
+            err.contains("stdin:2") && err.contains("this is {not json"),
+            "{tool}: the error names the place and quotes the line: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{tool}: one error line: {err}");
+        assert!(
+            err.starts_with(tool.split(' ').next().unwrap()),
+            "{tool}: errors start with the tool's name: {err}"
+        );
+    }
+    // Without --strict: a warning naming the place, and the good line still goes through.
+    let lenient = sh(&format!("srv-kill --missing-ok < {file}"));
+    assert_eq!(lenient.status.code(), Some(0), "{}", stderr(&lenient));
+    assert!(stderr(&lenient).contains("stdin:2"));
+    assert_eq!(
+        String::from_utf8_lossy(&lenient.stdout).trim_end(),
+        FUTURE_KIND
+    );
+}
+
+#[test]
+fn a_closed_stdout_ends_a_tool_quietly_with_exit_0() {
+    // 200,000 records into srv-kill, whose reader takes one line and leaves.
+    let out = bash(&format!(
+        "yes '{FUTURE_KIND}' | head -n 200000 | srv-kill --missing-ok | head -n 1 >/dev/null; \
+         echo \"status=${{PIPESTATUS[2]}}\""
+    ));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("status=0"),
+        "srv-kill: {report} {}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).is_empty(), "quietly: {}", stderr(&out));
+
+    // loadgen mid-sweep, its reader gone after the first record.
+    let out = bash(
+        "srv-launch sim -- --ttft 1ms --itl 0 > /tmp/contract-srv.$$ && \
+         loadgen -c 2 -n 400 --max-tokens 4 --prompts builtin < /tmp/contract-srv.$$ | head -n 1 >/dev/null; \
+         echo \"status=${PIPESTATUS[0]}\"; srv-kill --from /tmp/contract-srv.$$ >/dev/null; rm -f /tmp/contract-srv.$$",
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("status=0"),
+        "loadgen: {report} {}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn loadgen_given_a_url_still_passes_the_server_record_on_to_srv_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("server.jsonl");
+    let launch = sh(&format!(
+        "srv-launch sim -- --ttft 1ms --itl 0 > {}",
+        rec.display()
+    ));
+    assert!(launch.status.success(), "{}", stderr(&launch));
+    let server: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&rec).unwrap().trim()).unwrap();
+    let url = server["url"].as_str().unwrap();
+    let out = sh(&format!(
+        "loadgen --url {url} -n 2 --max-tokens 4 --prompts builtin < {} | srv-kill",
+        rec.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let records = json_lines(&out.stdout);
+    let kill = records
+        .iter()
+        .find(|r| r["kind"] == "kill")
+        .expect("a kill record");
+    assert_eq!(kill["ok"], true, "{kill}");
+    assert_eq!(kill["matched"][0]["pid"], server["pid"]);
+    assert!(records.iter().any(|r| r["kind"] == "summary"));
+}
