@@ -416,6 +416,7 @@ impl Run {
         );
         let mut best: Option<(u32, usize)> = None;
         let mut method = "tokenize";
+        let mut tried = vec![s.words.len()];
         for _round in 0..8 {
             let text = s.text(None, seed);
             let count = match self.count_tokens(&text, &mut method).await {
@@ -435,10 +436,21 @@ impl Run {
             if count == target {
                 break;
             }
-            let next = (words as i64 + i64::from(target) - i64::from(count)).max(1) as usize;
+            // Scale by the observed tokens per word (1 with the usual BPE vocabularies, more
+            // with character-level ones), then step one word when scaling stalls.
+            let scaled = (words as f64 * f64::from(target) / f64::from(count.max(1))).round();
+            let mut next = (scaled as usize).max(1);
             if next == words {
+                next = if count < target {
+                    words + 1
+                } else {
+                    words.saturating_sub(1).max(1)
+                };
+            }
+            if next == words || tried.contains(&next) {
                 break;
             }
+            tried.push(next);
             s.resize(next, seed);
         }
         if let Some((count, words)) = best {
@@ -459,7 +471,14 @@ impl Run {
     async fn count_tokens(&self, text: &str, method: &mut &'static str) -> Option<u32> {
         let prompt = PromptText::Text(text.to_string());
         if *method == "tokenize" {
+            // vLLM and SGLang read `prompt` (or `messages`). llama-server reads `content`, and
+            // counts BOS only with `add_special`, as its completions endpoint does; it has no
+            // chat form (it answers no tokens, and probes count the templated prompt instead).
             let mut b = json!({"model": self.model});
+            if self.args.api == workload::Api::Completions {
+                b["content"] = json!(text);
+                b["add_special"] = json!(true);
+            }
             workload::put_prompt(&mut b, self.args.api, &prompt);
             let body = Bytes::from(serde_json::to_vec(&b).unwrap_or_default());
             if let Ok((200, reply)) = self
@@ -473,7 +492,9 @@ impl Run {
                         .and_then(Value::as_array)
                         .map(|t| t.len() as u64)
                 });
-                if let Some(c) = count {
+                // Zero tokens for a non-empty prompt: the server did not understand the form
+                // (llama-server given chat messages); count with probe requests instead.
+                if let Some(c) = count.filter(|&c| c > 0 || text.is_empty()) {
                     return Some(c as u32);
                 }
             }

@@ -1,12 +1,13 @@
 //! A real engine end to end: llama.cpp's llama-server (built by scripts/setup/llama-server.sh)
 //! serving a tiny random-weights GGUF with one thread: srv-launch llama-cpp -> completions and
-//! chat over HTTP -> srv-kill. Asserts behaviour only, never speed.
+//! chat over HTTP -> srv-kill, and the same as a pipeline through loadgen. Asserts behaviour
+//! only, never speed.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::Duration;
-use testkit::{alive, cmd, json_lines, setup_env};
+use testkit::{alive, cmd, json_lines, setup_env, sh};
 
 /// One HTTP/1.1 POST with `Connection: close`: status code and body.
 fn post(url: &str, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
@@ -90,5 +91,54 @@ fn llama_server_launches_serves_completions_and_chat_and_is_killed() {
     assert_eq!(k["ok"], true);
     assert_eq!(k["port_free"], true);
     std::thread::sleep(Duration::from_millis(200));
+    assert!(!alive(pid), "llama-server still running");
+}
+
+#[test]
+fn llama_server_in_the_pipeline_srv_launch_loadgen_completions_and_chat_srv_kill() {
+    let server = setup_env("SERVBENCH_LLAMA_SERVER", "llama-server");
+    let model = setup_env("SERVBENCH_TINY_GGUF", "llama-server");
+    let out = sh(&format!(
+        "srv-launch llama-cpp --bin {server} --model {model} --label run=llama -- -t 1 -c 2048 --parallel 2 \
+         | loadgen --api completions -c 1,2 -n 4 --max-tokens 8 --input-len 24 \
+         | loadgen --api chat -c 1 -n 3 --max-tokens 4 --input-len 24 \
+         | srv-kill"
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let records = json_lines(&out.stdout);
+    let summaries: Vec<_> = records.iter().filter(|r| r["kind"] == "summary").collect();
+    assert_eq!(
+        summaries.len(),
+        3,
+        "two completions points and one chat point: {stderr}"
+    );
+    for s in &summaries {
+        let requests = s["requests"].as_u64().unwrap();
+        let max_tokens = s["point"]["max_tokens"].as_u64().unwrap();
+        assert_eq!(s["ok"].as_u64(), Some(requests), "{s}");
+        assert_eq!(
+            s["output_tokens"].as_u64(),
+            Some(requests * max_tokens),
+            "{s}"
+        );
+        assert_eq!(s["output_len_mismatch"], 0, "{s}");
+        assert!(s["prompt_tokens"].as_u64().unwrap() >= requests * 20, "{s}");
+        assert_eq!(s["labels"]["engine"], "llama-cpp");
+        assert_eq!(s["labels"]["run"], "llama");
+        // llama-server sends one token per chunk.
+        assert_eq!(s["tokens_per_chunk"], 1.0, "{s}");
+    }
+    assert_eq!(summaries[0]["api"], "completions");
+    assert_eq!(summaries[2]["api"], "chat");
+    let requests = records.iter().filter(|r| r["kind"] == "request").count();
+    assert_eq!(requests, 4 + 4 + 3);
+    let kill = records
+        .iter()
+        .find(|r| r["kind"] == "kill")
+        .expect("a kill record");
+    assert_eq!(kill["ok"], true, "{kill}");
+    assert_eq!(kill["port_free"], true, "{kill}");
+    let pid = kill["matched"][0]["pid"].as_u64().unwrap() as u32;
     assert!(!alive(pid), "llama-server still running");
 }
