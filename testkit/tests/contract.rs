@@ -167,3 +167,16 @@ fn loadgen_given_a_url_still_passes_the_server_record_on_to_srv_kill() {
     assert_eq!(kill["matched"][0]["pid"], server["pid"]);
     assert!(records.iter().any(|r| r["kind"] == "summary"));
 }
+
+#[test]
+fn every_record_writing_tool_takes_labels() {
+    let out = sh(
+        "srv-sim --dry-run --label layout=tp1 | collbench -np 1 -b 8 -e 8 -n 1 -w 0 --label net=lo",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let records = json_lines(&out.stdout);
+    assert_eq!(records[0]["kind"], "sim_plan");
+    assert_eq!(records[0]["labels"]["layout"], "tp1");
+    let coll = records.iter().find(|r| r["kind"] == "coll").unwrap();
+    assert_eq!(coll["labels"]["net"], "lo");
+}

@@ -58,6 +58,8 @@ pub struct Config {
     pub dry_run: bool,
     /// Context length `--dry-run` computes its decode figures at.
     pub dry_run_context: u64,
+    /// Labels of the --dry-run record.
+    pub labels: servbench::record::Labels,
 }
 
 impl Config {
@@ -159,8 +161,9 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
         }
         // Shaped like a record (kind first, then v and ts) so other tools pass it through.
         let body = fields.to_string();
+        let labels = serde_json::to_string(&config.labels)?;
         let line = format!(
-            "{{\"kind\":\"sim_plan\",\"v\":{},\"ts\":\"{}\",\"labels\":{{}},{}",
+            "{{\"kind\":\"sim_plan\",\"v\":{},\"ts\":\"{}\",\"labels\":{labels},{}",
             servbench::record::SCHEMA_VERSION,
             servbench::record::now_ts(),
             &body[1..]

@@ -124,6 +124,9 @@ struct Args {
     /// Context length (tokens) for --dry-run's decode figures
     #[arg(long, value_name = "N", default_value_t = 1024)]
     dry_run_context: u64,
+    /// Add a label to the --dry-run record (repeatable): --label layout=tp4
+    #[arg(long = "label", value_name = "K=V", value_parser = servbench::cli::parse_label)]
+    labels: Vec<(String, String)>,
 }
 
 fn main() -> ExitCode {
@@ -161,6 +164,7 @@ fn main() -> ExitCode {
             realtime: a.realtime,
             dry_run: a.dry_run,
             dry_run_context: a.dry_run_context,
+            labels: a.labels.into_iter().collect(),
         })
     })
 }
