@@ -122,6 +122,27 @@ impl Drop for Guard {
     }
 }
 
+/// A plain HTTP server (python3 -m http.server) listening on 127.0.0.1:port, for tests that
+/// need some process holding a port; ended with its guard.
+pub fn http_server(port: u16) -> Guard {
+    let mut c = Command::new("python3");
+    c.args([
+        "-m",
+        "http.server",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let server = Guard::spawn(c);
+    assert!(
+        wait_port(port, Duration::from_secs(20)),
+        "python3 -m http.server did not listen on {port}"
+    );
+    server
+}
+
 /// True while a process with this pid exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

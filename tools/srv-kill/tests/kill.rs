@@ -5,7 +5,7 @@ use servbench::exec::{Exec, Local};
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use testkit::{Guard, alive, cmd, free_port, json_lines, sh, wait_port};
+use testkit::{Guard, alive, cmd, free_port, http_server, json_lines, sh};
 
 /// Waits until `path` holds `n` lines (pids written by a test tree) and returns them.
 fn wait_pids(path: &std::path::Path, n: usize) -> Vec<u32> {
@@ -255,21 +255,7 @@ fn in_a_pipeline_other_records_pass_through_and_the_kill_waits_for_the_end_of_in
 #[test]
 fn port_target_kills_the_listener_and_checks_the_port_is_free() {
     let port = free_port();
-    let mut c = Command::new("python3");
-    c.args([
-        "-m",
-        "http.server",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    let server = Guard::spawn(c);
-    assert!(
-        wait_port(port, Duration::from_secs(20)),
-        "http.server did not listen"
-    );
+    let server = http_server(port);
 
     // --dry-run lists it and signals nothing.
     let out = cmd("srv-kill")

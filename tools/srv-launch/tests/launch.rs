@@ -3,9 +3,9 @@
 //! record driving srv-kill.
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-use testkit::{Guard, alive, cmd, free_port, json_lines, sh_cmd, wait_port};
+use testkit::{alive, cmd, free_port, http_server, json_lines, sh_cmd};
 
 /// A stand-in engine: /health answers 503 for `delay` seconds, then 200; /v1/models lists
 /// "tiny"; POST /v1/completions answers one token.
@@ -195,18 +195,7 @@ fn a_server_that_dies_during_startup_is_exit_1_with_its_log_tail() {
 #[test]
 fn a_taken_port_is_refused_and_replace_kills_the_holder_first() {
     let port = free_port();
-    let mut c = Command::new("python3");
-    c.args([
-        "-m",
-        "http.server",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    let holder = Guard::spawn(c);
-    assert!(wait_port(port, Duration::from_secs(20)));
+    let holder = http_server(port);
 
     let launch = |extra: &[&str]| {
         cmd("srv-launch")
