@@ -237,6 +237,46 @@ pub fn parse_listen_inodes(table: &str, port: u16) -> Vec<u64> {
     inodes
 }
 
+/// What [`pick_free_port`] reads: the ephemeral port range, then the TCP socket tables.
+const PORT_TABLES: &str = "/proc/sys/net/ipv4/ip_local_port_range /proc/net/tcp /proc/net/tcp6";
+
+/// A port for a server to listen on, from the contents of [`PORT_TABLES`]: below the ephemeral
+/// range, so no outgoing connection takes it between this choice and the server's bind, and
+/// used by no socket at all; a time-derived offset makes each call guess differently.
+fn pick_free_port(text: &str) -> Option<u16> {
+    let (range, table) = text.split_once('\n')?;
+    let ephemeral_start = range
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let used = used_local_ports(&format!("\n{table}"));
+    let (low, high) = if ephemeral_start > 11_000 {
+        (10_000, ephemeral_start)
+    } else {
+        (ephemeral_start.max(1024), 65_536)
+    };
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    (0..500u32)
+        .map(|i| (low + (seed / 1000 + i * 7919) % (high - low)) as u16)
+        .find(|port| !used.contains(port))
+}
+
+/// Every local port in a /proc/net/tcp table, whatever the socket's state (a port an
+/// established connection holds cannot be bound either).
+pub fn used_local_ports(table: &str) -> std::collections::HashSet<u16> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(1))
+        .filter_map(|local| local.rsplit(':').next())
+        .filter_map(|port| u16::from_str_radix(port, 16).ok())
+        .collect()
+}
+
 /// The script a remote host runs to snapshot its process table: its own pid, every stat line,
 /// every command line (NUL-separated `path:arg` items), and the pids carrying `marker`.
 fn snapshot_script(marker: Option<&str>) -> String {
@@ -533,10 +573,17 @@ impl Exec for Local {
     }
 
     fn free_port(&self) -> Result<u16, ExecError> {
-        TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .map_err(|e| ExecError::io("cannot find a free port", e))
+        let mut text = String::new();
+        for path in PORT_TABLES.split(' ') {
+            text.push_str(&std::fs::read_to_string(path).unwrap_or_default());
+        }
+        match pick_free_port(&text) {
+            Some(port) => Ok(port),
+            None => TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .map_err(|e| ExecError::io("cannot find a free port", e)),
+        }
     }
 }
 
@@ -1047,18 +1094,9 @@ impl Exec for Ssh {
     }
 
     fn free_port(&self) -> Result<u16, ExecError> {
-        let out = self.exec_raw("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null")?;
-        let text = format!("\n{}", out.stdout_text());
-        // Ephemeral range start plus a time-derived offset: a different guess each run.
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        for i in 0..200u32 {
-            let port = 20000 + ((seed / 1000 + i * 7919) % 30000) as u16;
-            if parse_listen_inodes(&text, port).is_empty() {
-                return Ok(port);
-            }
+        let out = self.exec_raw(&format!("cat {PORT_TABLES} 2>/dev/null"))?;
+        if let Some(port) = pick_free_port(&out.stdout_text()) {
+            return Ok(port);
         }
         Err(ExecError::Command(format!(
             "ssh {}: no free port found",
@@ -1141,6 +1179,21 @@ mod tests {
    1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 777 1 0 100 0 0 10 0\n";
         assert_eq!(parse_listen_inodes(t, 8080), vec![12345]);
         assert!(parse_listen_inodes(t, 8081).is_empty());
+        // Every local port counts as used, listening or not; remote ports do not.
+        let used = used_local_ports(t);
+        assert!(used.contains(&8080));
+        assert!(!used.contains(&0xC350));
+    }
+
+    #[test]
+    fn free_ports_are_chosen_below_the_ephemeral_range_and_unused() {
+        let table = "  sl  local_address rem_address   st\n   0: 0100007F:2710 00000000:0000 0A\n";
+        for _ in 0..50 {
+            let port = pick_free_port(&format!("32768\t60999\n{table}")).unwrap();
+            assert!((10_000..32_768).contains(&port) && port != 0x2710, "{port}");
+        }
+        let local = Local.free_port().unwrap();
+        assert!(std::net::TcpListener::bind(("127.0.0.1", local)).is_ok());
     }
 
     #[test]
