@@ -2,7 +2,7 @@
 //! built, run shell pipelines with them on PATH, find free loopback ports, and make sure every
 //! process a test starts is ended (by pid) when the test ends, pass or fail.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -69,12 +69,13 @@ pub fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// A port that was free on 127.0.0.1 a moment ago.
+/// A port that was free on 127.0.0.1 a moment ago, chosen the way srv-launch chooses one
+/// (below the ephemeral range, so the test's own client connections cannot take it).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind an ephemeral port")
+    use servbench::exec::Exec;
+    servbench::exec::Local
+        .free_port()
+        .expect("find a free port on 127.0.0.1")
 }
 
 /// Waits until something accepts connections on 127.0.0.1:port.
