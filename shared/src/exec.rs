@@ -237,6 +237,13 @@ pub fn parse_listen_inodes(table: &str, port: u16) -> Vec<u64> {
     inodes
 }
 
+/// The pids in /proc, as they are listed.
+fn proc_pids() -> std::io::Result<impl Iterator<Item = u32>> {
+    Ok(std::fs::read_dir("/proc")?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok())))
+}
+
 /// What [`pick_free_port`] reads: the ephemeral port range, then the TCP socket tables.
 const PORT_TABLES: &str = "/proc/sys/net/ipv4/ip_local_port_range /proc/net/tcp /proc/net/tcp6";
 
@@ -484,17 +491,9 @@ impl Exec for Local {
     }
 
     fn processes(&self, marker: Option<&str>) -> Result<ProcTable, ExecError> {
-        let dir = std::fs::read_dir("/proc").map_err(|e| ExecError::io("cannot read /proc", e))?;
         let needle = marker.map(|m| m.as_bytes().to_vec());
         let mut procs = Vec::new();
-        for entry in dir.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<u32>().ok())
-            else {
-                continue;
-            };
+        for pid in proc_pids().map_err(|e| ExecError::io("cannot read /proc", e))? {
             let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
                 continue;
             };
@@ -548,14 +547,7 @@ impl Exec for Local {
         let mut pids = Vec::new();
         if !inodes.is_empty() {
             let wanted: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
-            for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-                let Some(pid) = entry
-                    .file_name()
-                    .to_str()
-                    .and_then(|s| s.parse::<u32>().ok())
-                else {
-                    continue;
-                };
+            for pid in proc_pids().into_iter().flatten() {
                 let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
                     continue;
                 };

@@ -105,6 +105,21 @@ impl Comm {
         self.peers[peer].as_ref().expect("no connection to self")
     }
 
+    /// One step of a ring: sends `out` to the right neighbour while receiving `into` from the
+    /// left one.
+    pub fn ring_shift(&self, out: &[u8], into: &mut [u8]) -> Result<(), CommError> {
+        self.exchange(
+            &[Send {
+                peer: self.right(),
+                data: out,
+            }],
+            &mut [Recv {
+                peer: self.left(),
+                data: into,
+            }],
+        )
+    }
+
     /// Sends every block and fills every receive buffer, all concurrently.
     pub fn exchange(&self, sends: &[Send], recvs: &mut [Recv]) -> Result<(), CommError> {
         self.exchange_with(sends, recvs, |_, _, _| {})

@@ -23,16 +23,7 @@ pub fn run(comm: &Comm, algo: Algo, send: &[u8], recv: &mut [u8]) -> Result<(), 
                     out * block..(out + 1) * block,
                     into * block..(into + 1) * block,
                 );
-                comm.exchange(
-                    &[Send {
-                        peer: comm.right(),
-                        data: out,
-                    }],
-                    &mut [Recv {
-                        peer: comm.left(),
-                        data: into,
-                    }],
-                )?;
+                comm.ring_shift(out, into)?;
             }
             Ok(())
         }

@@ -4,7 +4,7 @@
 //! ranks beyond a power of two folded in first) for small ones.
 
 use super::{Algo, Params, bytes_of, send_recv_reduce, split, split_pair};
-use crate::comm::{Comm, CommError, Recv, Send};
+use crate::comm::{Comm, CommError};
 
 pub fn run(
     comm: &Comm,
@@ -41,16 +41,7 @@ fn ring(comm: &Comm, p: &Params, buf: &mut [u8], scratch: &mut Vec<u8>) -> Resul
         let out = chunk(r + 1 + n - step);
         let into = chunk(r + n - step);
         let (out, into) = split_pair(buf, out, into);
-        comm.exchange(
-            &[Send {
-                peer: comm.right(),
-                data: out,
-            }],
-            &mut [Recv {
-                peer: comm.left(),
-                data: into,
-            }],
-        )?;
+        comm.ring_shift(out, into)?;
     }
     Ok(())
 }

@@ -1,21 +1,12 @@
 //! Send/recv (nccl-tests' sendrecv): every rank sends its buffer to rank r+1 while receiving
 //! rank r-1's. busbw factor 1.
 
-use crate::comm::{Comm, CommError, Recv, Send};
+use crate::comm::{Comm, CommError};
 
 pub fn run(comm: &Comm, send: &[u8], recv: &mut [u8]) -> Result<(), CommError> {
     if comm.world == 1 {
         recv.copy_from_slice(send);
         return Ok(());
     }
-    comm.exchange(
-        &[Send {
-            peer: comm.right(),
-            data: send,
-        }],
-        &mut [Recv {
-            peer: comm.left(),
-            data: recv,
-        }],
-    )
+    comm.ring_shift(send, recv)
 }
