@@ -147,10 +147,21 @@ pub fn exchange(
     body: &str,
     read_timeout: Option<Duration>,
 ) -> Exchange {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to srv-sim");
+    let s = connect(port, read_timeout);
+    exchange_on(s, method, path, body)
+}
+
+/// A connection made ahead of the request, so a timed request does not pay for the handshake.
+pub fn connect(port: u16, read_timeout: Option<Duration>) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to srv-sim");
     s.set_nodelay(true).ok();
     s.set_read_timeout(Some(read_timeout.unwrap_or(Duration::from_secs(60))))
         .ok();
+    s
+}
+
+/// Sends one request (Connection: close) on `s` and reads the whole answer.
+pub fn exchange_on(mut s: TcpStream, method: &str, path: &str, body: &str) -> Exchange {
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
