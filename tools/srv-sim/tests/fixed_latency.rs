@@ -4,6 +4,7 @@
 mod common;
 use common::*;
 use std::time::{Duration, Instant};
+use testkit::{check, holds_in_one_of_three};
 
 const TOLERANCE_MS: f64 = 0.5;
 
@@ -14,40 +15,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     realtime_thread();
     guard
-}
-
-/// A timing claim holds if one of `ATTEMPTS` fresh runs meets it. A 2-core virtual machine now
-/// and then loses whole milliseconds to its host, which no server can hold against; a server
-/// that is really late misses in every attempt. Each attempt's figures are printed.
-const ATTEMPTS: usize = 3;
-
-fn holds_in_one_of_three(what: &str, mut attempt: impl FnMut() -> Result<String, String>) {
-    let mut misses = Vec::new();
-    for n in 1..=ATTEMPTS {
-        match attempt() {
-            Ok(figures) => {
-                eprintln!("{what}: attempt {n}: {figures}");
-                return;
-            }
-            Err(miss) => {
-                eprintln!("{what}: attempt {n} missed: {miss}");
-                misses.push(miss);
-            }
-        }
-    }
-    panic!(
-        "{what}: missed in all {ATTEMPTS} attempts: {}",
-        misses.join("; ")
-    );
-}
-
-/// Ok when the figure `holds`, else the miss in words with its value.
-fn check(what: &str, value: f64, holds: bool) -> Result<(), String> {
-    if holds {
-        Ok(())
-    } else {
-        Err(format!("{what}: {value:.3}"))
-    }
 }
 
 fn share_within(errors: &[f64], tolerance_ms: f64) -> f64 {
@@ -214,15 +181,18 @@ fn tokens_per_chunk_and_itl_zero() {
         "--tokens-per-chunk",
         "4",
     ]);
-    let x = post(sim.port, "/v1/completions", &completion_body(4, 10, true));
-    let events = x.token_events();
-    let sizes: Vec<usize> = events
-        .iter()
-        .map(|(_, t)| t.split_whitespace().count())
-        .collect();
-    assert_eq!(sizes, vec![4, 4, 2]);
-    let gap = ms(events[1].0 - events[0].0);
-    assert!((gap - 5.0).abs() < 2.0, "chunk gap {gap:.2} ms");
+    holds_in_one_of_three("fixed_latency tokens per chunk", || {
+        let x = post(sim.port, "/v1/completions", &completion_body(4, 10, true));
+        let events = x.token_events();
+        let sizes: Vec<usize> = events
+            .iter()
+            .map(|(_, t)| t.split_whitespace().count())
+            .collect();
+        assert_eq!(sizes, vec![4, 4, 2]);
+        let gap = ms(events[1].0 - events[0].0);
+        check("chunk gap (ms)", gap, (gap - 5.0).abs() < 2.0)?;
+        Ok(format!("chunk gap {gap:.3} ms"))
+    });
     drop(sim);
 
     // --itl 0: everything at once, one token per event.
