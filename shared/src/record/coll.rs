@@ -2,9 +2,6 @@ use super::{Dist, Extra, Labels, current_version, record_kind};
 use serde::{Deserialize, Serialize};
 
 /// One collective at one message size, measured the way nccl-tests does.
-///
-/// collbench also writes, in `extra`: `iters` and `warmup` (`-n`, `-w`), `root` (broadcast)
-/// and `checked` (false with `--no-check`, when `wrong` is 0 unchecked).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CollRecord {
     #[serde(default = "current_version")]
@@ -32,15 +29,21 @@ pub struct CollRecord {
     pub busbw_gbps: f64,
     /// Elements that differed from the exactly known expected result.
     pub wrong: u64,
+    /// False with `--no-check`: `wrong` is then 0 unchecked.
+    pub checked: bool,
+    /// Timed iterations per size (`-n`).
+    pub iters: u32,
+    /// Untimed warm-up iterations per size (`-w`).
+    pub warmup: u32,
+    /// The root rank of a broadcast.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<u32>,
     #[serde(flatten)]
     pub extra: Extra,
 }
 record_kind!(CollRecord, "coll", Coll);
 
 /// The footer of a collbench run: the average bus bandwidth as nccl-tests prints it.
-///
-/// collbench also writes, in `extra`: `hosts`, and `error` (why the run stopped before its
-/// last size: a rank died, a peer timed out) when it did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CollRunRecord {
     #[serde(default = "current_version")]
@@ -54,6 +57,10 @@ pub struct CollRunRecord {
     pub sizes: u32,
     pub avg_busbw_gbps: f64,
     pub wrong: u64,
+    pub hosts: u32,
+    /// Why the run stopped before its last size (a rank died, a peer timed out), when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -111,6 +118,11 @@ pub struct DecodeRecord {
     pub comm_fraction: f64,
     /// Wrong elements in the allreduce results (exact check).
     pub wrong: u64,
+    /// Tokens of context per sequence (the KV-cache bytes of the roofline).
+    pub context_tokens: u32,
+    /// What the hardware preset's link model predicts for the same allreduces, to set the
+    /// measured `comm_us_per_token` against.
+    pub modeled_comm_us_per_token: f64,
     #[serde(flatten)]
     pub extra: Extra,
 }

@@ -30,6 +30,16 @@ pub struct KillRecord {
     pub gpu_used_before_bytes: Option<Vec<u64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_used_after_bytes: Option<Vec<u64>>,
+    /// Whether every killed pid let go of its GPU memory within `--gpu-wait` (where nvidia-smi
+    /// exists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_released: Option<bool>,
+    /// Why a target was found but not signalled: a reused pid, srv-kill itself or a caller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// `--dry-run`: `matched` lists what would have been killed; nothing was signalled.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
     pub elapsed_s: f64,
     /// True when the target was found and every matched process is gone.
     pub ok: bool,

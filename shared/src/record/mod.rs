@@ -122,6 +122,7 @@ pub enum RecordError {
 struct Peek<'a> {
     #[serde(borrow)]
     kind: Option<std::borrow::Cow<'a, str>>,
+    v: Option<u64>,
 }
 
 impl Record {
@@ -139,17 +140,28 @@ impl Record {
             record.extra_mut().remove("kind");
             Ok(record)
         }
-        Ok(match kind.as_ref() {
-            ServerRecord::KIND => Record::Server(typed(line)?),
-            KillRecord::KIND => Record::Kill(typed(line)?),
-            RequestRecord::KIND => Record::Request(Box::new(typed(line)?)),
-            SummaryRecord::KIND => Record::Summary(Box::new(typed(line)?)),
-            CollRecord::KIND => Record::Coll(typed(line)?),
-            CollRunRecord::KIND => Record::CollRun(typed(line)?),
-            DecodeRecord::KIND => Record::Decode(typed(line)?),
-            RampRecord::KIND => Record::Ramp(typed(line)?),
-            _ => Record::Other(serde_json::from_str(line).map_err(RecordError::NotJson)?),
-        })
+        let whole = || serde_json::from_str(line).map_err(RecordError::NotJson);
+        let parsed = match kind.as_ref() {
+            ServerRecord::KIND => typed(line).map(Record::Server),
+            KillRecord::KIND => typed(line).map(Record::Kill),
+            RequestRecord::KIND => typed(line).map(|r| Record::Request(Box::new(r))),
+            SummaryRecord::KIND => typed(line).map(|r| Record::Summary(Box::new(r))),
+            CollRecord::KIND => typed(line).map(Record::Coll),
+            CollRunRecord::KIND => typed(line).map(Record::CollRun),
+            DecodeRecord::KIND => typed(line).map(Record::Decode),
+            RampRecord::KIND => typed(line).map(Record::Ramp),
+            _ => return whole().map(Record::Other),
+        };
+        match parsed {
+            // A newer schema may drop or retype a field this build requires: not malformed,
+            // just not readable here. Kept whole, like an unknown kind, so it passes through.
+            Err(RecordError::BadField { .. })
+                if peek.v.is_some_and(|v| v > u64::from(SCHEMA_VERSION)) =>
+            {
+                whole().map(Record::Other)
+            }
+            parsed => parsed,
+        }
     }
 
     /// The `kind` string.

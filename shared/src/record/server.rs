@@ -31,6 +31,19 @@ pub struct ServerRecord {
     pub log: String,
     /// Seconds from launch until the server answered as ready.
     pub ready_s: f64,
+    /// The id srv-launch puts in the server's environment (`SERVBENCH_LAUNCH_ID`): srv-kill
+    /// finds every process of the server by it, those that left its process group too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_id: Option<String>,
+    /// The model name the API serves (the first of `/v1/models`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_model: Option<String>,
+    /// `CUDA_VISIBLE_DEVICES` as given with `--gpus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<String>,
+    /// The `--name` the server was launched with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
 }

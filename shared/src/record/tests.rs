@@ -78,6 +78,10 @@ fn server() -> impl Strategy<Value = Record> {
                 command: "srv-sim --port 8000".into(),
                 log: "/tmp/x.log".into(),
                 ready_s,
+                launch_id: Some(format!("{pid}-1")),
+                served_model: Some("llama-3.1-8b".into()),
+                gpus: (port % 2 == 0).then(|| "0,1".to_string()),
+                name: None,
                 extra,
             })
         },
@@ -103,6 +107,9 @@ fn kill() -> impl Strategy<Value = Record> {
                 port_free: Some(ok),
                 gpu_used_before_bytes: None,
                 gpu_used_after_bytes: Some(vec![1 << 30]),
+                gpu_released: Some(ok),
+                refused: None,
+                dry_run: !ok,
                 elapsed_s,
                 ok,
                 error: (!ok).then(|| "survivors".to_string()),
@@ -219,6 +226,10 @@ fn coll() -> impl Strategy<Value = Record> {
             algbw_gbps: 1.5,
             busbw_gbps: 2.25,
             wrong: 0,
+            checked: bytes % 2 == 0,
+            iters: 20,
+            warmup: 5,
+            root: (bytes % 3 == 0).then_some(1),
             extra,
         })
     })
@@ -236,6 +247,8 @@ fn coll_run() -> impl Strategy<Value = Record> {
             sizes: 20,
             avg_busbw_gbps: 3.5,
             wrong: 0,
+            hosts: 2,
+            error: Some("rank 1 died".into()),
             extra,
         })
     })
@@ -267,6 +280,8 @@ fn decode() -> impl Strategy<Value = Record> {
             step_roofline_us: us + 1.0,
             comm_fraction: 0.5,
             wrong: 0,
+            context_tokens: 4096,
+            modeled_comm_us_per_token: us / 2.0,
             extra,
         })
     })
@@ -337,7 +352,7 @@ proptest! {
 
 #[test]
 fn unknown_fields_of_known_kinds_are_kept() {
-    let line = r#"{"kind":"coll_run","v":1,"ts":"2026-11-30T17:00:00.000Z","labels":{},"op":"allreduce","backend":"tcp","ranks":2,"sizes":3,"avg_busbw_gbps":1.0,"wrong":0,"zz_new":{"a":[1,2]}}"#;
+    let line = r#"{"kind":"coll_run","v":1,"ts":"2026-11-30T17:00:00.000Z","labels":{},"op":"allreduce","backend":"tcp","ranks":2,"sizes":3,"avg_busbw_gbps":1.0,"wrong":0,"hosts":1,"zz_new":{"a":[1,2]}}"#;
     let rec = Record::parse(line).unwrap();
     let out: serde_json::Value = serde_json::from_str(&rec.to_line()).unwrap();
     let orig: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -346,8 +361,27 @@ fn unknown_fields_of_known_kinds_are_kept() {
 
 #[test]
 fn newer_version_parses() {
-    let line = r#"{"kind":"coll_run","v":2,"ts":"t","op":"allreduce","backend":"tcp","ranks":2,"sizes":3,"avg_busbw_gbps":1.0,"wrong":0}"#;
+    let line = r#"{"kind":"coll_run","v":2,"ts":"t","op":"allreduce","backend":"tcp","ranks":2,"sizes":3,"avg_busbw_gbps":1.0,"wrong":0,"hosts":1}"#;
     assert_eq!(Record::parse(line).unwrap().version(), 2);
+}
+
+#[test]
+fn a_newer_version_this_build_cannot_read_is_kept_whole() {
+    // v2 dropped `hosts` and changed `sizes` to a list: not readable as a v1 coll_run.
+    let line = r#"{"kind":"coll_run","v":2,"ts":"t","labels":{},"op":"allreduce","backend":"tcp","ranks":2,"sizes":[8,16],"avg_busbw_gbps":1.0,"wrong":0}"#;
+    let rec = Record::parse(line).unwrap();
+    assert!(matches!(rec, Record::Other(_)), "{rec:?}");
+    assert_eq!(rec.kind(), "coll_run");
+    assert_eq!(rec.version(), 2);
+    let out: serde_json::Value = serde_json::from_str(&rec.to_line()).unwrap();
+    assert_eq!(
+        out,
+        serde_json::from_str::<serde_json::Value>(line).unwrap()
+    );
+    // The same line claiming v1 is malformed: this build knows what v1 requires.
+    let v1 = line.replace(r#""v":2"#, r#""v":1"#);
+    let err = Record::parse(&v1).unwrap_err();
+    assert!(err.to_string().contains("bad coll_run record"), "{err}");
 }
 
 #[test]

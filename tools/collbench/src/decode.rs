@@ -60,13 +60,6 @@ pub fn record(
     let step_compute_us = cost.compute_s * 1e6;
     let step_memory_us = cost.memory_s * 1e6;
     let roofline_us = step_compute_us.max(step_memory_us);
-    let mut extra = servbench::record::Extra::new();
-    // The preset's link model for the same allreduces, to set the measurement against.
-    extra.insert(
-        "modeled_comm_us_per_token".into(),
-        serde_json::json!(cost.comm_s * 1e6),
-    );
-    extra.insert("context_tokens".into(), serde_json::json!(dc.context));
     DecodeRecord {
         v: SCHEMA_VERSION,
         ts: now_ts(),
@@ -95,7 +88,10 @@ pub fn record(
             0.0
         },
         wrong: m.wrong,
-        extra,
+        context_tokens: dc.context,
+        // The preset's link model for the same allreduces, to set the measurement against.
+        modeled_comm_us_per_token: cost.comm_s * 1e6,
+        extra: servbench::record::Extra::new(),
     }
 }
 

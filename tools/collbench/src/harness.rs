@@ -6,7 +6,6 @@ use crate::comm::Comm;
 use crate::dtype::{Dtype, RedOp};
 use crate::ops::{Algo, OpKind, Params, Shape};
 use clap::ValueEnum;
-use serde_json::json;
 use servbench::jsonl::RecordWriter;
 use servbench::record::{CollRecord, CollRunRecord, Dist, Extra, Labels, SCHEMA_VERSION, now_ts};
 use servbench::stats::Hist;
@@ -150,14 +149,6 @@ pub struct RecordContext {
 
 pub fn coll_record(cfg: &RunConfig, ctx: &RecordContext, m: &Measured) -> CollRecord {
     let time_us = time_dist(&m.samples_us);
-    // Beyond the shared fields (documented on CollRecord).
-    let mut extra = Extra::new();
-    extra.insert("iters".into(), json!(cfg.iters));
-    extra.insert("warmup".into(), json!(cfg.warmup));
-    if cfg.op == OpKind::Broadcast {
-        extra.insert("root".into(), json!(cfg.root));
-    }
-    extra.insert("checked".into(), json!(cfg.check));
     let (algbw, busbw) = bandwidths(cfg.op, &m.shape, ctx.ranks, time_us.mean);
     CollRecord {
         v: SCHEMA_VERSION,
@@ -177,7 +168,11 @@ pub fn coll_record(cfg: &RunConfig, ctx: &RecordContext, m: &Measured) -> CollRe
         algbw_gbps: algbw,
         busbw_gbps: busbw,
         wrong: m.wrong,
-        extra,
+        checked: cfg.check,
+        iters: cfg.iters,
+        warmup: cfg.warmup,
+        root: (cfg.op == OpKind::Broadcast).then_some(cfg.root as u32),
+        extra: Extra::new(),
     }
 }
 
@@ -253,11 +248,6 @@ impl<'w, W: Write> Reporter<'w, W> {
             if self.wrong == 0 { "OK" } else { "FAILED" }
         );
         eprintln!("# Avg bus bandwidth    : {avg:.3} GB/s");
-        let mut extra = Extra::new();
-        extra.insert("hosts".into(), json!(ctx.hosts));
-        if let Some(error) = error {
-            extra.insert("error".into(), json!(error));
-        }
         self.out.emit(&CollRunRecord {
             v: SCHEMA_VERSION,
             ts: now_ts(),
@@ -268,7 +258,9 @@ impl<'w, W: Write> Reporter<'w, W> {
             sizes: self.sizes,
             avg_busbw_gbps: avg,
             wrong: self.wrong,
-            extra,
+            hosts: ctx.hosts,
+            error,
+            extra: Extra::new(),
         })?;
         Ok(self.wrong)
     }

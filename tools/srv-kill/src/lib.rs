@@ -209,6 +209,9 @@ fn base_record(host: &str, target: &Target, labels: &Labels, cfg: &Config) -> Ki
         port_free: None,
         gpu_used_before_bytes: None,
         gpu_used_after_bytes: None,
+        gpu_released: None,
+        refused: None,
+        dry_run: false,
         elapsed_s: 0.0,
         ok: false,
         error: None,
@@ -256,9 +259,8 @@ fn resolve(
     Ok(match target {
         Target::Server(r) => {
             let marker = r
-                .extra
-                .get("launch_id")
-                .and_then(|v| v.as_str())
+                .launch_id
+                .as_ref()
                 .map(|id| format!("{LAUNCH_ID_VAR}={id}"));
             let table = exec.processes(marker.as_deref())?;
             let mut spec = TargetSpec {
@@ -271,17 +273,13 @@ fn resolve(
                 Some(p) if p.start_ticks != r.start_ticks => {
                     // The pid was reused: the group and session ids cannot be ours either (Linux
                     // frees an id only once no process uses it as pid, pgid or sid).
-                    rec.extra.insert(
-                        "refused".into(),
-                        format!(
-                            "pid {} is another process now ({}; started at tick {}, the record says {}): not signalled",
-                            r.pid,
-                            p.command(),
-                            p.start_ticks,
-                            r.start_ticks
-                        )
-                        .into(),
-                    );
+                    rec.refused = Some(format!(
+                        "pid {} is another process now ({}; started at tick {}, the record says {}): not signalled",
+                        r.pid,
+                        p.command(),
+                        p.start_ticks,
+                        r.start_ticks
+                    ));
                 }
                 _ => {
                     spec.roots = vec![ProcId {
@@ -297,11 +295,9 @@ fn resolve(
         Target::Pid(pid) => {
             let table = exec.processes(None)?;
             if table.protected().contains(pid) {
-                rec.extra.insert(
-                    "refused".into(),
-                    format!("pid {pid} is srv-kill itself or one of its callers: not signalled")
-                        .into(),
-                );
+                rec.refused = Some(format!(
+                    "pid {pid} is srv-kill itself or one of its callers: not signalled"
+                ));
                 None
             } else {
                 procs::target_for_pid(&table, *pid, &name)
@@ -390,7 +386,7 @@ fn kill_target_inner(
     rec.survivors = outcome.survivors.clone();
 
     if rec.matched.is_empty() {
-        rec.error = Some(match rec.extra.get("refused").and_then(|v| v.as_str()) {
+        rec.error = Some(match &rec.refused {
             Some(why) => format!("refused: {why}"),
             None => NOTHING_MATCHED.to_string(),
         });
@@ -409,7 +405,7 @@ fn kill_target_inner(
             ));
         }
         rec.ok = true;
-        rec.extra.insert("dry_run".into(), true.into());
+        rec.dry_run = true;
         return Ok(());
     }
 
@@ -450,7 +446,7 @@ fn kill_target_inner(
         }
         rec.gpu_used_before_bytes = Some(before);
         rec.gpu_used_after_bytes = exec.gpu_used_bytes()?;
-        rec.extra.insert("gpu_released".into(), released.into());
+        rec.gpu_released = Some(released);
         if !released {
             problems.push(format!(
                 "GPU memory still held by killed pids after {:?}",
@@ -458,7 +454,7 @@ fn kill_target_inner(
             ));
         }
     }
-    if let Some(why) = rec.extra.get("refused").and_then(|v| v.as_str()) {
+    if let Some(why) = &rec.refused {
         cli::warn(format!("{}: {why}", rec.target));
     }
     rec.ok = problems.is_empty();

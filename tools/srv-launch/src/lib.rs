@@ -339,17 +339,6 @@ fn launch_and_wait(cfg: &Config, exec: &dyn Exec, plan: &Plan) -> Result<ServerR
     if !exec.is_local() {
         labels.insert("host".into(), host.clone());
     }
-    let mut extra = servbench::record::Extra::new();
-    extra.insert("launch_id".into(), plan.launch_id.clone().into());
-    if let Some(s) = served {
-        extra.insert("served_model".into(), s.into());
-    }
-    if let Some(g) = &cfg.gpus {
-        extra.insert("gpus".into(), g.clone().into());
-    }
-    if let Some(n) = &cfg.name {
-        extra.insert("name".into(), n.clone().into());
-    }
     Ok(ServerRecord {
         v: servbench::record::SCHEMA_VERSION,
         ts: now_ts(),
@@ -365,7 +354,11 @@ fn launch_and_wait(cfg: &Config, exec: &dyn Exec, plan: &Plan) -> Result<ServerR
         command: plan.command.clone(),
         log: plan.log.clone(),
         ready_s,
-        extra,
+        launch_id: Some(plan.launch_id.clone()),
+        served_model: served,
+        gpus: cfg.gpus.clone(),
+        name: cfg.name.clone(),
+        extra: servbench::record::Extra::new(),
     })
 }
 

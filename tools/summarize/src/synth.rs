@@ -352,6 +352,10 @@ pub fn coll_lines(
             algbw_gbps: round3(algbw),
             busbw_gbps: round3(busbw),
             wrong: 0,
+            checked: true,
+            iters: 20,
+            warmup: 5,
+            root: None,
             extra: Default::default(),
         };
         lines.push(to_line_with_kind(&rec).expect("records serialize"));
@@ -367,6 +371,8 @@ pub fn coll_lines(
         sizes,
         avg_busbw_gbps: round3(busbw_sum / f64::from(sizes)),
         wrong: 0,
+        hosts: 1,
+        error: None,
         extra: Default::default(),
     };
     lines.push(to_line_with_kind(&run).expect("records serialize"));
@@ -390,6 +396,10 @@ pub fn lifecycle_lines(labels: &Labels) -> Vec<String> {
         command: "srv-sim --port 8000".into(),
         log: "/tmp/srv-sim-8000.log".into(),
         ready_s: 1.25,
+        launch_id: Some("4242-1".into()),
+        served_model: Some("llama-3.1-8b".into()),
+        gpus: None,
+        name: None,
         extra: Default::default(),
     };
     let kill = KillRecord {
@@ -408,6 +418,9 @@ pub fn lifecycle_lines(labels: &Labels) -> Vec<String> {
         port_free: Some(true),
         gpu_used_before_bytes: None,
         gpu_used_after_bytes: None,
+        gpu_released: None,
+        refused: None,
+        dry_run: false,
         elapsed_s: 0.21,
         ok: true,
         error: None,
