@@ -207,3 +207,27 @@ pub fn check(what: &str, value: f64, holds: bool) -> Result<(), String> {
         Err(format!("{what}: {value:.3}"))
     }
 }
+
+/// Waits until none of `pids` is alive (zombies count as gone); false when `timeout` passes.
+pub fn wait_gone(pids: &[u32], timeout: Duration) -> bool {
+    let end = std::time::Instant::now() + timeout;
+    loop {
+        if pids.iter().all(|p| !alive(*p)) {
+            return true;
+        }
+        if std::time::Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The pids a `kill` record says were signalled.
+pub fn matched_pids(kill: &serde_json::Value) -> Vec<u32> {
+    kill["matched"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no matched list in {kill}"))
+        .iter()
+        .map(|m| m["pid"].as_u64().expect("matched pid") as u32)
+        .collect()
+}

@@ -8,8 +8,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
-use testkit::{Guard, alive, cmd, json_lines};
+use std::time::Duration;
+use testkit::{Guard, cmd, json_lines, matched_pids, wait_gone};
 
 /// Answers `--query-compute-apps=pid` and `--query-gpu=memory.used` like nvidia-smi with
 /// `--format=csv,noheader,nounits`. A zombie holds nothing: the driver frees a context at exit.
@@ -89,14 +89,6 @@ fn worker(ignore_term: bool) -> Guard {
     Guard::spawn(c)
 }
 
-fn wait_gone(pid: u32, timeout: Duration) -> bool {
-    let end = Instant::now() + timeout;
-    while alive(pid) && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    !alive(pid)
-}
-
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -115,14 +107,9 @@ fn gpu_kills_every_compute_process_and_confirms_the_memory_released() {
     assert_eq!(k["kind"], "kill");
     assert_eq!(k["target"], "gpu");
     assert_eq!(k["ok"], true, "{k}");
-    let matched: Vec<u64> = k["matched"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["pid"].as_u64().unwrap())
-        .collect();
-    assert!(matched.contains(&u64::from(a.pid())), "{k}");
-    assert!(matched.contains(&u64::from(b.pid())), "{k}");
+    let matched = matched_pids(k);
+    assert!(matched.contains(&a.pid()), "{k}");
+    assert!(matched.contains(&b.pid()), "{k}");
     // The TERM-ignoring worker needed SIGKILL.
     assert_eq!(k["signals"], serde_json::json!(["TERM", "KILL"]));
     assert_eq!(
@@ -131,8 +118,7 @@ fn gpu_kills_every_compute_process_and_confirms_the_memory_released() {
     );
     assert_eq!(k["gpu_used_after_bytes"], serde_json::json!([0, 0]));
     assert_eq!(k["gpu_released"], true);
-    assert!(wait_gone(a.pid(), Duration::from_secs(2)));
-    assert!(wait_gone(b.pid(), Duration::from_secs(2)));
+    assert!(wait_gone(&[a.pid(), b.pid()], Duration::from_secs(2)));
 }
 
 #[test]
@@ -156,7 +142,7 @@ fn memory_still_held_after_the_kill_is_a_failure_not_a_success() {
     );
     assert!(err.contains("GPU memory still held"), "{err}");
     // The process itself is gone: only the GPU side failed.
-    assert!(wait_gone(w.pid(), Duration::from_secs(2)));
+    assert!(wait_gone(&[w.pid()], Duration::from_secs(2)));
 }
 
 #[test]

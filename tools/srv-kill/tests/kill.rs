@@ -5,7 +5,7 @@ use servbench::exec::{Exec, Local};
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use testkit::{Guard, alive, cmd, free_port, http_server, json_lines, sh};
+use testkit::{Guard, alive, cmd, free_port, http_server, json_lines, matched_pids, sh, wait_gone};
 
 /// Waits until `path` holds `n` lines (pids written by a test tree) and returns them.
 fn wait_pids(path: &std::path::Path, n: usize) -> Vec<u32> {
@@ -22,17 +22,6 @@ fn wait_pids(path: &std::path::Path, n: usize) -> Vec<u32> {
         assert!(Instant::now() < end, "tree did not start: {pids:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn wait_gone(pids: &[u32], timeout: Duration) -> bool {
-    let end = Instant::now() + timeout;
-    while Instant::now() < end {
-        if pids.iter().all(|p| !alive(*p)) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
 }
 
 /// A server record for a running pid, as srv-launch writes it.
@@ -101,17 +90,9 @@ fn a_tree_with_term_ignoring_children_and_a_setsid_child_is_killed_completely() 
         "labels inherited from the server record"
     );
     assert_eq!(r["labels"]["k"], "v");
-    let matched: Vec<u64> = r["matched"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["pid"].as_u64().unwrap())
-        .collect();
+    let matched = matched_pids(r);
     for p in &pids {
-        assert!(
-            matched.contains(&(*p as u64)),
-            "pid {p} not matched: {matched:?}"
-        );
+        assert!(matched.contains(p), "pid {p} not matched: {matched:?}");
     }
     assert!(
         wait_gone(&pids, Duration::from_secs(2)),

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use testkit::{alive, cmd, free_port, http_server, json_lines, sh_cmd};
+use testkit::{alive, cmd, free_port, http_server, json_lines, matched_pids, sh_cmd, wait_gone};
 
 /// A stand-in engine: /health answers 503 for `delay` seconds, then 200; /v1/models lists
 /// "tiny"; POST /v1/completions answers one token.
@@ -56,17 +56,6 @@ fn kill_record(record: &serde_json::Value) -> std::process::Output {
     writeln!(child.stdin.as_mut().unwrap(), "{record}").unwrap();
     drop(child.stdin.take());
     child.wait_with_output().unwrap()
-}
-
-fn wait_gone(pid: u32, timeout: Duration) -> bool {
-    let end = Instant::now() + timeout;
-    while Instant::now() < end {
-        if !alive(pid) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
 }
 
 #[test]
@@ -160,7 +149,7 @@ fn readiness_waits_for_a_slow_server_and_the_record_drives_srv_kill() {
     assert_eq!(k["ok"], true);
     assert_eq!(k["port_free"], true);
     assert_eq!(k["labels"]["run"], "a");
-    assert!(wait_gone(pid, Duration::from_secs(2)));
+    assert!(wait_gone(&[pid], Duration::from_secs(2)));
 }
 
 #[test]
@@ -227,7 +216,7 @@ fn a_taken_port_is_refused_and_replace_kills_the_holder_first() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(
-        wait_gone(holder.pid(), Duration::from_secs(2)),
+        wait_gone(&[holder.pid()], Duration::from_secs(2)),
         "holder still alive"
     );
     let r = &json_lines(&out.stdout)[0];
@@ -270,7 +259,7 @@ fn timeout_is_exit_1_and_leaves_the_server_unless_kill_on_timeout() {
         .output()
         .unwrap();
     assert_eq!(k.status.code(), Some(0));
-    assert!(wait_gone(pid, Duration::from_secs(2)));
+    assert!(wait_gone(&[pid], Duration::from_secs(2)));
 
     let pid_file = dir.path().join("pid");
     let out = cmd("srv-launch")
@@ -299,7 +288,7 @@ fn timeout_is_exit_1_and_leaves_the_server_unless_kill_on_timeout() {
         .parse()
         .unwrap();
     assert!(
-        wait_gone(pid, Duration::from_secs(2)),
+        wait_gone(&[pid], Duration::from_secs(2)),
         "--kill-on-timeout left it running"
     );
 }
@@ -434,7 +423,7 @@ fn interrupted_while_waiting_kills_the_unannounced_server_and_exits_130() {
         stderr.contains("interrupted") && stderr.contains("killed it"),
         "{stderr}"
     );
-    assert!(wait_gone(server, Duration::from_secs(2)));
+    assert!(wait_gone(&[server], Duration::from_secs(2)));
 }
 
 #[test]
@@ -479,18 +468,10 @@ fn a_worker_that_left_the_session_and_was_orphaned_is_found_by_the_launch_marker
     let killed = kill_record(r);
     assert_eq!(killed.status.code(), Some(0));
     let k = &json_lines(&killed.stdout)[0];
-    let matched: Vec<u64> = k["matched"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["pid"].as_u64().unwrap())
-        .collect();
+    let matched = matched_pids(k);
+    assert!(matched.contains(&orphan), "orphan not matched: {matched:?}");
     assert!(
-        matched.contains(&(orphan as u64)),
-        "orphan not matched: {matched:?}"
-    );
-    assert!(
-        wait_gone(orphan, Duration::from_secs(2)),
+        wait_gone(&[orphan], Duration::from_secs(2)),
         "the orphan survived"
     );
 }

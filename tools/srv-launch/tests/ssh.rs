@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use testkit::{alive, cmd, free_port, json_lines, setup_env};
 
 struct Sshd {
@@ -117,11 +117,10 @@ fn launch_over_ssh_outlives_the_session_and_srv_kill_over_ssh_stops_it() {
     assert_eq!(k["host"], s.target.as_str());
     assert_eq!(k["ok"], true);
     assert_eq!(k["port_free"], true);
-    let end = Instant::now() + Duration::from_secs(3);
-    while alive(pid) && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(!alive(pid), "srv-kill over SSH left the server running");
+    assert!(
+        testkit::wait_gone(&[pid], Duration::from_secs(3)),
+        "srv-kill over SSH left the server running"
+    );
 }
 
 #[test]

@@ -68,14 +68,10 @@ fn crash_after_exits_the_process_mid_stream() {
     let got = x.token_events().len();
     assert!((1..20).contains(&got), "{got} tokens before the crash");
     assert!(!x.events.iter().any(|(_, e)| e == "[DONE]"));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while testkit::alive(sim.guard.pid()) {
-        assert!(
-            Instant::now() < deadline,
-            "srv-sim still alive after --crash-after"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        testkit::wait_gone(&[sim.guard.pid()], Duration::from_secs(5)),
+        "srv-sim still alive after --crash-after"
+    );
 }
 
 #[test]
