@@ -98,6 +98,55 @@ pub fn main(tool_name: &'static str, body: impl FnOnce() -> anyhow::Result<Exit>
     }
 }
 
+/// Parses the command line with clap, its mistakes in the one error style: `Err` carries a
+/// one-line usage error (`tool: error: invalid value 'x' for '-c <LIST>': ... (see --help)`,
+/// exit 2). `--help` and `--version` print and give `Ok(None)`: the tool ends with exit 0.
+pub fn parse_args<T: clap::Parser>() -> anyhow::Result<Option<T>> {
+    parse_args_from(std::env::args_os())
+}
+
+/// [`parse_args`] over given arguments (the program name first).
+pub fn parse_args_from<T, I>(args: I) -> anyhow::Result<Option<T>>
+where
+    T: clap::Parser,
+    I: IntoIterator,
+    I::Item: Into<std::ffi::OsString> + Clone,
+{
+    use clap::error::ErrorKind;
+    match T::try_parse_from(args) {
+        Ok(parsed) => Ok(Some(parsed)),
+        Err(e) => match e.kind() {
+            ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                // Into a closed pipe (`tool --help | head`) is still a success.
+                let _ = e.print();
+                Ok(None)
+            }
+            _ => Err(usage(format!("{} (see --help)", one_line_clap_error(&e)))),
+        },
+    }
+}
+
+/// clap's message on one line, without its `error: ` prefix and its usage block: the message
+/// and clap's tip, if any (a missing-argument error names the arguments on lines of their own).
+fn one_line_clap_error(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut message = String::new();
+    for line in text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+    {
+        if !message.is_empty() {
+            message.push_str(if line.starts_with("tip:") { "; " } else { " " });
+        }
+        message.push_str(line);
+    }
+    message.trim_start_matches("error: ").to_string()
+}
+
 /// Flags every tool takes (flatten into the tool's clap struct).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct CommonArgs {

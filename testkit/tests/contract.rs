@@ -180,3 +180,46 @@ fn every_record_writing_tool_takes_labels() {
     let coll = records.iter().find(|r| r["kind"] == "coll").unwrap();
     assert_eq!(coll["labels"]["net"], "lo");
 }
+
+const TOOLS: [&str; 6] = [
+    "srv-launch",
+    "srv-kill",
+    "loadgen",
+    "collbench",
+    "summarize",
+    "srv-sim",
+];
+
+#[test]
+fn a_mistyped_flag_is_one_error_line_with_exit_2_and_help_is_exit_0() {
+    for tool in TOOLS {
+        let out = testkit::cmd(tool)
+            .arg("--versio")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{tool}: {err}");
+        assert!(out.stdout.is_empty(), "{tool}: records on a usage error");
+        assert_eq!(err.lines().count(), 1, "{tool}: one line: {err}");
+        assert!(
+            err.starts_with(&format!("{tool}: error: unexpected argument '--versio'"))
+                && err.contains("tip: a similar argument exists: '--version'")
+                && err.trim_end().ends_with("(see --help)"),
+            "{tool}: {err}"
+        );
+
+        // --help into a reader that stops early is still a success, and quiet.
+        let out = bash(&format!(
+            "{tool} --help | head -1 >/dev/null; echo \"rc=${{PIPESTATUS[0]}}\""
+        ));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            text.trim(),
+            "rc=0",
+            "{tool} --help | head: {}",
+            stderr(&out)
+        );
+        assert_eq!(stderr(&out), "", "{tool} --help | head");
+    }
+}

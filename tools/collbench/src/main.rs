@@ -178,22 +178,8 @@ fn main() -> ExitCode {
                 }
             })
             .collect();
-        let cli = Cli::try_parse_from(&args).map_err(|e| match e.kind() {
-            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
-                let _ = e.print();
-                cli::usage("")
-            }
-            _ => cli::usage(
-                e.to_string()
-                    .trim_start_matches("error: ")
-                    .trim_end()
-                    .to_string(),
-            ),
-        });
-        let cli = match cli {
-            Ok(c) => c,
-            Err(e) if e.to_string().is_empty() => return Ok(Exit::Ok),
-            Err(e) => return Err(e),
+        let Some(cli) = cli::parse_args_from::<Cli, _>(&args)? else {
+            return Ok(Exit::Ok);
         };
         let rest: Vec<OsString> = args[1..].to_vec();
         match cli.command {

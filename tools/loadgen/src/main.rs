@@ -1,6 +1,11 @@
-use clap::Parser;
+use servbench::cli::{self, Exit};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    servbench::cli::main("loadgen", || loadgen::run::main(loadgen::Args::parse()))
+    cli::main("loadgen", || {
+        let Some(args) = cli::parse_args::<loadgen::Args>()? else {
+            return Ok(Exit::Ok);
+        };
+        loadgen::run::main(args)
+    })
 }

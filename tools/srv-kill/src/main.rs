@@ -61,7 +61,9 @@ struct Args {
 
 fn main() -> ExitCode {
     cli::main("srv-kill", || {
-        let a = Args::parse();
+        let Some(a) = cli::parse_args::<Args>()? else {
+            return Ok(cli::Exit::Ok);
+        };
         srv_kill::run(&srv_kill::Config {
             from: a.from,
             pids: a.pid,

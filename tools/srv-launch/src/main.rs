@@ -120,7 +120,9 @@ struct Args {
 
 fn main() -> ExitCode {
     cli::main("srv-launch", || {
-        let a = Args::parse();
+        let Some(a) = cli::parse_args::<Args>()? else {
+            return Ok(cli::Exit::Ok);
+        };
         if a.tp == 0 || a.pp == 0 {
             return Err(cli::usage("--tp and --pp must be at least 1"));
         }

@@ -131,7 +131,9 @@ struct Args {
 
 fn main() -> ExitCode {
     cli::main("srv-sim", || {
-        let a = Args::parse();
+        let Some(a) = cli::parse_args::<Args>()? else {
+            return Ok(cli::Exit::Ok);
+        };
         srv_sim::run(Config {
             host: a.host,
             port: a.port,

@@ -88,7 +88,9 @@ fn parse_metric(s: &str) -> Result<Metric, String> {
 
 fn main() -> ExitCode {
     cli::main("summarize", || {
-        let args = Args::parse();
+        let Some(args) = cli::parse_args::<Args>()? else {
+            return Ok(cli::Exit::Ok);
+        };
         let mut sources: Vec<Source> = args.files.iter().map(|f| Source::parse(f)).collect();
         if sources.is_empty() && args.compare.is_none() {
             if !jsonl::stdin_is_piped() {
