@@ -15,8 +15,9 @@ pub struct RampLevel {
 }
 
 /// The end of a `loadgen --ramp` ("double the concurrency until it breaks"): every level tried,
-/// which rule stopped the ramp, and the best level (highest output throughput among the levels
-/// that broke no rule).
+/// which rule stopped the ramp, and the best level: among the levels that broke no rule, the
+/// lowest concurrency within `--min-gain` of the highest output throughput (the saturation
+/// knee: more concurrency past it buys latency, not throughput).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RampRecord {
     #[serde(default = "current_version")]

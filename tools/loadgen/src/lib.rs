@@ -6,6 +6,7 @@
 pub mod exec;
 pub mod http;
 pub mod pacing;
+pub mod ramp;
 pub mod run;
 pub mod sse;
 pub mod workload;

@@ -8,6 +8,7 @@
 use crate::exec::{Outcome, RequestMeta, stream_into, to_record};
 use crate::http::{Failure, Pool, Target, raise_nofile_limit};
 use crate::pacing::{Load, next_send};
+use crate::ramp::{Rules, Verdict};
 use crate::workload::{self, Api, BodySpec, Entry, PromptText, Synthetic};
 use crate::{Args, Warmup};
 use anyhow::Context;
@@ -702,6 +703,12 @@ impl Run {
             .as_ref()
             .and_then(|c| c.first().copied())
             .unwrap_or(1);
+        let rules = Rules {
+            max_error_rate: self.args.max_error_rate,
+            slo_attainment: self.args.slo_attainment,
+            min_gain: self.args.min_gain,
+            max_concurrency: self.args.ramp_max,
+        };
         let mut levels: Vec<RampLevel> = Vec::new();
         let mut concurrency = first;
         let (stopped_by, reason, interrupted) = loop {
@@ -743,7 +750,6 @@ impl Run {
                     0.0
                 }
             });
-            let prev = levels.last().map(|l| l.output_tok_s);
             levels.push(RampLevel {
                 concurrency,
                 output_tok_s: tok_s,
@@ -758,68 +764,12 @@ impl Run {
                     true,
                 );
             }
-            if error_rate > self.args.max_error_rate {
-                break (
-                    "error_rate".into(),
-                    format!(
-                        "error rate {:.2}% at concurrency {concurrency} passed {:.2}%",
-                        error_rate * 100.0,
-                        self.args.max_error_rate * 100.0
-                    ),
-                    false,
-                );
+            match rules.judge(&levels) {
+                Verdict::Next(next) => concurrency = next,
+                Verdict::Stop { rule, reason } => break (rule.to_string(), reason, false),
             }
-            if let Some(a) = slo_attainment
-                && a < self.args.slo_attainment
-            {
-                break (
-                    "slo".into(),
-                    format!(
-                        "{:.1}% of requests met the SLO at concurrency {concurrency} (< {:.1}%)",
-                        a * 100.0,
-                        self.args.slo_attainment * 100.0
-                    ),
-                    false,
-                );
-            }
-            if let Some(p) = prev {
-                let gain = if p > 0.0 {
-                    tok_s / p - 1.0
-                } else {
-                    f64::INFINITY
-                };
-                if gain < self.args.min_gain {
-                    break (
-                        "saturated".into(),
-                        format!(
-                            "output {tok_s:.0} tok/s at concurrency {concurrency} gained {:.1}% over {p:.0} (< {:.0}%)",
-                            gain * 100.0,
-                            self.args.min_gain * 100.0
-                        ),
-                        false,
-                    );
-                }
-            }
-            if concurrency.saturating_mul(2) > self.args.ramp_max {
-                break (
-                    "max_concurrency".into(),
-                    format!(
-                        "reached --ramp-max {} at concurrency {concurrency}",
-                        self.args.ramp_max
-                    ),
-                    false,
-                );
-            }
-            concurrency *= 2;
         };
-        let best = levels
-            .iter()
-            .filter(|l| {
-                l.error_rate <= self.args.max_error_rate
-                    && l.slo_attainment
-                        .is_none_or(|a| a >= self.args.slo_attainment)
-            })
-            .max_by(|a, b| a.output_tok_s.total_cmp(&b.output_tok_s));
+        let best = rules.best(&levels);
         let record = RampRecord {
             v: servbench::record::SCHEMA_VERSION,
             ts: now_ts(),

@@ -1,0 +1,235 @@
+//! `--ramp`'s rules, as pure functions of the levels measured so far: when to stop doubling
+//! the concurrency, and which level was best. The run loop measures; this decides.
+
+use servbench::record::RampLevel;
+
+/// The limits a ramp is held to (from the flags).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rules {
+    /// `--max-error-rate`: failed requests / requests above this breaks the level.
+    pub max_error_rate: f64,
+    /// `--slo-attainment`: the share of requests that must meet every `--slo`.
+    pub slo_attainment: f64,
+    /// `--min-gain`: a doubling that adds less output throughput than this is saturated.
+    pub min_gain: f64,
+    /// `--ramp-max`: the highest concurrency to try.
+    pub max_concurrency: u32,
+}
+
+/// What to do after the last level.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Try this concurrency next.
+    Next(u32),
+    /// Stop: the rule (as the record's `stopped_by` names it) and why, with the figures.
+    Stop { rule: &'static str, reason: String },
+}
+
+impl Rules {
+    /// Whether a level broke neither the error-rate nor the SLO rule.
+    pub fn passes(&self, level: &RampLevel) -> bool {
+        level.error_rate <= self.max_error_rate
+            && level
+                .slo_attainment
+                .is_none_or(|a| a >= self.slo_attainment)
+    }
+
+    /// Judges the last of `levels` (each one double the one before).
+    pub fn judge(&self, levels: &[RampLevel]) -> Verdict {
+        let Some(last) = levels.last() else {
+            return Verdict::Next(1);
+        };
+        let c = last.concurrency;
+        if last.error_rate > self.max_error_rate {
+            return Verdict::Stop {
+                rule: "error_rate",
+                reason: format!(
+                    "error rate {:.2}% at concurrency {c} passed {:.2}%",
+                    last.error_rate * 100.0,
+                    self.max_error_rate * 100.0
+                ),
+            };
+        }
+        if let Some(a) = last.slo_attainment
+            && a < self.slo_attainment
+        {
+            return Verdict::Stop {
+                rule: "slo",
+                reason: format!(
+                    "{:.1}% of requests met the SLO at concurrency {c} (< {:.1}%)",
+                    a * 100.0,
+                    self.slo_attainment * 100.0
+                ),
+            };
+        }
+        if let [.., prev, _] = levels {
+            let (p, now) = (prev.output_tok_s, last.output_tok_s);
+            let gain = if p > 0.0 {
+                now / p - 1.0
+            } else {
+                f64::INFINITY
+            };
+            if gain < self.min_gain {
+                // A change that rounds to zero is shown as 0.0%, not -0.0%.
+                let shown = (gain * 100.0 * 10.0).round() / 10.0 + 0.0;
+                return Verdict::Stop {
+                    rule: "saturated",
+                    reason: format!(
+                        "output {now:.0} tok/s at concurrency {c} gained {shown:.1}% over {p:.0} (< {:.0}%)",
+                        self.min_gain * 100.0
+                    ),
+                };
+            }
+        }
+        if c.saturating_mul(2) > self.max_concurrency {
+            return Verdict::Stop {
+                rule: "max_concurrency",
+                reason: format!(
+                    "reached --ramp-max {} at concurrency {c}",
+                    self.max_concurrency
+                ),
+            };
+        }
+        Verdict::Next(c * 2)
+    }
+
+    /// The best level: among those that broke no rule, the lowest concurrency whose output
+    /// throughput is within `min_gain` of the highest. Past it, more concurrency buys latency,
+    /// not throughput (the saturation knee).
+    pub fn best<'a>(&self, levels: &'a [RampLevel]) -> Option<&'a RampLevel> {
+        let passing = levels.iter().filter(|l| self.passes(l));
+        let top = passing.clone().map(|l| l.output_tok_s).reduce(f64::max)?;
+        passing
+            .filter(|l| l.output_tok_s >= top / (1.0 + self.min_gain))
+            .min_by_key(|l| l.concurrency)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RULES: Rules = Rules {
+        max_error_rate: 0.01,
+        slo_attainment: 0.9,
+        min_gain: 0.05,
+        max_concurrency: 64,
+    };
+
+    fn level(concurrency: u32, tok_s: f64, error_rate: f64, slo: Option<f64>) -> RampLevel {
+        RampLevel {
+            concurrency,
+            output_tok_s: tok_s,
+            req_s: tok_s / 100.0,
+            error_rate,
+            slo_attainment: slo,
+        }
+    }
+
+    /// (levels as (C, tok/s, error rate, SLO attainment), the verdict's rule or next C, best C)
+    type Case = (
+        &'static [(u32, f64, f64, Option<f64>)],
+        &'static str,
+        Option<u32>,
+    );
+
+    #[test]
+    fn table() {
+        let cases: &[Case] = &[
+            // Growing well: double.
+            (&[(1, 100.0, 0.0, None)], "next 2", Some(1)),
+            (
+                &[(1, 100.0, 0.0, None), (2, 190.0, 0.0, None)],
+                "next 4",
+                Some(2),
+            ),
+            // +0.2%: saturated; the knee (C=16) is best, not C=32's extra 0.2%.
+            (
+                &[
+                    (8, 1471.0, 0.0, None),
+                    (16, 2644.0, 0.0, None),
+                    (32, 2649.0, 0.0, None),
+                ],
+                "saturated",
+                Some(16),
+            ),
+            // Throughput falls: saturated; best is the peak.
+            (
+                &[(4, 400.0, 0.0, None), (8, 300.0, 0.0, None)],
+                "saturated",
+                Some(4),
+            ),
+            // Exactly 5% is enough to go on.
+            (
+                &[(1, 100.0, 0.0, None), (2, 105.0, 0.0, None)],
+                "next 4",
+                Some(1),
+            ),
+            // Errors past 1%: the broken level is never best.
+            (
+                &[(8, 800.0, 0.0, None), (16, 1500.0, 0.02, None)],
+                "error_rate",
+                Some(8),
+            ),
+            // SLO attainment under 90%.
+            (
+                &[(8, 800.0, 0.0, Some(0.99)), (16, 1500.0, 0.0, Some(0.5))],
+                "slo",
+                Some(8),
+            ),
+            // Errors are judged before saturation.
+            (
+                &[(8, 800.0, 0.0, None), (16, 700.0, 0.5, None)],
+                "error_rate",
+                Some(8),
+            ),
+            // The cap: 64 doubled passes --ramp-max 64.
+            (
+                &[(32, 100.0, 0.0, None), (64, 200.0, 0.0, None)],
+                "max_concurrency",
+                Some(64),
+            ),
+            // Nothing passed: no best.
+            (&[(1, 100.0, 0.5, None)], "error_rate", None),
+            // A zero-throughput first level cannot saturate the next.
+            (
+                &[(1, 0.0, 0.0, None), (2, 10.0, 0.0, None)],
+                "next 4",
+                Some(2),
+            ),
+        ];
+        for (levels, want, best) in cases {
+            let levels: Vec<RampLevel> = levels
+                .iter()
+                .map(|&(c, t, e, s)| level(c, t, e, s))
+                .collect();
+            let got = match RULES.judge(&levels) {
+                Verdict::Next(c) => format!("next {c}"),
+                Verdict::Stop { rule, .. } => rule.to_string(),
+            };
+            assert_eq!(&got, want, "{levels:?}");
+            assert_eq!(
+                RULES.best(&levels).map(|l| l.concurrency),
+                *best,
+                "{levels:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn reasons_carry_the_figures() {
+        let levels = [level(16, 2644.0, 0.0, None), level(32, 2649.0, 0.0, None)];
+        let Verdict::Stop { reason, .. } = RULES.judge(&levels) else {
+            panic!("should stop");
+        };
+        assert_eq!(
+            reason,
+            "output 2649 tok/s at concurrency 32 gained 0.2% over 2644 (< 5%)"
+        );
+        let flat = [level(16, 1631.0, 0.0, None), level(32, 1630.8, 0.0, None)];
+        let Verdict::Stop { reason, .. } = RULES.judge(&flat) else {
+            panic!("should stop");
+        };
+        assert!(reason.contains("gained 0.0% over 1631"), "{reason}");
+    }
+}
