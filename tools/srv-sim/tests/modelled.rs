@@ -5,6 +5,7 @@
 mod common;
 use common::*;
 use std::time::{Duration, Instant};
+use testkit::{check, holds_in_one_of_three};
 
 /// Llama-3.1-8B on an A100-80G: ~8 ms decode steps, long enough to time on a busy machine.
 const PRESET: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
@@ -44,19 +45,19 @@ fn single_stream_decode_rate_matches_the_dry_run_within_5_percent() {
     let predicted = plan["single_stream_tok_s"].as_f64().unwrap();
     let roofline = plan["roofline_tok_s"].as_f64().unwrap();
     assert!(predicted > 50.0 && predicted < 200.0, "{plan}");
-    let sim = start(&args(&[]));
-    let rates: Vec<f64> = (0..3).map(|_| decode_rate(sim.port, 16, 80)).collect();
-    let measured = median(rates.clone());
-    let err = (measured / predicted - 1.0).abs();
-    assert!(
-        err < 0.05,
-        "measured {measured:.2} tok/s vs dry-run {predicted:.2} ({rates:?})"
-    );
-    let err = (measured / roofline - 1.0).abs();
-    assert!(
-        err < 0.05,
-        "measured {measured:.2} tok/s vs roofline {roofline:.2}"
-    );
+    holds_in_one_of_three("single-stream decode rate", || {
+        let sim = start(&args(&[]));
+        let rates: Vec<f64> = (0..3).map(|_| decode_rate(sim.port, 16, 80)).collect();
+        let measured = median(rates.clone());
+        let vs_plan = measured / predicted - 1.0;
+        let vs_roofline = measured / roofline - 1.0;
+        check("off the dry run", vs_plan, vs_plan.abs() < 0.05)?;
+        check("off the roofline", vs_roofline, vs_roofline.abs() < 0.05)?;
+        Ok(format!(
+            "measured {measured:.2} tok/s ({rates:.2?}), dry run {predicted:.2}, roofline \
+             {roofline:.2}"
+        ))
+    });
 }
 
 /// Runs `clients` closed-loop clients, `each` requests apiece; returns (tokens/s, median TTFT ms).
@@ -92,21 +93,26 @@ fn load(port: u16, clients: usize, each: usize, max_tokens: u32) -> (f64, f64) {
 #[test]
 fn throughput_grows_with_concurrency_and_saturates_past_max_running_requests() {
     let _serial = serial();
-    let sim = start(&args(&["--max-running-requests", "4"]));
-    let (t1, ttft1) = load(sim.port, 1, 2, 24);
-    let (t4, ttft4) = load(sim.port, 4, 2, 24);
-    let (t16, ttft16) = load(sim.port, 16, 2, 24);
-    eprintln!(
-        "C=1 {t1:.0} tok/s ttft {ttft1:.1} ms; C=4 {t4:.0} / {ttft4:.1}; C=16 {t16:.0} / {ttft16:.1}"
-    );
-    // Memory-bound decode: four streams share each weight read, so ~4x the tokens per second.
-    assert!(t4 > 3.2 * t1, "C=4 {t4:.0} vs C=1 {t1:.0} tok/s");
-    // Past the running limit the extra requests queue: no more throughput, much longer TTFT.
-    assert!(t16 < 1.25 * t4, "C=16 {t16:.0} vs C=4 {t4:.0} tok/s");
-    assert!(
-        ttft16 > 3.0 * ttft4,
-        "TTFT C=16 {ttft16:.1} ms vs C=4 {ttft4:.1} ms"
-    );
+    let mut sim = None;
+    holds_in_one_of_three("throughput and TTFT against concurrency", || {
+        let fresh = start(&args(&["--max-running-requests", "4"]));
+        let port = fresh.port;
+        sim = Some(fresh);
+        let (t1, ttft1) = load(port, 1, 2, 24);
+        let (t4, ttft4) = load(port, 4, 2, 24);
+        let (t16, ttft16) = load(port, 16, 2, 24);
+        // Memory-bound decode: four streams share each weight read, so ~4x the tokens per
+        // second. Past the running limit the extra requests queue: no more throughput, much
+        // longer TTFT.
+        check("C=4 over C=1 tok/s", t4 / t1, t4 > 3.2 * t1)?;
+        check("C=16 over C=4 tok/s", t16 / t4, t16 < 1.25 * t4)?;
+        check("C=16 over C=4 TTFT", ttft16 / ttft4, ttft16 > 3.0 * ttft4)?;
+        Ok(format!(
+            "C=1 {t1:.0} tok/s, TTFT {ttft1:.1} ms; C=4 {t4:.0} / {ttft4:.1}; C=16 {t16:.0} / \
+             {ttft16:.1}"
+        ))
+    });
+    let sim = sim.expect("one attempt ran");
     let (_, metrics) = get(sim.port, "/metrics");
     assert_eq!(
         metric(&metrics, "vllm:request_success_total"),
