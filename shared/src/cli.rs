@@ -116,9 +116,7 @@ where
     match T::try_parse_from(args) {
         Ok(parsed) => Ok(Some(parsed)),
         Err(e) => match e.kind() {
-            ErrorKind::DisplayHelp
-            | ErrorKind::DisplayVersion
-            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
                 // Into a closed pipe (`tool --help | head`) is still a success.
                 let _ = e.print();
                 Ok(None)
