@@ -156,38 +156,35 @@ pub trait Exec: Send + Sync {
 
     /// Used memory per GPU in bytes, via nvidia-smi; `None` where there is no nvidia-smi.
     fn gpu_used_bytes(&self) -> Result<Option<Vec<u64>>, ExecError> {
-        let out = self.run(
-            "command -v nvidia-smi >/dev/null 2>&1 || exit 99; \
-             nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits",
-        )?;
-        if out.status != 0 {
-            return Ok(None);
-        }
-        Ok(Some(
-            out.stdout_text()
-                .lines()
-                .filter_map(|l| l.trim().parse::<u64>().ok())
-                .map(|mib| mib << 20)
-                .collect(),
-        ))
+        let mib: Option<Vec<u64>> = nvidia_smi_column(self, "--query-gpu=memory.used")?;
+        Ok(mib.map(|m| m.into_iter().map(|mib| mib << 20).collect()))
     }
 
     /// Pids of GPU compute processes, via nvidia-smi; `None` where there is no nvidia-smi.
     fn gpu_pids(&self) -> Result<Option<Vec<u32>>, ExecError> {
-        let out = self.run(
-            "command -v nvidia-smi >/dev/null 2>&1 || exit 99; \
-             nvidia-smi --query-compute-apps=pid --format=csv,noheader,nounits",
-        )?;
-        if out.status != 0 {
-            return Ok(None);
-        }
-        Ok(Some(
-            out.stdout_text()
-                .lines()
-                .filter_map(|l| l.trim().parse::<u32>().ok())
-                .collect(),
-        ))
+        nvidia_smi_column(self, "--query-compute-apps=pid")
     }
+}
+
+/// One numeric column from an nvidia-smi query, a value per line; `None` where there is no
+/// nvidia-smi.
+fn nvidia_smi_column<T: std::str::FromStr, E: Exec + ?Sized>(
+    exec: &E,
+    query: &str,
+) -> Result<Option<Vec<T>>, ExecError> {
+    let out = exec.run(&format!(
+        "command -v nvidia-smi >/dev/null 2>&1 || exit 99; \
+         nvidia-smi {query} --format=csv,noheader,nounits"
+    ))?;
+    if out.status != 0 {
+        return Ok(None);
+    }
+    Ok(Some(
+        out.stdout_text()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect(),
+    ))
 }
 
 /// Quotes `s` for a POSIX shell (single quotes; a bare word when that is safe).

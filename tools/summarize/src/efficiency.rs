@@ -222,13 +222,7 @@ pub fn decode_budget(points: &[Point], coll: &[CollRecord], roof: &Roofline) -> 
             continue;
         };
         let share = ms / tpot;
-        let verdict = if share < 0.25 {
-            "not the bottleneck"
-        } else if share < 0.5 {
-            "a large share of the step"
-        } else {
-            "the bottleneck: communication latency caps this TP degree"
-        };
+        let verdict = comm_verdict(share);
         out.push(format!(
             "{}: allreduce is {} ms of a {} ms step (2 x {} layers x {} at batch {batch}, {:.0}%): {verdict}{}",
             point_name(p, &keys.varying),
@@ -241,6 +235,17 @@ pub fn decode_budget(points: &[Point], coll: &[CollRecord], roof: &Roofline) -> 
         ));
     }
     out
+}
+
+/// What a share of the decode step spent in allreduces means for tuning.
+pub fn comm_verdict(share: f64) -> &'static str {
+    if share < 0.25 {
+        "not the bottleneck"
+    } else if share < 0.5 {
+        "a large share of the step"
+    } else {
+        "the bottleneck: communication latency caps this TP degree"
+    }
 }
 
 fn size(bytes: f64) -> String {

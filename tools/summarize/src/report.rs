@@ -450,13 +450,7 @@ pub fn decode_table(decode: &[serde_json::Value]) -> Table {
             continue;
         };
         let share = comm / (comm + step);
-        let verdict = if share < 0.25 {
-            "not the bottleneck"
-        } else if share < 0.5 {
-            "a large share of the step"
-        } else {
-            "the bottleneck: communication latency caps this TP degree"
-        };
+        let verdict = efficiency::comm_verdict(share);
         table.notes.push(format!(
             "batch {}: allreduce is {} ms of a {} ms step ({:.0}%): {verdict}",
             d.get("batch").and_then(Value::as_i64).unwrap_or(0),
