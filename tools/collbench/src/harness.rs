@@ -4,7 +4,7 @@
 
 use crate::comm::Comm;
 use crate::dtype::{Dtype, RedOp};
-use crate::ops::{Algo, OpKind, Params, Shape};
+use crate::ops::{Algo, OpKind, Params, Scratch, Shape};
 use clap::ValueEnum;
 use servbench::jsonl::RecordWriter;
 use servbench::record::{CollRecord, CollRunRecord, Dist, Extra, Labels, SCHEMA_VERSION, now_ts};
@@ -285,7 +285,7 @@ pub fn measure_tcp(
     comm: &Comm,
     cfg: &RunConfig,
     requested: u64,
-    scratch: &mut Vec<u8>,
+    scratch: &mut Scratch,
 ) -> anyhow::Result<Measured> {
     let p = cfg.params();
     let shape = cfg.op.shape(requested, cfg.dtype, comm.world);
@@ -357,7 +357,7 @@ pub fn sweep_tcp(
     cfg: &RunConfig,
     mut each: impl FnMut(Measured) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    let mut scratch = Vec::new();
+    let mut scratch = Scratch::default();
     for &size in &cfg.sizes {
         each(measure_tcp(comm, cfg, size, &mut scratch)?)?;
     }

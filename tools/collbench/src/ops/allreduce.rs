@@ -3,7 +3,7 @@
 //! buffer) for large messages; recursive doubling (log2(n) whole-buffer exchanges, with the
 //! ranks beyond a power of two folded in first) for small ones.
 
-use super::{Algo, Params, bytes_of, send_recv_reduce, split, split_pair};
+use super::{Algo, Params, Scratch, bytes_of, send_recv_reduce, split, split_pair};
 use crate::comm::{Comm, CommError};
 
 pub fn run(
@@ -12,14 +12,14 @@ pub fn run(
     p: &Params,
     send: &[u8],
     recv: &mut [u8],
-    scratch: &mut Vec<u8>,
+    scratch: &mut Scratch,
 ) -> Result<(), CommError> {
     recv.copy_from_slice(send);
     if comm.world == 1 {
         return Ok(());
     }
     match algo {
-        Algo::Ring => ring(comm, p, recv, scratch),
+        Algo::Ring => ring(comm, p, recv, &mut scratch.staging),
         _ => recursive_doubling(comm, p, recv, scratch),
     }
 }
@@ -50,7 +50,7 @@ fn recursive_doubling(
     comm: &Comm,
     p: &Params,
     buf: &mut [u8],
-    scratch: &mut Vec<u8>,
+    scratch: &mut Scratch,
 ) -> Result<(), CommError> {
     let n = comm.world;
     let r = comm.rank;
@@ -65,11 +65,12 @@ fn recursive_doubling(
             return Ok(());
         }
         let len = buf.len();
-        if scratch.len() < len {
-            scratch.resize(len, 0);
+        let staging = &mut scratch.staging;
+        if staging.len() < len {
+            staging.resize(len, 0);
         }
-        comm.recv(r - 1, &mut scratch[..len])?;
-        crate::dtype::reduce_into(p.dtype, p.redop, buf, &scratch[..len]);
+        comm.recv(r - 1, &mut staging[..len])?;
+        crate::dtype::reduce_into(p.dtype, p.redop, buf, &staging[..len]);
         r / 2
     } else {
         r - extra
@@ -79,9 +80,9 @@ fn recursive_doubling(
     while mask < pow2 {
         let partner = real(virtual_rank ^ mask);
         // Whole-buffer exchange: the buffer is both what we send and what we reduce into, so
-        // send a copy (small messages: this is the latency path).
-        let copy = buf.to_vec();
-        send_recv_reduce(comm, p, partner, &copy, partner, buf, scratch)?;
+        // send a copy.
+        let (staging, copy) = scratch.with_work_copy(buf);
+        send_recv_reduce(comm, p, partner, copy, partner, buf, staging)?;
         mask <<= 1;
     }
     if r < 2 * extra {

@@ -3,7 +3,7 @@
 //! each) for large messages; direct (each block straight to its owner, reduced there in rank
 //! order) for small ones.
 
-use super::{Algo, Params, send_recv_reduce, split_pair};
+use super::{Algo, Params, Scratch, send_recv_reduce, split_pair};
 use crate::comm::{Comm, CommError, Recv, Send};
 use crate::dtype::reduce_into;
 
@@ -13,7 +13,7 @@ pub fn run(
     p: &Params,
     send: &[u8],
     recv: &mut [u8],
-    scratch: &mut Vec<u8>,
+    scratch: &mut Scratch,
 ) -> Result<(), CommError> {
     let n = comm.world;
     let r = comm.rank;
@@ -25,16 +25,16 @@ pub fn run(
     }
     match algo {
         Algo::Ring => {
-            let mut work = send.to_vec();
+            let (staging, work) = scratch.with_work_copy(send);
             // After step s this rank has reduced s+2 contributions of block r-s-2; the last
             // step lands on block r.
             for step in 0..n - 1 {
                 let (out, acc) = split_pair(
-                    &mut work,
+                    work,
                     range(r + 2 * n - step - 1),
                     range(r + 2 * n - step - 2),
                 );
-                send_recv_reduce(comm, p, comm.right(), out, comm.left(), acc, scratch)?;
+                send_recv_reduce(comm, p, comm.right(), out, comm.left(), acc, staging)?;
             }
             recv.copy_from_slice(&work[range(r)]);
             Ok(())
@@ -47,7 +47,11 @@ pub fn run(
                     data: &send[range(peer)],
                 })
                 .collect();
-            let mut incoming = vec![0u8; block * n];
+            let staging = &mut scratch.staging;
+            if staging.len() < block * n {
+                staging.resize(block * n, 0);
+            }
+            let incoming = &mut staging[..block * n];
             {
                 let mut recvs: Vec<Recv> = incoming
                     .chunks_mut(block.max(1))
