@@ -193,7 +193,7 @@ fn report_ignored(inputs: &Inputs) {
             .map(|(k, n)| format!("{n} {}", if k.is_empty() { "(no kind)" } else { k }))
             .collect();
         cli::info(format!(
-            "ignored {} record(s) of kinds it does not tabulate: {}",
+            "ignored {} record(s) of kinds or schema versions it does not tabulate: {}",
             inputs.ignored.values().sum::<u64>(),
             list.join(", ")
         ));
