@@ -645,6 +645,14 @@ fn a_real_ramp_shows_its_levels_its_outcome_and_the_knee() {
     );
     assert!(text.contains("note: ramp stopped: output"), "{text}");
     assert!(text.contains("saturation knee at C=8"), "{text}");
+    // loadgen's best level and summarize's knee are the same point.
+    let ramp_row = text
+        .lines()
+        .skip_while(|l| !l.starts_with("# ramps"))
+        .nth(2)
+        .unwrap_or_default();
+    let cells: Vec<&str> = ramp_row.split_whitespace().collect();
+    assert_eq!(cells.get(5), Some(&"8"), "best C in: {ramp_row}");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("ignored"));
 }
 
