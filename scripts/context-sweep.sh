@@ -11,6 +11,9 @@ MAX_TOKENS=${MAX_TOKENS:-256}
 [ $# -ge 1 ] || { echo "usage: LENS=a,b,c $0 ENGINE --model MODEL [srv-launch flags...]" >&2; exit 2; }
 
 echo "context-sweep: prompt lengths $LENS at concurrency $CONC" >&2
-srv-launch "$@" --label sweep=context \
+engine=$1
+shift
+# Our flags before the caller's: anything after a `--` in them goes to the engine.
+srv-launch "$engine" --label sweep=context "$@" \
   | loadgen -c "$CONC" --input-len "$LENS" --max-tokens "$MAX_TOKENS" \
   | srv-kill

@@ -11,8 +11,11 @@ RUNS=${RUNS:-3}
 LOADGEN_ARGS=${LOADGEN_ARGS:--c 1 -n 50}
 [ $# -ge 1 ] || { echo "usage: RUNS=N $0 ENGINE [srv-launch flags...]" >&2; exit 2; }
 
+engine=$1
+shift
 for run in $(seq 1 "$RUNS"); do
   echo "relaunch-and-rerun: run $run of $RUNS" >&2
+  # Our flags before the caller's: anything after a `--` in them goes to the engine.
   # shellcheck disable=SC2086  # LOADGEN_ARGS is a list of flags
-  srv-launch "$@" --label run="$run" | loadgen $LOADGEN_ARGS | srv-kill
+  srv-launch "$engine" --label run="$run" "$@" | loadgen $LOADGEN_ARGS | srv-kill
 done

@@ -11,9 +11,12 @@ TPS=${TPS:-1 4 8}
 LOADGEN_ARGS=${LOADGEN_ARGS:--c 1..64 --max-tokens 256}
 [ $# -ge 1 ] || { echo "usage: TPS='1 4 8' $0 ENGINE --model MODEL [srv-launch flags...]" >&2; exit 2; }
 
+engine=$1
+shift
 for tp in $TPS; do
   gpus=$(seq -s, 0 $((tp - 1)))
   echo "tp-sweep: tp=$tp on GPUs $gpus" >&2
-  # shellcheck disable=SC2086
-  srv-launch "$@" --tp "$tp" --gpus "$gpus" | loadgen $LOADGEN_ARGS | srv-kill
+  # Our flags before the caller's: anything after a `--` in them goes to the engine.
+  # shellcheck disable=SC2086  # LOADGEN_ARGS is a list of flags
+  srv-launch "$engine" --tp "$tp" --gpus "$gpus" "$@" | loadgen $LOADGEN_ARGS | srv-kill
 done

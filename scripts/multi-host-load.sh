@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Load from several machines at once, when one client machine is not enough: runs
+# `loadgen LOADGEN-ARGS` on every HOST over ssh, all started together, each host's records
+# labelled host=HOST and written to OUTDIR/HOST.jsonl as they arrive. summarize then merges the
+# hosts' summaries of the same point exactly (their HDR histograms add; `host` is the label it
+# merges over by default).
+#
+# Usage:  scripts/multi-host-load.sh -o OUTDIR HOST[,HOST...] -- LOADGEN-ARGS...
+#   e.g.  scripts/multi-host-load.sh -o runs client1,me@client2:2222 -- \
+#           --url http://10.0.0.5:8000 -c 32,64 --duration 60s --max-tokens 256
+#         summarize runs/*.jsonl
+#
+# HOST is [user@]addr[:port]. Each host runs `loadgen` from its PATH, or $LOADGEN (a path on the
+# hosts). Options for ssh (-i KEY, -o UserKnownHostsFile=...) go in $SSH_OPTS; ssh runs in batch
+# mode (no prompts). The point of each host's sweep starts when its ssh connects, so the hosts'
+# loads overlap within connection setup (tens of ms), not to the microsecond.
+# Exit: 0 when every host's loadgen succeeded, else the first failing host's exit code, with every
+# failing host named on stderr. Ctrl-C: the ssh sessions close; each remote loadgen stops at its
+# next record (its stdout is gone) and every record written so far is in OUTDIR.
+set -euo pipefail
+
+usage() {
+  echo "usage: $0 -o OUTDIR HOST[,HOST...] -- LOADGEN-ARGS..." >&2
+  exit 2
+}
+
+outdir=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    -o) [ $# -ge 2 ] || usage; outdir=$2; shift 2 ;;
+    --) usage ;;
+    -*) echo "multi-host-load: error: unknown option '$1'" >&2; usage ;;
+    *) break ;;
+  esac
+done
+[ -n "$outdir" ] && [ $# -ge 2 ] && [ "$2" = "--" ] || usage
+IFS=, read -r -a hosts <<< "$1"
+shift 2
+[ ${#hosts[@]} -gt 0 ] || usage
+mkdir -p "$outdir"
+
+# The remote command line: loadgen and its arguments, each quoted for the remote shell.
+remote=$(printf '%q ' "${LOADGEN:-loadgen}" "$@")
+# shellcheck disable=SC2206  # SSH_OPTS is a list of ssh options
+ssh_opts=(-o BatchMode=yes ${SSH_OPTS:-})
+
+pids=()
+for host in "${hosts[@]}"; do
+  target=$host
+  port_args=()
+  if [[ $host =~ ^(.*):([0-9]+)$ ]]; then
+    target=${BASH_REMATCH[1]}
+    port_args=(-p "${BASH_REMATCH[2]}")
+  fi
+  out="$outdir/${host//[^A-Za-z0-9._@-]/_}.jsonl"
+  echo "multi-host-load: $host -> $out" >&2
+  # stdin from /dev/null: loadgen on the host reads no server records from here.
+  ssh "${ssh_opts[@]}" "${port_args[@]}" "$target" "$remote --label host=$(printf '%q' "$host")" \
+    < /dev/null > "$out" &
+  pids+=($!)
+done
+
+trap 'kill "${pids[@]}" 2>/dev/null || true' INT TERM
+rc=0
+for i in "${!pids[@]}"; do
+  if wait "${pids[$i]}"; then
+    continue
+  else
+    code=$?
+    echo "multi-host-load: error: ${hosts[$i]}: loadgen or ssh failed with exit $code" >&2
+    [ "$rc" -ne 0 ] || rc=$code
+  fi
+done
+exit "$rc"

@@ -1,0 +1,233 @@
+//! The recipes in scripts/ that people copy, run as written against srv-sim (and, for the
+//! multi-host one, the loopback sshd the test setup starts): they must keep working as the
+//! tools change.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+use testkit::{Guard, bin_dir, free_port, json_lines, setup_env, wait_port};
+
+fn script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../scripts")
+        .join(name)
+}
+
+/// Runs a script with the workspace's binaries first on PATH.
+fn run_script(name: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let path = format!(
+        "{}:{}",
+        bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    Command::new("bash")
+        .arg(script(name))
+        .args(args)
+        .env("PATH", path)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the script")
+}
+
+fn of_kind<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    records.iter().filter(|r| r["kind"] == kind).collect()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn relaunch_and_rerun_launches_loads_and_kills_each_run() {
+    let out = run_script(
+        "relaunch-and-rerun.sh",
+        &["sim", "--", "--ttft", "2ms", "--itl", "1ms"],
+        &[("RUNS", "2"), ("LOADGEN_ARGS", "-c 1 -n 3 --max-tokens 4")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let records = json_lines(&out.stdout);
+    let summaries = of_kind(&records, "summary");
+    let kills = of_kind(&records, "kill");
+    assert_eq!(summaries.len(), 2);
+    assert_eq!(kills.len(), 2);
+    for (run, (s, k)) in summaries.iter().zip(&kills).enumerate() {
+        let run = (run + 1).to_string();
+        assert_eq!(s["labels"]["run"], run.as_str(), "{s}");
+        assert_eq!(s["ok"], 3);
+        assert_eq!(k["labels"]["run"], run.as_str(), "{k}");
+        assert_eq!(k["ok"], true, "{k}");
+    }
+}
+
+#[test]
+fn tp_sweep_runs_one_server_per_degree() {
+    let out = run_script(
+        "tp-sweep.sh",
+        &[
+            "sim",
+            "--model",
+            "llama-3.1-70b",
+            "--",
+            "--hardware",
+            "h100",
+        ],
+        &[
+            ("TPS", "2 4"),
+            ("LOADGEN_ARGS", "-c 1 -n 2 --max-tokens 4 --input-len 16"),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let records = json_lines(&out.stdout);
+    let tps: Vec<&str> = of_kind(&records, "summary")
+        .iter()
+        .map(|s| s["labels"]["tp"].as_str().unwrap())
+        .collect();
+    assert_eq!(tps, ["2", "4"]);
+    let kills = of_kind(&records, "kill");
+    assert_eq!(kills.len(), 2);
+    assert!(kills.iter().all(|k| k["ok"] == true), "{kills:?}");
+}
+
+#[test]
+fn context_sweep_runs_every_length_on_one_server() {
+    let out = run_script(
+        "context-sweep.sh",
+        &["sim", "--", "--ttft", "2ms", "--itl", "1ms"],
+        &[("LENS", "32,64"), ("CONC", "1"), ("MAX_TOKENS", "4")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let records = json_lines(&out.stdout);
+    let lens: Vec<u64> = of_kind(&records, "summary")
+        .iter()
+        .map(|s| s["point"]["input_len"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lens, [32, 64]);
+    assert_eq!(of_kind(&records, "kill").len(), 1);
+}
+
+/// srv-sim on a free port, in fixed-latency mode.
+fn sim() -> (Guard, String) {
+    let port = free_port();
+    let mut c = testkit::cmd("srv-sim");
+    c.args(["--port", &port.to_string(), "--ttft", "2ms", "--itl", "1ms"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let guard = Guard::spawn(c);
+    assert!(
+        wait_port(port, Duration::from_secs(20)),
+        "srv-sim did not listen"
+    );
+    (guard, format!("http://127.0.0.1:{port}"))
+}
+
+#[test]
+fn multi_host_load_runs_loadgen_on_every_host_and_summarize_merges_them() {
+    let target = setup_env("SERVBENCH_SSH_TARGET", "sshd");
+    let port = setup_env("SERVBENCH_SSH_PORT", "sshd");
+    let ssh_opts = format!(
+        "-i {} -o UserKnownHostsFile={} -o StrictHostKeyChecking=yes",
+        setup_env("SERVBENCH_SSH_KEY", "sshd"),
+        setup_env("SERVBENCH_SSH_KNOWN_HOSTS", "sshd")
+    );
+    let loadgen = bin_dir().join("loadgen");
+    let (_sim, url) = sim();
+    let dir = tempfile::tempdir().unwrap();
+    let outdir = dir.path().join("runs");
+    // The loopback sshd twice, spelled two ways: two "hosts" with their own labels.
+    let second = format!("127.0.0.1:{port}");
+    let hosts = format!("{target},{second}");
+    let out = run_script(
+        "multi-host-load.sh",
+        &[
+            "-o",
+            outdir.to_str().unwrap(),
+            &hosts,
+            "--",
+            "--url",
+            &url,
+            "-c",
+            "2",
+            "-n",
+            "6",
+            "--max-tokens",
+            "4",
+            "--input-len",
+            "16",
+        ],
+        &[
+            ("LOADGEN", loadgen.to_str().unwrap()),
+            ("SSH_OPTS", &ssh_opts),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&outdir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let mut hosts_seen = Vec::new();
+    for f in &files {
+        let records = json_lines(&std::fs::read(f).unwrap());
+        let summaries = of_kind(&records, "summary");
+        assert_eq!(summaries.len(), 1, "{f:?}");
+        assert_eq!(summaries[0]["ok"], 6);
+        assert_eq!(of_kind(&records, "request").len(), 6);
+        hosts_seen.push(summaries[0]["labels"]["host"].as_str().unwrap().to_string());
+    }
+    hosts_seen.sort();
+    let mut want = vec![target.clone(), second.clone()];
+    want.sort();
+    assert_eq!(hosts_seen, want);
+
+    // summarize merges the two hosts' point into one row of 12 requests.
+    let merged = testkit::cmd("summarize")
+        .args(&files)
+        .args(["--format", "json", "--cols", "conc,requests,ok"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(merged.status.success(), "{}", stderr(&merged));
+    let report: Value = serde_json::from_slice(&merged.stdout).unwrap();
+    let rows = &report["tables"][0]["rows"];
+    assert_eq!(
+        rows,
+        &serde_json::json!([{"conc": 2, "requests": 12, "ok": 12}]),
+        "{report}"
+    );
+
+    // A host that cannot be reached: named, non-zero, and the reachable host's records kept.
+    let dead = format!("127.0.0.1:{}", free_port());
+    let outdir = dir.path().join("with-a-dead-host");
+    let out = run_script(
+        "multi-host-load.sh",
+        &[
+            "-o",
+            outdir.to_str().unwrap(),
+            &format!("{second},{dead}"),
+            "--",
+            "--url",
+            &url,
+            "-n",
+            "2",
+            "--max-tokens",
+            "2",
+        ],
+        &[
+            ("LOADGEN", loadgen.to_str().unwrap()),
+            ("SSH_OPTS", &ssh_opts),
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(255), "ssh's own exit code: {err}");
+    assert!(
+        err.contains(&format!("multi-host-load: error: {dead}: ")),
+        "{err}"
+    );
+    let kept = outdir.join(format!("{}.jsonl", second.replace(':', "_")));
+    let records = json_lines(&std::fs::read(kept).unwrap());
+    assert_eq!(of_kind(&records, "summary")[0]["ok"], 2);
+}
