@@ -12,6 +12,7 @@ cargo build --release -q -p collbench >&2
 cb=target/release/collbench
 # Open MPI refuses root without these; the run stays on this host.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# shellcheck disable=SC2054  # tcp,self is one MCA value
 mpi=("$SERVBENCH_MPIRUN" --oversubscribe --bind-to none --mca btl tcp,self --mca pml ob1 --mca btl_tcp_if_include lo)
 ranks=${RANKS:-"2 4"}
 iters_bw=${ITERS_BW:-20}
@@ -19,7 +20,7 @@ iters_lat=${ITERS_LAT:-2000}
 repeats=${REPEATS:-3}
 big=$((64 << 20))
 
-best() { sort -g | { [ "$1" = max ] && tail -1 || head -1; }; }
+best() { if [ "$1" = max ]; then sort -g | tail -1; else sort -g | head -1; fi; }
 
 # collbench: one figure from its coll record. Args: np bytes iters mode field
 cb_run() {

@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-[ -n "$outdir" ] && [ $# -ge 2 ] && [ "$2" = "--" ] || usage
+if [ -z "$outdir" ] || [ $# -lt 2 ] || [ "$2" != "--" ]; then usage; fi
 IFS=, read -r -a hosts <<< "$1"
 shift 2
 [ ${#hosts[@]} -gt 0 ] || usage
@@ -54,7 +54,9 @@ for host in "${hosts[@]}"; do
   fi
   out="$outdir/${host//[^A-Za-z0-9._@-]/_}.jsonl"
   echo "multi-host-load: $host -> $out" >&2
-  # stdin from /dev/null: loadgen on the host reads no server records from here.
+  # stdin from /dev/null: loadgen on the host reads no server records from here. The command
+  # line is built here on purpose, already quoted for the remote shell.
+  # shellcheck disable=SC2029
   ssh "${ssh_opts[@]}" "${port_args[@]}" "$target" "$remote --label host=$(printf '%q' "$host")" \
     < /dev/null > "$out" &
   pids+=($!)

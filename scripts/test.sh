@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 
 cleanup=()
+# shellcheck disable=SC2154  # c is the loop variable inside the trap
 trap 'for c in "${cleanup[@]}"; do eval "$c" || true; done' EXIT
 
 for setup in scripts/setup/*.sh; do
