@@ -45,6 +45,9 @@ remote=$(printf '%q ' "${LOADGEN:-loadgen}" "$@")
 ssh_opts=(-o BatchMode=yes ${SSH_OPTS:-})
 
 pids=()
+# Async commands ignore SIGINT in a script: on Ctrl-C (or TERM) end the ssh sessions ourselves,
+# from the first one started.
+trap 'kill "${pids[@]}" 2>/dev/null || true' INT TERM
 for host in "${hosts[@]}"; do
   target=$host
   port_args=()
@@ -62,7 +65,6 @@ for host in "${hosts[@]}"; do
   pids+=($!)
 done
 
-trap 'kill "${pids[@]}" 2>/dev/null || true' INT TERM
 rc=0
 for i in "${!pids[@]}"; do
   if wait "${pids[$i]}"; then
