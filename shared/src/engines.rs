@@ -116,6 +116,23 @@ pub fn engine(name: &str) -> Option<&'static EnginePreset> {
     ENGINES.iter().find(|e| e.name == name)
 }
 
+/// The engines' names, in table order (for messages).
+pub fn names() -> Vec<&'static str> {
+    ENGINES.iter().map(|e| e.name).collect()
+}
+
+/// A preset is a command-line choice (srv-launch's ENGINE): the choices are [`ENGINES`] itself,
+/// so adding an engine to the table is the whole change.
+impl clap::ValueEnum for EnginePreset {
+    fn value_variants<'a>() -> &'a [Self] {
+        ENGINES
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name))
+    }
+}
+
 /// What the launcher asks of an engine, in engine-independent terms.
 #[derive(Debug, Clone, Default)]
 pub struct LaunchParams {
@@ -205,5 +222,16 @@ mod tests {
         p.model = None;
         assert!(engine("vllm").unwrap().argv(&p).is_err());
         assert!(engine("sim").unwrap().argv(&p).is_ok());
+    }
+
+    #[test]
+    fn the_command_line_choices_are_the_table() {
+        use clap::ValueEnum;
+        for preset in ENGINES {
+            let parsed = EnginePreset::from_str(preset.name, false).unwrap();
+            assert_eq!(parsed.program, preset.program);
+        }
+        assert!(EnginePreset::from_str("nosuch", false).is_err());
+        assert_eq!(names(), ["sglang", "vllm", "llama-cpp", "trtllm", "sim"]);
     }
 }

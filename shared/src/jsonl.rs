@@ -8,7 +8,9 @@
 //! A closed stdout (the next tool exited) surfaces as [`StdoutClosed`], which
 //! [`crate::cli::main`] turns into a quiet exit 0.
 
-use crate::cli;
+pub use crate::diag::StdoutClosed;
+
+use crate::diag;
 use crate::record::{Record, RecordKind, SCHEMA_VERSION};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, IsTerminal, Write};
@@ -50,7 +52,7 @@ impl Source {
 }
 
 fn open_file(path: &Path) -> anyhow::Result<File> {
-    File::open(path).map_err(|e| cli::usage(format!("cannot read {}: {e}", path.display())))
+    File::open(path).map_err(|e| diag::usage(format!("cannot read {}: {e}", path.display())))
 }
 
 /// True when stdin is a pipe or file: tools read upstream records only then, so a tool typed
@@ -145,7 +147,7 @@ impl<R: BufRead> RecordReader<R> {
                 Ok(record) => {
                     if record.version() > SCHEMA_VERSION && !self.warned_version {
                         self.warned_version = true;
-                        cli::warn(format!(
+                        diag::warn(format!(
                             "{}:{}: record schema v{} is newer than this tool's v{}: fields it does not know are passed through",
                             self.source,
                             self.line_no,
@@ -172,7 +174,7 @@ impl<R: BufRead> RecordReader<R> {
                     }
                     self.malformed += 1;
                     if self.malformed <= MALFORMED_SHOWN {
-                        cli::warn(format!("skipping malformed line: {err}"));
+                        diag::warn(format!("skipping malformed line: {err}"));
                     }
                 }
             }
@@ -190,7 +192,7 @@ impl<R: BufRead> Iterator for RecordReader<R> {
 impl<R: BufRead> Drop for RecordReader<R> {
     fn drop(&mut self) {
         if self.malformed > 0 {
-            cli::warn(format!(
+            diag::warn(format!(
                 "{}: skipped {} malformed line(s) (--strict makes this an error)",
                 self.source, self.malformed
             ));
@@ -216,7 +218,7 @@ pub fn read_all(
 ) -> anyhow::Result<()> {
     for source in sources {
         for line in source.open(strict)? {
-            let line = line.map_err(|e| cli::usage(e.to_string()))?;
+            let line = line.map_err(|e| diag::usage(e.to_string()))?;
             each(line)?;
         }
     }
@@ -244,7 +246,7 @@ pub fn pass_through<W: Write>(
         return Ok(());
     }
     for line in Source::Stdin.open(strict)? {
-        let line = line.map_err(|e| cli::usage(e.to_string()))?;
+        let line = line.map_err(|e| diag::usage(e.to_string()))?;
         if each(&line) == Disposition::Forward {
             out.write_raw(&line.raw)?;
         }
@@ -274,7 +276,7 @@ impl BackgroundPassThrough {
         let handle = std::thread::spawn(move || {
             let mut out = RecordWriter::stdout();
             for line in Source::Stdin.open(strict)? {
-                let line = line.map_err(|e| cli::usage(e.to_string()))?;
+                let line = line.map_err(|e| diag::usage(e.to_string()))?;
                 out.write_raw(&line.raw)?;
                 count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
@@ -294,16 +296,11 @@ impl BackgroundPassThrough {
         if self.stdin_is_file || self.forwarded.load(std::sync::atomic::Ordering::SeqCst) > 0 {
             self.handle
                 .join()
-                .map_err(|_| cli::failure("stdin reader panicked"))??;
+                .map_err(|_| diag::failure("stdin reader panicked"))??;
         }
         Ok(())
     }
 }
-
-/// The next tool in the pipeline closed its end: stop quietly, exit 0.
-#[derive(Debug, thiserror::Error)]
-#[error("stdout closed")]
-pub struct StdoutClosed;
 
 /// Writes records, one whole line per write, flushed each time.
 pub struct RecordWriter<W: Write> {

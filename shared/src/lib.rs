@@ -2,17 +2,25 @@
 //!
 //! - [`record`]: the record schema (the contract between tools), versioned;
 //! - [`jsonl`]: reading and writing records as JSON lines, pass-through included;
-//! - [`cli`]: flags, parsers, error style and exit codes every tool shares;
+//! - [`cli`]: flags, parsers, exit codes and the error style every tool shares;
+//! - [`diag`]: the messages on stderr (`tool: warning: ...`) and the error kinds behind exit codes;
 //! - [`stats`]: the one implementation of request statistics and histograms;
 //! - [`presets`]: hardware and model presets and the roofline arithmetic over them;
+//! - [`procs`]: process tables and kill targets as data, and the /proc text parsers;
 //! - [`exec`]: running commands and processes here or over SSH, behind one trait;
-//! - [`procs`]: process trees and killing one completely;
+//! - [`kill`]: ending a process tree completely, on any host;
 //! - [`engines`]: how each inference engine is launched and checked for readiness.
+//!
+//! Modules use each other one way only (no circle): `jsonl` uses `record` and `diag`; `stats`
+//! uses `record`; `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`; `cli` (exit
+//! codes for every module's errors) may use any of them, and no module uses `cli`.
 
 pub mod cli;
+pub mod diag;
 pub mod engines;
 pub mod exec;
 pub mod jsonl;
+pub mod kill;
 pub mod presets;
 pub mod procs;
 pub mod record;

@@ -171,6 +171,45 @@ pub fn setup_env(var: &str, script: &str) -> String {
     }
 }
 
+/// The loopback OpenSSH server `scripts/setup/sshd.sh` starts, as the variables it exports
+/// name it. [`sshd`] panics with the fix when the setup has not run.
+#[derive(Debug, Clone)]
+pub struct Sshd {
+    /// `user@127.0.0.1:port`.
+    pub target: String,
+    pub user: String,
+    pub port: String,
+    /// A private key the server accepts.
+    pub key: String,
+    /// A key the server refuses.
+    pub wrong_key: String,
+    /// A known_hosts file holding the server's host key (as `[127.0.0.1]:port`).
+    pub known_hosts: String,
+}
+
+/// The loopback sshd the test setup started (see [`Sshd`]).
+pub fn sshd() -> Sshd {
+    let var = |name: &str| setup_env(name, "sshd");
+    Sshd {
+        target: var("SERVBENCH_SSH_TARGET"),
+        user: var("SERVBENCH_SSH_USER"),
+        port: var("SERVBENCH_SSH_PORT"),
+        key: var("SERVBENCH_SSH_KEY"),
+        wrong_key: var("SERVBENCH_SSH_WRONG_KEY"),
+        known_hosts: var("SERVBENCH_SSH_KNOWN_HOSTS"),
+    }
+}
+
+impl Sshd {
+    /// A private copy of the known_hosts file in `dir`, for a test that adds host keys to it
+    /// (`--accept-new-host`) without touching the one other tests share.
+    pub fn known_hosts_copy(&self, dir: &std::path::Path) -> String {
+        let path = dir.join("known_hosts");
+        std::fs::copy(&self.known_hosts, &path).expect("copy known_hosts");
+        path.to_string_lossy().into_owned()
+    }
+}
+
 /// How many fresh runs a timing claim gets: see [`holds_in_one_of_three`].
 pub const TIMING_ATTEMPTS: usize = 3;
 

@@ -6,7 +6,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-use testkit::{Guard, bin_dir, free_port, json_lines, setup_env, wait_port};
+use testkit::{Guard, bin_dir, free_port, json_lines, wait_port};
 
 fn script(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -124,12 +124,11 @@ fn sim() -> (Guard, String) {
 
 #[test]
 fn multi_host_load_runs_loadgen_on_every_host_and_summarize_merges_them() {
-    let target = setup_env("SERVBENCH_SSH_TARGET", "sshd");
-    let port = setup_env("SERVBENCH_SSH_PORT", "sshd");
+    let sshd = testkit::sshd();
+    let (target, port) = (&sshd.target, &sshd.port);
     let ssh_opts = format!(
         "-i {} -o UserKnownHostsFile={} -o StrictHostKeyChecking=yes",
-        setup_env("SERVBENCH_SSH_KEY", "sshd"),
-        setup_env("SERVBENCH_SSH_KNOWN_HOSTS", "sshd")
+        sshd.key, sshd.known_hosts
     );
     let loadgen = bin_dir().join("loadgen");
     let (_sim, url) = sim();

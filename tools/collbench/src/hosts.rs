@@ -76,9 +76,9 @@ pub fn run(plan: &HostsPlan, args: &[OsString]) -> anyhow::Result<Exit> {
     opts.command_timeout = Duration::from_secs(7 * 24 * 3600);
     let mut execs: Vec<Box<dyn Exec>> = Vec::with_capacity(plan.hosts.len());
     for host in &plan.hosts {
-        execs.push(exec::connect(Some(host), &opts).map_err(|e| e.into_tool_error())?);
+        execs.push(exec::connect(Some(host), &opts)?);
     }
-    let port = execs[0].free_port().map_err(|e| e.into_tool_error())?;
+    let port = execs[0].free_port()?;
     let addr = reachable_addr(&plan.hosts[0]).map_err(cli::usage)?;
     let coordinator = format!("{addr}:{port}");
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
@@ -124,7 +124,7 @@ pub fn run(plan: &HostsPlan, args: &[OsString]) -> anyhow::Result<Exit> {
                 }
             }
             Err(e) => {
-                eprintln!("collbench: error: rank {rank} on {}: {e}", plan.hosts[rank]);
+                cli::error(format!("rank {rank} on {}: {e}", plan.hosts[rank]));
                 first_failure.get_or_insert((rank, 1));
             }
         }

@@ -3,41 +3,13 @@
 //! same loopback server, so the SSH path, the coordinator address and the records' host count
 //! are all exercised.
 
-use testkit::{cmd, json_lines};
-
-struct Sshd {
-    port: String,
-    key: String,
-    user: String,
-    known_hosts: String,
-}
-
-fn sshd() -> Sshd {
-    let var = |name: &str| {
-        std::env::var(name).unwrap_or_else(|_| {
-            panic!("{name} is not set: run the tests through scripts/test.sh (scripts/setup/sshd.sh starts the loopback sshd)")
-        })
-    };
-    Sshd {
-        port: var("SERVBENCH_SSH_PORT"),
-        key: var("SERVBENCH_SSH_KEY"),
-        user: var("SERVBENCH_SSH_USER"),
-        known_hosts: var("SERVBENCH_SSH_KNOWN_HOSTS"),
-    }
-}
-
-/// The hosts' keys in a private copy of known_hosts: `localhost` gets added on first use.
-fn known_hosts_copy(s: &Sshd, dir: &tempfile::TempDir) -> String {
-    let path = dir.path().join("known_hosts");
-    std::fs::copy(&s.known_hosts, &path).expect("copy known_hosts");
-    path.to_string_lossy().into_owned()
-}
+use testkit::{cmd, json_lines, sshd};
 
 #[test]
 fn a_run_across_two_hosts_over_ssh() {
     let s = sshd();
     let dir = tempfile::tempdir().unwrap();
-    let kh = known_hosts_copy(&s, &dir);
+    let kh = s.known_hosts_copy(dir.path());
     let hosts = format!(
         "{u}@127.0.0.1:{p},{u}@localhost:{p}",
         u = s.user,
@@ -90,7 +62,7 @@ fn a_run_across_two_hosts_over_ssh() {
 fn a_missing_remote_binary_is_reported_and_fails() {
     let s = sshd();
     let dir = tempfile::tempdir().unwrap();
-    let kh = known_hosts_copy(&s, &dir);
+    let kh = s.known_hosts_copy(dir.path());
     let hosts = format!(
         "{u}@127.0.0.1:{p},{u}@127.0.0.1:{p}",
         u = s.user,

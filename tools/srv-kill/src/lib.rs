@@ -1,35 +1,75 @@
 //! srv-kill: stop exactly the servers named (by server records, pid, port, command line or GPU),
 //! their whole process trees included, and say truthfully what happened, one `kill` record
 //! per target. The process logic lives in `servbench::procs`, shared with srv-launch
-//! `--replace`; this crate resolves targets, runs the kills and writes the records.
+//! `--replace`; this crate resolves targets, runs the kills and writes the records. `main.rs`
+//! parses [`Args`] and calls [`run`].
 
 use anyhow::Result;
-use servbench::cli::{self, Exit};
-use servbench::exec::{self, Exec, ExecError, SshOptions};
+use clap::Parser;
+use servbench::cli::{self, CommonArgs, Exit, SshArgs, parse_duration};
+use servbench::exec::{self, Exec, ExecError};
 use servbench::jsonl::{self, Disposition, RecordWriter, Source};
-use servbench::procs::{self, KillOptions, LAUNCH_ID_VAR, ProcId, TargetSpec};
+use servbench::kill::{self, KillOptions, KillOutcome};
+use servbench::procs::{self, LAUNCH_ID_VAR, ProcId, TargetSpec};
 use servbench::record::{
     KillRecord, KilledProcess, Labels, Record, ServerRecord, inherit_labels, now_ts,
 };
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// What to kill and how, from the command line.
-#[derive(Debug, Clone, Default)]
-pub struct Config {
+const EXAMPLES: &str = "\
+Examples:
+  srv-launch sim | loadgen -c 1,8 | srv-kill | summarize      # nothing left running
+  srv-kill --from server.jsonl                                # the records srv-launch wrote
+  srv-kill --port 8000 --grace 30s
+  srv-kill --match 'sglang::scheduler' --dry-run              # list, signal nothing
+  srv-kill --host gpu1 --match 'VLLM::Worker' --gpu
+
+Kills whole trees: the process group and session, descendants found through /proc and every
+process carrying the server's launch id, each checked against its start time (a reused pid is
+never signalled). SIGTERM, --grace, SIGKILL, then waits until all are gone and the port is free.
+Exit 0 only when every target was found and is gone; 1 on survivors or nothing matched; 2 on bad
+usage or an SSH host that cannot be reached or trusted.";
+
+/// Stop exactly the servers named, their whole process trees included; one `kill` record each.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "srv-kill", version, after_help = EXAMPLES)]
+pub struct Args {
+    /// Read server records from FILE (repeatable; `-` is stdin). Piped stdin is always read.
+    #[arg(long, value_name = "FILE")]
     pub from: Vec<String>,
+    /// Kill this pid and its tree (repeatable)
+    #[arg(long = "pid", value_name = "N")]
     pub pids: Vec<u32>,
+    /// Kill whoever listens on this TCP port, with their trees (repeatable)
+    #[arg(long = "port", value_name = "N")]
     pub ports: Vec<u16>,
+    /// Kill processes whose command line matches REGEX, with their trees (never srv-kill, its
+    /// callers or the SSH session running it); repeatable
+    #[arg(long = "match", value_name = "REGEX")]
     pub matches: Vec<String>,
+    /// Kill every GPU compute process nvidia-smi lists
+    #[arg(long)]
     pub gpu: bool,
+    /// Run on this host over SSH: [user@]addr[:port] (server records carry their own host)
+    #[arg(long, value_name = "[USER@]ADDR[:PORT]")]
     pub host: Option<String>,
-    pub ssh: SshOptions,
+    #[command(flatten)]
+    pub ssh: SshArgs,
+    /// Time between SIGTERM and SIGKILL
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
     pub grace: Duration,
+    /// How long to wait for killed processes to release GPU memory (where nvidia-smi exists)
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
     pub gpu_wait: Duration,
+    /// List what would be killed; signal nothing
+    #[arg(long)]
     pub dry_run: bool,
+    /// Exit 0 when a target matched nothing
+    #[arg(long)]
     pub missing_ok: bool,
-    pub labels: Labels,
-    pub strict: bool,
+    #[command(flatten)]
+    pub common: CommonArgs,
 }
 
 /// One thing to kill, before it is resolved on its host.
@@ -55,13 +95,13 @@ impl Target {
 }
 
 /// Runs srv-kill: reads server records (stdin, --from), passes other records through, then kills.
-pub fn run(cfg: &Config) -> Result<Exit> {
+pub fn run(cfg: &Args) -> Result<Exit> {
     let mut out = RecordWriter::stdout();
     let mut targets: Vec<(Option<String>, Target, Labels)> = Vec::new();
     let flag_host = cfg.host.clone();
 
     let sources: Vec<Source> = cfg.from.iter().map(|f| Source::parse(f)).collect();
-    jsonl::read_all(&sources, cfg.strict, |line| {
+    jsonl::read_all(&sources, cfg.common.strict, |line| {
         if let Record::Server(r) = line.record {
             targets.push((
                 Some(r.host.clone()),
@@ -73,7 +113,7 @@ pub fn run(cfg: &Config) -> Result<Exit> {
     })?;
     let stdin_piped = jsonl::stdin_is_piped() && !cfg.from.iter().any(|f| f == "-");
     if stdin_piped {
-        jsonl::pass_through(cfg.strict, &mut out, |line| match &line.record {
+        jsonl::pass_through(cfg.common.strict, &mut out, |line| match &line.record {
             Record::Server(r) => {
                 targets.push((
                     Some(r.host.clone()),
@@ -116,19 +156,17 @@ pub fn run(cfg: &Config) -> Result<Exit> {
     }
 
     // One connection per host, made before any kill so a bad host fails fast.
-    let mut hosts: BTreeMap<String, std::result::Result<Box<dyn Exec>, String>> = BTreeMap::new();
+    let ssh = cfg.ssh.options();
+    let mut hosts: BTreeMap<String, std::result::Result<Box<dyn Exec>, ExecError>> =
+        BTreeMap::new();
     let mut connect_errors = Vec::new();
     for (host, _, _) in &targets {
         let key = host_key(host.as_deref());
         if let std::collections::btree_map::Entry::Vacant(slot) = hosts.entry(key.clone()) {
-            let conn = exec::connect(Some(&key), &cfg.ssh).map_err(|e| {
-                let msg = e.to_string();
-                if matches!(e, ExecError::Connect(_)) {
-                    connect_errors.push(msg.clone());
-                }
-                msg
-            });
-            slot.insert(conn);
+            let conn = slot.insert(exec::connect(Some(&key), &ssh));
+            if let Err(e @ ExecError::Connect(_)) = conn {
+                connect_errors.push(e.to_string());
+            }
         }
     }
 
@@ -138,7 +176,7 @@ pub fn run(cfg: &Config) -> Result<Exit> {
         ..KillOptions::default()
     };
     // Targets are killed in parallel (each may wait out its grace period); records keep input order.
-    let records: Vec<KillRecord> = std::thread::scope(|scope| {
+    let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
         let handles: Vec<_> = targets
             .iter()
             .map(|(host, target, labels)| {
@@ -147,7 +185,10 @@ pub fn run(cfg: &Config) -> Result<Exit> {
                 let opts = &opts;
                 scope.spawn(move || match conn {
                     Ok(exec) => kill_target(exec.as_ref(), target, labels, cfg, opts),
-                    Err(msg) => failed_record(&key, target, labels, cfg, msg.clone()),
+                    Err(e) => Outcome::new(
+                        base_record(&key, target, labels, cfg),
+                        Err(TargetError::Unreachable(e.to_string())),
+                    ),
                 })
             })
             .collect();
@@ -158,9 +199,9 @@ pub fn run(cfg: &Config) -> Result<Exit> {
     });
 
     let mut exit = Exit::Ok;
-    for rec in &records {
+    for Outcome { record: rec, error } in &outcomes {
         out.emit(rec)?;
-        let missing = rec.matched.is_empty() && rec.error.as_deref() == Some(NOTHING_MATCHED);
+        let missing = matches!(error, Some(TargetError::NothingMatched));
         if rec.ok || (missing && cfg.missing_ok) {
             continue;
         }
@@ -178,7 +219,39 @@ pub fn run(cfg: &Config) -> Result<Exit> {
     Ok(exit)
 }
 
-const NOTHING_MATCHED: &str = "nothing matched";
+/// Why a target did not end as asked. Its text is the kill record's `error`; the variant is
+/// what srv-kill decides on (`--missing-ok` accepts [`TargetError::NothingMatched`] only).
+#[derive(Debug, thiserror::Error)]
+enum TargetError {
+    #[error("nothing matched")]
+    NothingMatched,
+    /// Only processes that must not be signalled matched (a reused pid, srv-kill's callers).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// The target's host could not be reached.
+    #[error("{0}")]
+    Unreachable(String),
+    /// A primitive failed on the host mid-way.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// Killed, but something is left: survivors, a port still taken, GPU memory still held.
+    #[error("{}", .0.join("; "))]
+    Unfinished(Vec<String>),
+}
+
+/// One target's record, and why it failed (the typed form of the record's `error`).
+struct Outcome {
+    record: KillRecord,
+    error: Option<TargetError>,
+}
+
+impl Outcome {
+    fn new(mut record: KillRecord, result: std::result::Result<(), TargetError>) -> Outcome {
+        let error = result.err();
+        record.error = error.as_ref().map(ToString::to_string);
+        Outcome { record, error }
+    }
+}
 
 fn host_key(host: Option<&str>) -> String {
     match host {
@@ -187,7 +260,7 @@ fn host_key(host: Option<&str>) -> String {
     }
 }
 
-fn base_record(host: &str, target: &Target, labels: &Labels, cfg: &Config) -> KillRecord {
+fn base_record(host: &str, target: &Target, labels: &Labels, cfg: &Args) -> KillRecord {
     let upstream = match target {
         Target::Server(r) => r.labels.clone(),
         _ => labels.clone(),
@@ -195,7 +268,7 @@ fn base_record(host: &str, target: &Target, labels: &Labels, cfg: &Config) -> Ki
     KillRecord {
         v: servbench::record::SCHEMA_VERSION,
         ts: now_ts(),
-        labels: inherit_labels(&upstream, &cfg.labels),
+        labels: inherit_labels(&upstream, &cfg.common.labels()),
         target: target.name(),
         host: host.to_string(),
         matched: Vec::new(),
@@ -219,34 +292,19 @@ fn base_record(host: &str, target: &Target, labels: &Labels, cfg: &Config) -> Ki
     }
 }
 
-fn failed_record(
-    host: &str,
-    target: &Target,
-    labels: &Labels,
-    cfg: &Config,
-    msg: String,
-) -> KillRecord {
-    let mut rec = base_record(host, target, labels, cfg);
-    rec.error = Some(msg);
-    rec
-}
-
 fn kill_target(
     exec: &dyn Exec,
     target: &Target,
     labels: &Labels,
-    cfg: &Config,
+    cfg: &Args,
     opts: &KillOptions,
-) -> KillRecord {
+) -> Outcome {
     let started = Instant::now();
     let mut rec = base_record(exec.host(), target, labels, cfg);
-    match kill_target_inner(exec, target, cfg, opts, &mut rec) {
-        Ok(()) => {}
-        Err(e) => rec.error = Some(e.to_string()),
-    }
+    let result = kill_target_inner(exec, target, cfg, opts, &mut rec);
     rec.elapsed_s = started.elapsed().as_secs_f64();
     rec.ts = now_ts();
-    rec
+    Outcome::new(rec, result)
 }
 
 /// Resolves `target` into a process set on `exec`'s host.
@@ -360,10 +418,10 @@ fn merge(table: &procs::ProcTable, pids: &[u32], name: &str) -> Option<TargetSpe
 fn kill_target_inner(
     exec: &dyn Exec,
     target: &Target,
-    cfg: &Config,
+    cfg: &Args,
     opts: &KillOptions,
     rec: &mut KillRecord,
-) -> Result<(), ExecError> {
+) -> Result<(), TargetError> {
     let spec = resolve(exec, target, rec)?;
     let gpu_before = if opts.dry_run {
         None
@@ -371,8 +429,8 @@ fn kill_target_inner(
         exec.gpu_used_bytes()?
     };
     let outcome = match &spec {
-        Some(spec) => procs::kill(exec, spec, opts)?,
-        None => procs::KillOutcome::default(),
+        Some(spec) => kill::kill(exec, spec, opts)?,
+        None => KillOutcome::default(),
     };
     rec.matched = outcome
         .matched
@@ -386,14 +444,13 @@ fn kill_target_inner(
     rec.survivors = outcome.survivors.clone();
 
     if rec.matched.is_empty() {
-        rec.error = Some(match &rec.refused {
-            Some(why) => format!("refused: {why}"),
-            None => NOTHING_MATCHED.to_string(),
-        });
         if let Some(port) = rec.port {
             rec.port_free = Some(exec.listeners(port)?.is_free());
         }
-        return Ok(());
+        return Err(match &rec.refused {
+            Some(why) => TargetError::Refused(why.clone()),
+            None => TargetError::NothingMatched,
+        });
     }
     if opts.dry_run {
         for m in &rec.matched {
@@ -418,7 +475,7 @@ fn kill_target_inner(
         ));
     }
     if let Some(port) = rec.port {
-        let free = procs::wait_port_free(exec, port, Duration::from_secs(3))?;
+        let free = kill::wait_port_free(exec, port, Duration::from_secs(3))?;
         rec.port_free = Some(free);
         if !free {
             let holders = exec.listeners(port)?;
@@ -459,7 +516,7 @@ fn kill_target_inner(
     }
     rec.ok = problems.is_empty();
     if !problems.is_empty() {
-        rec.error = Some(problems.join("; "));
+        return Err(TargetError::Unfinished(problems));
     }
     Ok(())
 }

@@ -1,14 +1,17 @@
 //! srv-launch: start an inference server detached (here or over SSH), wait until it really
 //! answers, and write one `server` record that loadgen and srv-kill use. Engine flag maps and
-//! readiness endpoints are data in `servbench::engines`; process handling is `servbench::exec`
-//! and `servbench::procs`, the same code srv-kill runs.
+//! readiness endpoints are data in `servbench::engines`; process handling is `servbench::exec`,
+//! `servbench::procs` and `servbench::kill`, the same code srv-kill runs. `main.rs` parses
+//! [`Args`] and calls [`run`].
 
 use anyhow::Result;
-use servbench::cli::{self, Exit};
-use servbench::engines::{self, LaunchParams};
-use servbench::exec::{self, Detached, Exec, SshOptions, shell_join};
+use clap::Parser;
+use servbench::cli::{self, CommonArgs, Exit, SshArgs, parse_duration, parse_label};
+use servbench::engines::{self, EnginePreset, LaunchParams};
+use servbench::exec::{self, Detached, Exec, shell_join};
 use servbench::jsonl::{BackgroundPassThrough, RecordWriter};
-use servbench::procs::{self, KillOptions, LAUNCH_ID_VAR, ProcId};
+use servbench::kill::{self, KillOptions};
+use servbench::procs::{self, LAUNCH_ID_VAR, ProcId};
 use servbench::record::{Labels, ServerRecord, inherit_labels, now_ts};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +19,9 @@ use std::time::{Duration, Instant};
 
 /// How many log lines to show when a server dies during startup.
 const LOG_TAIL_LINES: usize = 30;
+
+/// How often readiness is polled (after quicker first checks).
+const POLL: Duration = Duration::from_millis(500);
 
 /// Set by SIGINT/SIGTERM while a server is starting: it was never announced, so nobody else
 /// would stop it; srv-launch kills it and exits 130.
@@ -34,40 +40,97 @@ fn catch_interrupts() {
     }
 }
 
-/// Everything srv-launch was asked to do.
-#[derive(Debug, Clone, Default)]
-pub struct Config {
-    /// Engine preset name (`sglang`, `vllm`, `llama-cpp`, `trtllm`, `sim`); `None` with `cmd`.
-    pub engine: Option<String>,
-    /// A shell command for anything else; `{port}` is replaced by the port.
+const EXAMPLES: &str = "\
+Examples:
+  srv-launch sim | loadgen -c 1,8 | srv-kill | summarize          # nothing left running
+  srv-launch vllm --model meta-llama/Llama-3.1-8B-Instruct --tp 4 --gpus 0,1,2,3 > server.jsonl
+  srv-launch sglang --host gpu1 --model Qwen/Qwen3-32B --tp 8 --timeout 20m -- --mem-fraction-static 0.85
+  srv-launch llama-cpp --bin ./llama-server --model tiny.gguf -- -t 1
+  srv-launch --cmd 'python3 -m http.server {port}' --ready-url 'http://127.0.0.1:{port}/'
+  srv-kill --from server.jsonl
+
+The server runs detached in its own session (stdin /dev/null, output to --log), so it outlives
+srv-launch and any SSH connection. Ready means: the engine's health endpoint answers 200 and
+/v1/models lists a model (--probe adds a one-token completion). Exit 0 with one `server` record
+on stdout; 1 if the server died during startup (its log's last 30 lines on stderr) or was not
+ready in --timeout; 2 on bad usage, a taken port, or an SSH host that cannot be reached or trusted.";
+
+/// Start an inference server detached, wait until it is really ready, print one `server` record.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "srv-launch", version, after_help = EXAMPLES)]
+pub struct Args {
+    /// Engine to start (or use --cmd for anything else)
+    #[arg(value_enum, required_unless_present = "cmd")]
+    pub engine: Option<EnginePreset>,
+    /// Any server as a shell command; `{port}` is replaced by the port
+    #[arg(
+        long,
+        value_name = "'...'",
+        conflicts_with = "engine",
+        requires = "ready_url"
+    )]
     pub cmd: Option<String>,
-    /// With `cmd`: the URL that answers 200 once ready; `{port}` is replaced by the port.
+    /// With --cmd: URL that answers 200 once ready; `{port}` is replaced by the port
+    #[arg(long, value_name = "URL")]
     pub ready_url: Option<String>,
+    /// Model (engine's own notion: HF id, path, GGUF file, srv-sim preset)
+    #[arg(long)]
     pub model: Option<String>,
+    /// Tensor-parallel degree
+    #[arg(long, default_value_t = 1)]
     pub tp: u32,
+    /// Pipeline-parallel degree
+    #[arg(long, default_value_t = 1)]
     pub pp: u32,
+    /// Port to listen on (default: a free one)
+    #[arg(long)]
     pub port: Option<u16>,
-    /// Address the server listens on (default 127.0.0.1 here, 0.0.0.0 over SSH).
+    /// Address the server binds (default 127.0.0.1 here, 0.0.0.0 with --host)
+    #[arg(long, value_name = "ADDR")]
     pub bind: Option<String>,
+    /// GPUs to use, as CUDA_VISIBLE_DEVICES: 0,1,2,3
+    #[arg(long, value_name = "LIST")]
     pub gpus: Option<String>,
+    /// Environment variable for the server (repeatable)
+    #[arg(long, value_name = "K=V", value_parser = parse_label)]
     pub env: Vec<(String, String)>,
+    /// Name for this server (log file name, record)
+    #[arg(long)]
     pub name: Option<String>,
+    /// Server log (stdout+stderr), on the server's host (default /tmp/srv-launch/NAME-PORT-TIME.log)
+    #[arg(long, value_name = "PATH")]
     pub log: Option<String>,
+    /// Working directory for the server
+    #[arg(long, value_name = "DIR")]
     pub cwd: Option<String>,
+    /// Give up waiting for readiness after this long
+    #[arg(long, value_name = "DUR", default_value = "15m", value_parser = parse_duration)]
     pub timeout: Duration,
+    /// Run it on this host over SSH: [user@]addr[:port]
+    #[arg(long, value_name = "[USER@]ADDR[:PORT]")]
     pub host: Option<String>,
-    pub ssh: SshOptions,
+    #[command(flatten)]
+    pub ssh: SshArgs,
+    /// Also require a one-token completion before declaring ready
+    #[arg(long)]
     pub probe: bool,
+    /// If the port is taken, kill whoever holds it first (srv-kill's logic)
+    #[arg(long)]
     pub replace: bool,
+    /// On --timeout, kill the server instead of leaving it running
+    #[arg(long)]
     pub kill_on_timeout: bool,
-    pub verbose: bool,
-    /// Replaces the engine's program (path to a binary).
+    /// Path of the engine's program, replacing its default (e.g. a llama-server build)
+    #[arg(long, value_name = "PATH")]
     pub bin: Option<String>,
+    /// Print the exact command and log path on stderr
+    #[arg(short, long)]
+    pub verbose: bool,
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Extra arguments passed to the engine as given
+    #[arg(last = true, value_name = "ENGINE ARGS")]
     pub extra: Vec<String>,
-    pub labels: Labels,
-    pub strict: bool,
-    /// How often readiness is polled.
-    pub poll: Duration,
 }
 
 /// What is launched, fully resolved.
@@ -86,10 +149,13 @@ struct Plan {
 }
 
 /// Runs srv-launch; upstream records on stdin are passed through while it works.
-pub fn run(cfg: &Config) -> Result<Exit> {
-    let forwarder = BackgroundPassThrough::start(cfg.strict);
+pub fn run(cfg: &Args) -> Result<Exit> {
+    if cfg.tp == 0 || cfg.pp == 0 {
+        return Err(cli::usage("--tp and --pp must be at least 1"));
+    }
+    let forwarder = BackgroundPassThrough::start(cfg.common.strict);
 
-    let exec = exec::connect(cfg.host.as_deref(), &cfg.ssh).map_err(|e| e.into_tool_error())?;
+    let exec = exec::connect(cfg.host.as_deref(), &cfg.ssh.options())?;
     let plan = plan(cfg, exec.as_ref())?;
     catch_interrupts();
     let record = launch_and_wait(cfg, exec.as_ref(), &plan)?;
@@ -122,7 +188,7 @@ fn sibling_or_path(name: &str, exec: &dyn Exec) -> String {
     name.to_string()
 }
 
-fn plan(cfg: &Config, exec: &dyn Exec) -> Result<Plan> {
+fn plan(cfg: &Args, exec: &dyn Exec) -> Result<Plan> {
     let remote_addr = if exec.is_local() {
         None
     } else {
@@ -147,85 +213,83 @@ fn plan(cfg: &Config, exec: &dyn Exec) -> Result<Plan> {
         reach
     };
 
-    let (engine, argv, command, port, health_url, models_url, probe_url, url) = match (
-        &cfg.engine,
-        &cfg.cmd,
-    ) {
-        (Some(name), None) => {
-            let preset = engines::engine(name)
-                .ok_or_else(|| cli::usage(format!("unknown engine '{name}'")))?;
-            let port = match cfg.port {
-                Some(p) => p,
-                None => exec.free_port().map_err(|e| e.into_tool_error())?,
-            };
-            let program = cfg
-                .bin
-                .clone()
-                .or_else(|| (preset.name == "sim").then(|| sibling_or_path("srv-sim", exec)));
-            let argv = preset
-                .argv(&LaunchParams {
-                    model: cfg.model.clone(),
-                    tp: cfg.tp,
-                    pp: cfg.pp,
-                    bind: bind.clone(),
-                    port,
-                    program,
-                    extra: cfg.extra.clone(),
-                })
-                .map_err(|e| cli::usage(format!("{e} (srv-launch {name})")))?;
-            let url = format!("http://{reach_host}:{port}");
-            let command = shell_join(&argv);
-            (
-                preset.name.to_string(),
-                argv,
-                command,
-                port,
-                format!("{url}{}", preset.health_path),
-                Some(format!("{url}{}", preset.models_path)),
-                cfg.probe.then(|| format!("{url}/v1/completions")),
-                url,
-            )
-        }
-        (None, Some(cmd)) => {
-            let ready = cfg.ready_url.as_deref().ok_or_else(|| {
-                cli::usage("--cmd needs --ready-url URL (answers 200 once the server is ready)")
-            })?;
-            let port = match cfg.port {
-                Some(p) => p,
-                None => match port_of_url(ready) {
+    let (engine, argv, command, port, health_url, models_url, probe_url, url) =
+        match (&cfg.engine, &cfg.cmd) {
+            (Some(preset), None) => {
+                let name = preset.name;
+                let port = match cfg.port {
                     Some(p) => p,
-                    None => exec.free_port().map_err(|e| e.into_tool_error())?,
-                },
-            };
-            let subst = |s: &str| s.replace("{port}", &port.to_string());
-            let command = subst(cmd);
-            let ready = subst(ready);
-            let origin = origin_of(&ready).ok_or_else(|| {
-                cli::usage(format!("--ready-url '{ready}' is not an http:// URL"))
-            })?;
-            let mut argv = vec!["sh".to_string(), "-c".to_string(), command.clone()];
-            if !cfg.extra.is_empty() {
-                // `sh -c CMD sh ARGS...`: the extra arguments become "$@" of the command.
-                argv.push("sh".into());
-                argv.extend(cfg.extra.iter().cloned());
+                    None => exec.free_port()?,
+                };
+                let program = cfg
+                    .bin
+                    .clone()
+                    .or_else(|| (preset.name == "sim").then(|| sibling_or_path("srv-sim", exec)));
+                let argv = preset
+                    .argv(&LaunchParams {
+                        model: cfg.model.clone(),
+                        tp: cfg.tp,
+                        pp: cfg.pp,
+                        bind: bind.clone(),
+                        port,
+                        program,
+                        extra: cfg.extra.clone(),
+                    })
+                    .map_err(|e| cli::usage(format!("{e} (srv-launch {name})")))?;
+                let url = format!("http://{reach_host}:{port}");
+                let command = shell_join(&argv);
+                (
+                    preset.name.to_string(),
+                    argv,
+                    command,
+                    port,
+                    format!("{url}{}", preset.health_path),
+                    Some(format!("{url}{}", preset.models_path)),
+                    cfg.probe.then(|| format!("{url}/v1/completions")),
+                    url,
+                )
             }
-            (
-                "cmd".to_string(),
-                argv,
-                command,
-                port,
-                ready,
-                cfg.probe.then(|| format!("{origin}/v1/models")),
-                cfg.probe.then(|| format!("{origin}/v1/completions")),
-                origin,
-            )
-        }
-        _ => {
-            return Err(cli::usage(
-                "give an ENGINE (sglang, vllm, llama-cpp, trtllm, sim) or --cmd '...' --ready-url URL",
-            ));
-        }
-    };
+            (None, Some(cmd)) => {
+                let ready = cfg.ready_url.as_deref().ok_or_else(|| {
+                    cli::usage("--cmd needs --ready-url URL (answers 200 once the server is ready)")
+                })?;
+                let port = match cfg.port {
+                    Some(p) => p,
+                    None => match port_of_url(ready) {
+                        Some(p) => p,
+                        None => exec.free_port()?,
+                    },
+                };
+                let subst = |s: &str| s.replace("{port}", &port.to_string());
+                let command = subst(cmd);
+                let ready = subst(ready);
+                let origin = origin_of(&ready).ok_or_else(|| {
+                    cli::usage(format!("--ready-url '{ready}' is not an http:// URL"))
+                })?;
+                let mut argv = vec!["sh".to_string(), "-c".to_string(), command.clone()];
+                if !cfg.extra.is_empty() {
+                    // `sh -c CMD sh ARGS...`: the extra arguments become "$@" of the command.
+                    argv.push("sh".into());
+                    argv.extend(cfg.extra.iter().cloned());
+                }
+                (
+                    "cmd".to_string(),
+                    argv,
+                    command,
+                    port,
+                    ready,
+                    cfg.probe.then(|| format!("{origin}/v1/models")),
+                    cfg.probe.then(|| format!("{origin}/v1/completions")),
+                    origin,
+                )
+            }
+            _ => {
+                return Err(cli::usage(format!(
+                    "give an ENGINE ({}) or --cmd '...' --ready-url URL",
+                    engines::names().join(", ")
+                )));
+            }
+        };
 
     let name = cfg.name.clone().unwrap_or_else(|| engine.clone());
     let log = cfg.log.clone().unwrap_or_else(|| {
@@ -258,15 +322,23 @@ fn plan(cfg: &Config, exec: &dyn Exec) -> Result<Plan> {
     })
 }
 
-fn origin_of(url: &str) -> Option<String> {
-    let rest = url.strip_prefix("http://")?;
-    let hostport = rest.split('/').next()?;
-    (!hostport.is_empty()).then(|| format!("http://{hostport}"))
+/// The authority of an `http://` URL; `None` for anything else (or a `{port}` not yet replaced).
+fn http_authority(url: &str) -> Option<http::uri::Authority> {
+    let uri: http::Uri = url.parse().ok()?;
+    (uri.scheme_str() == Some("http"))
+        .then(|| uri.authority().cloned())
+        .flatten()
+        .filter(|a| !a.host().is_empty())
 }
 
+/// `http://host:port` of an `http://` URL.
+fn origin_of(url: &str) -> Option<String> {
+    http_authority(url).map(|a| format!("http://{a}"))
+}
+
+/// The port an `http://` URL names, when it names one.
 fn port_of_url(url: &str) -> Option<u16> {
-    let origin = origin_of(url)?;
-    origin.rsplit_once(':')?.1.parse().ok()
+    http_authority(url)?.port_u16()
 }
 
 /// The last `n` lines of the server's log (on its host).
@@ -282,12 +354,9 @@ fn log_tail(exec: &dyn Exec, log: &str, n: usize) -> Vec<String> {
         .collect()
 }
 
-fn launch_and_wait(cfg: &Config, exec: &dyn Exec, plan: &Plan) -> Result<ServerRecord> {
+fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRecord> {
     let host = exec.host().to_string();
-    if !exec
-        .has_program(&plan.argv[0])
-        .map_err(|e| e.into_tool_error())?
-    {
+    if !exec.has_program(&plan.argv[0])? {
         return Err(cli::usage(format!(
             "'{}' not found on {host} (PATH of a non-interactive shell): install it, or pass --bin PATH",
             plan.argv[0]
@@ -302,17 +371,14 @@ fn launch_and_wait(cfg: &Config, exec: &dyn Exec, plan: &Plan) -> Result<ServerR
         ));
     }
     let started = Instant::now();
-    let pid = exec
-        .spawn_detached(&Detached {
-            argv: plan.argv.clone(),
-            env: plan.env.clone(),
-            cwd: cfg.cwd.clone(),
-            log: plan.log.clone(),
-        })
-        .map_err(|e| e.into_tool_error())?;
+    let pid = exec.spawn_detached(&Detached {
+        argv: plan.argv.clone(),
+        env: plan.env.clone(),
+        cwd: cfg.cwd.clone(),
+        log: plan.log.clone(),
+    })?;
     let stat = exec
-        .read_tail(&format!("/proc/{pid}/stat"), 4096)
-        .map_err(|e| e.into_tool_error())?
+        .read_tail(&format!("/proc/{pid}/stat"), 4096)?
         .and_then(|s| procs::parse_stat(pid, &String::from_utf8_lossy(&s)));
     let Some(stat) = stat.filter(|p| !p.is_gone()) else {
         return Err(died(exec, plan, started));
@@ -342,7 +408,7 @@ fn launch_and_wait(cfg: &Config, exec: &dyn Exec, plan: &Plan) -> Result<ServerR
     Ok(ServerRecord {
         v: servbench::record::SCHEMA_VERSION,
         ts: now_ts(),
-        labels: inherit_labels(&labels, &cfg.labels),
+        labels: inherit_labels(&labels, &cfg.common.labels()),
         engine: plan.engine.clone(),
         model: cfg.model.clone(),
         host,
@@ -363,12 +429,12 @@ fn launch_and_wait(cfg: &Config, exec: &dyn Exec, plan: &Plan) -> Result<ServerR
 }
 
 /// Refuses a taken port, or with --replace kills whoever holds it (srv-kill's logic).
-fn free_the_port(cfg: &Config, exec: &dyn Exec, port: u16) -> Result<()> {
-    let holders = exec.listeners(port).map_err(|e| e.into_tool_error())?;
+fn free_the_port(cfg: &Args, exec: &dyn Exec, port: u16) -> Result<()> {
+    let holders = exec.listeners(port)?;
     if holders.is_free() {
         return Ok(());
     }
-    let table = exec.processes(None).map_err(|e| e.into_tool_error())?;
+    let table = exec.processes(None)?;
     let who: Vec<String> = holders
         .pids
         .iter()
@@ -392,8 +458,7 @@ fn free_the_port(cfg: &Config, exec: &dyn Exec, port: u16) -> Result<()> {
     let protected = table.protected();
     for pid in holders.pids.iter().filter(|p| !protected.contains(p)) {
         if let Some(spec) = procs::target_for_pid(&table, *pid, &format!("port {port}")) {
-            let outcome = procs::kill(exec, &spec, &KillOptions::default())
-                .map_err(|e| e.into_tool_error())?;
+            let outcome = kill::kill(exec, &spec, &KillOptions::default())?;
             if !outcome.survivors.is_empty() {
                 return Err(cli::failure(format!(
                     "--replace: pids {:?} on port {port} survived SIGKILL",
@@ -402,9 +467,7 @@ fn free_the_port(cfg: &Config, exec: &dyn Exec, port: u16) -> Result<()> {
             }
         }
     }
-    if !procs::wait_port_free(exec, port, Duration::from_secs(5))
-        .map_err(|e| e.into_tool_error())?
-    {
+    if !kill::wait_port_free(exec, port, Duration::from_secs(5))? {
         return Err(cli::failure(format!(
             "--replace: port {port} is still in use after the kill"
         )));
@@ -442,7 +505,7 @@ enum Check {
 
 /// Polls until ready; returns the served model name when the server lists one.
 fn wait_ready(
-    cfg: &Config,
+    cfg: &Args,
     exec: &dyn Exec,
     plan: &Plan,
     id: ProcId,
@@ -460,11 +523,6 @@ fn wait_ready(
     // Not a terminal: a first line after a second, then one every 10 s.
     let mut next_print = Instant::now() + Duration::from_secs(1);
     let mut polls = 0u32;
-    let poll = if cfg.poll.is_zero() {
-        Duration::from_millis(500)
-    } else {
-        cfg.poll
-    };
     loop {
         if INTERRUPTED.load(Ordering::SeqCst) {
             if tty {
@@ -477,7 +535,7 @@ fn wait_ready(
             ));
             return Err(cli::Interrupted.into());
         }
-        if !exec.alive(id).map_err(|e| e.into_tool_error())? {
+        if !exec.alive(id)? {
             if tty {
                 eprintln!();
             }
@@ -523,7 +581,7 @@ fn wait_ready(
         }
         // Quick first checks (a small server is up in milliseconds), then every `poll`.
         polls += 1;
-        std::thread::sleep(poll.min(Duration::from_millis(50) * polls));
+        std::thread::sleep(POLL.min(Duration::from_millis(50) * polls));
     }
 }
 
@@ -576,7 +634,7 @@ async fn check(client: &reqwest::Client, plan: &Plan) -> Check {
     Check::Ready(served)
 }
 
-fn timed_out(cfg: &Config, exec: &dyn Exec, plan: &Plan, id: ProcId, why: &str) -> anyhow::Error {
+fn timed_out(cfg: &Args, exec: &dyn Exec, plan: &Plan, id: ProcId, why: &str) -> anyhow::Error {
     let what = format!(
         "{} not ready after {:?} (last check: {why}; log: {} on {})",
         plan.engine,
@@ -608,7 +666,7 @@ fn kill_unannounced(exec: &dyn Exec, plan: &Plan, id: ProcId) -> String {
         marker: Some(format!("{LAUNCH_ID_VAR}={}", plan.launch_id)),
         min_start_ticks: id.start_ticks,
     };
-    match procs::kill(exec, &spec, &KillOptions::default()) {
+    match kill::kill(exec, &spec, &KillOptions::default()) {
         Ok(o) if o.survivors.is_empty() => format!("killed it (pid {})", id.pid),
         Ok(o) => format!("killing it left survivors {:?}", o.survivors),
         Err(e) => format!("killing it failed: {e}"),

@@ -5,25 +5,7 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-use testkit::{alive, cmd, free_port, json_lines, setup_env};
-
-struct Sshd {
-    target: String,
-    key: String,
-    wrong_key: String,
-    known_hosts: String,
-    port: String,
-}
-
-fn sshd() -> Sshd {
-    Sshd {
-        target: setup_env("SERVBENCH_SSH_TARGET", "sshd"),
-        key: setup_env("SERVBENCH_SSH_KEY", "sshd"),
-        wrong_key: setup_env("SERVBENCH_SSH_WRONG_KEY", "sshd"),
-        known_hosts: setup_env("SERVBENCH_SSH_KNOWN_HOSTS", "sshd"),
-        port: setup_env("SERVBENCH_SSH_PORT", "sshd"),
-    }
-}
+use testkit::{alive, cmd, free_port, json_lines, sshd};
 
 /// A Python the remote (non-interactive, default PATH) shell can run: the absolute path.
 fn python() -> String {

@@ -1,17 +1,22 @@
-//! Process trees and how to end one completely, on any host (through [`crate::exec::Exec`]).
+//! Process tables and kill targets, as data: what a host's processes are (pid, start time,
+//! group, session, parent, command line, launch marker) and which of them a target covers.
+//! Nothing here touches a host: [`crate::exec`] fills tables on one (through the /proc text
+//! parsers in [`stat`] and [`net`]) and [`crate::kill`] ends targets there.
 //!
 //! Inference servers leave workers behind: tensor-parallel ranks get reparented to init, some
 //! call setsid, and a pid can be reused by a stranger between launch and kill. So a target is
 //! resolved, on every poll, to the union of: its recorded leader (only while the start time
 //! matches), every process in its process group or session, every process carrying its launch
-//! marker in the environment, and every descendant of any of those (through ppid). Members once
-//! seen stay targets until gone, so a worker reparented mid-kill is still followed. The caller
-//! itself, its ancestors and its descendants are never members. Signals go to single pids, each
-//! checked against its start time right before the signal.
+//! marker in the environment, and every descendant of any of those (through ppid). The caller
+//! itself, its ancestors and its descendants are never members.
 
-use crate::exec::{Exec, ExecError, Signal};
+pub mod net;
+pub mod stat;
+
+pub use net::{PORT_TABLES, parse_listen_inodes, pick_free_port, used_local_ports};
+pub use stat::{parse_snapshot, parse_stat, start_ticks_of};
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
 
 /// The environment entry srv-launch gives every server it starts (inherited by every
 /// descendant): srv-kill finds workers that left the process group and session by it.
@@ -130,33 +135,6 @@ impl ProcTable {
     }
 }
 
-/// Parses /proc/PID/stat. The command name is in parentheses and may contain spaces or `)`,
-/// so fields are counted from the last `)`.
-pub fn parse_stat(pid: u32, stat: &str) -> Option<ProcInfo> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let comm = stat.get(open + 1..close)?.to_string();
-    let rest: Vec<&str> = stat.get(close + 1..)?.split_whitespace().collect();
-    // rest[0] is field 3 (state); field N is rest[N - 3].
-    let field = |n: usize| rest.get(n - 3).copied();
-    Some(ProcInfo {
-        pid,
-        state: field(3)?.chars().next()?,
-        ppid: field(4)?.parse().ok()?,
-        pgid: field(5)?.parse().ok()?,
-        sid: field(6)?.parse().ok()?,
-        start_ticks: field(22)?.parse().ok()?,
-        comm,
-        argv: Vec::new(),
-        marked: false,
-    })
-}
-
-/// Field 22 of /proc/PID/stat, the start time in clock ticks since boot.
-pub fn start_ticks_of(pid: u32, stat: &str) -> Option<u64> {
-    parse_stat(pid, stat).map(|p| p.start_ticks)
-}
-
 /// What a kill target consists of. Any mix of the parts may be given.
 #[derive(Debug, Clone, Default)]
 pub struct TargetSpec {
@@ -200,131 +178,6 @@ impl TargetSpec {
     }
 }
 
-/// How to kill.
-#[derive(Debug, Clone)]
-pub struct KillOptions {
-    /// Time between SIGTERM and SIGKILL.
-    pub grace: Duration,
-    /// How long to wait for processes to vanish after SIGKILL.
-    pub kill_wait: Duration,
-    pub poll: Duration,
-    /// List what would be killed, signal nothing.
-    pub dry_run: bool,
-}
-
-impl Default for KillOptions {
-    fn default() -> Self {
-        KillOptions {
-            grace: Duration::from_secs(10),
-            kill_wait: Duration::from_secs(10),
-            poll: Duration::from_millis(100),
-            dry_run: false,
-        }
-    }
-}
-
-/// What happened to one target.
-#[derive(Debug, Clone, Default)]
-pub struct KillOutcome {
-    /// Every process that was a member at some point: pid and command line.
-    pub matched: Vec<(u32, String)>,
-    /// Signals sent, in order, once each (`TERM`, `KILL`).
-    pub signals: Vec<String>,
-    /// Members still alive at the end.
-    pub survivors: Vec<u32>,
-    pub elapsed: Duration,
-}
-
-/// Kills every member of `target`: TERM, wait up to the grace period (following members that
-/// appear meanwhile), KILL to survivors, wait until all are gone.
-pub fn kill(
-    exec: &dyn Exec,
-    target: &TargetSpec,
-    opts: &KillOptions,
-) -> Result<KillOutcome, ExecError> {
-    let started = Instant::now();
-    let mut out = KillOutcome::default();
-    let mut known: BTreeSet<ProcId> = BTreeSet::new();
-    let mut seen: BTreeMap<ProcId, String> = BTreeMap::new();
-    let marker = target.marker.as_deref();
-
-    let scan = |known: &mut BTreeSet<ProcId>,
-                seen: &mut BTreeMap<ProcId, String>|
-     -> Result<BTreeSet<ProcId>, ExecError> {
-        let table = exec.processes(marker)?;
-        let members = target.members(&table, known);
-        for id in &members {
-            if let Some(p) = table.get(id.pid) {
-                seen.entry(*id).or_insert_with(|| p.command());
-            }
-        }
-        *known = members.clone();
-        Ok(members)
-    };
-
-    let members = scan(&mut known, &mut seen)?;
-    if opts.dry_run || members.is_empty() {
-        out.matched = seen.iter().map(|(id, c)| (id.pid, c.clone())).collect();
-        out.elapsed = started.elapsed();
-        return Ok(out);
-    }
-
-    let mut termed: BTreeSet<ProcId> = BTreeSet::new();
-    let grace_end = Instant::now() + opts.grace;
-    let mut alive = members;
-    loop {
-        let fresh: Vec<ProcId> = alive.difference(&termed).copied().collect();
-        if !fresh.is_empty() {
-            exec.signal(&fresh, Signal::Term)?;
-            termed.extend(fresh);
-            if out.signals.is_empty() {
-                out.signals.push(Signal::Term.name().into());
-            }
-        }
-        if Instant::now() >= grace_end {
-            break;
-        }
-        std::thread::sleep(opts.poll);
-        alive = scan(&mut known, &mut seen)?;
-        if alive.is_empty() {
-            break;
-        }
-    }
-    if !alive.is_empty() {
-        let kill_end = Instant::now() + opts.kill_wait;
-        loop {
-            let list: Vec<ProcId> = alive.iter().copied().collect();
-            exec.signal(&list, Signal::Kill)?;
-            if !out.signals.iter().any(|s| s == "KILL") {
-                out.signals.push(Signal::Kill.name().into());
-            }
-            std::thread::sleep(opts.poll);
-            alive = scan(&mut known, &mut seen)?;
-            if alive.is_empty() || Instant::now() >= kill_end {
-                break;
-            }
-        }
-    }
-    out.survivors = alive.iter().map(|id| id.pid).collect();
-    out.matched = seen.iter().map(|(id, c)| (id.pid, c.clone())).collect();
-    out.elapsed = started.elapsed();
-    Ok(out)
-}
-
-/// Waits until nothing listens on `port`, up to `timeout`; returns whether it is free.
-pub fn wait_port_free(exec: &dyn Exec, port: u16, timeout: Duration) -> Result<bool, ExecError> {
-    let end = Instant::now() + timeout;
-    loop {
-        if exec.listeners(port)?.is_free() {
-            return Ok(true);
-        }
-        if Instant::now() >= end {
-            return Ok(false);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// A target for one running pid: the process, its descendants, and its process group and
 /// session when it leads them. `None` when there is no such (live) process.
 pub fn target_for_pid(table: &ProcTable, pid: u32, name: &str) -> Option<TargetSpec> {
@@ -342,16 +195,6 @@ pub fn target_for_pid(table: &ProcTable, pid: u32, name: &str) -> Option<TargetS
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_with_spaces_and_parens_in_the_name() {
-        let stat = "4242 (my (odd) proc) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 987654 1000 10 1844";
-        let p = parse_stat(4242, stat).unwrap();
-        assert_eq!(p.comm, "my (odd) proc");
-        assert_eq!((p.state, p.ppid, p.pgid, p.sid), ('S', 1, 4242, 4242));
-        assert_eq!(p.start_ticks, 987654);
-        assert!(parse_stat(1, "garbage").is_none());
-    }
 
     fn proc(pid: u32, ppid: u32, pgid: u32, sid: u32, start: u64) -> ProcInfo {
         ProcInfo {

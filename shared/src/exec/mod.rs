@@ -1,0 +1,229 @@
+//! Running things on a machine, here or over SSH, behind one trait ([`Exec`]).
+//!
+//! srv-launch, srv-kill and collbench `--hosts` need the same few primitives on any host: run a
+//! short shell command, start a detached process in its own session, read a file (or its
+//! tail), snapshot the process table, signal processes (only while their start time still
+//! matches), and see who listens on a TCP port. Everything above this layer (process trees,
+//! kill loops, readiness) is written once against the trait, so local and remote share one
+//! code path; only these primitives differ.
+//!
+//! - this file: the trait and its small types, shell quoting, [`connect`];
+//! - [`local`]: this machine, through syscalls and /proc;
+//! - [`ssh`]: another machine over the `ssh2` crate (libssh2): agent or key auth, host keys
+//!   checked against known_hosts, keepalives and timeouts, one clear error per failure kind;
+//! - [`gpu`]: nvidia-smi's queries, on either.
+//!
+//! Layering: `exec` reads process tables through [`crate::procs`] (types and /proc text
+//! parsers, which know nothing of hosts); the kill loop ([`crate::kill`]) sits above both.
+
+pub mod gpu;
+pub mod local;
+pub mod ssh;
+
+pub use local::Local;
+pub use ssh::{HostSpec, Ssh, SshOptions};
+
+use crate::procs::{ProcId, ProcTable, parse_stat, start_ticks_of};
+
+/// Why a primitive failed. `Connect` errors are about the host as named (DNS, refused, host key,
+/// auth): the user must fix something, so [`crate::cli::exit_for`] maps them to exit 2, the
+/// rest to exit 1; a tool just `?`s them.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("{0}")]
+    Connect(String),
+    #[error("{0}")]
+    Command(String),
+    #[error("{what}: {err}")]
+    Io { what: String, err: std::io::Error },
+}
+
+impl ExecError {
+    fn io(what: impl Into<String>, err: std::io::Error) -> ExecError {
+        ExecError::Io {
+            what: what.into(),
+            err,
+        }
+    }
+}
+
+/// What a finished command printed and how it ended.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub status: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl Output {
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).trim().to_string()
+    }
+}
+
+/// A process to start detached: its own session (pgid = sid = pid), stdin from /dev/null,
+/// stdout and stderr appended to `log`, so it outlives the caller and any SSH connection.
+#[derive(Debug, Clone, Default)]
+pub struct Detached {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<String>,
+    pub log: String,
+}
+
+/// Signals the tools send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Term,
+    Kill,
+}
+
+impl Signal {
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Term => "TERM",
+            Signal::Kill => "KILL",
+        }
+    }
+    fn number(self) -> i32 {
+        match self {
+            Signal::Term => libc::SIGTERM,
+            Signal::Kill => libc::SIGKILL,
+        }
+    }
+}
+
+/// A TCP listener found in /proc/net/tcp{,6}: the socket inode and the pids holding it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listeners {
+    pub inodes: Vec<u64>,
+    pub pids: Vec<u32>,
+}
+
+impl Listeners {
+    pub fn is_free(&self) -> bool {
+        self.inodes.is_empty()
+    }
+}
+
+/// The primitives every tool needs on a host. Implemented by [`Local`] and [`Ssh`].
+pub trait Exec: Send + Sync {
+    /// `localhost`, or the SSH target as given (`user@addr:port`).
+    fn host(&self) -> &str;
+    /// True for this machine.
+    fn is_local(&self) -> bool;
+    /// Runs `script` with `sh -c`; a non-zero exit is not an error (see [`Output::status`]).
+    fn run(&self, script: &str) -> Result<Output, ExecError>;
+    /// Starts a detached process (see [`Detached`]) and returns its pid.
+    fn spawn_detached(&self, spec: &Detached) -> Result<u32, ExecError>;
+    /// Up to the last `max_bytes` of a file; `None` when it does not exist.
+    fn read_tail(&self, path: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, ExecError>;
+    /// Every process, with `marker` (an environment entry `K=V`) looked up when given.
+    fn processes(&self, marker: Option<&str>) -> Result<ProcTable, ExecError>;
+    /// Sends `sig` to each process whose start time still matches; returns the pids signalled.
+    fn signal(&self, targets: &[ProcId], sig: Signal) -> Result<Vec<u32>, ExecError>;
+    /// Who listens on TCP `port` (any address, IPv4 or IPv6).
+    fn listeners(&self, port: u16) -> Result<Listeners, ExecError>;
+    /// A TCP port nothing listens on right now.
+    fn free_port(&self) -> Result<u16, ExecError>;
+
+    /// Whether `argv0` can be run there (on PATH or an executable path).
+    fn has_program(&self, argv0: &str) -> Result<bool, ExecError> {
+        let out = self.run(&format!(
+            "command -v {} >/dev/null 2>&1",
+            shell_quote(argv0)
+        ))?;
+        Ok(out.status == 0)
+    }
+
+    /// The process `id` if it still exists with the same start time and is not a zombie.
+    fn alive(&self, id: ProcId) -> Result<bool, ExecError> {
+        let stat = self.read_tail(&format!("/proc/{}/stat", id.pid), 4096)?;
+        Ok(stat
+            .and_then(|s| parse_stat(id.pid, &String::from_utf8_lossy(&s)))
+            .is_some_and(|p| p.start_ticks == id.start_ticks && !p.is_gone()))
+    }
+
+    /// The start time of `pid` (clock ticks since boot), `None` when it does not exist.
+    fn start_ticks(&self, pid: u32) -> Result<Option<u64>, ExecError> {
+        let stat = self.read_tail(&format!("/proc/{pid}/stat"), 4096)?;
+        Ok(stat.and_then(|s| start_ticks_of(pid, &String::from_utf8_lossy(&s))))
+    }
+    /// Used memory per GPU in bytes, via nvidia-smi; `None` where there is no nvidia-smi.
+    fn gpu_used_bytes(&self) -> Result<Option<Vec<u64>>, ExecError> {
+        gpu::used_bytes(self)
+    }
+
+    /// Pids of GPU compute processes, via nvidia-smi; `None` where there is no nvidia-smi.
+    fn gpu_pids(&self) -> Result<Option<Vec<u32>>, ExecError> {
+        gpu::compute_pids(self)
+    }
+}
+
+/// Quotes `s` for a POSIX shell (single quotes; a bare word when that is safe).
+pub fn shell_quote(s: &str) -> String {
+    let safe = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if safe {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// A command line as a person would type it.
+pub fn shell_join(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The shell line that starts `spec` detached: `setsid` gives the server its own session, and
+/// in a non-interactive shell the `&` child is no group leader, so setsid does not fork and
+/// `$!` is the server's pid. All three stdio streams are redirected, or an SSH channel would
+/// stay open until the server exits.
+pub fn detached_script(spec: &Detached) -> String {
+    let mut s = String::new();
+    let log = shell_quote(&spec.log);
+    s.push_str(&format!("mkdir -p \"$(dirname {log})\" || exit 97; "));
+    if let Some(dir) = &spec.cwd {
+        s.push_str(&format!("cd {} || exit 98; ", shell_quote(dir)));
+    }
+    s.push_str("setsid ");
+    if !spec.env.is_empty() {
+        s.push_str("env ");
+        for (k, v) in &spec.env {
+            s.push_str(&shell_quote(&format!("{k}={v}")));
+            s.push(' ');
+        }
+    }
+    s.push_str(&shell_join(&spec.argv));
+    s.push_str(&format!(" </dev/null >>{log} 2>&1 & echo $!"));
+    s
+}
+
+/// Connects to `host`: `None`, empty or `localhost` mean this machine, anything else SSH.
+pub fn connect(host: Option<&str>, opts: &SshOptions) -> Result<Box<dyn Exec>, ExecError> {
+    match host {
+        None | Some("") | Some("localhost") => Ok(Box::new(Local)),
+        Some(h) => Ok(Box::new(Ssh::connect(h, opts)?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("abc"), "abc");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+}
