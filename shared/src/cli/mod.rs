@@ -117,3 +117,26 @@ fn one_line_clap_error(e: &clap::Error) -> String {
     }
     message.trim_start_matches("error: ").to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_errors_keep_their_exit_codes_through_question_mark() {
+        fn connect() -> anyhow::Result<()> {
+            Err(ExecError::Connect("ssh u@h:22: connection refused".into()))?
+        }
+        fn command() -> anyhow::Result<()> {
+            Err(ExecError::Command("ssh u@h:22: no free port found".into()))?
+        }
+        let err = connect().unwrap_err();
+        assert_eq!(exit_for(&err), Exit::Usage);
+        assert_eq!(format!("{err:#}"), "ssh u@h:22: connection refused");
+        let err = command().unwrap_err();
+        assert_eq!(exit_for(&err), Exit::Failed);
+        assert_eq!(format!("{err:#}"), "ssh u@h:22: no free port found");
+        assert_eq!(exit_for(&usage("bad flag")), Exit::Usage);
+        assert_eq!(exit_for(&StdoutClosed.into()), Exit::Ok);
+    }
+}

@@ -1,4 +1,4 @@
-//! Another machine, over SSH: one authenticated session (see [`auth`] for the host-key check
+//! Another machine, over SSH: one authenticated session (see `ssh/auth.rs` for the host-key check
 //! and authentication), one channel per primitive, every script through `sh -c`.
 
 mod auth;

@@ -32,7 +32,7 @@ pub fn start_ticks_of(pid: u32, stat: &str) -> Option<u64> {
 }
 
 /// Parses the output of the script a remote host runs to snapshot its process table
-/// ([`crate::exec::Ssh`]'s `processes`): its own pid and boot id, every stat line, every command
+/// (`exec::Ssh::processes`): its own pid and boot id, every stat line, every command
 /// line (NUL-separated `/proc/PID/cmdline:arg` items), and the pids carrying the marker.
 pub fn parse_snapshot(out: &[u8]) -> ProcTable {
     let find = |needle: &[u8], from: usize| {

@@ -200,6 +200,19 @@ fn nothing_matched_is_exit_1_and_missing_ok_makes_it_0() {
 }
 
 #[test]
+fn missing_ok_excuses_nothing_matched_but_not_a_refusal() {
+    // The shell running srv-kill is its caller: refused, which --missing-ok must not hide.
+    let out = sh("srv-kill --pid $$ --missing-ok </dev/null");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let recs = json_lines(&out.stdout);
+    assert_eq!(recs[0]["ok"], false);
+    let error = recs[0]["error"].as_str().unwrap();
+    assert!(error.starts_with("refused: "), "{error}");
+    assert!(recs[0]["matched"].as_array().unwrap().is_empty());
+}
+
+#[test]
 fn in_a_pipeline_other_records_pass_through_and_the_kill_waits_for_the_end_of_input() {
     let mut c = Command::new("sleep");
     c.arg("60");

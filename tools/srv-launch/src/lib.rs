@@ -4,8 +4,11 @@
 //! `servbench::procs` and `servbench::kill`, the same code srv-kill runs. `main.rs` parses
 //! [`Args`] and calls [`run`].
 
+mod ready;
+
 use anyhow::Result;
 use clap::Parser;
+use ready::{Check, check, model_matches};
 use servbench::cli::{self, CommonArgs, Exit, SshArgs, parse_duration, parse_label};
 use servbench::engines::{self, EnginePreset, LaunchParams};
 use servbench::exec::{self, Detached, Exec, shell_join};
@@ -497,12 +500,6 @@ fn died(exec: &dyn Exec, plan: &Plan, started: Instant) -> anyhow::Error {
     ))
 }
 
-/// One readiness check's result, for the progress line.
-enum Check {
-    Ready(Option<String>),
-    NotYet(String),
-}
-
 /// Polls until ready; returns the served model name when the server lists one.
 fn wait_ready(
     cfg: &Args,
@@ -585,55 +582,6 @@ fn wait_ready(
     }
 }
 
-fn model_matches(want: &str, served: &str) -> bool {
-    let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
-    want == served || base(want) == base(served)
-}
-
-async fn check(client: &reqwest::Client, plan: &Plan) -> Check {
-    match client.get(&plan.health_url).send().await {
-        Ok(r) if r.status().is_success() => {}
-        Ok(r) => return Check::NotYet(format!("health {}", r.status().as_u16())),
-        Err(e) if e.is_connect() => return Check::NotYet("not listening yet".into()),
-        Err(e) if e.is_timeout() => return Check::NotYet("health timed out".into()),
-        Err(e) => return Check::NotYet(format!("health: {e}")),
-    }
-    let mut served = None;
-    if let Some(models) = &plan.models_url {
-        let resp = match client.get(models).send().await {
-            Ok(r) if r.status().is_success() => r,
-            Ok(r) => return Check::NotYet(format!("/v1/models {}", r.status().as_u16())),
-            Err(e) => return Check::NotYet(format!("/v1/models: {e}")),
-        };
-        let body: serde_json::Value = match resp.json().await {
-            Ok(b) => b,
-            Err(e) => return Check::NotYet(format!("/v1/models is not JSON: {e}")),
-        };
-        served = body["data"]
-            .as_array()
-            .and_then(|d| d.first())
-            .and_then(|m| m["id"].as_str())
-            .map(str::to_string);
-        if served.is_none() {
-            return Check::NotYet("/v1/models lists no model yet".into());
-        }
-    }
-    if let Some(probe) = &plan.probe_url {
-        let body = serde_json::json!({
-            "model": served.clone().unwrap_or_default(),
-            "prompt": "Hello",
-            "max_tokens": 1,
-            "temperature": 0,
-        });
-        match client.post(probe).json(&body).send().await {
-            Ok(r) if r.status().is_success() => {}
-            Ok(r) => return Check::NotYet(format!("probe completion {}", r.status().as_u16())),
-            Err(e) => return Check::NotYet(format!("probe completion: {e}")),
-        }
-    }
-    Check::Ready(served)
-}
-
 fn timed_out(cfg: &Args, exec: &dyn Exec, plan: &Plan, id: ProcId, why: &str) -> anyhow::Error {
     let what = format!(
         "{} not ready after {:?} (last check: {why}; log: {} on {})",
@@ -670,5 +618,31 @@ fn kill_unannounced(exec: &dyn Exec, plan: &Plan, id: ProcId) -> String {
         Ok(o) if o.survivors.is_empty() => format!("killed it (pid {})", id.pid),
         Ok(o) => format!("killing it left survivors {:?}", o.survivors),
         Err(e) => format!("killing it failed: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_urls_give_their_origin_and_port() {
+        assert_eq!(
+            origin_of("http://127.0.0.1:8000/health").as_deref(),
+            Some("http://127.0.0.1:8000")
+        );
+        assert_eq!(port_of_url("http://127.0.0.1:8000/health"), Some(8000));
+        assert_eq!(
+            origin_of("http://[::1]:9000/v1/models?x=1").as_deref(),
+            Some("http://[::1]:9000")
+        );
+        assert_eq!(port_of_url("http://[::1]:9000/"), Some(9000));
+        // No port named, or not yet replaced: srv-launch picks a free one.
+        assert_eq!(port_of_url("http://gpu1/health"), None);
+        assert_eq!(port_of_url("http://127.0.0.1:{port}/health"), None);
+        assert_eq!(port_of_url("http://[::1]/"), None);
+        for bad in ["https://h:1/", "127.0.0.1:8000", "http://", "ftp://h/"] {
+            assert_eq!(origin_of(bad), None, "{bad}");
+        }
     }
 }

@@ -342,6 +342,25 @@ fn a_missing_engine_program_and_bad_usage_are_exit_2() {
 }
 
 #[test]
+fn engine_choices_are_the_engine_table() {
+    let names = servbench::engines::names();
+    let out = cmd("srv-launch").arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let out = cmd("srv-launch")
+        .arg("no-such-engine")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("'no-such-engine'"), "{stderr}");
+    for name in names {
+        assert!(help.contains(name), "--help lacks {name}: {help}");
+        assert!(stderr.contains(name), "the error lacks {name}: {stderr}");
+    }
+}
+
+#[test]
 fn readiness_waits_for_a_slow_srv_sim_and_maps_the_shared_flags() {
     let out = cmd("srv-launch")
         .args([
