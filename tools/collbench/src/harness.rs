@@ -4,7 +4,7 @@
 
 use crate::comm::Comm;
 use crate::dtype::{Dtype, RedOp};
-use crate::ops::{Algo, OpKind, Params, Scratch, Shape};
+use crate::ops::{Algo, Op, Params, Scratch, Shape};
 use clap::ValueEnum;
 use servbench::jsonl::RecordWriter;
 use servbench::record::{CollRecord, CollRunRecord, Dist, Extra, Labels, SCHEMA_VERSION, now_ts};
@@ -34,7 +34,7 @@ impl Mode {
 /// Everything one run measures, the same on every rank.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunConfig {
-    pub op: OpKind,
+    pub op: Op,
     pub algo: Algo,
     pub sizes: Vec<u64>,
     pub iters: u32,
@@ -103,7 +103,7 @@ pub fn size_sweep(min: u64, max: u64, factor: u64) -> Result<Vec<u64>, String> {
 }
 
 /// (algbw, busbw) in GB/s (1e9 bytes, as nccl-tests) for one op taking `time_us`.
-pub fn bandwidths(op: OpKind, shape: &Shape, world: usize, time_us: f64) -> (f64, f64) {
+pub fn bandwidths(op: Op, shape: &Shape, world: usize, time_us: f64) -> (f64, f64) {
     if time_us <= 0.0 {
         return (0.0, 0.0);
     }
@@ -171,7 +171,7 @@ pub fn coll_record(cfg: &RunConfig, ctx: &RecordContext, m: &Measured) -> CollRe
         checked: cfg.check,
         iters: cfg.iters,
         warmup: cfg.warmup,
-        root: (cfg.op == OpKind::Broadcast).then_some(cfg.root as u32),
+        root: cfg.op.rooted().then_some(cfg.root as u32),
         extra: Extra::new(),
     }
 }
@@ -268,7 +268,7 @@ impl<'w, W: Write> Reporter<'w, W> {
 
 /// Counts elements of `recv` that differ from the op's exactly known result on this rank.
 pub fn count_wrong(
-    op: OpKind,
+    op: Op,
     rank: usize,
     world: usize,
     shape: &Shape,
@@ -296,7 +296,7 @@ pub fn measure_tcp(
     let esz = cfg.dtype.size();
     let mut send = vec![0u8; shape.send_elems * esz];
     let mut recv = vec![0u8; shape.recv_elems * esz];
-    cfg.op.fill(comm.rank, comm.world, &shape, &p, &mut send);
+    cfg.op.fill(comm.rank, &shape, &p, &mut send);
     let where_ = |e: crate::comm::CommError| {
         servbench::cli::failure(format!(
             "rank {}: {} at {} bytes: {e}",
@@ -375,19 +375,17 @@ mod tests {
             redop: RedOp::Sum,
             root: 0,
         };
-        let shape = OpKind::Allreduce.shape(2 * 10, Dtype::Bf16, 3);
+        let allreduce = Op::named("allreduce").unwrap();
+        let shape = allreduce.shape(2 * 10, Dtype::Bf16, 3);
         let mut recv = vec![0u8; shape.recv_elems * 2];
         for i in 0..shape.recv_elems {
-            p.dtype.store(
-                &mut recv,
-                i,
-                OpKind::Allreduce.expected(1, 3, &shape, &p, i),
-            );
+            p.dtype
+                .store(&mut recv, i, allreduce.expected(1, 3, &shape, &p, i));
         }
-        assert_eq!(count_wrong(OpKind::Allreduce, 1, 3, &shape, &p, &recv), 0);
+        assert_eq!(count_wrong(allreduce, 1, 3, &shape, &p, &recv), 0);
         p.dtype.store(&mut recv, 3, 1000.0);
         recv[10..12].fill(0xff); // NaN: never equal
-        assert_eq!(count_wrong(OpKind::Allreduce, 1, 3, &shape, &p, &recv), 2);
+        assert_eq!(count_wrong(allreduce, 1, 3, &shape, &p, &recv), 2);
     }
 
     #[test]

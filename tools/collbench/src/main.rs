@@ -3,7 +3,7 @@ use collbench::decode::DecodeConfig;
 use collbench::dtype::{Dtype, RedOp};
 use collbench::harness::{Mode, RunConfig, size_sweep};
 use collbench::launch::{self, RankFlags};
-use collbench::ops::{Algo, OpKind};
+use collbench::ops::{Algo, Op, allreduce::Allreduce};
 use collbench::{Backend, Job};
 use servbench::cli::{self, CommonArgs, Exit, SshArgs};
 use servbench::presets;
@@ -45,7 +45,7 @@ enum Command {
 struct BenchArgs {
     /// Collective to measure
     #[arg(long, value_enum, default_value = "allreduce")]
-    coll: OpKind,
+    coll: Op,
     /// Smallest size in bytes (K/M/G are 1024-based, as nccl-tests)
     #[arg(short = 'b', long = "minbytes", value_parser = cli::parse_size, default_value = "8")]
     min_bytes: u64,
@@ -239,7 +239,7 @@ fn decode(d: DecodeArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
         .map(|&b| collbench::decode::allreduce_bytes(b, model.hidden, dtype.size()))
         .collect();
     let run = RunConfig {
-        op: OpKind::Allreduce,
+        op: Op::new(&Allreduce),
         algo: Algo::Auto,
         sizes,
         iters: d.run.iters,

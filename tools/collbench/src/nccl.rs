@@ -12,7 +12,7 @@
 use crate::comm::Comm;
 use crate::dtype::{Dtype, RedOp};
 use crate::harness::{self, Measured, Mode, RunConfig};
-use crate::ops::OpKind;
+use crate::ops::{Params, Shape};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nccl::{result, sys};
@@ -220,7 +220,7 @@ fn gpu_thread(
         let shape = cfg.op.shape(size, cfg.dtype, world);
         let esz = cfg.dtype.size();
         let mut host_send = vec![0u8; shape.send_elems * esz];
-        cfg.op.fill(rank, world, &shape, &p, &mut host_send);
+        cfg.op.fill(rank, &shape, &p, &mut host_send);
         let send = stream
             .clone_htod(&host_send)
             .map_err(cuda_err("copy to GPU"))?;
@@ -231,7 +231,15 @@ fn gpu_thread(
         {
             let (send_ptr, _s) = send.device_ptr(&stream);
             let (recv_ptr, _r) = recv.device_ptr_mut(&stream);
-            let launch = || launch_op(cfg, &nccl, &stream, &shape, world, rank, send_ptr, recv_ptr);
+            let call = NcclCall::new(
+                &nccl,
+                &stream,
+                &shape,
+                &p,
+                (rank, world),
+                (send_ptr, recv_ptr),
+            );
+            let launch = || cfg.op.run_nccl(&call);
             for _ in 0..cfg.warmup {
                 launch()?;
             }
@@ -297,7 +305,15 @@ fn gpu_thread(
             {
                 let (send_ptr, _s) = send.device_ptr(&stream);
                 let (recv_ptr, _r) = recv.device_ptr_mut(&stream);
-                launch_op(cfg, &nccl, &stream, &shape, world, rank, send_ptr, recv_ptr)?;
+                let call = NcclCall::new(
+                    &nccl,
+                    &stream,
+                    &shape,
+                    &p,
+                    (rank, world),
+                    (send_ptr, recv_ptr),
+                );
+                cfg.op.run_nccl(&call)?;
             }
             let host = stream
                 .clone_dtoh(&recv)
@@ -311,67 +327,171 @@ fn gpu_thread(
     Ok(())
 }
 
-/// Enqueues one collective on this GPU's stream.
-#[allow(clippy::too_many_arguments)]
-fn launch_op(
-    cfg: &RunConfig,
-    nccl: &NcclComm,
-    stream: &CudaStream,
-    shape: &crate::ops::Shape,
-    world: usize,
-    rank: usize,
+/// One GPU's side of one collective call: its communicator, stream and buffers. Its methods are
+/// the NCCL calls an op makes (`Collective::run_nccl`), each checked against the buffers' sizes,
+/// so the ops need no `unsafe`.
+pub struct NcclCall<'a> {
+    /// This GPU's rank among all GPUs of the job.
+    pub rank: usize,
+    /// GPUs in the job.
+    pub world: usize,
+    pub shape: &'a Shape,
+    pub params: &'a Params,
+    comm: sys::ncclComm_t,
+    stream: sys::cudaStream_t,
     send: u64,
     recv: u64,
-) -> Result<(), String> {
-    let s = stream.cu_stream() as sys::cudaStream_t;
-    let dt = nccl_dtype(cfg.dtype);
-    let op = nccl_op(cfg.redop);
-    let esz = cfg.dtype.size() as u64;
-    let sp = send as *const c_void;
-    let rp = recv as *mut c_void;
-    let c = nccl.0;
-    // SAFETY: send/recv are live device allocations of shape.send_elems/recv_elems elements on
-    // this communicator's device; the stream belongs to the same context.
-    unsafe {
-        match cfg.op {
-            OpKind::Allreduce => {
-                result::all_reduce(sp, rp, shape.count as usize, dt, op, c, s).map(drop)
-            }
-            OpKind::Allgather => result::all_gather(sp, rp, shape.send_elems, dt, c, s).map(drop),
-            OpKind::ReduceScatter => {
-                result::reduce_scatter(sp, rp, shape.recv_elems, dt, op, c, s).map(drop)
-            }
-            OpKind::Broadcast => {
-                result::broadcast(sp, rp, shape.count as usize, dt, cfg.root as i32, c, s).map(drop)
-            }
-            OpKind::Sendrecv => {
-                result::group_start().map_err(nccl_err("ncclGroupStart"))?;
-                result::send(sp, shape.send_elems, dt, ((rank + 1) % world) as i32, c, s)
-                    .map_err(nccl_err("ncclSend"))?;
-                result::recv(
-                    rp,
-                    shape.recv_elems,
-                    dt,
-                    ((rank + world - 1) % world) as i32,
-                    c,
-                    s,
-                )
-                .map_err(nccl_err("ncclRecv"))?;
-                result::group_end().map(drop)
-            }
-            OpKind::Alltoall => {
-                let per = shape.send_elems / world;
-                result::group_start().map_err(nccl_err("ncclGroupStart"))?;
-                for peer in 0..world {
-                    let off = peer as u64 * per as u64 * esz;
-                    result::send((send + off) as *const c_void, per, dt, peer as i32, c, s)
-                        .map_err(nccl_err("ncclSend"))?;
-                    result::recv((recv + off) as *mut c_void, per, dt, peer as i32, c, s)
-                        .map_err(nccl_err("ncclRecv"))?;
-                }
-                result::group_end().map(drop)
-            }
+}
+
+impl<'a> NcclCall<'a> {
+    /// `buffers` (send, recv) must be live device allocations of `shape`'s sizes on `nccl`'s
+    /// device while the call is used (the caller holds their pointer guards).
+    fn new(
+        nccl: &'a NcclComm,
+        stream: &CudaStream,
+        shape: &'a Shape,
+        params: &'a Params,
+        (rank, world): (usize, usize),
+        (send, recv): (u64, u64),
+    ) -> Self {
+        NcclCall {
+            rank,
+            world,
+            shape,
+            params,
+            comm: nccl.0,
+            stream: stream.cu_stream() as sys::cudaStream_t,
+            send,
+            recv,
         }
     }
-    .map_err(nccl_err(cfg.op.name()))
+
+    fn dtype(&self) -> sys::ncclDataType_t {
+        nccl_dtype(self.params.dtype)
+    }
+
+    fn redop(&self) -> sys::ncclRedOp_t {
+        nccl_op(self.params.redop)
+    }
+
+    /// The device address of element `offset` of a buffer of `len` elements, if `count`
+    /// elements from there fit in it.
+    fn at(
+        &self,
+        base: u64,
+        len: usize,
+        offset: usize,
+        count: usize,
+        what: &str,
+    ) -> Result<u64, String> {
+        if offset + count > len {
+            return Err(format!(
+                "{what}: {count} elements at {offset} do not fit the {len}-element buffer"
+            ));
+        }
+        Ok(base + (offset * self.params.dtype.size()) as u64)
+    }
+
+    fn send_at(&self, offset: usize, count: usize, what: &str) -> Result<*const c_void, String> {
+        Ok(self.at(self.send, self.shape.send_elems, offset, count, what)? as *const c_void)
+    }
+
+    fn recv_at(&self, offset: usize, count: usize, what: &str) -> Result<*mut c_void, String> {
+        Ok(self.at(self.recv, self.shape.recv_elems, offset, count, what)? as *mut c_void)
+    }
+
+    /// ncclAllReduce of `count` elements.
+    pub fn all_reduce(&self, count: usize) -> Result<(), String> {
+        let what = "ncclAllReduce";
+        let (sp, rp) = (self.send_at(0, count, what)?, self.recv_at(0, count, what)?);
+        // SAFETY: both ranges lie in live device buffers (checked above, guaranteed by `new`'s
+        // caller); the stream belongs to the communicator's context.
+        unsafe {
+            result::all_reduce(
+                sp,
+                rp,
+                count,
+                self.dtype(),
+                self.redop(),
+                self.comm,
+                self.stream,
+            )
+        }
+        .map(drop)
+        .map_err(nccl_err(what))
+    }
+
+    /// ncclAllGather of `send_count` elements from each rank.
+    pub fn all_gather(&self, send_count: usize) -> Result<(), String> {
+        let what = "ncclAllGather";
+        let sp = self.send_at(0, send_count, what)?;
+        let rp = self.recv_at(0, send_count * self.world, what)?;
+        // SAFETY: as in all_reduce.
+        unsafe { result::all_gather(sp, rp, send_count, self.dtype(), self.comm, self.stream) }
+            .map(drop)
+            .map_err(nccl_err(what))
+    }
+
+    /// ncclReduceScatter, `recv_count` elements to each rank.
+    pub fn reduce_scatter(&self, recv_count: usize) -> Result<(), String> {
+        let what = "ncclReduceScatter";
+        let sp = self.send_at(0, recv_count * self.world, what)?;
+        let rp = self.recv_at(0, recv_count, what)?;
+        // SAFETY: as in all_reduce.
+        unsafe {
+            result::reduce_scatter(
+                sp,
+                rp,
+                recv_count,
+                self.dtype(),
+                self.redop(),
+                self.comm,
+                self.stream,
+            )
+        }
+        .map(drop)
+        .map_err(nccl_err(what))
+    }
+
+    /// ncclBroadcast of `count` elements from the root (`--root`).
+    pub fn broadcast(&self, count: usize) -> Result<(), String> {
+        let what = "ncclBroadcast";
+        let (sp, rp) = (self.send_at(0, count, what)?, self.recv_at(0, count, what)?);
+        let root = self.params.root as i32;
+        // SAFETY: as in all_reduce.
+        unsafe { result::broadcast(sp, rp, count, self.dtype(), root, self.comm, self.stream) }
+            .map(drop)
+            .map_err(nccl_err(what))
+    }
+
+    /// ncclSend of `count` elements of the send buffer from element `offset`, to `peer`.
+    pub fn send(&self, offset: usize, count: usize, peer: usize) -> Result<(), String> {
+        let what = "ncclSend";
+        let sp = self.send_at(offset, count, what)?;
+        // SAFETY: as in all_reduce.
+        unsafe { result::send(sp, count, self.dtype(), peer as i32, self.comm, self.stream) }
+            .map(drop)
+            .map_err(nccl_err(what))
+    }
+
+    /// ncclRecv of `count` elements into the receive buffer at element `offset`, from `peer`.
+    pub fn recv(&self, offset: usize, count: usize, peer: usize) -> Result<(), String> {
+        let what = "ncclRecv";
+        let rp = self.recv_at(offset, count, what)?;
+        // SAFETY: as in all_reduce.
+        unsafe { result::recv(rp, count, self.dtype(), peer as i32, self.comm, self.stream) }
+            .map(drop)
+            .map_err(nccl_err(what))
+    }
+
+    /// Runs `calls` between ncclGroupStart and ncclGroupEnd, so NCCL issues them as one.
+    pub fn group(&self, calls: impl FnOnce(&Self) -> Result<(), String>) -> Result<(), String> {
+        result::group_start().map_err(nccl_err("ncclGroupStart"))?;
+        let inner = calls(self);
+        // The group is closed even when a call in it failed; the first error is the one reported.
+        let end = result::group_end()
+            .map(drop)
+            .map_err(nccl_err("ncclGroupEnd"));
+        inner.and(end)
+    }
 }

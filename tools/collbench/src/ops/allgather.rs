@@ -2,10 +2,63 @@
 //! the whole gathered array. Ring (n-1 steps, one block each) for large messages; direct (every
 //! block to every rank at once) for small ones.
 
-use super::Algo;
+use super::{Algo, Collective, Counts, Params, Scratch, Shape, per_rank};
 use crate::comm::{Comm, CommError, Recv, Send};
+use crate::dtype::input_value;
+use crate::nccl::NcclCall;
 
-pub fn run(comm: &Comm, algo: Algo, send: &[u8], recv: &mut [u8]) -> Result<(), CommError> {
+pub struct Allgather;
+
+impl Collective for Allgather {
+    fn name(&self) -> &'static str {
+        "allgather"
+    }
+
+    fn counts(&self, whole: u64, world: u64) -> Counts {
+        let block = per_rank(whole, world);
+        Counts {
+            send: block,
+            recv: block * world,
+            count: block * world,
+        }
+    }
+
+    fn bus_factor(&self, world: usize) -> f64 {
+        let n = world as f64;
+        (n - 1.0) / n
+    }
+
+    fn algos(&self) -> &'static [Algo] {
+        &[Algo::Direct, Algo::Ring]
+    }
+
+    // Each rank's block holds the elements of its place in the gathered array.
+    fn input(&self, rank: usize, shape: &Shape, i: usize) -> f32 {
+        input_value(rank, rank * shape.send_elems + i)
+    }
+
+    fn expected(&self, _rank: usize, _world: usize, shape: &Shape, _p: &Params, i: usize) -> f32 {
+        input_value(i / shape.send_elems, i)
+    }
+
+    fn run_tcp(
+        &self,
+        comm: &Comm,
+        algo: Algo,
+        _p: &Params,
+        send: &[u8],
+        recv: &mut [u8],
+        _scratch: &mut Scratch,
+    ) -> Result<(), CommError> {
+        run(comm, algo, send, recv)
+    }
+
+    fn run_nccl(&self, call: &NcclCall) -> Result<(), String> {
+        call.all_gather(call.shape.send_elems)
+    }
+}
+
+fn run(comm: &Comm, algo: Algo, send: &[u8], recv: &mut [u8]) -> Result<(), CommError> {
     let n = comm.world;
     let r = comm.rank;
     let block = send.len();

@@ -3,24 +3,62 @@
 //! buffer) for large messages; recursive doubling (log2(n) whole-buffer exchanges, with the
 //! ranks beyond a power of two folded in first) for small ones.
 
-use super::{Algo, Params, Scratch, bytes_of, send_recv_reduce, split, split_pair};
+use super::{
+    Algo, Collective, Counts, Params, Scratch, Shape, bytes_of, send_recv_reduce, split, split_pair,
+};
 use crate::comm::{Comm, CommError};
+use crate::dtype::reduced_value;
+use crate::nccl::NcclCall;
 
-pub fn run(
-    comm: &Comm,
-    algo: Algo,
-    p: &Params,
-    send: &[u8],
-    recv: &mut [u8],
-    scratch: &mut Scratch,
-) -> Result<(), CommError> {
-    recv.copy_from_slice(send);
-    if comm.world == 1 {
-        return Ok(());
+pub struct Allreduce;
+
+impl Collective for Allreduce {
+    fn name(&self) -> &'static str {
+        "allreduce"
     }
-    match algo {
-        Algo::Ring => ring(comm, p, recv, &mut scratch.staging),
-        _ => recursive_doubling(comm, p, recv, scratch),
+
+    fn counts(&self, whole: u64, _world: u64) -> Counts {
+        Counts {
+            send: whole,
+            recv: whole,
+            count: whole,
+        }
+    }
+
+    fn bus_factor(&self, world: usize) -> f64 {
+        let n = world as f64;
+        2.0 * (n - 1.0) / n
+    }
+
+    fn algos(&self) -> &'static [Algo] {
+        &[Algo::RecursiveDoubling, Algo::Ring]
+    }
+
+    fn expected(&self, _rank: usize, world: usize, _shape: &Shape, p: &Params, i: usize) -> f32 {
+        reduced_value(p.redop, world, i)
+    }
+
+    fn run_tcp(
+        &self,
+        comm: &Comm,
+        algo: Algo,
+        p: &Params,
+        send: &[u8],
+        recv: &mut [u8],
+        scratch: &mut Scratch,
+    ) -> Result<(), CommError> {
+        recv.copy_from_slice(send);
+        if comm.world == 1 {
+            return Ok(());
+        }
+        match algo {
+            Algo::Ring => ring(comm, p, recv, &mut scratch.staging),
+            _ => recursive_doubling(comm, p, recv, scratch),
+        }
+    }
+
+    fn run_nccl(&self, call: &NcclCall) -> Result<(), String> {
+        call.all_reduce(call.shape.count as usize)
     }
 }
 

@@ -2,12 +2,62 @@
 //! steps) for small messages; a pipelined chain (root -> root+1 -> ..., in 512 KiB segments so
 //! every link is busy at once) for large ones.
 
-use super::{Algo, Params};
+use super::{Algo, Collective, Counts, Params, Scratch, Shape};
 use crate::comm::{Comm, CommError, Recv, Send};
+use crate::dtype::input_value;
+use crate::nccl::NcclCall;
 
 const SEGMENT_BYTES: usize = 512 << 10;
 
-pub fn run(
+pub struct Broadcast;
+
+impl Collective for Broadcast {
+    fn name(&self) -> &'static str {
+        "broadcast"
+    }
+
+    fn counts(&self, whole: u64, _world: u64) -> Counts {
+        Counts {
+            send: whole,
+            recv: whole,
+            count: whole,
+        }
+    }
+
+    fn bus_factor(&self, _world: usize) -> f64 {
+        1.0
+    }
+
+    fn rooted(&self) -> bool {
+        true
+    }
+
+    fn algos(&self) -> &'static [Algo] {
+        &[Algo::Tree, Algo::Ring]
+    }
+
+    fn expected(&self, _rank: usize, _world: usize, _shape: &Shape, p: &Params, i: usize) -> f32 {
+        input_value(p.root, i)
+    }
+
+    fn run_tcp(
+        &self,
+        comm: &Comm,
+        algo: Algo,
+        p: &Params,
+        send: &[u8],
+        recv: &mut [u8],
+        _scratch: &mut Scratch,
+    ) -> Result<(), CommError> {
+        run(comm, algo, p, send, recv)
+    }
+
+    fn run_nccl(&self, call: &NcclCall) -> Result<(), String> {
+        call.broadcast(call.shape.count as usize)
+    }
+}
+
+fn run(
     comm: &Comm,
     algo: Algo,
     p: &Params,

@@ -1,29 +1,194 @@
-//! The collectives, one small module each over the shared harness (nccl-tests' layout): each
-//! says how a requested size maps to buffers, what every rank puts in and must get back, its
-//! bus-bandwidth factor, and how the tcp backend runs it. This file dispatches and holds the
-//! pieces they share (chunking, reduce-on-arrival).
-
-pub mod allgather;
-pub mod allreduce;
-pub mod alltoall;
-pub mod broadcast;
-pub mod reduce_scatter;
-pub mod sendrecv;
+//! The collectives, one small file each over the shared harness (nccl-tests' layout, where each
+//! `src/<coll>.cu` fills a `struct testColl`): each file implements [`Collective`], the whole
+//! per-collective contract, and registers itself with one line in [`registry!`] below. This
+//! file holds the contract, the registry and the pieces the tcp algorithms share (chunking,
+//! reduce-on-arrival).
 
 use crate::comm::{Comm, CommError, Recv, Send};
-use crate::dtype::{Dtype, RedOp, reduce_into};
+use crate::dtype::{Dtype, RedOp, input_value, reduce_into};
+use crate::nccl::NcclCall;
 use clap::ValueEnum;
-use std::ops::Range;
+use clap::builder::PossibleValue;
+use std::ops::{Deref, Range};
 
-/// Which collective.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OpKind {
-    Allreduce,
-    Allgather,
-    ReduceScatter,
-    Broadcast,
-    Alltoall,
-    Sendrecv,
+/// Declares each collective's module and lists its type in [`COLLECTIVES`].
+macro_rules! registry {
+    ($($module:ident::$ty:ident),* $(,)?) => {
+        $(pub mod $module;)*
+        /// Every collective, in `--coll`'s order.
+        pub static COLLECTIVES: &[Op] = &[$(Op(&$module::$ty)),*];
+    };
+}
+
+// Adding a collective: a file `ops/<name>.rs` implementing `Collective`, and its line here.
+registry! {
+    allreduce::Allreduce,
+    allgather::Allgather,
+    reduce_scatter::ReduceScatter,
+    broadcast::Broadcast,
+    alltoall::Alltoall,
+    sendrecv::Sendrecv,
+}
+
+/// What a collective is, everything the harness and both backends need from it (nccl-tests'
+/// `testColl`: name, byte counts, data init, bandwidth, run).
+pub trait Collective: Sync {
+    /// Its name in records, in the table and in messages (`reduce_scatter`).
+    fn name(&self) -> &'static str;
+
+    /// Its `--coll` value: the name with dashes, clap's spelling (a test checks the two agree).
+    fn flag(&self) -> &'static str {
+        self.name()
+    }
+
+    /// Buffer sizes in elements when the requested size holds `whole` elements, over `world`
+    /// ranks (nccl-tests' `getCollByteCount`).
+    fn counts(&self, whole: u64, world: u64) -> Counts;
+
+    /// busbw = algbw x this, n = ranks (nccl-tests' `getBw`, doc/PERFORMANCE.md).
+    fn bus_factor(&self, world: usize) -> f64;
+
+    /// Whether `--root` means something to it (the record then carries the root).
+    fn rooted(&self) -> bool {
+        false
+    }
+
+    /// Algorithms the tcp backend has for it: `auto` takes the first below
+    /// [`SMALL_MESSAGE_BYTES`], the last from there.
+    fn algos(&self) -> &'static [Algo];
+
+    /// Element `i` of this rank's send buffer (nccl-tests' `initData`): values from
+    /// [`input_value`], so that every result is known exactly.
+    fn input(&self, rank: usize, _shape: &Shape, i: usize) -> f32 {
+        input_value(rank, i)
+    }
+
+    /// The value element `i` of this rank's receive buffer must hold after one run.
+    fn expected(&self, rank: usize, world: usize, shape: &Shape, p: &Params, i: usize) -> f32;
+
+    /// Runs it once on the tcp backend, `send` to `recv`; anything else it needs lives in
+    /// `scratch`, kept across calls so that the timed loop allocates nothing.
+    fn run_tcp(
+        &self,
+        comm: &Comm,
+        algo: Algo,
+        p: &Params,
+        send: &[u8],
+        recv: &mut [u8],
+        scratch: &mut Scratch,
+    ) -> Result<(), CommError>;
+
+    /// Enqueues it once on one GPU's stream (nccl backend).
+    fn run_nccl(&self, call: &NcclCall) -> Result<(), String>;
+}
+
+/// What [`Collective::counts`] gives: elements per buffer and the `count` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Elements in each rank's send buffer.
+    pub send: u64,
+    /// Elements in each rank's receive buffer.
+    pub recv: u64,
+    /// Elements of the whole array the op moves (as nccl-tests' `count` column).
+    pub count: u64,
+}
+
+/// Elements per rank's block when `whole` elements are split over `world` ranks: rounded down,
+/// at least one (as nccl-tests).
+pub fn per_rank(whole: u64, world: u64) -> u64 {
+    (whole / world).max(1)
+}
+
+/// A registered collective: the handle `--coll` parses to and configs hold.
+#[derive(Clone, Copy)]
+pub struct Op(&'static dyn Collective);
+
+impl Deref for Op {
+    type Target = dyn Collective;
+    fn deref(&self) -> &Self::Target {
+        self.0
+    }
+}
+
+impl PartialEq for Op {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Op {}
+
+impl std::fmt::Debug for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl ValueEnum for Op {
+    fn value_variants<'a>() -> &'a [Self] {
+        COLLECTIVES
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.flag()))
+    }
+}
+
+impl Op {
+    /// The handle of one collective, for code that names it (`decode` runs allreduces).
+    pub const fn new(collective: &'static dyn Collective) -> Op {
+        Op(collective)
+    }
+
+    /// The registered collective called `name` (as records spell it).
+    pub fn named(name: &str) -> Option<Op> {
+        COLLECTIVES.iter().copied().find(|op| op.name() == name)
+    }
+
+    /// Buffer sizes for a requested size in bytes (rounded down to whole elements, at least one
+    /// per rank, as nccl-tests does).
+    pub fn shape(self, requested_bytes: u64, dtype: Dtype, world: usize) -> Shape {
+        let elem = dtype.size() as u64;
+        let whole = (requested_bytes / elem).max(1);
+        let c = self.counts(whole, world as u64);
+        Shape {
+            send_elems: c.send as usize,
+            recv_elems: c.recv as usize,
+            count: c.count,
+            bytes: c.count * elem,
+        }
+    }
+
+    /// The algorithm that runs for `requested` at `bytes`; an error names the ones available.
+    pub fn resolve_algo(self, requested: Algo, bytes: u64) -> Result<Algo, String> {
+        let algos = self.algos();
+        if requested == Algo::Auto {
+            let small = bytes < SMALL_MESSAGE_BYTES;
+            return Ok(if small {
+                algos[0]
+            } else {
+                algos[algos.len() - 1]
+            });
+        }
+        if algos.contains(&requested) {
+            Ok(requested)
+        } else {
+            let names: Vec<&str> = algos.iter().map(|a| a.name()).collect();
+            Err(format!(
+                "--algo {} is not available for {}; use auto or one of: {}",
+                requested.name(),
+                self.name(),
+                names.join(", ")
+            ))
+        }
+    }
+
+    /// Fills this rank's send buffer with its known input.
+    pub fn fill(self, rank: usize, shape: &Shape, p: &Params, send: &mut [u8]) {
+        for i in 0..shape.send_elems {
+            p.dtype.store(send, i, self.input(rank, shape, i));
+        }
+    }
 }
 
 /// Which algorithm the tcp backend runs (`auto` picks by size).
@@ -96,142 +261,6 @@ impl Scratch {
         self.work.clear();
         self.work.extend_from_slice(data);
         (&mut self.staging, &mut self.work)
-    }
-}
-
-impl OpKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            OpKind::Allreduce => "allreduce",
-            OpKind::Allgather => "allgather",
-            OpKind::ReduceScatter => "reduce_scatter",
-            OpKind::Broadcast => "broadcast",
-            OpKind::Alltoall => "alltoall",
-            OpKind::Sendrecv => "sendrecv",
-        }
-    }
-
-    /// Buffer sizes for a requested size in bytes (rounded down to whole elements, at least one
-    /// per rank, as nccl-tests does).
-    pub fn shape(self, requested_bytes: u64, dtype: Dtype, world: usize) -> Shape {
-        let elem = dtype.size() as u64;
-        let whole = (requested_bytes / elem).max(1);
-        let per_rank = (whole / world as u64).max(1);
-        let (send, recv, count) = match self {
-            OpKind::Allreduce | OpKind::Broadcast | OpKind::Sendrecv => (whole, whole, whole),
-            OpKind::Allgather => (per_rank, per_rank * world as u64, per_rank * world as u64),
-            OpKind::ReduceScatter => (per_rank * world as u64, per_rank, per_rank * world as u64),
-            OpKind::Alltoall => (
-                per_rank * world as u64,
-                per_rank * world as u64,
-                per_rank * world as u64,
-            ),
-        };
-        Shape {
-            send_elems: send as usize,
-            recv_elems: recv as usize,
-            count,
-            bytes: count * elem,
-        }
-    }
-
-    /// busbw = algbw x this (nccl-tests doc/PERFORMANCE.md, n = ranks).
-    pub fn bus_factor(self, world: usize) -> f64 {
-        let n = world as f64;
-        match self {
-            OpKind::Allreduce => 2.0 * (n - 1.0) / n,
-            OpKind::Allgather | OpKind::ReduceScatter | OpKind::Alltoall => (n - 1.0) / n,
-            OpKind::Broadcast | OpKind::Sendrecv => 1.0,
-        }
-    }
-
-    /// Algorithms the tcp backend has for this op (the first is the small-message one).
-    pub fn algos(self) -> &'static [Algo] {
-        match self {
-            OpKind::Allreduce => &[Algo::RecursiveDoubling, Algo::Ring],
-            OpKind::Allgather | OpKind::ReduceScatter => &[Algo::Direct, Algo::Ring],
-            OpKind::Broadcast => &[Algo::Tree, Algo::Ring],
-            OpKind::Alltoall => &[Algo::Direct, Algo::Pairwise],
-            OpKind::Sendrecv => &[Algo::Direct],
-        }
-    }
-
-    /// The algorithm that runs for `requested` at `bytes`; an error names the ones available.
-    pub fn resolve_algo(self, requested: Algo, bytes: u64) -> Result<Algo, String> {
-        let algos = self.algos();
-        if requested == Algo::Auto {
-            let small = bytes < SMALL_MESSAGE_BYTES;
-            return Ok(if small {
-                algos[0]
-            } else {
-                algos[algos.len() - 1]
-            });
-        }
-        if algos.contains(&requested) {
-            Ok(requested)
-        } else {
-            let names: Vec<&str> = algos.iter().map(|a| a.name()).collect();
-            Err(format!(
-                "--algo {} is not available for {}; use auto or one of: {}",
-                requested.name(),
-                self.name(),
-                names.join(", ")
-            ))
-        }
-    }
-
-    /// Fills this rank's send buffer with its known input.
-    pub fn fill(self, rank: usize, world: usize, shape: &Shape, p: &Params, send: &mut [u8]) {
-        let value = |i: usize| match self {
-            OpKind::Allreduce | OpKind::Sendrecv | OpKind::ReduceScatter | OpKind::Alltoall => {
-                crate::dtype::input_value(rank, i)
-            }
-            OpKind::Allgather => crate::dtype::input_value(rank, rank * shape.send_elems + i),
-            OpKind::Broadcast => crate::dtype::input_value(rank, i),
-        };
-        let _ = world;
-        for i in 0..shape.send_elems {
-            p.dtype.store(send, i, value(i));
-        }
-    }
-
-    /// The value element `i` of this rank's receive buffer must hold.
-    pub fn expected(self, rank: usize, world: usize, shape: &Shape, p: &Params, i: usize) -> f32 {
-        use crate::dtype::{input_value, reduced_value};
-        match self {
-            OpKind::Allreduce => reduced_value(p.redop, world, i),
-            OpKind::Allgather => {
-                let per = shape.send_elems;
-                input_value(i / per, i)
-            }
-            OpKind::ReduceScatter => reduced_value(p.redop, world, rank * shape.recv_elems + i),
-            OpKind::Broadcast => input_value(p.root, i),
-            OpKind::Alltoall => {
-                let per = shape.recv_elems / world;
-                input_value(i / per, rank * per + i % per)
-            }
-            OpKind::Sendrecv => input_value((rank + world - 1) % world, i),
-        }
-    }
-
-    /// Runs the op once on the tcp backend: `send` to `recv`, with buffers kept across calls.
-    pub fn run_tcp(
-        self,
-        comm: &Comm,
-        algo: Algo,
-        p: &Params,
-        send: &[u8],
-        recv: &mut [u8],
-        scratch: &mut Scratch,
-    ) -> Result<(), CommError> {
-        match self {
-            OpKind::Allreduce => allreduce::run(comm, algo, p, send, recv, scratch),
-            OpKind::Allgather => allgather::run(comm, algo, send, recv),
-            OpKind::ReduceScatter => reduce_scatter::run(comm, algo, p, send, recv, scratch),
-            OpKind::Broadcast => broadcast::run(comm, algo, p, send, recv),
-            OpKind::Alltoall => alltoall::run(comm, algo, send, recv),
-            OpKind::Sendrecv => sendrecv::run(comm, send, recv),
-        }
     }
 }
 

@@ -3,11 +3,62 @@
 //! each) for large messages; direct (each block straight to its owner, reduced there in rank
 //! order) for small ones.
 
-use super::{Algo, Params, Scratch, send_recv_reduce, split_pair};
+use super::{Algo, Collective, Counts, Params, Scratch, Shape, per_rank, send_recv_reduce, split_pair};
 use crate::comm::{Comm, CommError, Recv, Send};
-use crate::dtype::reduce_into;
+use crate::dtype::{reduce_into, reduced_value};
+use crate::nccl::NcclCall;
 
-pub fn run(
+pub struct ReduceScatter;
+
+impl Collective for ReduceScatter {
+    fn name(&self) -> &'static str {
+        "reduce_scatter"
+    }
+
+    fn flag(&self) -> &'static str {
+        "reduce-scatter"
+    }
+
+    fn counts(&self, whole: u64, world: u64) -> Counts {
+        let block = per_rank(whole, world);
+        Counts {
+            send: block * world,
+            recv: block,
+            count: block * world,
+        }
+    }
+
+    fn bus_factor(&self, world: usize) -> f64 {
+        let n = world as f64;
+        (n - 1.0) / n
+    }
+
+    fn algos(&self) -> &'static [Algo] {
+        &[Algo::Direct, Algo::Ring]
+    }
+
+    fn expected(&self, rank: usize, world: usize, shape: &Shape, p: &Params, i: usize) -> f32 {
+        reduced_value(p.redop, world, rank * shape.recv_elems + i)
+    }
+
+    fn run_tcp(
+        &self,
+        comm: &Comm,
+        algo: Algo,
+        p: &Params,
+        send: &[u8],
+        recv: &mut [u8],
+        scratch: &mut Scratch,
+    ) -> Result<(), CommError> {
+        run(comm, algo, p, send, recv, scratch)
+    }
+
+    fn run_nccl(&self, call: &NcclCall) -> Result<(), String> {
+        call.reduce_scatter(call.shape.recv_elems)
+    }
+}
+
+fn run(
     comm: &Comm,
     algo: Algo,
     p: &Params,
