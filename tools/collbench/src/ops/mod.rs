@@ -1,6 +1,6 @@
 //! The collectives, one small file each over the shared harness (nccl-tests' layout, where each
 //! `src/<coll>.cu` fills a `struct testColl`): each file implements [`Collective`], the whole
-//! per-collective contract, and registers itself with one line in [`registry!`] below. This
+//! per-collective contract, and registers itself with one line in `registry!` below. This
 //! file holds the contract, the registry and the pieces the tcp algorithms share (chunking,
 //! reduce-on-arrival).
 
