@@ -26,37 +26,48 @@ pub struct Target {
 }
 
 impl Target {
+    /// Errors are one line that names the URL, for the caller to prefix with its source.
     pub fn parse(url: &str, headers: Vec<(HeaderName, HeaderValue)>) -> Result<Target, String> {
-        let rest = match url.strip_prefix("http://") {
-            Some(r) => r,
-            None if url.starts_with("https://") => {
+        const EXAMPLE: &str = "e.g. http://127.0.0.1:8000";
+        let uri: hyper::Uri = url
+            .parse()
+            .map_err(|e| format!("{url}: not a URL ({e}; {EXAMPLE})"))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => {
                 return Err(format!(
                     "{url}: https is not supported; point loadgen at the server's plain http port"
                 ));
             }
-            None => {
-                return Err(format!(
-                    "{url}: not an http:// URL (e.g. http://127.0.0.1:8000)"
-                ));
-            }
-        };
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        if authority.is_empty() {
-            return Err(format!("{url}: no host"));
+            _ => return Err(format!("{url}: not an http:// URL ({EXAMPLE})")),
         }
-        let authority = if authority
-            .rsplit_once(':')
-            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-            && !authority.ends_with(']')
-        {
-            authority.to_string()
-        } else {
-            format!("{authority}:80")
+        let Some(host) = uri.host().filter(|h| !h.is_empty()) else {
+            return Err(format!("{url}: no host ({EXAMPLE})"));
         };
-        let mut prefix = path.trim_end_matches('/').to_string();
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err(format!(
+                "{url}: user info in the URL is not supported; use --header"
+            ));
+        }
+        if uri.query().is_some() {
+            return Err(format!(
+                "{url}: a query (?...) is not supported in the base URL"
+            ));
+        }
+        // `port_u16` is None both without a port and with one out of range (`:99999`).
+        let written = uri
+            .authority()
+            .and_then(|a| a.as_str().strip_prefix(host))
+            .and_then(|rest| rest.strip_prefix(':'))
+            .unwrap_or("");
+        let port = match uri.port_u16() {
+            Some(p) => p,
+            None if written.is_empty() => 80,
+            None => return Err(format!("{url}: port {written} is not a port number")),
+        };
+        // `host()` keeps an IPv6 address's brackets, as `host:port` needs them.
+        let authority = format!("{host}:{port}");
+        let mut prefix = uri.path().trim_end_matches('/').to_string();
         // `--url http://host:8000/v1` is a common way to write the OpenAI base URL.
         if prefix.ends_with("/v1") {
             prefix.truncate(prefix.len() - 3);
@@ -366,6 +377,33 @@ mod tests {
                 .contains("https")
         );
         assert!(Target::parse("h:80", vec![]).is_err());
+        let t = Target::parse("http://[::1]:9000/proxy/", vec![]).unwrap();
+        assert_eq!(
+            (t.authority.as_str(), t.prefix.as_str()),
+            ("[::1]:9000", "/proxy")
+        );
+        let t = Target::parse("http://[::1]", vec![]).unwrap();
+        assert_eq!(t.authority, "[::1]:80");
+    }
+
+    /// Every rejected URL gets one line that names it and says what is wrong.
+    #[test]
+    fn bad_urls_are_named_in_one_line() {
+        for (url, says) in [
+            ("ftp://x", "not an http:// URL"),
+            ("h:80", "not an http:// URL"),
+            ("127.0.0.1:8000", "not an http:// URL"),
+            ("http://", "not a URL"),
+            ("http://h:99999", "not a port number"),
+            ("http://a b", "not a URL"),
+            ("http://u:p@h:80", "user info"),
+            ("http://h:80/?x=1", "query"),
+        ] {
+            let e = Target::parse(url, vec![]).unwrap_err();
+            assert!(e.starts_with(&format!("{url}: ")), "{url}: {e}");
+            assert!(e.contains(says), "{url}: {e}");
+            assert!(!e.contains('\n'), "{url}: {e}");
+        }
     }
 
     #[test]

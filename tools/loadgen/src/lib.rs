@@ -3,9 +3,12 @@
 //! `summary` records. The measuring is the point: chunks are timed as their bytes arrive,
 //! open-loop latency counts from the intended send time, the client's own CPU cost is recorded.
 
+pub mod dispatch;
 pub mod exec;
 pub mod http;
 pub mod pacing;
+pub mod probe;
+pub mod progress;
 pub mod ramp;
 pub mod run;
 pub mod sse;
