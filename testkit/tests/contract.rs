@@ -223,3 +223,154 @@ fn a_mistyped_flag_is_one_error_line_with_exit_2_and_help_is_exit_0() {
         assert_eq!(stderr(&out), "", "{tool} --help | head");
     }
 }
+
+/// What each record-writing tool writes, from a run of each that reaches its optional fields:
+/// `(file, script)`, run in one directory by `bash -e`. The server launched first is killed
+/// on the way out whatever happens.
+const EVERY_TOOL: &[(&str, &str)] = &[
+    (
+        "plans.jsonl",
+        "srv-sim --dry-run --label layout=tp1
+         srv-sim --dry-run --model llama-3.1-70b --hardware h200 --tp 2 --pp 2 --gpus 8 --spec-tokens 2
+         srv-sim --dry-run --model llama-3.1-70b --hardware h100  # the weights do not fit: nulls",
+    ),
+    (
+        "server.jsonl",
+        "srv-launch sim --name contract --label run=contract -- --ttft 2ms --itl 1ms --fail-rate 0.1 --seed 7",
+    ),
+    (
+        "closed.jsonl",
+        "loadgen -c 1,2 -n 12 --max-tokens 4 --prompts builtin --slo ttft_ms=1000 --label stage=closed < server.jsonl",
+    ),
+    (
+        "open.jsonl",
+        "loadgen -r 100 --max-concurrency 4 -n 12 --max-tokens 4 --input-len 16 --repeat 2 < server.jsonl",
+    ),
+    (
+        "ramp.jsonl",
+        "loadgen --ramp -c 1 --ramp-max 4 --max-error-rate 1 --slo-attainment 0.5 -n 12 --max-tokens 4 --prompts builtin --slo ttft_ms=1000 --no-requests < server.jsonl",
+    ),
+    (
+        "kill.jsonl",
+        "srv-kill --from server.jsonl
+         true & gone=$!; wait $gone; srv-kill --pid $gone || test $? = 1  # nothing matched: a failed kill",
+    ),
+    (
+        "coll.jsonl",
+        "collbench -np 2 -b 8 -e 64 -f 8 -n 2 -w 1
+         collbench -np 2 --coll broadcast --root 1 -b 8 -e 8 -n 2 -w 1 --mode latency",
+    ),
+    (
+        "decode.jsonl",
+        "collbench decode --model llama-3.1-8b --hardware h100 --tp 2 --batch 1,4 -n 2 -w 1",
+    ),
+];
+
+/// The record contract is the schema in shared/src/record/: every record each tool writes
+/// reads back as its typed kind with nothing left over in `extra`, so a field written outside
+/// the schema fails here (as ripgrep's JSON tests read its output with deny_unknown_fields).
+/// And summarize, which writes tables rather than records, reads all of them as typed records.
+#[test]
+fn every_record_every_tool_writes_is_typed_with_nothing_outside_the_schema() {
+    use servbench::record::Record;
+    let dir = tempfile::tempdir().unwrap();
+    let mut script = String::from(
+        "trap 'srv-kill --from server.jsonl --missing-ok >/dev/null 2>&1 || true' EXIT\n",
+    );
+    for (file, commands) in EVERY_TOOL {
+        script.push_str(&format!("{{\n{commands}\n}} > {file}\n"));
+    }
+    let out = bash(&format!("set -e\ncd {}\n{script}", dir.path().display()));
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let mut kinds = std::collections::BTreeSet::new();
+    for (file, _) in EVERY_TOOL {
+        let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
+        assert!(!text.trim().is_empty(), "{file}: no records");
+        for line in text.lines() {
+            let record = Record::parse(line).unwrap_or_else(|e| panic!("{file}: {e}: {line}"));
+            let extra = record
+                .extra()
+                .unwrap_or_else(|| panic!("{file}: a kind outside the schema: {line}"));
+            assert!(
+                extra.is_empty(),
+                "{file}: {} record fields outside the schema (add them to shared/src/record/): {:?}",
+                record.kind(),
+                extra.keys().collect::<Vec<_>>()
+            );
+            kinds.insert(record.kind().to_string());
+        }
+    }
+    let every_kind = [
+        "server", "kill", "request", "summary", "ramp", "coll", "coll_run", "decode", "sim_plan",
+    ];
+    assert_eq!(
+        kinds,
+        every_kind.iter().map(|k| k.to_string()).collect(),
+        "every kind is written by some tool"
+    );
+
+    let files: Vec<&str> = EVERY_TOOL.iter().map(|(file, _)| *file).collect();
+    let out = bash(&format!(
+        "cd {} && summarize --format json {}",
+        dir.path().display(),
+        files.join(" ")
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = report.to_string();
+    for table in [
+        "servers",
+        "load points",
+        "ramps",
+        "collectives",
+        "decode allreduce budget",
+        "kills",
+    ] {
+        assert!(
+            text.contains(table),
+            "summarize made no {table} table: {text}"
+        );
+    }
+    // It tabulates every kind but the dry run's plan (a layout's figures, no measurement).
+    let err = stderr(&out);
+    let ignored: Vec<&str> = err.lines().filter(|l| l.contains("ignored")).collect();
+    assert!(
+        ignored.iter().all(|l| l.ends_with(": 3 sim_plan")),
+        "{ignored:?}"
+    );
+}
+
+/// The READMEs' example records are real lines of the current schema: each reads back as its
+/// typed kind with nothing outside the schema.
+#[test]
+fn the_readmes_example_records_are_in_the_schema() {
+    use servbench::record::Record;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut readmes = vec![root.join("README.md")];
+    for tool in std::fs::read_dir(root.join("tools")).unwrap() {
+        readmes.push(tool.unwrap().path().join("README.md"));
+    }
+    let mut kinds = std::collections::BTreeSet::new();
+    for readme in readmes.iter().filter(|p| p.exists()) {
+        let text = std::fs::read_to_string(readme).unwrap();
+        for line in text.lines().filter(|l| l.starts_with(r#"{"kind":"#)) {
+            let where_ = readme.display();
+            let record = Record::parse(line).unwrap_or_else(|e| panic!("{where_}: {e}: {line}"));
+            let extra = record
+                .extra()
+                .unwrap_or_else(|| panic!("{where_}: a kind outside the schema: {line}"));
+            assert!(
+                extra.is_empty(),
+                "{where_}: {} example has fields outside the schema: {:?}",
+                record.kind(),
+                extra.keys().collect::<Vec<_>>()
+            );
+            kinds.insert(record.kind().to_string());
+        }
+    }
+    assert!(
+        kinds.len() >= 9,
+        "README shows one line of each kind: {kinds:?}"
+    );
+}

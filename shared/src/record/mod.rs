@@ -12,6 +12,7 @@ mod kill;
 mod ramp;
 mod request;
 mod server;
+mod sim_plan;
 mod summary;
 
 pub use coll::*;
@@ -19,6 +20,7 @@ pub use kill::*;
 pub use ramp::*;
 pub use request::*;
 pub use server::*;
+pub use sim_plan::*;
 pub use summary::*;
 
 use serde::de::DeserializeOwned;
@@ -55,6 +57,8 @@ pub trait RecordKind: Serialize + DeserializeOwned {
     fn labels(&self) -> &Labels;
     fn labels_mut(&mut self) -> &mut Labels;
     fn version(&self) -> u32;
+    /// Fields the record carries that this build's schema does not name.
+    fn extra(&self) -> &Extra;
     fn extra_mut(&mut self) -> &mut Extra;
     fn into_record(self) -> Record;
 }
@@ -72,6 +76,9 @@ macro_rules! record_kind {
             }
             fn version(&self) -> u32 {
                 self.v
+            }
+            fn extra(&self) -> &$crate::record::Extra {
+                &self.extra
             }
             fn extra_mut(&mut self) -> &mut $crate::record::Extra {
                 &mut self.extra
@@ -100,6 +107,7 @@ pub enum Record {
     CollRun(CollRunRecord),
     Decode(DecodeRecord),
     Ramp(RampRecord),
+    SimPlan(SimPlanRecord),
     /// A kind this build does not know (or knows only by name): kept whole, `kind` included.
     Other(Extra),
 }
@@ -150,6 +158,7 @@ impl Record {
             CollRunRecord::KIND => typed(line).map(Record::CollRun),
             DecodeRecord::KIND => typed(line).map(Record::Decode),
             RampRecord::KIND => typed(line).map(Record::Ramp),
+            SimPlanRecord::KIND => typed(line).map(Record::SimPlan),
             _ => return whole().map(Record::Other),
         };
         match parsed {
@@ -175,6 +184,7 @@ impl Record {
             Record::CollRun(_) => CollRunRecord::KIND,
             Record::Decode(_) => DecodeRecord::KIND,
             Record::Ramp(_) => RampRecord::KIND,
+            Record::SimPlan(_) => SimPlanRecord::KIND,
             Record::Other(map) => map.get("kind").and_then(Value::as_str).unwrap_or(""),
         }
     }
@@ -190,6 +200,7 @@ impl Record {
             Record::CollRun(r) => r.v,
             Record::Decode(r) => r.v,
             Record::Ramp(r) => r.v,
+            Record::SimPlan(r) => r.v,
             Record::Other(map) => map.get("v").and_then(Value::as_u64).unwrap_or(1) as u32,
         }
     }
@@ -205,10 +216,28 @@ impl Record {
             Record::CollRun(r) => r.labels.clone(),
             Record::Decode(r) => r.labels.clone(),
             Record::Ramp(r) => r.labels.clone(),
+            Record::SimPlan(r) => r.labels.clone(),
             Record::Other(map) => map
                 .get("labels")
                 .and_then(|l| serde_json::from_value(l.clone()).ok())
                 .unwrap_or_default(),
+        }
+    }
+
+    /// The fields of a known kind that this build's schema does not name (None for an `Other`
+    /// record, of which this build knows nothing).
+    pub fn extra(&self) -> Option<&Extra> {
+        match self {
+            Record::Server(r) => Some(&r.extra),
+            Record::Kill(r) => Some(&r.extra),
+            Record::Request(r) => Some(&r.extra),
+            Record::Summary(r) => Some(&r.extra),
+            Record::Coll(r) => Some(&r.extra),
+            Record::CollRun(r) => Some(&r.extra),
+            Record::Decode(r) => Some(&r.extra),
+            Record::Ramp(r) => Some(&r.extra),
+            Record::SimPlan(r) => Some(&r.extra),
+            Record::Other(_) => None,
         }
     }
 
@@ -223,6 +252,7 @@ impl Record {
             Record::CollRun(r) => to_line_with_kind(r),
             Record::Decode(r) => to_line_with_kind(r),
             Record::Ramp(r) => to_line_with_kind(r),
+            Record::SimPlan(r) => to_line_with_kind(r),
             Record::Other(map) => serde_json::to_string(map),
         };
         // Serializing plain data structures to a String cannot fail (no I/O, string keys only).

@@ -312,6 +312,50 @@ fn ramp() -> impl Strategy<Value = Record> {
     })
 }
 
+fn sim_plan() -> impl Strategy<Value = Record> {
+    (
+        labels(),
+        extra(),
+        finite(),
+        prop::option::of(1u64..10_000_000),
+        prop::option::of(1u32..65_536),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(labels, extra, ms, kv_cache_tokens, compute_bound_batch, spec)| {
+                Record::SimPlan(SimPlanRecord {
+                    v: 1,
+                    ts: "2026-11-30T17:00:00.123Z".into(),
+                    labels,
+                    model: "llama-3.1-70b".into(),
+                    hardware: "h200".into(),
+                    tp: 4,
+                    pp: 2,
+                    data_parallel: 1,
+                    max_model_len: 131_072,
+                    weight_bytes: 141.2e9,
+                    weight_bytes_per_gpu: 17.65e9,
+                    active_weight_bytes_per_token: 141.2e9,
+                    kv_bytes_per_token: 327_680.0,
+                    kv_cache_tokens,
+                    context_tokens: 1024,
+                    decode_step_ms: ms + 0.1,
+                    decode_memory_ms: ms,
+                    decode_compute_ms: ms / 100.0,
+                    decode_comm_ms: ms / 7.0,
+                    step_overhead_ms: 0.1,
+                    roofline_tok_s: 1000.0 / (ms + 1.0),
+                    single_stream_tok_s: 1000.0 / (ms + 1.1),
+                    pipeline_bubble_at_batch_1: 0.5,
+                    compute_bound_batch,
+                    spec_tokens_per_step: spec.then_some(2.19),
+                    spec_single_stream_tok_s: spec.then_some(250.0),
+                    extra,
+                })
+            },
+        )
+}
+
 fn other() -> impl Strategy<Value = Record> {
     (labels(), extra(), "[a-z_]{3,10}").prop_map(|(labels, mut extra, kind)| {
         extra.insert("kind".into(), json!(format!("future_{kind}")));
@@ -331,6 +375,7 @@ fn any_record() -> impl Strategy<Value = Record> {
         coll_run(),
         decode(),
         ramp(),
+        sim_plan(),
         other()
     ]
 }
@@ -347,6 +392,35 @@ proptest! {
         let value: serde_json::Value = serde_json::from_str(&line).unwrap();
         prop_assert_eq!(value["kind"].as_str().unwrap(), record.kind());
         prop_assert!(line.starts_with(r#"{"kind":"#), "kind first: {}", line);
+    }
+}
+
+proptest! {
+    /// The fast read path gives what the full parser gives, less the fields outside the schema.
+    #[test]
+    fn the_lean_request_read_is_the_full_read_without_extra(record in request()) {
+        let line = record.to_line();
+        let Record::Request(mut full) = Record::parse(&line).unwrap() else {
+            panic!("not a request: {line}");
+        };
+        full.extra.clear();
+        prop_assert_eq!(RequestRecord::parse_lean(line.as_bytes()), Some(*full));
+    }
+}
+
+#[test]
+fn the_lean_request_read_leaves_other_kinds_and_broken_lines_to_the_full_parser() {
+    let ok = r#"{"kind":"request","v":1,"ts":"t","point":{"index":0},"id":3,"intended_ms":1.0,"send_lag_ms":0.0}"#;
+    assert_eq!(RequestRecord::parse_lean(ok.as_bytes()).unwrap().id, 3);
+    for line in [
+        // Another kind whose name starts like it.
+        ok.replace(r#""request""#, r#""request_x""#),
+        // kind not first: loadgen never writes it so; the full parser reads it.
+        ok.replace(r#"{"kind":"request","v":1,"#, r#"{"v":1,"kind":"request","#),
+        // A required field missing: the full parser names it.
+        ok.replace(r#","id":3"#, ""),
+    ] {
+        assert_eq!(RequestRecord::parse_lean(line.as_bytes()), None, "{line}");
     }
 }
 

@@ -4,8 +4,8 @@
 //! pipeline micro-batches with their bubble, prefill attention, and a fixed per-step overhead.
 
 use crate::engine::{CostModel, StepShape};
-use serde::Serialize;
 use servbench::presets::{self, Hardware, Layout, ModelCard, StepWork};
+use servbench::record::{Extra, Labels, SCHEMA_VERSION, SimPlanRecord, now_ts};
 use std::time::Duration;
 
 /// vLLM's default `gpu_memory_utilization`: the share of GPU memory the engine may use.
@@ -84,16 +84,28 @@ impl Roofline {
         Some((per_gpu_free / per_gpu_per_token) as u64)
     }
 
-    /// The figures `--dry-run` prints.
-    pub fn plan(&self, context: u64) -> DryRun {
+    /// The `sim_plan` record `--dry-run` writes, for one stream at `context` tokens, on a
+    /// server of `data_parallel` replicas accepting `max_model_len` tokens.
+    pub fn plan(
+        &self,
+        context: u64,
+        data_parallel: u32,
+        max_model_len: u32,
+        labels: Labels,
+    ) -> SimPlanRecord {
         let one = self.step_cost(&Self::decode_shape(1, context));
         let step_s = one.total_s() + self.step_overhead.as_secs_f64();
         let pp = f64::from(self.layout.pp.max(1));
-        DryRun {
+        SimPlanRecord {
+            v: SCHEMA_VERSION,
+            ts: now_ts(),
+            labels,
             model: self.model.name.clone(),
             hardware: self.hardware.name.clone(),
             tp: self.layout.tp,
             pp: self.layout.pp,
+            data_parallel,
+            max_model_len,
             weight_bytes: self.model.weight_bytes_total(),
             weight_bytes_per_gpu: self.model.weight_bytes_total()
                 / f64::from(self.layout.tp * self.layout.pp),
@@ -120,6 +132,9 @@ impl Roofline {
                 self.layout,
                 context,
             ),
+            spec_tokens_per_step: None,
+            spec_single_stream_tok_s: None,
+            extra: Extra::new(),
         }
     }
 }
@@ -128,38 +143,6 @@ impl CostModel for Roofline {
     fn step_time(&self, shape: &StepShape) -> Duration {
         Duration::from_secs_f64(self.step_s(shape))
     }
-}
-
-/// `srv-sim --dry-run`: what the cost model predicts for the chosen preset.
-#[derive(Debug, Clone, Serialize)]
-pub struct DryRun {
-    pub model: String,
-    pub hardware: String,
-    pub tp: u32,
-    pub pp: u32,
-    pub weight_bytes: f64,
-    pub weight_bytes_per_gpu: f64,
-    /// Weight bytes one token reads (MoE: shared weights + k experts per MoE layer).
-    pub active_weight_bytes_per_token: f64,
-    pub kv_bytes_per_token: f64,
-    /// KV-cache tokens that fit at 90% memory use; null when the weights do not fit.
-    pub kv_cache_tokens: Option<u64>,
-    /// Context length the decode figures are computed at.
-    pub context_tokens: u64,
-    /// Batch-1 decode step as srv-sim runs it (roofline + comm + per-step overhead).
-    pub decode_step_ms: f64,
-    pub decode_memory_ms: f64,
-    pub decode_compute_ms: f64,
-    pub decode_comm_ms: f64,
-    pub step_overhead_ms: f64,
-    /// The shared roofline's single-stream limit (no per-step overhead).
-    pub roofline_tok_s: f64,
-    /// What a single stream gets from srv-sim: 1 / decode_step.
-    pub single_stream_tok_s: f64,
-    /// Share of a round pipeline stages idle with one request (1 - 1/pp).
-    pub pipeline_bubble_at_batch_1: f64,
-    /// Smallest decode batch that is compute-bound (null: none up to 65,536).
-    pub compute_bound_batch: Option<u32>,
 }
 
 #[cfg(test)]

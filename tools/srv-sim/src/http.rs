@@ -24,16 +24,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
-/// Injected failures (README "Faults").
-#[derive(Debug, Clone, Default)]
+/// Injected failures (README "Faults"), as srv-sim's flags give them.
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct Faults {
-    /// Probability that a generation request is answered 500 or 503 at once.
+    /// Probability a generation request is answered HTTP 500 or 503 at once
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
     pub fail_rate: f64,
-    /// Generation requests 1..=N run normally; request N+1 crashes the process mid-stream.
+    /// After N generation requests, the next one crashes the process halfway through its stream
+    #[arg(long, value_name = "N")]
     pub crash_after: Option<u64>,
-    /// Generation requests after the first N stop sending mid-stream and keep the connection.
+    /// After N generation requests, every later one stops sending halfway and keeps the connection open
+    #[arg(long, value_name = "N")]
     pub stall_after: Option<u64>,
-    /// Probability that a generation request's connection is reset (TCP RST) mid-stream.
+    /// Probability a generation request's connection is reset (TCP RST) halfway through
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
     pub reset_rate: f64,
 }
 

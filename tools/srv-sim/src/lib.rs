@@ -22,44 +22,122 @@ use engine::{Engine, EngineConfig, Spec, Timing};
 use http::{App, Faults};
 use servbench::cli::{self, Exit};
 use servbench::presets::{self, Layout};
+use servbench::record::SimPlanRecord;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Everything srv-sim is told on its command line.
-#[derive(Debug, Clone)]
+const EXAMPLES: &str = "\
+Examples:
+  srv-sim --port 8000                                  # Llama-3.1-8B on one H100, modelled
+  srv-sim --model llama-3.1-70b --hardware h200 --tp 4 --dry-run
+  srv-sim --port 0 --ttft 200ms --itl 10ms             # exact latencies (ground truth)
+  srv-sim --itl 0 & loadgen --url http://127.0.0.1:8000 -c 1..256 --max-tokens 256 | summarize
+  srv-sim --fail-rate 0.05 --reset-rate 0.01 --stall-after 100
+
+Tokens: a token is a whitespace-separated word; a prompt of N words is N tokens.
+stderr says `srv-sim: listening on http://HOST:PORT` once bound; poll GET /health for readiness.";
+
+/// A simulated LLM inference server (OpenAI-compatible, vLLM-shaped), timed by a roofline cost
+/// model or by fixed latencies, with fault injection.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "srv-sim", version, after_help = EXAMPLES)]
 pub struct Config {
+    /// Address to listen on
+    #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
+    /// Port to listen on (0 picks a free one; read it from the stderr line)
+    #[arg(long, default_value_t = 8000)]
     pub port: u16,
+    /// Model name the API reports and accepts (default: the model preset's name)
+    #[arg(long, value_name = "NAME")]
     pub served_model_name: Option<String>,
-    /// A model preset name or a JSON model card path.
+    /// Model preset: llama-3.1-8b, llama-3.1-70b, qwen3-32b, qwen3-30b-a3b, deepseek-v3, kimi-k2
+    #[arg(
+        long,
+        value_name = "PRESET",
+        default_value = "llama-3.1-8b",
+        conflicts_with = "model_card"
+    )]
     pub model: String,
-    /// A hardware preset name or a JSON hardware card path.
+    /// Model card JSON file (the fields of servbench::presets::ModelCard)
+    #[arg(long, value_name = "FILE.json")]
+    pub model_card: Option<String>,
+    /// Hardware preset: h100, h200, a100-80g, l40s, rtx-pro-6000
+    #[arg(
+        long,
+        value_name = "PRESET",
+        default_value = "h100",
+        conflicts_with = "hardware_file"
+    )]
     pub hardware: String,
+    /// Hardware card JSON file (the fields of servbench::presets::Hardware)
+    #[arg(long, value_name = "FILE.json")]
+    pub hardware_file: Option<String>,
+    /// Tensor-parallel degree
+    #[arg(long, default_value_t = 1)]
     pub tp: u32,
+    /// Pipeline-parallel degree
+    #[arg(long, default_value_t = 1)]
     pub pp: u32,
+    /// GPUs in all: a multiple of tp x pp; the multiple runs data-parallel engine replicas
+    #[arg(long, value_name = "N")]
     pub gpus: Option<u32>,
+    /// Requests running at once per engine (default 256; unlimited in fixed-latency mode)
+    #[arg(long, value_name = "N")]
     pub max_running_requests: Option<u32>,
+    /// KV-cache capacity in tokens (default: what fits beside the weights at 90% of memory)
+    #[arg(long, value_name = "N")]
     pub kv_cache_tokens: Option<u64>,
+    /// Token budget of one engine step: decode tokens first, chunked prefill in the rest
+    #[arg(long, value_name = "N", default_value_t = 8192)]
     pub max_prefill_tokens: u32,
+    /// Longest prompt + completion accepted (longer requests get a 400)
+    #[arg(long, value_name = "N", default_value_t = 131_072)]
     pub max_model_len: u32,
+    /// max_tokens when a request gives none
+    #[arg(long, value_name = "N", default_value_t = 16)]
     pub default_max_tokens: u32,
+    /// Fixed scheduling overhead added to every engine step
+    #[arg(long, value_name = "DUR", value_parser = cli::parse_duration, default_value = "100us")]
     pub step_overhead: Duration,
+    /// /health answers 503 (and generation requests 503) for this long after start
+    #[arg(long, value_name = "DUR", value_parser = cli::parse_duration, default_value = "0s")]
     pub startup: Duration,
+    /// Fixed-latency mode: time to the first chunk, from arrival (bypasses the cost model)
+    #[arg(long, value_name = "DUR", value_parser = cli::parse_duration)]
     pub ttft: Option<Duration>,
+    /// Fixed-latency mode: gap between chunks; 0 streams as fast as possible
+    #[arg(long, value_name = "DUR", value_parser = cli::parse_duration)]
     pub itl: Option<Duration>,
+    /// Fixed-latency mode: tokens per SSE chunk
+    #[arg(long, value_name = "K", default_value_t = 1)]
     pub tokens_per_chunk: u32,
+    /// Speculative decoding: draft tokens verified per step
+    #[arg(long, value_name = "K", default_value_t = 0)]
     pub spec_tokens: u32,
+    /// Speculative decoding: probability each draft token is accepted (the chain stops at the first rejection)
+    #[arg(long, value_name = "A", default_value_t = 0.7)]
     pub spec_accept: f64,
+    #[command(flatten)]
     pub faults: Faults,
+    /// Seed for generated text, faults and speculative acceptance
+    #[arg(long, value_name = "S", default_value_t = 0)]
     pub seed: u64,
+    /// Async runtime threads (1: a single-threaded runtime, best on one pinned core)
+    #[arg(long, value_name = "N", default_value_t = 1)]
     pub threads: usize,
-    /// Run srv-sim's threads under SCHED_FIFO so deadlines hold on a busy machine.
+    /// Run under SCHED_FIFO (needs root or CAP_SYS_NICE) so timing holds on a busy machine
+    #[arg(long)]
     pub realtime: bool,
+    /// Print the cost model's figures as one JSON line and exit
+    #[arg(long)]
     pub dry_run: bool,
-    /// Context length `--dry-run` computes its decode figures at.
+    /// Context length (tokens) for --dry-run's decode figures
+    #[arg(long, value_name = "N", default_value_t = 1024)]
     pub dry_run_context: u64,
-    /// Labels of the --dry-run record.
-    pub labels: servbench::record::Labels,
+    /// Add a label to the --dry-run record (repeatable): --label layout=tp4
+    #[arg(long = "label", value_name = "K=V", value_parser = cli::parse_label)]
+    pub labels: Vec<(String, String)>,
 }
 
 impl Config {
@@ -112,10 +190,12 @@ impl Config {
     /// The roofline for the chosen model, hardware and layout.
     pub fn roofline(&self) -> anyhow::Result<Roofline> {
         Ok(Roofline {
-            model: presets::load_model(&self.model)
+            model: presets::load_model(self.model_card.as_deref().unwrap_or(&self.model))
                 .map_err(|e| cli::usage(format!("--model: {e}")))?,
-            hardware: presets::load_hardware(&self.hardware)
-                .map_err(|e| cli::usage(format!("--hardware: {e}")))?,
+            hardware: presets::load_hardware(
+                self.hardware_file.as_deref().unwrap_or(&self.hardware),
+            )
+            .map_err(|e| cli::usage(format!("--hardware: {e}")))?,
             layout: Layout {
                 tp: self.tp,
                 pp: self.pp,
@@ -134,42 +214,8 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
     config.check()?;
     let roofline = config.roofline()?;
     if config.dry_run {
-        let plan = roofline.plan(config.dry_run_context);
-        let mut fields = serde_json::to_value(&plan)?;
-        if let Some(obj) = fields.as_object_mut() {
-            obj.insert("data_parallel".into(), config.replicas().into());
-            obj.insert("max_model_len".into(), config.max_model_len.into());
-            if config.spec_tokens > 0 {
-                // One stream with speculative decoding: each step verifies 1 + K tokens and
-                // emits 1 + accepted on average.
-                let spec = Spec {
-                    tokens: config.spec_tokens,
-                    accept: config.spec_accept,
-                };
-                let mut shape = Roofline::decode_shape(1, config.dry_run_context);
-                shape.work.prefill_tokens = config.spec_tokens;
-                let step_s = roofline.step_s(&shape);
-                obj.insert(
-                    "spec_tokens_per_step".into(),
-                    spec.mean_tokens_per_step().into(),
-                );
-                obj.insert(
-                    "spec_single_stream_tok_s".into(),
-                    (spec.mean_tokens_per_step() / step_s).into(),
-                );
-            }
-        }
-        // Shaped like a record (kind first, then v and ts) so other tools pass it through.
-        let body = fields.to_string();
-        let labels = serde_json::to_string(&config.labels)?;
-        let line = format!(
-            "{{\"kind\":\"sim_plan\",\"v\":{},\"ts\":\"{}\",\"labels\":{labels},{}",
-            servbench::record::SCHEMA_VERSION,
-            servbench::record::now_ts(),
-            &body[1..]
-        );
         let mut out = servbench::jsonl::RecordWriter::stdout();
-        out.write_raw(&line)?;
+        out.emit(&dry_run(&config, &roofline))?;
         return Ok(Exit::Ok);
     }
 
@@ -278,6 +324,31 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
         http::serve(listener, app).await?;
         Ok(Exit::Ok)
     })
+}
+
+/// The `sim_plan` record `--dry-run` writes: the cost model's figures for the layout.
+fn dry_run(config: &Config, roofline: &Roofline) -> SimPlanRecord {
+    let labels = config.labels.iter().cloned().collect();
+    let mut plan = roofline.plan(
+        config.dry_run_context,
+        config.replicas(),
+        config.max_model_len,
+        labels,
+    );
+    if config.spec_tokens > 0 {
+        // One stream with speculative decoding: each step verifies 1 + K tokens and emits
+        // 1 + accepted on average.
+        let spec = Spec {
+            tokens: config.spec_tokens,
+            accept: config.spec_accept,
+        };
+        let mut shape = Roofline::decode_shape(1, config.dry_run_context);
+        shape.work.prefill_tokens = config.spec_tokens;
+        let step_s = roofline.step_s(&shape);
+        plan.spec_tokens_per_step = Some(spec.mean_tokens_per_step());
+        plan.spec_single_stream_tok_s = Some(spec.mean_tokens_per_step() / step_s);
+    }
+    plan
 }
 
 /// Puts the calling thread (and the threads it starts later) on SCHED_FIFO priority 20: timer

@@ -4,17 +4,16 @@
 //! by the number of points, not requests.
 //!
 //! Why a fast path: `Record::parse` peeks the kind, then deserializes the whole record with a
-//! flattened `extra` map (serde buffers every field for that) and keeps the raw line. For
-//! `request` lines, which loadgen writes with `"kind":"request"` first, summarize deserializes
-//! only the fields statistics need, with unknown fields skipped. The wire format is unchanged:
-//! a line the fast path cannot read goes through `Record::parse`, which names the problem.
+//! flattened `extra` map (serde buffers every field for that). For `request` lines, which
+//! loadgen writes with `"kind":"request"` first, summarize uses the schema's lean read
+//! ([`RequestRecord::parse_lean`]: the same fields, unknown ones skipped). A line it cannot
+//! read goes through `Record::parse`, which names the problem.
 
-use serde::Deserialize;
 use servbench::cli;
 use servbench::jsonl::{Source, excerpt};
 use servbench::record::{
-    CollRecord, CollRunRecord, KillRecord, Labels, PointKey, Record, RequestError, RequestRecord,
-    SCHEMA_VERSION, ServerRecord, SummaryRecord,
+    CollRecord, CollRunRecord, DecodeRecord, KillRecord, Labels, PointKey, RampRecord, Record,
+    RequestRecord, SCHEMA_VERSION, ServerRecord, SummaryRecord,
 };
 use servbench::stats::{PointStats, Slo};
 use std::collections::BTreeMap;
@@ -107,84 +106,16 @@ pub struct Inputs {
     pub coll_runs: Vec<CollRunRecord>,
     pub kills: Vec<KillRecord>,
     pub servers: Vec<ServerRecord>,
-    /// collbench's `decode` records (allreduce per decode step), kept as JSON: read by field
-    /// name so they tabulate whether or not this build knows the kind.
-    pub decode: Vec<serde_json::Value>,
-    /// loadgen's `ramp` records (the end of a `--ramp`), kept as JSON like `decode`.
-    pub ramps: Vec<serde_json::Value>,
+    /// collbench's `decode` records (allreduce per decode step).
+    pub decode: Vec<DecodeRecord>,
+    /// loadgen's `ramp` records (the end of a `--ramp`).
+    pub ramps: Vec<RampRecord>,
     /// Records summarize does not tabulate, by kind (`kind vN` for a newer schema it cannot
     /// read).
     pub ignored: BTreeMap<String, u64>,
     pub malformed: u64,
     pub request_lines: u64,
     pub summary_lines: u64,
-}
-
-/// The fields of a `request` record statistics need; unknown fields are skipped by serde.
-#[derive(Deserialize)]
-struct RequestFields {
-    kind: String,
-    #[serde(default = "current_version")]
-    v: u32,
-    #[serde(default)]
-    labels: Labels,
-    point: PointKey,
-    #[serde(default)]
-    id: u64,
-    intended_ms: f64,
-    send_lag_ms: f64,
-    #[serde(default)]
-    ttft_ms: Option<f64>,
-    #[serde(default)]
-    e2e_ms: Option<f64>,
-    #[serde(default)]
-    tpot_ms: Option<f64>,
-    #[serde(default)]
-    itl_ms: Vec<f64>,
-    #[serde(default)]
-    chunks: u32,
-    #[serde(default)]
-    output_tokens: u32,
-    #[serde(default)]
-    prompt_tokens: Option<u32>,
-    #[serde(default)]
-    prompt_tokens_target: Option<u32>,
-    #[serde(default)]
-    max_tokens: Option<u32>,
-    #[serde(default)]
-    error: Option<RequestError>,
-}
-
-impl RequestFields {
-    fn into_record(self) -> RequestRecord {
-        RequestRecord {
-            v: self.v,
-            ts: String::new(),
-            labels: self.labels,
-            point: self.point,
-            id: self.id,
-            intended_ms: self.intended_ms,
-            send_lag_ms: self.send_lag_ms,
-            ttft_ms: self.ttft_ms,
-            ttft_reasoning_ms: None,
-            e2e_ms: self.e2e_ms,
-            tpot_ms: self.tpot_ms,
-            itl_ms: self.itl_ms,
-            chunks: self.chunks,
-            output_tokens: self.output_tokens,
-            output_tokens_source: None,
-            output_tokens_chunks: None,
-            prompt_tokens: self.prompt_tokens,
-            prompt_tokens_target: self.prompt_tokens_target,
-            max_tokens: self.max_tokens,
-            error: self.error,
-            extra: Default::default(),
-        }
-    }
-}
-
-fn current_version() -> u32 {
-    SCHEMA_VERSION
 }
 
 /// How many malformed lines to describe before only counting them (as the shared reader does).
@@ -267,13 +198,10 @@ pub fn load_one(
         if bytes.is_empty() {
             continue;
         }
-        if bytes.starts_with(br#"{"kind":"request""#)
-            && let Ok(fields) = serde_json::from_slice::<RequestFields>(bytes)
-            && fields.kind == "request"
-        {
+        if let Some(request) = RequestRecord::parse_lean(bytes) {
             inputs.request_lines += 1;
-            warn_newer(&mut warned_version, fields.v, name, line_no);
-            add_request(inputs, fields.into_record(), slo, name);
+            warn_newer(&mut warned_version, request.v, name, line_no);
+            add_request(inputs, request, slo, name);
             continue;
         }
         let text = String::from_utf8_lossy(bytes);
@@ -362,15 +290,8 @@ fn add_record(
         Record::CollRun(c) => inputs.coll_runs.push(c),
         Record::Kill(k) => inputs.kills.push(k),
         Record::Server(s) => inputs.servers.push(s),
-        other if other.kind() == "decode" || other.kind() == "ramp" => {
-            if let Ok(v) = serde_json::from_str(&other.to_line()) {
-                if other.kind() == "decode" {
-                    inputs.decode.push(v);
-                } else {
-                    inputs.ramps.push(v);
-                }
-            }
-        }
+        Record::Decode(d) => inputs.decode.push(d),
+        Record::Ramp(r) => inputs.ramps.push(r),
         // A known kind kept whole: a newer schema this build cannot read as typed.
         other if other.version() > SCHEMA_VERSION => {
             let name = format!("{} v{}", other.kind(), other.version());

@@ -6,7 +6,9 @@ use crate::metrics::Metric;
 use crate::points::{Keys, PARAM_KEYS, Point};
 use crate::table::{Cell, Column, Table};
 use servbench::presets::Hardware;
-use servbench::record::{CollRecord, CollRunRecord, KillRecord, ServerRecord};
+use servbench::record::{
+    CollRecord, CollRunRecord, DecodeRecord, KillRecord, RampRecord, ServerRecord,
+};
 
 /// What a column of the points table shows.
 #[derive(Debug, Clone, PartialEq)]
@@ -385,8 +387,7 @@ pub fn kill_table(kills: &[KillRecord]) -> Table {
 
 /// collbench's decode question, one row per batch: the allreduce each decode step pays, times
 /// the allreduces per step, against the roofline step of the model on the hardware.
-pub fn decode_table(decode: &[serde_json::Value]) -> Table {
-    use serde_json::Value;
+pub fn decode_table(decode: &[DecodeRecord]) -> Table {
     let col = |name: &str, header: &str| Column {
         name: name.into(),
         header: header.into(),
@@ -408,52 +409,30 @@ pub fn decode_table(decode: &[serde_json::Value]) -> Table {
             col("wrong", "#wrong"),
         ],
     );
-    let text = |v: &Value, k: &str| {
-        v.get(k)
-            .and_then(Value::as_str)
-            .map_or(Cell::Empty, |s| Cell::Text(s.to_string()))
-    };
-    let int = |v: &Value, k: &str| {
-        v.get(k)
-            .and_then(Value::as_i64)
-            .map_or(Cell::Empty, Cell::Int)
-    };
-    let num = |v: &Value, k: &str, scale: f64| {
-        Cell::num(v.get(k).and_then(Value::as_f64).map(|x| x * scale))
-    };
     for d in decode {
-        let p50 = d
-            .get("allreduce_us")
-            .and_then(|a| a.get("p50"))
-            .and_then(Value::as_f64);
         table.push(
             vec![
-                text(d, "model"),
-                text(d, "hardware"),
-                text(d, "backend"),
-                int(d, "tp"),
-                int(d, "batch"),
-                int(d, "allreduce_bytes"),
-                int(d, "allreduces_per_step"),
-                Cell::num(p50),
-                num(d, "comm_us_per_token", 1e-3),
-                num(d, "step_roofline_us", 1e-3),
-                num(d, "comm_fraction", 100.0),
-                int(d, "wrong"),
+                Cell::Text(d.model.clone()),
+                Cell::Text(d.hardware.clone()),
+                Cell::Text(d.backend.clone()),
+                Cell::int(d.tp),
+                Cell::int(d.batch),
+                Cell::int(d.allreduce_bytes),
+                Cell::int(d.allreduces_per_step),
+                Cell::num(Some(d.allreduce_us.p50)),
+                Cell::num(Some(d.comm_us_per_token * 1e-3)),
+                Cell::num(Some(d.step_roofline_us * 1e-3)),
+                Cell::num(Some(d.comm_fraction * 100.0)),
+                Cell::int(d.wrong),
             ],
             0,
         );
-        let (Some(comm), Some(step)) = (
-            d.get("comm_us_per_token").and_then(Value::as_f64),
-            d.get("step_roofline_us").and_then(Value::as_f64),
-        ) else {
-            continue;
-        };
+        let (comm, step) = (d.comm_us_per_token, d.step_roofline_us);
         let share = comm / (comm + step);
         let verdict = efficiency::comm_verdict(share);
         table.notes.push(format!(
             "batch {}: allreduce is {} ms of a {} ms step ({:.0}%): {verdict}",
-            d.get("batch").and_then(Value::as_i64).unwrap_or(0),
+            d.batch,
             crate::table::human(comm / 1000.0),
             crate::table::human((comm + step) / 1000.0),
             share * 100.0
@@ -463,8 +442,7 @@ pub fn decode_table(decode: &[serde_json::Value]) -> Table {
 }
 
 /// loadgen's `--ramp` outcomes: what stopped each ramp and the best level it found.
-pub fn ramp_table(ramps: &[serde_json::Value]) -> Table {
-    use serde_json::Value;
+pub fn ramp_table(ramps: &[RampRecord]) -> Table {
     let col = |name: &str, header: &str| Column {
         name: name.into(),
         header: header.into(),
@@ -481,38 +459,21 @@ pub fn ramp_table(ramps: &[serde_json::Value]) -> Table {
             col("best_tok_s", "best out tok/s"),
         ],
     );
+    let opt_int = |v: Option<u32>| v.map_or(Cell::Empty, Cell::int);
     for r in ramps {
-        let point = r.get("point");
-        let pint = |k: &str| {
-            point
-                .and_then(|p| p.get(k))
-                .and_then(Value::as_i64)
-                .map_or(Cell::Empty, Cell::Int)
-        };
-        let levels = r.get("levels").and_then(Value::as_array);
-        let last_conc = levels
-            .and_then(|l| l.last())
-            .and_then(|l| l.get("concurrency"))
-            .and_then(Value::as_i64);
         table.push(
             vec![
-                pint("input_len"),
-                pint("max_tokens"),
-                levels.map_or(Cell::Empty, |l| Cell::int(l.len())),
-                last_conc.map_or(Cell::Empty, Cell::Int),
-                r.get("stopped_by")
-                    .and_then(Value::as_str)
-                    .map_or(Cell::Empty, |s| Cell::Text(s.to_string())),
-                r.get("best_concurrency")
-                    .and_then(Value::as_i64)
-                    .map_or(Cell::Empty, Cell::Int),
-                Cell::num(r.get("best_output_tok_s").and_then(Value::as_f64)),
+                opt_int(r.point.input_len),
+                opt_int(r.point.max_tokens),
+                Cell::int(r.levels.len()),
+                opt_int(r.levels.last().map(|l| l.concurrency)),
+                Cell::Text(r.stopped_by.clone()),
+                opt_int(r.best_concurrency),
+                Cell::num(r.best_output_tok_s),
             ],
             0,
         );
-        if let Some(reason) = r.get("reason").and_then(Value::as_str) {
-            table.notes.push(format!("ramp stopped: {reason}"));
-        }
+        table.notes.push(format!("ramp stopped: {}", r.reason));
     }
     table
 }

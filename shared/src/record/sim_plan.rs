@@ -1,0 +1,55 @@
+use super::{Extra, Labels, current_version, record_kind};
+use serde::{Deserialize, Serialize};
+
+/// `srv-sim --dry-run`: what srv-sim's cost model predicts for a model, hardware and layout,
+/// without serving anything. Decode figures are for one stream (batch 1) at `context_tokens`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimPlanRecord {
+    #[serde(default = "current_version")]
+    pub v: u32,
+    pub ts: String,
+    #[serde(default)]
+    pub labels: Labels,
+    /// Model preset or card name.
+    pub model: String,
+    /// Hardware preset or card name.
+    pub hardware: String,
+    pub tp: u32,
+    pub pp: u32,
+    /// Engine replicas (`--gpus` / (tp x pp)).
+    pub data_parallel: u32,
+    /// Longest prompt + completion the simulated server accepts.
+    pub max_model_len: u32,
+    pub weight_bytes: f64,
+    pub weight_bytes_per_gpu: f64,
+    /// Weight bytes one token reads (MoE: shared weights + k experts per MoE layer).
+    pub active_weight_bytes_per_token: f64,
+    pub kv_bytes_per_token: f64,
+    /// KV-cache tokens that fit at 90% memory use; null when the weights alone do not fit.
+    pub kv_cache_tokens: Option<u64>,
+    /// Context length the decode figures are computed at.
+    pub context_tokens: u64,
+    /// Batch-1 decode step as srv-sim runs it (roofline + communication + per-step overhead).
+    pub decode_step_ms: f64,
+    pub decode_memory_ms: f64,
+    pub decode_compute_ms: f64,
+    pub decode_comm_ms: f64,
+    pub step_overhead_ms: f64,
+    /// The shared roofline's single-stream limit (no per-step overhead).
+    pub roofline_tok_s: f64,
+    /// What one stream gets from srv-sim: 1 / decode_step.
+    pub single_stream_tok_s: f64,
+    /// Share of a round the pipeline stages idle with one request (1 - 1/pp).
+    pub pipeline_bubble_at_batch_1: f64,
+    /// Smallest decode batch that is compute-bound; null when none up to 65,536 is.
+    pub compute_bound_batch: Option<u32>,
+    /// With `--spec-tokens`: tokens one verify step emits on average (1 + A + ... + A^K).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_tokens_per_step: Option<f64>,
+    /// With `--spec-tokens`: one stream's rate, `spec_tokens_per_step` per verify step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_single_stream_tok_s: Option<f64>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+record_kind!(SimPlanRecord, "sim_plan", SimPlan);
