@@ -374,6 +374,12 @@ impl ModelCard {
         params * self.weight_bytes
     }
 
+    /// Tensor-parallel allreduces in one step through every layer: two per layer (Megatron:
+    /// after attention and after the MLP), whatever the step's size.
+    pub fn allreduces_per_step(&self) -> u32 {
+        2 * self.layers
+    }
+
     /// Bytes of one tensor-parallel allreduce for a step of `tokens` tokens.
     pub fn allreduce_bytes(&self, tokens: u32) -> f64 {
         f64::from(tokens) * f64::from(self.hidden) * self.act_bytes
@@ -427,8 +433,8 @@ pub fn stage_cost(model: &ModelCard, hw: &Hardware, layout: Layout, work: StepWo
         * f64::from(model.layers)
         * work.kv_tokens as f64;
     let compute_s = (linear + attention) * stage / tp / hw.flops_for(model);
-    let layers = f64::from(model.layers) * stage;
-    let comm_s = 2.0 * layers * hw.allreduce_s(layout.tp, model.allreduce_bytes(tokens));
+    let allreduces = f64::from(model.allreduces_per_step()) * stage;
+    let comm_s = allreduces * hw.allreduce_s(layout.tp, model.allreduce_bytes(tokens));
     StepCost {
         memory_s,
         compute_s,

@@ -3,6 +3,8 @@
 //! two always agree. Latencies go into HdrHistograms in integer microseconds (3 significant
 //! digits); histograms serialize as V2+deflate, base64, so summaries merge exactly.
 
+pub mod knee;
+
 use crate::record::{Dist, ErrorClass, Labels, PointKey, RequestRecord, SummaryRecord, now_ts};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;

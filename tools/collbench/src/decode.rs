@@ -30,11 +30,6 @@ pub fn allreduce_bytes(batch: u32, hidden: u32, dtype_bytes: usize) -> u64 {
     u64::from(batch) * u64::from(hidden) * dtype_bytes as u64
 }
 
-/// Allreduces in one decode step: two per layer.
-pub fn allreduces_per_step(layers: u32) -> u32 {
-    2 * layers
-}
-
 /// The decode record for one batch size from its measured allreduce.
 pub fn record(
     dc: &DecodeConfig,
@@ -44,7 +39,7 @@ pub fn record(
     hosts: u32,
 ) -> DecodeRecord {
     let time = time_dist(&m.samples_us);
-    let per_step = allreduces_per_step(dc.model.layers);
+    let per_step = dc.model.allreduces_per_step();
     let comm_us = f64::from(per_step) * time.mean;
     let layout = Layout {
         tp: dc.tp as u32,
@@ -176,7 +171,7 @@ mod tests {
     fn message_sizes_follow_the_model() {
         let m = presets::load_model("llama-3.1-70b").unwrap();
         // Two allreduces per layer, batch x hidden x 2 bytes (bf16): 16 KiB at batch 1.
-        assert_eq!(allreduces_per_step(m.layers), 160);
+        assert_eq!(m.allreduces_per_step(), 160);
         assert_eq!(allreduce_bytes(1, m.hidden, 2), 16384);
         assert_eq!(allreduce_bytes(64, m.hidden, 2), 64 * 16384);
         assert_eq!(allreduce_bytes(1, m.hidden, 2) as f64, m.allreduce_bytes(1));

@@ -2,6 +2,7 @@
 //! the concurrency, and which level was best. The run loop measures; this decides.
 
 use servbench::record::RampLevel;
+use servbench::stats::knee::KneeRule;
 
 /// The limits a ramp is held to (from the flags).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -26,6 +27,15 @@ pub enum Verdict {
 }
 
 impl Rules {
+    /// The shared knee definition with `--min-gain`: every doubling counts from the first
+    /// (the ramp starts low, where throughput scales).
+    pub fn knee_rule(&self) -> KneeRule {
+        KneeRule {
+            min_gain: self.min_gain,
+            scaled_first: None,
+        }
+    }
+
     /// Whether a level broke neither the error-rate nor the SLO rule.
     pub fn passes(&self, level: &RampLevel) -> bool {
         level.error_rate <= self.max_error_rate
@@ -62,24 +72,24 @@ impl Rules {
                 ),
             };
         }
-        if let [.., prev, _] = levels {
-            let (p, now) = (prev.output_tok_s, last.output_tok_s);
-            let gain = if p > 0.0 {
-                now / p - 1.0
-            } else {
-                f64::INFINITY
+        // Levels before the last passed this test when they were judged, so a knee found now
+        // is the last doubling's.
+        let curve: Vec<Option<f64>> = levels.iter().map(|l| Some(l.output_tok_s)).collect();
+        if let Some(knee) = self.knee_rule().find(&curve) {
+            let (p, now) = (
+                levels[knee.at].output_tok_s,
+                levels[knee.at + 1].output_tok_s,
+            );
+            let c = levels[knee.at + 1].concurrency;
+            // A change that rounds to zero is shown as 0.0%, not -0.0%.
+            let shown = (knee.gain * 100.0 * 10.0).round() / 10.0 + 0.0;
+            return Verdict::Stop {
+                rule: "saturated",
+                reason: format!(
+                    "output {now:.0} tok/s at concurrency {c} gained {shown:.1}% over {p:.0} (< {:.0}%)",
+                    self.min_gain * 100.0
+                ),
             };
-            if gain < self.min_gain {
-                // A change that rounds to zero is shown as 0.0%, not -0.0%.
-                let shown = (gain * 100.0 * 10.0).round() / 10.0 + 0.0;
-                return Verdict::Stop {
-                    rule: "saturated",
-                    reason: format!(
-                        "output {now:.0} tok/s at concurrency {c} gained {shown:.1}% over {p:.0} (< {:.0}%)",
-                        self.min_gain * 100.0
-                    ),
-                };
-            }
         }
         if c.saturating_mul(2) > self.max_concurrency {
             return Verdict::Stop {

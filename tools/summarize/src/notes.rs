@@ -7,6 +7,7 @@
 use crate::metrics::{DistName, Metric, Stat};
 use crate::points::{Keys, Point, point_name};
 use crate::table::human;
+use servbench::stats::knee::KneeRule;
 use std::collections::BTreeMap;
 
 /// A note fires on a throughput drop or shortfall only beyond this share and beyond the noise.
@@ -162,46 +163,40 @@ pub fn throughput_falls(points: &[Point], keys: &Keys) -> Vec<String> {
     out
 }
 
+/// The shared knee definition with the note's thresholds (why they differ from loadgen's
+/// `--min-gain`: `servbench::stats::knee`).
+pub const KNEE: KneeRule = KneeRule {
+    min_gain: KNEE_GAIN,
+    scaled_first: Some(SCALING_GAIN),
+};
+
 pub fn saturation_knee(points: &[Point], keys: &Keys) -> Vec<String> {
     let mut out = Vec::new();
     for s in series(points) {
         let tok: Vec<Option<f64>> = s.iter().map(|p| p.mean(Metric::TOK_S)).collect();
-        let mut scaled = false;
-        for i in 0..s.len() - 1 {
-            let (Some(a), Some(b)) = (tok[i], tok[i + 1]) else {
-                continue;
-            };
-            if a <= 0.0 {
-                continue;
+        let Some(knee) = KNEE.find(&tok) else {
+            continue;
+        };
+        let (i, gain) = (knee.at, knee.gain);
+        let ttft = |p: &Point| p.mean(Metric::TTFT_P50);
+        let latency = match (ttft(s[i]), ttft(s[i + 1])) {
+            (Some(x), Some(y)) if x > 0.0 => {
+                format!(" while TTFT p50 goes {:.1}x", y / x)
             }
-            let gain = b / a - 1.0;
-            if gain >= SCALING_GAIN {
-                scaled = true;
-                continue;
-            }
-            if scaled && gain < KNEE_GAIN {
-                let ttft = |p: &Point| p.mean(Metric::TTFT_P50);
-                let latency = match (ttft(s[i]), ttft(s[i + 1])) {
-                    (Some(x), Some(y)) if x > 0.0 => {
-                        format!(" while TTFT p50 goes {:.1}x", y / x)
-                    }
-                    _ => String::new(),
-                };
-                let step = if gain >= 0.0 {
-                    format!("adds only {:.0}% throughput", gain * 100.0)
-                } else {
-                    format!("gives {:.0}% less throughput", -gain * 100.0)
-                };
-                out.push(format!(
-                    "saturation knee{} at {}: {} tok/s; {} {step}{latency}: more load buys latency, not throughput",
-                    series_name(s[i], keys),
-                    load_name(s[i]),
-                    human(a),
-                    load_name(s[i + 1]),
-                ));
-                break;
-            }
-        }
+            _ => String::new(),
+        };
+        let step = if gain >= 0.0 {
+            format!("adds only {:.0}% throughput", gain * 100.0)
+        } else {
+            format!("gives {:.0}% less throughput", -gain * 100.0)
+        };
+        out.push(format!(
+            "saturation knee{} at {}: {} tok/s; {} {step}{latency}: more load buys latency, not throughput",
+            series_name(s[i], keys),
+            load_name(s[i]),
+            human(tok[i].unwrap_or(0.0)),
+            load_name(s[i + 1]),
+        ));
     }
     out
 }
