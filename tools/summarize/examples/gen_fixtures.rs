@@ -1,11 +1,14 @@
 //! Writes summarize's test fixtures (`cargo run -p summarize --example gen_fixtures -- DIR`)
 //! and the benchmark input (`... -- --bench N` writes N request records to stdout). The records
-//! come from the shared record types and statistics via `summarize::synth`, as loadgen's would
-//! for the simulated server; each fixture is built to make one note fire, or none.
+//! come from the shared record types and statistics via `tests/support/synth.rs`, as loadgen's
+//! would for the simulated server; each fixture is built to make one note fire, or none.
+
+#[path = "../tests/support/synth.rs"]
+mod synth;
 
 use servbench::record::Labels;
 use std::io::Write;
-use summarize::synth::{ServerModel, Sweep, coll_lines, lifecycle_lines, sweep_lines};
+use synth::{ServerModel, Sweep, coll_lines, lifecycle_lines, sweep_lines};
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs

@@ -186,7 +186,7 @@ pub fn decode_budget(points: &[Point], coll: &[CollRecord], roof: &Roofline) -> 
         let bytes = roof.model.allreduce_bytes(batch);
         let (us, ranks) = allreduce_us(coll, roof.layout.tp, bytes)?;
         Some((
-            2.0 * f64::from(roof.model.layers) * us / 1000.0,
+            f64::from(roof.model.allreduces_per_step()) * us / 1000.0,
             bytes,
             ranks,
         ))
@@ -261,27 +261,6 @@ fn size(bytes: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synth::{TS, coll_lines};
-    use servbench::record::{Labels, Record};
-
-    #[test]
-    fn interpolates_between_measured_sizes() {
-        let coll: Vec<CollRecord> = coll_lines(&Labels::new(), 2, 1 << 20, 25.0, 12.0)
-            .iter()
-            .filter_map(|l| match Record::parse(l) {
-                Ok(Record::Coll(c)) => Some(c),
-                _ => None,
-            })
-            .collect();
-        assert!(coll.iter().all(|c| c.ts == TS));
-        let (at_8, ranks) = allreduce_us(&coll, 2, 8.0).unwrap();
-        assert_eq!(ranks, 2);
-        assert!((at_8 - coll[0].time_us.p50).abs() < 1e-9);
-        let (mid, _) = allreduce_us(&coll, 2, 3000.0).unwrap();
-        let lo = coll.iter().find(|c| c.bytes == 2048).unwrap().time_us.p50;
-        let hi = coll.iter().find(|c| c.bytes == 8192).unwrap().time_us.p50;
-        assert!(lo < mid && mid < hi, "{lo} {mid} {hi}");
-    }
 
     #[test]
     fn roofline_parses_presets_and_rejects_nonsense() {

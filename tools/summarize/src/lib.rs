@@ -11,7 +11,6 @@ pub mod notes;
 pub mod plot;
 pub mod points;
 pub mod report;
-pub mod synth;
 pub mod table;
 
 use input::Inputs;

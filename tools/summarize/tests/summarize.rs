@@ -3,8 +3,11 @@
 //! merges are exact, every note fires on its fixture and stays silent on a clean one, compare
 //! tells a real change from noise, output formats are stable, plots are drawn.
 
+#[path = "support/synth.rs"]
+mod synth;
+
 use servbench::jsonl::Source;
-use servbench::record::{Record, SummaryRecord};
+use servbench::record::{CollRecord, Labels, Record, SummaryRecord};
 use servbench::stats::Hist;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -12,6 +15,7 @@ use summarize::efficiency::{self, Roofline};
 use summarize::input;
 use summarize::points::{self, Point};
 use summarize::{Config, compare, notes};
+use synth::{TS, coll_lines};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -259,6 +263,25 @@ fn decode_budget_puts_allreduce_time_beside_tpot() {
     assert!(out.contains("allreduce is"), "{out}");
     assert!(out.contains("not the bottleneck"), "{out}");
     assert!(out.contains("% link"), "{out}");
+}
+
+#[test]
+fn interpolates_between_measured_sizes() {
+    let coll: Vec<CollRecord> = coll_lines(&Labels::new(), 2, 1 << 20, 25.0, 12.0)
+        .iter()
+        .filter_map(|l| match Record::parse(l) {
+            Ok(Record::Coll(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert!(coll.iter().all(|c| c.ts == TS));
+    let (at_8, ranks) = efficiency::allreduce_us(&coll, 2, 8.0).unwrap();
+    assert_eq!(ranks, 2);
+    assert!((at_8 - coll[0].time_us.p50).abs() < 1e-9);
+    let (mid, _) = efficiency::allreduce_us(&coll, 2, 3000.0).unwrap();
+    let lo = coll.iter().find(|c| c.bytes == 2048).unwrap().time_us.p50;
+    let hi = coll.iter().find(|c| c.bytes == 8192).unwrap().time_us.p50;
+    assert!(lo < mid && mid < hi, "{lo} {mid} {hi}");
 }
 
 #[test]

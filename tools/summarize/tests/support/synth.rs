@@ -3,6 +3,12 @@
 //! jitter, injected failures) run through the shared record types and the shared statistics,
 //! so its `request` and `summary` lines are what loadgen writes for such a server.
 //! Deterministic: the same spec gives the same bytes.
+//!
+//! Test-side code: the fixture generator (`examples/gen_fixtures.rs`) and the tests include
+//! this file by path, so it is not part of the summarize library.
+
+// Each includer uses a part of it.
+#![allow(dead_code)]
 
 use servbench::record::{
     CollRecord, CollRunRecord, Dist, ErrorClass, KillRecord, KilledProcess, Labels, PointKey,
