@@ -5,10 +5,11 @@
 //! reader warns and goes on (a count per source at the end), with `--strict` it is an error (exit 2).
 //!
 //! Output: one record per line, each written whole and flushed at once so a pipeline streams.
-//! A closed stdout (the next tool exited) surfaces as [`StdoutClosed`], which
-//! [`crate::cli::main`] turns into a quiet exit 0.
+//! A write error is an [`OutputError`]: a closed stdout (EPIPE: the next tool exited) is
+//! [`OutputError::Closed`], which [`crate::cli::main`] turns into a quiet exit 0; any other
+//! failure (a full disk) is one error line and exit 1.
 
-pub use crate::diag::StdoutClosed;
+pub use crate::diag::OutputError;
 
 use crate::diag;
 use crate::record::{Record, RecordKind, SCHEMA_VERSION};
@@ -66,7 +67,8 @@ pub fn stdin_is_piped() -> bool {
 pub struct Line {
     pub source: Arc<str>,
     pub line_no: usize,
-    /// The line as read (no newline): pass-through writes exactly this.
+    /// The line as read (no newline; valid UTF-8, or it would be malformed): pass-through
+    /// writes exactly this.
     pub raw: String,
     pub record: Record,
 }
@@ -104,7 +106,7 @@ pub struct RecordReader<R: BufRead> {
     strict: bool,
     malformed: usize,
     warned_version: bool,
-    buf: String,
+    buf: Vec<u8>,
 }
 
 impl<R: BufRead> RecordReader<R> {
@@ -116,7 +118,7 @@ impl<R: BufRead> RecordReader<R> {
             strict,
             malformed: 0,
             warned_version: false,
-            buf: String::new(),
+            buf: Vec::new(),
         }
     }
 
@@ -128,7 +130,9 @@ impl<R: BufRead> RecordReader<R> {
     fn next_line(&mut self) -> Option<Result<Line, InputError>> {
         loop {
             self.buf.clear();
-            match self.reader.read_line(&mut self.buf) {
+            // Bytes, not `read_line`: one line that is not UTF-8 is a malformed line like any
+            // other, not the end of the input.
+            match self.reader.read_until(b'\n', &mut self.buf) {
                 Ok(0) => return None,
                 Ok(_) => {}
                 Err(err) => {
@@ -139,12 +143,19 @@ impl<R: BufRead> RecordReader<R> {
                 }
             }
             self.line_no += 1;
-            let text = self.buf.trim_end_matches(['\n', '\r']);
-            if text.trim().is_empty() {
+            let end = self
+                .buf
+                .iter()
+                .rposition(|b| !matches!(b, b'\n' | b'\r'))
+                .map_or(0, |i| i + 1);
+            let bytes = &self.buf[..end];
+            if bytes.trim_ascii().is_empty() {
                 continue;
             }
-            match Record::parse(text) {
-                Ok(record) => {
+            let parsed = line_text(bytes)
+                .and_then(|text| Ok((text, Record::parse(text).map_err(|e| e.to_string())?)));
+            match parsed {
+                Ok((text, record)) => {
                     if record.version() > SCHEMA_VERSION && !self.warned_version {
                         self.warned_version = true;
                         diag::warn(format!(
@@ -166,8 +177,8 @@ impl<R: BufRead> RecordReader<R> {
                     let err = InputError::Malformed {
                         source_name: self.source.to_string(),
                         line_no: self.line_no,
-                        reason: reason.to_string(),
-                        excerpt: excerpt(text, 60),
+                        reason,
+                        excerpt: excerpt(&String::from_utf8_lossy(bytes), 60),
                     };
                     if self.strict {
                         return Some(Err(err));
@@ -198,6 +209,14 @@ impl<R: BufRead> Drop for RecordReader<R> {
             ));
         }
     }
+}
+
+/// A line's bytes as text, or why it is malformed: records are UTF-8 (RFC 8259), and a line
+/// that is not is skipped (or, with `--strict`, an error) like any other bad line. Every reader
+/// of records goes through this.
+pub fn line_text(bytes: &[u8]) -> Result<&str, String> {
+    std::str::from_utf8(bytes)
+        .map_err(|e| format!("not valid UTF-8 (byte {} of the line)", e.valid_up_to() + 1))
 }
 
 /// The first `max` characters of a line, for error messages.
@@ -306,6 +325,8 @@ impl BackgroundPassThrough {
 pub struct RecordWriter<W: Write> {
     out: W,
     line: String,
+    /// Set by [`RecordWriter::deferring_errors`]: the first write error, kept for later.
+    deferred: Option<Option<OutputError>>,
 }
 
 impl RecordWriter<io::Stdout> {
@@ -319,18 +340,35 @@ impl<W: Write> RecordWriter<W> {
         RecordWriter {
             out,
             line: String::with_capacity(512),
+            deferred: None,
+        }
+    }
+
+    /// A writer whose job comes first, whatever happens downstream (srv-kill kills even when
+    /// its reader is gone or its disk full): a write error is kept, later writes are skipped,
+    /// and every write returns `Ok`. [`RecordWriter::finish`] then returns the first error.
+    pub fn deferring_errors(mut self) -> Self {
+        self.deferred = Some(None);
+        self
+    }
+
+    /// The first write error a deferring writer kept (`Ok` for any other writer).
+    pub fn finish(&mut self) -> Result<(), OutputError> {
+        match self.deferred.as_mut().and_then(Option::take) {
+            Some(err) => Err(err),
+            None => Ok(()),
         }
     }
 
     /// Writes one line exactly as given (pass-through of an upstream record).
-    pub fn write_raw(&mut self, raw: &str) -> Result<(), StdoutClosed> {
+    pub fn write_raw(&mut self, raw: &str) -> Result<(), OutputError> {
         self.line.clear();
         self.line.push_str(raw);
         self.line.push('\n');
         self.flush_line()
     }
 
-    pub fn write_record(&mut self, record: &Record) -> Result<(), StdoutClosed> {
+    pub fn write_record(&mut self, record: &Record) -> Result<(), OutputError> {
         self.line.clear();
         self.line.push_str(&record.to_line());
         self.line.push('\n');
@@ -338,7 +376,7 @@ impl<W: Write> RecordWriter<W> {
     }
 
     /// Writes a typed record with `kind` first.
-    pub fn emit<T: RecordKind>(&mut self, record: &T) -> Result<(), StdoutClosed> {
+    pub fn emit<T: RecordKind>(&mut self, record: &T) -> Result<(), OutputError> {
         self.line.clear();
         let text = crate::record::to_line_with_kind(record).expect("records serialize");
         self.line.push_str(&text);
@@ -346,13 +384,22 @@ impl<W: Write> RecordWriter<W> {
         self.flush_line()
     }
 
-    fn flush_line(&mut self) -> Result<(), StdoutClosed> {
-        // Any write failure on stdout means the reader is gone (EPIPE) or the disk is; either
-        // way nothing more can be delivered, and the line was written whole or not at all.
-        self.out
+    fn flush_line(&mut self) -> Result<(), OutputError> {
+        if let Some(Some(_)) = &self.deferred {
+            return Ok(());
+        }
+        let result = self
+            .out
             .write_all(self.line.as_bytes())
             .and_then(|_| self.out.flush())
-            .map_err(|_| StdoutClosed)
+            .map_err(OutputError::from_io);
+        match (&mut self.deferred, result) {
+            (Some(kept), Err(err)) => {
+                *kept = Some(err);
+                Ok(())
+            }
+            (_, result) => result,
+        }
     }
 
     pub fn into_inner(self) -> W {

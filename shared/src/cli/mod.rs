@@ -10,7 +10,8 @@ pub mod args;
 pub mod parse;
 
 pub use crate::diag::{
-    Failure, Interrupted, StdoutClosed, UsageError, error, failure, info, tool, usage, warn,
+    Failure, Interrupted, OutputError, UsageError, error, failure, info, printable, tool, usage,
+    warn,
 };
 pub use args::{CommonArgs, SshArgs};
 pub use parse::{
@@ -41,8 +42,13 @@ impl From<Exit> for ExitCode {
 
 /// The exit code an error maps to.
 pub fn exit_for(err: &anyhow::Error) -> Exit {
-    if err.downcast_ref::<StdoutClosed>().is_some() {
-        Exit::Ok
+    if let Some(out) = err.downcast_ref::<OutputError>() {
+        // Only a reader that went away is a success; a full disk lost what we wrote.
+        if out.is_closed() {
+            Exit::Ok
+        } else {
+            Exit::Failed
+        }
     } else if err.downcast_ref::<Interrupted>().is_some() {
         Exit::Interrupted
     } else if err.downcast_ref::<UsageError>().is_some() {
@@ -56,7 +62,8 @@ pub fn exit_for(err: &anyhow::Error) -> Exit {
 }
 
 /// Runs a tool's body: sets the name used in messages, prints one `tool: error: ...` line for
-/// an error, and maps it to the documented exit code. A closed stdout is a quiet success.
+/// an error, and maps it to the documented exit code. A closed stdout (EPIPE) is a quiet
+/// success; any other write error on stdout is an error like the others.
 pub fn main(tool_name: &'static str, body: impl FnOnce() -> anyhow::Result<Exit>) -> ExitCode {
     crate::diag::set_tool(tool_name);
     match body() {
@@ -90,9 +97,11 @@ where
         Ok(parsed) => Ok(Some(parsed)),
         Err(e) => match e.kind() {
             ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
-                // Into a closed pipe (`tool --help | head`) is still a success.
-                let _ = e.print();
-                Ok(None)
+                // Into a closed pipe (`tool --help | head`) is still a success; a full disk is not.
+                match e.print().map_err(OutputError::from_io) {
+                    Err(err @ OutputError::Failed(_)) => Err(err.into()),
+                    _ => Ok(None),
+                }
             }
             _ => Err(usage(format!("{} (see --help)", one_line_clap_error(&e)))),
         },
@@ -137,6 +146,8 @@ mod tests {
         assert_eq!(exit_for(&err), Exit::Failed);
         assert_eq!(format!("{err:#}"), "ssh u@h:22: no free port found");
         assert_eq!(exit_for(&usage("bad flag")), Exit::Usage);
-        assert_eq!(exit_for(&StdoutClosed.into()), Exit::Ok);
+        assert_eq!(exit_for(&OutputError::Closed.into()), Exit::Ok);
+        let full = OutputError::from_io(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(exit_for(&full.into()), Exit::Failed);
     }
 }

@@ -88,36 +88,62 @@ impl ProcTable {
             .map(|i| &self.procs[i])
     }
 
-    /// The reader and its ancestors up to init (and kernel threads): never signalled.
+    /// The reader and its ancestors up to init (and kernel threads): never signalled, and
+    /// never the start of a walk to descendants (every process descends from init).
     pub fn protected(&self) -> BTreeSet<u32> {
         let mut out = BTreeSet::from([0, 1]);
-        let selves: BTreeSet<u32> = std::iter::once(self.self_pid)
-            .chain(self.also_self.iter().copied())
-            .collect();
-        for &me in &selves {
+        for &me in &self.selves() {
             let mut pid = me;
             while pid > 1 && out.insert(pid) {
                 pid = self.get(pid).map(|p| p.ppid).unwrap_or(0);
             }
         }
-        // Kernel threads (children of kthreadd, pid 2) are nobody's to kill.
-        out.insert(2);
-        out.extend(self.procs.iter().filter(|p| p.ppid == 2).map(|p| p.pid));
+        // Kernel threads (kthreadd, pid 2 with no parent, and its children) are nobody's to
+        // kill. In a pid namespace, pid 2 is an ordinary process.
+        if self.is_kthreadd(2) {
+            out.insert(2);
+            out.extend(self.procs.iter().filter(|p| p.ppid == 2).map(|p| p.pid));
+        }
         out
+    }
+
+    fn is_kthreadd(&self, pid: u32) -> bool {
+        pid == 2 && self.get(2).is_some_and(|p| p.ppid == 0)
+    }
+
+    /// Why `pid` must not be signalled, when it must not: init, a kernel thread, the reader or
+    /// one of its callers (for refusals that say which).
+    pub fn why_protected(&self, pid: u32) -> Option<&'static str> {
+        if !self.protected().contains(&pid) {
+            return None;
+        }
+        Some(match pid {
+            0 => "not a process (0)",
+            1 => "init",
+            _ if self.selves().contains(&pid) => "srv-kill itself",
+            _ if self.is_kthreadd(pid) || self.get(pid).is_some_and(|p| p.ppid == 2) => {
+                "a kernel thread"
+            }
+            _ => "one of srv-kill's callers (its shell, terminal or SSH session)",
+        })
+    }
+
+    fn selves(&self) -> BTreeSet<u32> {
+        std::iter::once(self.self_pid)
+            .chain(self.also_self.iter().copied())
+            .collect()
     }
 
     /// The reader's own descendants (its helpers: the snapshot's `cat` and `grep` over SSH, a
     /// server srv-launch just started): never matched by command line, though a target named
     /// by pid, group or session may include them.
     pub fn own_descendants(&self) -> BTreeSet<u32> {
-        let selves: BTreeSet<u32> = std::iter::once(self.self_pid)
-            .chain(self.also_self.iter().copied())
-            .collect();
-        self.descendants_of(&selves)
+        self.descendants_of(&self.selves(), &BTreeSet::new())
     }
 
-    /// Every process below `roots` through ppid links (roots excluded).
-    pub fn descendants_of(&self, roots: &BTreeSet<u32>) -> BTreeSet<u32> {
+    /// Every process below `roots` through ppid links (roots excluded), not walking through
+    /// `barrier` (nor including it).
+    pub fn descendants_of(&self, roots: &BTreeSet<u32>, barrier: &BTreeSet<u32>) -> BTreeSet<u32> {
         let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
         for p in &self.procs {
             children.entry(p.ppid).or_default().push(p.pid);
@@ -126,7 +152,7 @@ impl ProcTable {
         let mut stack: Vec<u32> = roots.iter().copied().collect();
         while let Some(pid) = stack.pop() {
             for &c in children.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
-                if !roots.contains(&c) && out.insert(c) {
+                if !roots.contains(&c) && !barrier.contains(&c) && out.insert(c) {
                     stack.push(c);
                 }
             }
@@ -154,19 +180,47 @@ pub struct TargetSpec {
 
 impl TargetSpec {
     /// The members of the target in `table`, plus `known` members still present.
+    ///
+    /// A group or session id is trusted only through a process in it that proves it belongs
+    /// to the target: a root (pid and start time as recorded), a member already known, or a
+    /// carrier of the launch marker. Linux frees an id for reuse only once nobody uses it, so
+    /// a proven member means the group is still ours; without one, its id may be a stranger's
+    /// now. Protected processes (init, kernel threads, srv-kill and its callers) prove
+    /// nothing, never seed the walk to descendants, and the groups they lead (init's, the
+    /// caller's shell's) are never taken whole.
     pub fn members(&self, table: &ProcTable, known: &BTreeSet<ProcId>) -> BTreeSet<ProcId> {
         let protected = table.protected();
-        let mut seeds: BTreeSet<u32> = BTreeSet::new();
-        for p in &table.procs {
-            let in_root = self.roots.iter().any(|r| *r == p.id());
-            let in_group = (self.pgids.contains(&p.pgid) || self.sids.contains(&p.sid))
-                && p.start_ticks >= self.min_start_ticks;
-            let is_known = known.contains(&p.id());
-            if in_root || in_group || is_known || (self.marker.is_some() && p.marked) {
-                seeds.insert(p.pid);
-            }
-        }
-        let all = table.descendants_of(&seeds);
+        let proves = |p: &ProcInfo| {
+            !protected.contains(&p.pid)
+                && (self.roots.contains(&p.id())
+                    || known.contains(&p.id())
+                    || (self.marker.is_some() && p.marked))
+        };
+        let provers: Vec<&ProcInfo> = table.procs.iter().filter(|p| proves(p)).collect();
+        let pgids: BTreeSet<u32> = self
+            .pgids
+            .iter()
+            .copied()
+            .filter(|g| !protected.contains(g) && provers.iter().any(|p| p.pgid == *g))
+            .collect();
+        let sids: BTreeSet<u32> = self
+            .sids
+            .iter()
+            .copied()
+            .filter(|s| !protected.contains(s) && provers.iter().any(|p| p.sid == *s))
+            .collect();
+        let seeds: BTreeSet<u32> = table
+            .procs
+            .iter()
+            .filter(|p| !protected.contains(&p.pid))
+            .filter(|p| {
+                let in_group = (pgids.contains(&p.pgid) || sids.contains(&p.sid))
+                    && p.start_ticks >= self.min_start_ticks;
+                proves(p) || in_group
+            })
+            .map(|p| p.pid)
+            .collect();
+        let all = table.descendants_of(&seeds, &protected);
         seeds
             .into_iter()
             .chain(all)
@@ -251,5 +305,107 @@ mod tests {
             ..Default::default()
         };
         assert!(stale.members(&table, &BTreeSet::new()).is_empty());
+    }
+
+    fn pids(set: BTreeSet<ProcId>) -> Vec<u32> {
+        set.iter().map(|p| p.pid).collect()
+    }
+
+    #[test]
+    fn a_protected_root_never_seeds_the_walk_to_descendants() {
+        let table = ProcTable {
+            self_pid: 50,
+            also_self: vec![],
+            procs: vec![
+                proc(1, 0, 1, 1, 1),
+                proc(20, 1, 20, 20, 5),    // a stranger, child of init
+                proc(21, 20, 20, 20, 6),   // its child
+                proc(40, 1, 40, 40, 6),    // the caller's shell
+                proc(45, 40, 45, 40, 7),   // another job of that shell
+                proc(50, 40, 50, 40, 200), // the caller
+            ],
+        };
+        for root in [(1, 1), (40, 6)] {
+            let spec = TargetSpec {
+                roots: vec![ProcId {
+                    pid: root.0,
+                    start_ticks: root.1,
+                }],
+                pgids: vec![root.0],
+                sids: vec![root.0],
+                ..Default::default()
+            };
+            assert!(
+                spec.members(&table, &BTreeSet::new()).is_empty(),
+                "root {root:?} took {:?}",
+                pids(spec.members(&table, &BTreeSet::new()))
+            );
+        }
+        assert_eq!(table.why_protected(1), Some("init"));
+        // Kernel threads: kthreadd (pid 2, no parent) and its children; its group is 0.
+        let mut host = table.clone();
+        host.procs.insert(1, proc(2, 0, 0, 0, 1));
+        host.procs.insert(2, proc(3, 2, 0, 0, 1));
+        let kthreads = TargetSpec {
+            roots: vec![ProcId {
+                pid: 2,
+                start_ticks: 1,
+            }],
+            pgids: vec![0],
+            sids: vec![0],
+            ..Default::default()
+        };
+        assert!(kthreads.members(&host, &BTreeSet::new()).is_empty());
+        assert_eq!(host.why_protected(2), Some("a kernel thread"));
+        assert_eq!(host.why_protected(3), Some("a kernel thread"));
+        // In a pid namespace pid 2 is an ordinary process.
+        let mut ns = table.clone();
+        ns.procs.insert(1, proc(2, 1, 2, 2, 9));
+        assert_eq!(ns.why_protected(2), None);
+        assert_eq!(table.why_protected(50), Some("srv-kill itself"));
+        assert!(table.why_protected(40).unwrap().contains("callers"));
+        assert_eq!(table.why_protected(20), None);
+    }
+
+    #[test]
+    fn a_reused_group_id_is_trusted_only_through_a_member_that_proves_it() {
+        // The server (pid 10, group and session 10) is gone; a stranger now leads nothing but
+        // its child sits in group 10 (the leader exited), started after the record's time.
+        let table = ProcTable {
+            self_pid: 50,
+            also_self: vec![],
+            procs: vec![
+                proc(1, 0, 1, 1, 1),
+                proc(11, 1, 10, 10, 500), // stranger in the reused group
+                proc(50, 1, 50, 50, 600),
+            ],
+        };
+        let mut spec = TargetSpec {
+            roots: vec![ProcId {
+                pid: 10,
+                start_ticks: 100,
+            }],
+            pgids: vec![10],
+            sids: vec![10],
+            marker: Some(format!("{LAUNCH_ID_VAR}=abc")),
+            min_start_ticks: 100,
+            ..Default::default()
+        };
+        assert!(spec.members(&table, &BTreeSet::new()).is_empty());
+
+        // A worker carrying the launch marker proves the group: the rest of it is ours too.
+        let mut proven = table.clone();
+        proven.procs.insert(2, proc(12, 1, 10, 10, 150));
+        proven.procs[2].marked = true;
+        assert_eq!(pids(spec.members(&proven, &BTreeSet::new())), vec![11, 12]);
+
+        // A member seen on an earlier poll proves it too; without a marker, nothing does.
+        spec.marker = None;
+        assert!(spec.members(&proven, &BTreeSet::new()).is_empty());
+        let known = BTreeSet::from([ProcId {
+            pid: 12,
+            start_ticks: 150,
+        }]);
+        assert_eq!(pids(spec.members(&proven, &known)), vec![11, 12]);
     }
 }

@@ -113,7 +113,7 @@ pub fn run(plan: &HostsPlan, args: &[OsString]) -> anyhow::Result<Exit> {
                 if rank == 0 {
                     std::io::stdout()
                         .write_all(&o.stdout)
-                        .map_err(|_| servbench::jsonl::StdoutClosed)?;
+                        .map_err(servbench::jsonl::OutputError::from_io)?;
                 }
                 let err = String::from_utf8_lossy(&o.stderr);
                 if !err.trim().is_empty() {

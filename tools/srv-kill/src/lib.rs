@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::Parser;
 use servbench::cli::{self, CommonArgs, Exit, SshArgs, parse_duration};
 use servbench::exec::{self, Exec, ExecError};
-use servbench::jsonl::{self, Disposition, RecordWriter, Source};
+use servbench::jsonl::{self, Disposition, OutputError, RecordWriter, Source};
 use servbench::kill::{self, KillOptions, KillOutcome};
 use servbench::procs::{self, LAUNCH_ID_VAR, ProcId, TargetSpec};
 use servbench::record::{
@@ -96,7 +96,27 @@ impl Target {
 
 /// Runs srv-kill: reads server records (stdin, --from), passes other records through, then kills.
 pub fn run(cfg: &Args) -> Result<Exit> {
-    let mut out = RecordWriter::stdout();
+    // Kill first, whatever happens downstream: a reader that is gone or a full disk must not
+    // leave the server running. A failed write is reported after the kill.
+    let mut out = RecordWriter::stdout().deferring_errors();
+    let result = kill_all(cfg, &mut out);
+    if let Err(err @ OutputError::Failed(_)) = out.finish() {
+        // The records reached no one, so say here how the kill went.
+        let how = match &result {
+            Ok(Exit::Ok) => "every target ended as asked",
+            Ok(_) => "not every target ended as asked (see above)",
+            Err(_) => "see the next line",
+        };
+        cli::error(format!(
+            "{err}: the kill records are lost; the kill itself was done ({how})"
+        ));
+        return result.map(|_| Exit::Failed);
+    }
+    result
+}
+
+/// Reads the targets, kills them, and writes one record each (and every record passed on).
+fn kill_all(cfg: &Args, out: &mut RecordWriter<std::io::Stdout>) -> Result<Exit> {
     let mut targets: Vec<(Option<String>, Target, Labels)> = Vec::new();
     let flag_host = cfg.host.clone();
 
@@ -113,7 +133,7 @@ pub fn run(cfg: &Args) -> Result<Exit> {
     })?;
     let stdin_piped = jsonl::stdin_is_piped() && !cfg.from.iter().any(|f| f == "-");
     if stdin_piped {
-        jsonl::pass_through(cfg.common.strict, &mut out, |line| match &line.record {
+        jsonl::pass_through(cfg.common.strict, out, |line| match &line.record {
             Record::Server(r) => {
                 targets.push((
                     Some(r.host.clone()),
@@ -327,6 +347,17 @@ fn resolve(
                 min_start_ticks: r.start_ticks,
                 ..Default::default()
             };
+            // A record is input like any other: one naming init, a kernel thread or srv-kill's
+            // callers (as its pid or its group) is refused as `--pid 1` is, before any walk.
+            let protected = [("pid", r.pid), ("pgid", r.pgid)]
+                .into_iter()
+                .find_map(|(what, id)| table.why_protected(id).map(|why| (what, id, why)));
+            if let Some((what, id, why)) = protected {
+                rec.refused = Some(format!(
+                    "the server record's {what} {id} is {why}: not signalled"
+                ));
+                return Ok(None);
+            }
             match table.get(r.pid) {
                 Some(p) if p.start_ticks != r.start_ticks => {
                     // The pid was reused: the group and session ids cannot be ours either (Linux
@@ -340,6 +371,8 @@ fn resolve(
                     ));
                 }
                 _ => {
+                    // The group and session count only through a member that proves they are
+                    // still this launch's (TargetSpec::members): the leader, or the marker.
                     spec.roots = vec![ProcId {
                         pid: r.pid,
                         start_ticks: r.start_ticks,
@@ -352,10 +385,8 @@ fn resolve(
         }
         Target::Pid(pid) => {
             let table = exec.processes(None)?;
-            if table.protected().contains(pid) {
-                rec.refused = Some(format!(
-                    "pid {pid} is srv-kill itself or one of its callers: not signalled"
-                ));
+            if let Some(why) = table.why_protected(*pid) {
+                rec.refused = Some(format!("pid {pid} is {why}: not signalled"));
                 None
             } else {
                 procs::target_for_pid(&table, *pid, &name)

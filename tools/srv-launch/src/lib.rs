@@ -163,7 +163,25 @@ pub fn run(cfg: &Args) -> Result<Exit> {
     catch_interrupts();
     let record = launch_and_wait(cfg, exec.as_ref(), &plan)?;
 
-    RecordWriter::stdout().emit(&record)?;
+    if let Err(err) = RecordWriter::stdout().emit(&record) {
+        // The record is the only handle anyone has on this server: with it lost, a server
+        // left running would hold its GPUs unseen. Stop it, and say so.
+        let id = ProcId {
+            pid: record.pid,
+            start_ticks: record.start_ticks,
+        };
+        let killed = kill_unannounced(exec.as_ref(), &plan, id);
+        if err.is_closed() {
+            // The next tool exited (its own error says why): a quiet success otherwise.
+            cli::info(format!(
+                "the next tool exited before reading the server record, so the server was stopped: {killed}"
+            ));
+            return Ok(Exit::Ok);
+        }
+        return Err(cli::failure(format!(
+            "{err}: the server record is lost, so the server was stopped: {killed}"
+        )));
+    }
     if let Some(forwarder) = forwarder {
         forwarder.finish()?;
     }
@@ -563,10 +581,13 @@ fn wait_ready(
                     next_print = Instant::now() + Duration::from_secs(10);
                     let last = log_tail(exec, &plan.log, 1).pop().unwrap_or_default();
                     let last: String = last.chars().take(100).collect();
+                    // The check's reason and the log line are the server's text: escaped.
                     let line = format!(
-                        "srv-launch: waiting for {} ({:.0}s): {why} | log: {last}",
+                        "srv-launch: waiting for {} ({:.0}s): {} | log: {}",
                         plan.engine,
-                        elapsed.as_secs_f64()
+                        elapsed.as_secs_f64(),
+                        cli::printable(&why),
+                        cli::printable(&last)
                     );
                     if tty {
                         eprint!("\r\x1b[K{line}");

@@ -10,7 +10,7 @@
 //! read goes through `Record::parse`, which names the problem.
 
 use servbench::cli;
-use servbench::jsonl::{Source, excerpt};
+use servbench::jsonl::{Source, excerpt, line_text};
 use servbench::record::{
     CollRecord, CollRunRecord, DecodeRecord, KillRecord, Labels, PointKey, RampRecord, Record,
     RequestRecord, SCHEMA_VERSION, ServerRecord, SummaryRecord,
@@ -204,13 +204,15 @@ pub fn load_one(
             add_request(inputs, request, slo, name);
             continue;
         }
-        let text = String::from_utf8_lossy(bytes);
-        match Record::parse(&text) {
+        let parsed =
+            line_text(bytes).and_then(|text| Record::parse(text).map_err(|e| e.to_string()));
+        match parsed {
             Ok(record) => {
                 warn_newer(&mut warned_version, record.version(), name, line_no);
                 add_record(inputs, record, slo, name)?
             }
             Err(reason) => {
+                let text = String::from_utf8_lossy(bytes);
                 let msg = format!("{name}:{line_no}: {reason} (line: {})", excerpt(&text, 60));
                 if strict {
                     return Err(cli::usage(msg));

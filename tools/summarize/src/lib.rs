@@ -180,7 +180,7 @@ fn compare_files(base: &Source, new: &Source, config: &Config) -> anyhow::Result
 fn write_text(out: &mut impl Write, text: &str) -> anyhow::Result<Exit> {
     out.write_all(text.as_bytes())
         .and_then(|_| out.flush())
-        .map_err(|_| servbench::jsonl::StdoutClosed)?;
+        .map_err(servbench::jsonl::OutputError::from_io)?;
     Ok(Exit::Ok)
 }
 

@@ -2,6 +2,7 @@
 //! structure, several renderings, so every format shows the same figures.
 
 use serde_json::{Map, Value, json};
+use servbench::cli::printable;
 use std::fmt::Write;
 
 /// Output format of `summarize`.
@@ -156,22 +157,24 @@ impl Table {
             .any(|r| matches!(r.get(col), Some(Cell::Num { ci: Some(_), .. })))
     }
 
+    /// `k=v ...` for the people's formats (escaped: labels come from outside).
     fn context_line(&self) -> String {
         self.context
             .iter()
-            .map(|(k, v)| format!("{k}={v}"))
+            .map(|(k, v)| format!("{}={}", printable(k), printable(v)))
             .collect::<Vec<_>>()
             .join(" ")
     }
 
-    /// Aligned text: `# title  context` line, header, rows; numbers right-aligned.
+    /// Aligned text: `# title  context` line, header, rows; numbers right-aligned. Text from
+    /// outside (labels, error messages) has its control characters escaped for the terminal.
     pub fn text(&self) -> String {
         let mut out = String::new();
         let ctx = self.context_line();
         let _ = writeln!(
             out,
             "# {}{}",
-            self.title,
+            printable(&self.title),
             if ctx.is_empty() {
                 String::new()
             } else {
@@ -181,7 +184,11 @@ impl Table {
         let cells: Vec<Vec<String>> = self
             .rows
             .iter()
-            .map(|r| r.iter().map(Cell::human).collect())
+            .map(|r| {
+                r.iter()
+                    .map(|c| printable(&c.human()).into_owned())
+                    .collect()
+            })
             .collect();
         let widths: Vec<usize> = (0..self.columns.len())
             .map(|c| {
@@ -217,7 +224,11 @@ impl Table {
             }
             s.trim_end().to_string()
         };
-        let headers: Vec<String> = self.columns.iter().map(|c| c.header.clone()).collect();
+        let headers: Vec<String> = self
+            .columns
+            .iter()
+            .map(|c| printable(&c.header).into_owned())
+            .collect();
         let _ = writeln!(out, "{}", line(&headers));
         for (i, r) in cells.iter().enumerate() {
             if i > 0 && self.groups.get(i) != self.groups.get(i - 1) {
@@ -226,20 +237,20 @@ impl Table {
             let _ = writeln!(out, "{}", line(r));
         }
         for n in &self.notes {
-            let _ = writeln!(out, "note: {n}");
+            let _ = writeln!(out, "note: {}", printable(n));
         }
         out
     }
 
     pub fn markdown(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "### {}", self.title);
+        let _ = writeln!(out, "### {}", printable(&self.title));
         let ctx = self.context_line();
         if !ctx.is_empty() {
             let _ = writeln!(out, "\n`{ctx}`");
         }
         out.push('\n');
-        let esc = |s: &str| s.replace('|', "\\|");
+        let esc = |s: &str| printable(s).replace('|', "\\|");
         let headers: Vec<String> = self.columns.iter().map(|c| esc(&c.header)).collect();
         let _ = writeln!(out, "| {} |", headers.join(" | "));
         let aligns: Vec<&str> = (0..self.columns.len())
@@ -263,7 +274,7 @@ impl Table {
         if !self.notes.is_empty() {
             out.push('\n');
             for n in &self.notes {
-                let _ = writeln!(out, "- {n}");
+                let _ = writeln!(out, "- {}", printable(n));
             }
         }
         out
