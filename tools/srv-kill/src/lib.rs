@@ -167,7 +167,7 @@ fn kill_all(cfg: &Args, out: &mut RecordWriter<std::io::Stdout>) -> Result<Exit>
             ));
         }
         if cfg.missing_ok {
-            cli::info("nothing matched (no server records in the input)");
+            // Accepted silently, as a target that matched nothing is under --missing-ok.
             return Ok(Exit::Ok);
         }
         return Err(cli::failure(
