@@ -15,8 +15,9 @@
 # mode (no prompts). The point of each host's sweep starts when its ssh connects, so the hosts'
 # loads overlap within connection setup (tens of ms), not to the microsecond.
 # Exit: 0 when every host's loadgen succeeded, else the first failing host's exit code, with every
-# failing host named on stderr. Ctrl-C: the ssh sessions close; each remote loadgen stops at its
-# next record (its stdout is gone) and every record written so far is in OUTDIR.
+# failing host named on stderr. Ctrl-C: the ssh sessions close; each remote loadgen sees its
+# stdout's reader gone, stops sending and cancels its requests in flight at once, and every
+# record written so far is in OUTDIR.
 set -euo pipefail
 
 usage() {

@@ -258,9 +258,11 @@ impl PointStats {
             None => (r.intended_ms, end),
             Some((a, b)) => (a.min(r.intended_ms), b.max(end)),
         });
-        if let Some(target) = r.prompt_tokens_target {
+        // Only a prompt the server counted can have missed its target: a request that never
+        // reached it (refused, reset before usage) says nothing about the tokenizer.
+        if let (Some(target), Some(counted)) = (r.prompt_tokens_target, r.prompt_tokens) {
             self.prompt_len_targeted += 1;
-            if r.prompt_tokens == Some(target) {
+            if counted == target {
                 self.prompt_len_exact += 1;
             }
         }
@@ -436,6 +438,8 @@ impl PointStats {
             labels,
             point,
             partial,
+            stopped_by: None,
+            stop_reason: None,
             requests: self.requests,
             ok: self.ok,
             errors: self.errors(),

@@ -91,6 +91,51 @@ pub fn wait_port(port: u16, timeout: Duration) -> bool {
     false
 }
 
+/// Waits for a spawned child, reading its piped stdout and stderr meanwhile (so it never
+/// blocks on a full pipe); past `limit` the child is killed and the test fails saying so.
+pub fn wait_output(child: &mut Child, limit: Duration) -> Output {
+    use std::io::Read;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for child") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let err = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
+            panic!("{limit:?} passed and the process had not exited; its stderr: {err}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
 /// Owns a child process and its process group: both are killed (by pid) when dropped.
 pub struct Guard {
     pub child: Child,
@@ -121,6 +166,30 @@ impl Drop for Guard {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Starts srv-sim on a free port with `args` (stderr read on: srv-sim never blocks on it);
+/// returns its guard and base URL once it listens.
+pub fn srv_sim(args: &[&str]) -> (Guard, String) {
+    use std::io::{BufRead, BufReader};
+    let mut c = cmd("srv-sim");
+    c.args(["--port", "0"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut guard = Guard::spawn(c);
+    let mut lines = BufReader::new(guard.child.stderr.take().expect("srv-sim stderr")).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("srv-sim exited before listening")
+            .expect("read srv-sim's stderr");
+        if let Some(at) = line.find("listening on http://") {
+            break line[at + "listening on ".len()..].trim().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (guard, url)
 }
 
 /// A plain HTTP server (python3 -m http.server) listening on 127.0.0.1:port, for tests that

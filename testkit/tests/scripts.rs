@@ -230,3 +230,92 @@ fn multi_host_load_runs_loadgen_on_every_host_and_summarize_merges_them() {
     let records = json_lines(&std::fs::read(kept).unwrap());
     assert_eq!(of_kind(&records, "summary")[0]["ok"], 2);
 }
+
+/// srv-sim's `vllm:num_requests_running`, from its /metrics (a plain HTTP/1.0 GET).
+fn running_requests(url: &str) -> Option<u64> {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    text.lines()
+        .find(|l| l.starts_with("vllm:num_requests_running"))?
+        .split_whitespace()
+        .last()?
+        .parse::<f64>()
+        .ok()
+        .map(|v| v as u64)
+}
+
+/// Ctrl-C (here SIGTERM) on multi-host-load.sh closes the SSH sessions; each remote loadgen
+/// then sees its stdout's reader gone and stops at once, cancelling requests that would
+/// otherwise stream for minutes: the server is left with nothing running.
+#[test]
+fn a_remote_loadgen_stops_sending_when_multi_host_load_is_terminated() {
+    let sshd = testkit::sshd();
+    let ssh_opts = format!(
+        "-i {} -o UserKnownHostsFile={} -o StrictHostKeyChecking=yes",
+        sshd.key, sshd.known_hosts
+    );
+    let loadgen = bin_dir().join("loadgen");
+    let port = free_port();
+    let mut c = testkit::cmd("srv-sim");
+    c.args([
+        "--port",
+        &port.to_string(),
+        "--ttft",
+        "1ms",
+        "--itl",
+        "200ms",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let _sim = Guard::spawn(c);
+    assert!(wait_port(port, Duration::from_secs(20)), "srv-sim");
+    let url = format!("http://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let outdir = dir.path().join("runs");
+    let host = sshd.target.clone();
+    let path = format!(
+        "{}:{}",
+        bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // Each request streams 500 tokens 200 ms apart: 100 s, far beyond this test's bounds.
+    let mut cmd = Command::new("bash");
+    cmd.arg(script("multi-host-load.sh"))
+        .args(["-o", outdir.to_str().unwrap(), &host, "--"])
+        .args(["--url", &url, "-c", "2", "--duration", "300s"])
+        .args(["--max-tokens", "500", "--input-len", "16"])
+        .env("PATH", path)
+        .env("LOADGEN", &loadgen)
+        .env("SSH_OPTS", &ssh_opts)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut script = Guard::spawn(cmd);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while running_requests(&url) != Some(2) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the remote loadgen never had 2 requests running"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SAFETY: signalling the script this test started, by its pid.
+    unsafe {
+        libc::kill(script.pid() as i32, libc::SIGTERM);
+    }
+    let out = testkit::wait_output(&mut script.child, Duration::from_secs(20));
+    assert_ne!(out.status.code(), Some(0), "terminated is not a success");
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while running_requests(&url) != Some(0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the remote loadgen still streams {:?} requests 15 s after the script was terminated",
+            running_requests(&url)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

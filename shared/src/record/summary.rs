@@ -13,9 +13,15 @@ pub struct SummaryRecord {
     #[serde(default)]
     pub labels: Labels,
     pub point: PointKey,
-    /// True when the point was cut short (Ctrl-C, SIGTERM, a crash of the run).
+    /// True when the point was cut short (Ctrl-C, SIGTERM, the server gone, a crash of the run).
     #[serde(default)]
     pub partial: bool,
+    /// Why the point ended before its planned requests or time, where loadgen knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<PointStop>,
+    /// That reason in words, with the figures (`server down: every connection failed for 2.0 s ...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
     pub requests: u64,
     pub ok: u64,
     pub errors: u64,
@@ -49,7 +55,8 @@ pub struct SummaryRecord {
     /// Output tokens per content chunk (above 1: speculative decoding or server-side batching).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_chunk: Option<f64>,
-    /// Requests whose prompt had exactly the target length / had a target at all.
+    /// Requests whose prompt had exactly the target length / had a target and a prompt length
+    /// the server reported (a request that never reached the server is in neither).
     #[serde(default)]
     pub prompt_len_exact: u64,
     #[serde(default)]
@@ -82,3 +89,17 @@ pub struct SummaryRecord {
     pub extra: Extra,
 }
 record_kind!(SummaryRecord, "summary", Summary);
+
+/// Why a sweep point stopped early (`stopped_by` of a `summary`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PointStop {
+    /// Ctrl-C or SIGTERM.
+    Interrupted,
+    /// The server stopped accepting connections (it crashed or was killed): what finished
+    /// before is kept, nothing after it was sent.
+    ServerDown,
+    /// A reason written by a newer tool.
+    #[serde(other)]
+    Other,
+}

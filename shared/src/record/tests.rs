@@ -169,6 +169,8 @@ fn summary() -> impl Strategy<Value = Record> {
                 labels,
                 point,
                 partial,
+                stopped_by: partial.then_some(PointStop::ServerDown),
+                stop_reason: partial.then(|| "server down: refused".to_string()),
                 requests: 10,
                 ok: 9,
                 errors: 1,

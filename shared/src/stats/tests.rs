@@ -197,3 +197,25 @@ fn no_steady_figure_from_a_window_too_short() {
     }
     assert_eq!(s.steady_output_tok_s(), None);
 }
+
+/// A request that never reached the server (refused) has no prompt length to compare: it is
+/// not counted as a prompt that missed its target (summarize would blame the tokenizer).
+#[test]
+fn requests_that_never_reached_the_server_do_not_count_as_missed_prompt_lengths() {
+    let mut s = PointStats::new();
+    s.add_request(&req(0, 0.0, 100.0, &[10.0; 3], 4), None);
+    let mut refused = req(1, 0.0, 1.0, &[], 0);
+    refused.prompt_tokens = None;
+    refused.ttft_ms = None;
+    refused.error = Some(RequestError {
+        class: ErrorClass::Connect,
+        message: "connection refused".into(),
+        http_status: None,
+    });
+    s.add_request(&refused, None);
+    let mut missed = req(2, 0.0, 100.0, &[10.0; 3], 4);
+    missed.prompt_tokens = Some(99);
+    s.add_request(&missed, None);
+    let sum = s.to_summary(PointKey::default(), Labels::new(), false, None);
+    assert_eq!((sum.prompt_len_exact, sum.prompt_len_targeted), (1, 2));
+}

@@ -12,44 +12,77 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use servbench::record::ErrorClass;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
-/// A run's stop switch, what the first Ctrl-C/SIGTERM pulls: no new requests, in-flight ones
-/// get `--grace`. One per run, so a process can run twice. The flag is read on every dispatch
-/// (an atomic load); the notification wakes whoever waits for it.
+/// A run's stop switch. The first Ctrl-C/SIGTERM pulls it gently ([`Stop::stop`]: no new
+/// requests, in-flight ones get `--grace`); a stdout nobody reads any more pulls it hard
+/// ([`Stop::abort`]: in-flight requests are cancelled at once, nothing more can be delivered).
+/// One per run, so a process can run twice. The level is read on every dispatch (an atomic
+/// load); the notification wakes whoever waits for it.
 #[derive(Clone, Default)]
 pub struct Stop(Arc<StopState>);
 
 #[derive(Default)]
 struct StopState {
-    set: AtomicBool,
+    /// 0 running, [`STOPPING`], [`ABORTING`]; it only rises.
+    level: AtomicU8,
     notify: Notify,
 }
+
+const STOPPING: u8 = 1;
+const ABORTING: u8 = 2;
 
 impl Stop {
     pub fn new() -> Stop {
         Stop::default()
     }
 
+    /// No new requests; in-flight ones get `--grace`.
     pub fn stop(&self) {
-        self.0.set.store(true, Ordering::SeqCst);
+        self.raise(STOPPING);
+    }
+
+    /// No new requests, and in-flight ones are cancelled now: their records could not be
+    /// delivered anyway (the reader of stdout is gone).
+    pub fn abort(&self) {
+        self.raise(ABORTING);
+    }
+
+    fn raise(&self, to: u8) {
+        self.0.level.fetch_max(to, Ordering::SeqCst);
         self.0.notify.notify_waiters();
     }
 
     pub fn is_stopped(&self) -> bool {
-        self.0.set.load(Ordering::SeqCst)
+        self.0.level.load(Ordering::SeqCst) >= STOPPING
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.0.level.load(Ordering::SeqCst) >= ABORTING
     }
 
     /// Returns once the switch is pulled (at once when it already was).
     pub async fn wait(&self) {
-        let notified = self.0.notify.notified();
-        // Checked after registering, so a stop between the two is not missed.
-        if self.is_stopped() {
-            return;
+        self.wait_level(STOPPING).await;
+    }
+
+    /// Returns once the switch is pulled hard.
+    pub async fn wait_aborted(&self) {
+        self.wait_level(ABORTING).await;
+    }
+
+    async fn wait_level(&self, level: u8) {
+        loop {
+            // A `Notified` hears `notify_waiters` from its creation on, so a raise between
+            // the check and the await is not missed.
+            let notified = self.0.notify.notified();
+            if self.0.level.load(Ordering::SeqCst) >= level {
+                return;
+            }
+            notified.await;
         }
-        notified.await;
     }
 }
 
@@ -138,17 +171,71 @@ pub struct Phase {
     pub maker: Arc<Maker>,
 }
 
+/// How a phase ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ended {
+    /// Its budget was spent.
+    Completed,
+    /// The run's stop was pulled (Ctrl-C, SIGTERM; or hard, when stdout's reader is gone).
+    Stopped,
+    /// The server is gone (see [`Health`]): why, in words.
+    ServerDown(String),
+}
+
+/// Connections failing for this long, with nothing else finishing in between, is a server
+/// that is gone (crashed, killed), not a slow or overloaded one.
+pub const DOWN_AFTER: Duration = Duration::from_secs(2);
+/// ... and at least this many of them (one slow failure is not a pattern).
+const DOWN_MIN_FAILURES: u64 = 3;
+/// A slot whose request could not connect waits this long before it is used again, so a
+/// dead server is not sent thousands of requests a second while [`Health`] makes sure.
+const CONNECT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Watches finished requests for a server that is gone: every request failing to connect
+/// (refused, unreachable) for [`DOWN_AFTER`]. Any other outcome, success or not, proves
+/// something answers and starts the watch again.
+#[derive(Default)]
+pub struct Health {
+    /// The first connect failure of the current run of them: when, and its message.
+    since: Option<(Instant, String)>,
+    failures: u64,
+}
+
+impl Health {
+    /// Takes one finished request; `Some(reason)` once the server counts as down.
+    pub fn observe(&mut self, failure: Option<&Failure>, end: Instant) -> Option<String> {
+        let Some(f) = failure.filter(|f| f.class == ErrorClass::Connect) else {
+            self.since = None;
+            self.failures = 0;
+            return None;
+        };
+        self.failures += 1;
+        let (since, first) = self.since.get_or_insert_with(|| (end, f.message.clone()));
+        let lasted = end.saturating_duration_since(*since);
+        (lasted >= DOWN_AFTER && self.failures >= DOWN_MIN_FAILURES).then(|| {
+            format!(
+                "server down: every connection failed for {:.1} s ({} attempts, nothing else finished in between); first: {first}",
+                lasted.as_secs_f64(),
+                self.failures
+            )
+        })
+    }
+}
+
 impl Context {
-    /// Runs `phase` until its budget is spent (or a stop), calling `each` for every finished
-    /// request with the phase's start. Returns true when stopped.
-    pub async fn phase(&self, phase: Phase, each: &mut dyn FnMut(Finished, Instant)) -> bool {
+    /// Runs `phase` until its budget is spent, the run's stop, or the server is found down,
+    /// calling `each` for every finished request with the phase's start.
+    pub async fn phase(&self, phase: Phase, each: &mut dyn FnMut(Finished, Instant)) -> Ended {
         let (tx, mut rx) = mpsc::unbounded_channel::<Finished>();
-        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let (cancel_tx, cancel_rx) = watch::channel::<Option<&'static str>>(None);
+        // The dispatcher's own stop: the run's, or a server found down.
+        let halt = Stop::new();
         // A moment's head start so the first deadline is not already past when the task starts.
         let start = Instant::now() + Duration::from_millis(1);
         let dispatcher = tokio::spawn(
             Dispatcher {
                 ctx: self.clone(),
+                halt: halt.clone(),
                 phase,
                 start,
                 requests: Arc::new(InFlight {
@@ -161,31 +248,66 @@ impl Context {
             }
             .run(),
         );
-        let mut stopping = self.stop.is_stopped();
-        let mut cancel_at = tokio::time::Instant::now() + self.grace;
-        if stopping {
-            let _ = cancel_tx.send(true);
-        }
-        // One wait for the whole phase, not one per finished request.
+        let mut health = Health::default();
+        let mut down: Option<String> = None;
+        let mut stopped_by_run = false;
+        // Set once the phase stops sending: in-flight requests are cancelled at this instant.
+        let mut cancel_at: Option<(tokio::time::Instant, &'static str)> = None;
+        // One wait each for the whole phase, not one per finished request.
         let stopped = self.stop.wait();
-        tokio::pin!(stopped);
+        let aborted = self.stop.wait_aborted();
+        tokio::pin!(stopped, aborted);
         loop {
+            let cancelled = cancel_tx.borrow().is_some();
             tokio::select! {
                 msg = rx.recv() => match msg {
-                    Some(f) => each(f, start),
+                    Some(f) => {
+                        if down.is_none()
+                            && let Some(why) = health.observe(f.outcome.failure.as_ref(), f.outcome.end)
+                        {
+                            down = Some(why);
+                            halt.stop();
+                            cancel_at.get_or_insert((
+                                tokio::time::Instant::now() + self.grace,
+                                "still running when --grace after the server went down ended",
+                            ));
+                        }
+                        each(f, start);
+                    }
                     None => break,
                 },
-                _ = &mut stopped, if !stopping => {
-                    stopping = true;
-                    cancel_at = tokio::time::Instant::now() + self.grace;
+                _ = &mut stopped, if !stopped_by_run => {
+                    stopped_by_run = true;
+                    halt.stop();
+                    cancel_at.get_or_insert((
+                        tokio::time::Instant::now() + self.grace,
+                        "still running when the --grace period after Ctrl-C ended",
+                    ));
                 }
-                _ = tokio::time::sleep_until(cancel_at), if stopping && !*cancel_tx.borrow() => {
-                    let _ = cancel_tx.send(true);
+                _ = &mut aborted, if !cancelled => {
+                    stopped_by_run = true;
+                    halt.stop();
+                    let _ = cancel_tx.send(Some("cancelled at once: nobody reads loadgen's output any more"));
+                }
+                _ = sleep_until_some(cancel_at.map(|(t, _)| t)), if !cancelled => {
+                    let _ = cancel_tx.send(cancel_at.map(|(_, why)| why));
                 }
             }
         }
         let _ = dispatcher.await;
-        stopping
+        match down {
+            Some(why) => Ended::ServerDown(why),
+            None if stopped_by_run => Ended::Stopped,
+            None => Ended::Completed,
+        }
+    }
+}
+
+/// Sleeps until `t`, or forever without one.
+async fn sleep_until_some(t: Option<tokio::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -196,20 +318,35 @@ struct InFlight {
     timeout: Duration,
     /// Dropped with the last task: the phase's collector then ends.
     tx: mpsc::UnboundedSender<Finished>,
-    /// Set when `--grace` after a stop ran out.
-    cancel_rx: watch::Receiver<bool>,
+    /// Set, with the reason, when in-flight requests are to be cancelled.
+    cancel_rx: watch::Receiver<Option<&'static str>>,
 }
 
 /// The dispatch loop of one phase. It runs as a task on the runtime, so a freed slot wakes it
 /// without a thread switch and its requests start on the same worker.
 struct Dispatcher {
     ctx: Context,
+    /// Pulled when the phase stops sending (the run's stop, or the server found down).
+    halt: Stop,
     phase: Phase,
     start: Instant,
     requests: Arc<InFlight>,
 }
 
 impl Dispatcher {
+    /// The phase's stop or the run's (read directly, so no request leaves after a Ctrl-C
+    /// while the collector has yet to pass it on).
+    fn stopped(&self) -> bool {
+        self.halt.is_stopped() || self.ctx.stop.is_stopped()
+    }
+
+    async fn halted(&self) {
+        tokio::select! {
+            _ = self.halt.wait() => {}
+            _ = self.ctx.stop.wait() => {}
+        }
+    }
+
     async fn run(self) {
         let load = self.phase.load;
         let mut rng = StdRng::seed_from_u64(self.phase.arrival_seed);
@@ -221,7 +358,7 @@ impl Dispatcher {
         let mut prev: Option<f64> = None;
         let mut id = 0u64;
         loop {
-            if self.ctx.stop.is_stopped()
+            if self.stopped()
                 || matches!(self.phase.budget, Budget::Requests(n) if id >= n)
                 || end.is_some_and(|e| Instant::now() >= e)
             {
@@ -276,7 +413,7 @@ impl Dispatcher {
     async fn wait_until(&self, deadline: Instant) -> bool {
         const COARSE: Duration = Duration::from_micros(1500);
         loop {
-            if self.ctx.stop.is_stopped() {
+            if self.stopped() {
                 return false;
             }
             let now = Instant::now();
@@ -286,7 +423,7 @@ impl Dispatcher {
             if deadline - now > COARSE {
                 tokio::select! {
                     _ = tokio::time::sleep_until((deadline - COARSE).into()) => {}
-                    _ = self.ctx.stop.wait() => return false,
+                    _ = self.halted() => return false,
                 }
             } else {
                 tokio::task::yield_now().await;
@@ -312,7 +449,7 @@ impl Dispatcher {
         };
         tokio::select! {
             p = sem.clone().acquire_owned() => p.ok().map(Some),
-            _ = self.ctx.stop.wait() => None,
+            _ = self.halted() => None,
             _ = until => None,
         }
     }
@@ -330,50 +467,54 @@ struct Request {
 async fn request_task(shared: Arc<InFlight>, req: Request) {
     let dispatched = Instant::now();
     let mut o = Outcome::default();
-    enum End {
-        Done,
-        TimedOut,
-        Cancelled,
-    }
-    let end = {
-        let mut cancel_rx = shared.cancel_rx.clone();
+    let mut cancel_rx = shared.cancel_rx.clone();
+    let cancelled = {
         let deadline = tokio::time::Instant::from_std(req.intended + shared.timeout);
         let work = tokio::time::timeout_at(
             deadline,
             stream_into(&shared.pool, shared.path, req.prepared.body, &mut o),
         );
         tokio::select! {
-            r = work => if r.is_ok() { End::Done } else { End::TimedOut },
-            _ = cancel_rx.wait_for(|c| *c) => End::Cancelled,
+            r = work => {
+                if r.is_err() {
+                    o.end = Instant::now();
+                    o.failure = Some(Failure::new(
+                        ErrorClass::Timeout,
+                        format!(
+                            "no complete answer within --timeout {}s",
+                            shared.timeout.as_secs_f64()
+                        ),
+                    ));
+                }
+                false
+            }
+            why = cancel_rx.wait_for(Option::is_some) => {
+                o.end = Instant::now();
+                let why = why.ok().and_then(|w| *w).unwrap_or("cancelled");
+                o.failure = Some(Failure::new(ErrorClass::Cancelled, why));
+                true
+            }
         }
     };
-    match end {
-        End::Done => {}
-        End::TimedOut => {
-            o.end = Instant::now();
-            o.failure = Some(Failure::new(
-                ErrorClass::Timeout,
-                format!(
-                    "no complete answer within --timeout {}s",
-                    shared.timeout.as_secs_f64()
-                ),
-            ));
-        }
-        End::Cancelled => {
-            o.end = Instant::now();
-            o.failure = Some(Failure::new(
-                ErrorClass::Cancelled,
-                "still running when the --grace period after Ctrl-C ended",
-            ));
-        }
-    }
-    drop(req.permit);
-    let _ = shared.tx.send(Finished {
+    let connect_failed = matches!(&o.failure, Some(f) if f.class == ErrorClass::Connect);
+    let finished = Finished {
         id: req.id,
         intended: req.intended,
         dispatched,
         outcome: o,
         target: req.prepared.target,
         max_tokens: req.prepared.max_tokens,
-    });
+    };
+    if connect_failed && req.permit.is_some() && !cancelled {
+        let _ = shared.tx.send(finished);
+        // Hold the slot a moment (see CONNECT_BACKOFF), unless the phase is being cancelled.
+        tokio::select! {
+            _ = tokio::time::sleep(CONNECT_BACKOFF) => {}
+            _ = cancel_rx.wait_for(Option::is_some) => {}
+        }
+        drop(req.permit);
+    } else {
+        drop(req.permit);
+        let _ = shared.tx.send(finished);
+    }
 }

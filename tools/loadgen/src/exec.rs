@@ -75,6 +75,7 @@ async fn stream_inner(
     }
     let mut parser = SseParser::default();
     let mut done = false;
+    let mut finished = false;
     let mut bad: Option<Failure> = None;
     while let Some(frame) = incoming.frame().await {
         let frame = frame.map_err(|e| hyper_failure(&e))?;
@@ -101,6 +102,7 @@ async fn stream_inner(
                 done = true;
                 return false;
             }
+            finished |= ev.finished;
             if ev.error {
                 let text = String::from_utf8_lossy(payload);
                 bad = Some(Failure::new(
@@ -139,9 +141,15 @@ async fn stream_inner(
         return Err(f);
     }
     if !done {
+        // The body ended cleanly (an error would have returned above). After a
+        // finish_reason the answer is whole: some servers never send [DONE].
+        if finished {
+            pool.give_back(conn);
+            return Ok(());
+        }
         return Err(Failure::new(
             ErrorClass::Reset,
-            "stream ended without data: [DONE] (incomplete)",
+            "stream ended without data: [DONE] or a finish_reason (incomplete)",
         ));
     }
     // Read the body's end (the terminating chunk) so the connection can be reused.

@@ -11,6 +11,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use servbench::record::ErrorClass;
 use std::sync::Mutex;
+use std::time::Duration;
 use tokio::net::TcpStream;
 
 /// Where requests go: `http://host:port[/prefix]`.
@@ -179,14 +180,15 @@ impl Pool {
     }
 
     /// Opens connections until `n` are idle, so a point's first requests do not pay for the
-    /// TCP handshake inside their TTFT. Failures are left for the requests to meet.
-    pub async fn prewarm(self: &std::sync::Arc<Self>, n: usize) {
+    /// TCP handshake inside their TTFT. Failures are left for the requests to meet; each
+    /// connection gets at most `limit`.
+    pub async fn prewarm(self: &std::sync::Arc<Self>, n: usize, limit: Duration) {
         let have = self.idle.lock().map(|v| v.len()).unwrap_or(0);
         let mut set = tokio::task::JoinSet::new();
         for _ in have..n {
             let pool = self.clone();
             set.spawn(async move {
-                if let Ok(sender) = pool.connect().await {
+                if let Ok(Ok(sender)) = tokio::time::timeout(limit, pool.connect()).await {
                     pool.give_back(Conn {
                         sender,
                         reused: false,
@@ -239,14 +241,15 @@ impl Pool {
         }
     }
 
-    /// A whole small exchange (models, tokenize, probes): status and body, within 120 s.
+    /// A whole small exchange (models, tokenize, probes): status and body, within `limit`
+    /// (`--timeout`), connecting included.
     pub async fn exchange(
         &self,
         method: hyper::Method,
         path: &str,
         body: Bytes,
+        limit: Duration,
     ) -> Result<(u16, Bytes), Failure> {
-        const LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
         let work = async {
             let (resp, conn) = self
                 .send(|| self.target.request(method.clone(), path, body.clone()))
@@ -261,14 +264,10 @@ impl Pool {
             self.give_back(conn);
             Ok((status, bytes))
         };
-        tokio::time::timeout(LIMIT, work).await.unwrap_or_else(|_| {
+        tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
             Err(Failure::new(
                 ErrorClass::Timeout,
-                format!(
-                    "{}{path}: no answer within {}s",
-                    self.target.url,
-                    LIMIT.as_secs()
-                ),
+                format!("no answer within --timeout {}s", limit.as_secs_f64()),
             ))
         })
     }

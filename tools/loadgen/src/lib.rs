@@ -4,8 +4,10 @@
 //! open-loop latency counts from the intended send time, the client's own CPU cost is recorded.
 
 pub mod dispatch;
+pub mod downstream;
 pub mod exec;
 pub mod http;
+pub mod limits;
 pub mod pacing;
 pub mod probe;
 pub mod progress;
@@ -54,7 +56,8 @@ Examples:
 
 Records (stdout, JSON lines): one `request` per finished request (--no-requests to omit),
 one `summary` per sweep point, one `ramp` per --ramp. Progress goes to stderr (a terminal only).
-Exit: 0 ok, 1 every request of a point failed, 2 bad usage, 130 interrupted (partial summary written).";
+Exit: 0 ok, 1 every request of a point failed or the server went down (partial summary
+written), 2 bad usage, 130 interrupted (partial summary written).";
 
 /// Drive an OpenAI-compatible server with streaming requests and measure TTFT, ITL, TPOT and throughput.
 #[derive(Debug, Clone, Parser)]
@@ -150,7 +153,7 @@ pub struct Args {
     /// Leave out the per-request records
     #[arg(long)]
     pub no_requests: bool,
-    /// Runtime worker threads (default: available cores, at most 8)
+    /// Runtime worker threads, 1 to 1024 (default: available cores, at most 8)
     #[arg(long)]
     pub threads: Option<usize>,
 

@@ -1,5 +1,8 @@
-//! What a run learns from the server before its first point: the model to name, and how the
-//! server counts tokens, so synthetic prompts have exactly the lengths asked for.
+//! What a run learns from the server before its first point: the model to name (and its
+//! context length, where the server says), and how the server counts tokens, so synthetic
+//! prompts have exactly the lengths asked for. What a server answers is input like any other:
+//! a count that cannot be right for the prompt is not believed, and every probe is bounded by
+//! `--timeout`.
 
 use crate::http::Pool;
 use crate::workload::{self, Api, PromptText, Synthetic};
@@ -8,12 +11,26 @@ use serde_json::{Value, json};
 use servbench::cli;
 use servbench::record::ErrorClass;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The model a run names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Model {
+    pub name: String,
+    /// Prompt + output tokens the server accepts, where /v1/models says (vLLM, SGLang, srv-sim
+    /// report `max_model_len`).
+    pub max_model_len: Option<u32>,
+}
 
 /// The model to name: `wanted` (`--model`) checked against /v1/models, else the first it lists.
-pub async fn find_model(pool: &Pool, wanted: Option<&str>) -> anyhow::Result<String> {
+pub async fn find_model(
+    pool: &Pool,
+    wanted: Option<&str>,
+    timeout: Duration,
+) -> anyhow::Result<Model> {
     let url = &pool.target.url;
     let (status, body) = match pool
-        .exchange(hyper::Method::GET, "/v1/models", Bytes::new())
+        .exchange(hyper::Method::GET, "/v1/models", Bytes::new(), timeout)
         .await
     {
         Ok(r) => r,
@@ -25,25 +42,70 @@ pub async fn find_model(pool: &Pool, wanted: Option<&str>) -> anyhow::Result<Str
         }
         Err(f) => return Err(cli::failure(format!("{url}/v1/models: {}", f.message))),
     };
-    let ids: Vec<String> = serde_json::from_slice::<Value>(&body)
+    let listed: Vec<Value> = serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|v| v.get("data").and_then(Value::as_array).cloned())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let ids: Vec<&str> = listed
         .iter()
-        .filter_map(|m| m.get("id").and_then(Value::as_str).map(String::from))
+        .filter_map(|m| m.get("id").and_then(Value::as_str))
         .collect();
-    match wanted {
-        Some(m) if ids.is_empty() || ids.iter().any(|id| id == m) => Ok(m.to_string()),
-        Some(m) => Err(cli::failure(format!(
-            "model {m} not found: the server at {url} has {}",
-            ids.join(", ")
-        ))),
-        None => ids.into_iter().next().ok_or_else(|| {
-            cli::failure(format!(
-                "{url}/v1/models (HTTP {status}) lists no model: pass --model NAME"
-            ))
-        }),
-    }
+    let max_len_of = |id: &str| {
+        listed
+            .iter()
+            .find(|m| m.get("id").and_then(Value::as_str) == Some(id))
+            .and_then(|m| m.get("max_model_len"))
+            .and_then(Value::as_u64)
+            .filter(|&n| n > 0)
+            .map(|n| n.min(u64::from(u32::MAX)) as u32)
+    };
+    let name = match wanted {
+        Some(m) if ids.is_empty() || ids.contains(&m) => m.to_string(),
+        Some(m) => {
+            return Err(cli::failure(format!(
+                "model {m} not found: the server at {url} has {}",
+                ids.join(", ")
+            )));
+        }
+        None => match ids.first() {
+            Some(id) => id.to_string(),
+            None => {
+                return Err(cli::failure(format!(
+                    "{url}/v1/models (HTTP {status}) lists no model: pass --model NAME"
+                )));
+            }
+        },
+    };
+    Ok(Model {
+        max_model_len: max_len_of(&name),
+        name,
+    })
+}
+
+/// Tokens per word a server may count for a synthetic prompt. The words are one token each in
+/// BPE vocabularies and up to a character each (plus a space) in character-level ones; a count
+/// outside this range, beyond what a chat template adds, is not a count of this prompt (a
+/// server answering 0 tokens, or nonsense), and believing it would scale the prompt without
+/// bound.
+const TOKENS_PER_WORD: (f64, f64) = (0.25, 16.0);
+/// Tokens a server may add around a prompt (BOS, a chat template with its system text).
+const TEMPLATE_TOKENS: f64 = 512.0;
+
+/// Whether `count` tokens is a believable count of a prompt of `words` words.
+pub fn plausible(count: u32, words: usize) -> bool {
+    let (c, w) = (f64::from(count), words as f64);
+    count > 0
+        && c <= w * TOKENS_PER_WORD.1 + TEMPLATE_TOKENS
+        && c >= w * TOKENS_PER_WORD.0 - TEMPLATE_TOKENS
+}
+
+/// The next word count to try for `target` tokens after `words` words counted `count`:
+/// scaled by the observed tokens per word, within the believable range of words for the target.
+pub fn next_words(words: usize, count: u32, target: u32) -> usize {
+    let scaled = (words as f64 * f64::from(target) / f64::from(count.max(1))).round();
+    let lo = (f64::from(target) / TOKENS_PER_WORD.1).floor().max(1.0);
+    let hi = (f64::from(target) / TOKENS_PER_WORD.0).ceil().max(lo);
+    scaled.clamp(lo, hi) as usize
 }
 
 /// Synthetic prompts aligned to the server's token count, one per target length, kept for the
@@ -55,17 +117,27 @@ pub struct Aligner {
     /// `--shared-prefix`, in tokens (one word each).
     pub shared_prefix: u32,
     pub seed: u64,
+    /// `--timeout`, for each count.
+    pub timeout: Duration,
     aligned: Vec<(u32, Arc<Synthetic>)>,
 }
 
 impl Aligner {
-    pub fn new(pool: Arc<Pool>, api: Api, model: String, shared_prefix: u32, seed: u64) -> Self {
+    pub fn new(
+        pool: Arc<Pool>,
+        api: Api,
+        model: String,
+        shared_prefix: u32,
+        seed: u64,
+        timeout: Duration,
+    ) -> Self {
         Aligner {
             pool,
             api,
             model,
             shared_prefix,
             seed,
+            timeout,
             aligned: Vec::new(),
         }
     }
@@ -82,17 +154,17 @@ impl Aligner {
         let mut tried = vec![s.words.len()];
         for _round in 0..8 {
             let text = s.text(None, seed);
-            let count = match self.count_tokens(&text, &mut method).await {
+            let words = s.words.len();
+            let count = match self.count_tokens(&text, words, &mut method).await {
                 Some(c) => c,
                 None => {
                     cli::warn(format!(
-                        "cannot learn how {} counts tokens (no /tokenize, no usage in replies): prompts of {target} tokens are {target} words",
+                        "cannot learn how {} counts tokens (no /tokenize, no believable usage in replies): prompts of {target} tokens are {target} words",
                         self.pool.target.url
                     ));
                     break;
                 }
             };
-            let words = s.words.len();
             if best.is_none_or(|(c, _)| c.abs_diff(target) > count.abs_diff(target)) {
                 best = Some((count, words));
             }
@@ -101,8 +173,7 @@ impl Aligner {
             }
             // Scale by the observed tokens per word (1 with the usual BPE vocabularies, more
             // with character-level ones), then step one word when scaling stalls.
-            let scaled = (words as f64 * f64::from(target) / f64::from(count.max(1))).round();
-            let mut next = (scaled as usize).max(1);
+            let mut next = next_words(words, count, target);
             if next == words {
                 next = if count < target {
                     words + 1
@@ -129,9 +200,15 @@ impl Aligner {
         s
     }
 
-    /// The server's token count for a prompt: `/tokenize` in the request's form, else a probe
-    /// request's `usage.prompt_tokens`.
-    async fn count_tokens(&self, text: &str, method: &mut &'static str) -> Option<u32> {
+    /// The server's token count for a prompt of `words` words: `/tokenize` in the request's
+    /// form, else a probe request's `usage.prompt_tokens`; `None` when neither gives a
+    /// believable count ([`plausible`]).
+    async fn count_tokens(
+        &self,
+        text: &str,
+        words: usize,
+        method: &mut &'static str,
+    ) -> Option<u32> {
         let prompt = PromptText::Text(text.to_string());
         if *method == "tokenize" {
             // vLLM and SGLang read `prompt` (or `messages`). llama-server reads `content`, and
@@ -146,7 +223,7 @@ impl Aligner {
             let body = Bytes::from(serde_json::to_vec(&b).unwrap_or_default());
             if let Ok((200, reply)) = self
                 .pool
-                .exchange(hyper::Method::POST, "/tokenize", body)
+                .exchange(hyper::Method::POST, "/tokenize", body, self.timeout)
                 .await
                 && let Ok(v) = serde_json::from_slice::<Value>(&reply)
             {
@@ -157,8 +234,11 @@ impl Aligner {
                 });
                 // Zero tokens for a non-empty prompt: the server did not understand the form
                 // (llama-server given chat messages); count with probe requests instead.
-                if let Some(c) = count.filter(|&c| c > 0 || text.is_empty()) {
-                    return Some(c as u32);
+                if let Some(c) = count
+                    .and_then(|c| u32::try_from(c).ok())
+                    .filter(|&c| plausible(c, words))
+                {
+                    return Some(c);
                 }
             }
             *method = "probe requests";
@@ -169,7 +249,7 @@ impl Aligner {
         let body = Bytes::from(serde_json::to_vec(&b).unwrap_or_default());
         let (status, reply) = self
             .pool
-            .exchange(hyper::Method::POST, self.api.path(), body)
+            .exchange(hyper::Method::POST, self.api.path(), body, self.timeout)
             .await
             .ok()?;
         if status != 200 {
@@ -179,6 +259,30 @@ impl Aligner {
         v.get("usage")?
             .get("prompt_tokens")?
             .as_u64()
-            .map(|c| c as u32)
+            .and_then(|c| u32::try_from(c).ok())
+            .filter(|&c| plausible(c, words))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server answering 0 tokens, or a count no tokenizer gives for the prompt, is not
+    /// believed; the next guess never leaves the believable range whatever the count.
+    #[test]
+    fn nonsense_token_counts_are_not_believed_and_never_scale_the_prompt_without_bound() {
+        assert!(!plausible(0, 256));
+        assert!(plausible(256, 256));
+        assert!(plausible(257 + 30, 256), "BOS and a chat template");
+        assert!(plausible(256 * 8, 256), "character-level");
+        assert!(!plausible(10_000_000, 256));
+        assert!(!plausible(1, 100_000));
+        for count in [0, 1, 2, 7, 1000, u32::MAX] {
+            let next = next_words(256, count, 256);
+            assert!((16..=1024).contains(&next), "count {count}: {next} words");
+        }
+        assert_eq!(next_words(300, 600, 300), 150);
+        assert_eq!(next_words(256, 256, 256), 256);
     }
 }

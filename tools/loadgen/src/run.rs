@@ -1,14 +1,17 @@
 //! The run: finds the target and model, aligns prompt lengths, then walks the sweep matrix.
 //! Every load mode feeds one dispatcher loop ([`crate::dispatch`]); finished requests come back
 //! to one collector here that writes `request` records and builds the point's `summary` with
-//! the shared statistics. Ctrl-C/SIGTERM stops sending, gives in-flight requests `--grace`,
-//! writes a partial summary and exits 130; a second one exits at once.
+//! the shared statistics. Ctrl-C/SIGTERM stops any phase, start-up included: no new requests,
+//! in-flight ones get `--grace`, a partial summary, exit 130; a second one exits at once. A
+//! stdout nobody reads any more stops everything at once (there is nobody to tell). A server
+//! found down ends the point (partial, `stopped_by: server_down`) and the run with exit 1.
 
-use crate::dispatch::{Budget, Context, Finished, Maker, Phase, Source, Stop};
+use crate::dispatch::{Budget, Context, Ended, Finished, Maker, Phase, Source, Stop};
 use crate::exec::{RequestMeta, to_record};
 use crate::http::{Pool, Target, raise_nofile_limit};
+use crate::limits;
 use crate::pacing::Load;
-use crate::probe::{self, Aligner};
+use crate::probe::{self, Aligner, Model};
 use crate::progress::{Progress, cpu_seconds};
 use crate::ramp::{Rules, Verdict};
 use crate::workload::{self, BodySpec};
@@ -17,8 +20,8 @@ use anyhow::Context as _;
 use servbench::cli::{self, Exit};
 use servbench::jsonl::{self, BackgroundPassThrough, Disposition, RecordWriter};
 use servbench::record::{
-    ErrorClass, Labels, PointKey, RampLevel, RampRecord, Record, SummaryRecord, inherit_labels,
-    now_ts,
+    ErrorClass, Labels, PointKey, PointStop, RampLevel, RampRecord, Record, SummaryRecord,
+    inherit_labels, now_ts,
 };
 use servbench::stats::PointStats;
 use std::collections::BTreeSet;
@@ -30,7 +33,7 @@ use std::time::Instant;
 /// Entry point from main: the target from `--url` or the `server` record on stdin, records to
 /// stdout, Ctrl-C/SIGTERM as the stop.
 pub fn main(args: Args) -> anyhow::Result<Exit> {
-    validate(&args)?;
+    limits::validate(&args)?;
     let mut out = RecordWriter::stdout();
     let own = args.common.labels();
     // Upstream records go through first, unchanged; a `server` record names the target.
@@ -68,6 +71,7 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
         labels,
         stop: Stop::new(),
         signals: true,
+        watch_stdout: true,
         upstream: background,
     };
     run(args, setup, &mut out)
@@ -103,6 +107,9 @@ pub struct Setup {
     pub stop: Stop,
     /// The binary's Ctrl-C/SIGTERM handling: the first pulls `stop`, a second exits the process.
     pub signals: bool,
+    /// Watch the process's stdout: once its reader is gone, `stop` is pulled hard (in-flight
+    /// requests cancelled at once) and the run ends as a closed stdout does.
+    pub watch_stdout: bool,
     /// Upstream records still being passed on; waited for after the last point.
     pub upstream: Option<BackgroundPassThrough>,
 }
@@ -115,15 +122,20 @@ impl Setup {
             labels: Labels::default(),
             stop: Stop::new(),
             signals: false,
+            watch_stdout: false,
             upstream: None,
         }
     }
 }
 
 /// The whole run: the model, every sweep point (or ramp), their records to `out`.
-pub fn run<W: Write>(args: Args, setup: Setup, out: &mut RecordWriter<W>) -> anyhow::Result<Exit> {
-    validate(&args)?;
-    raise_nofile_limit();
+pub fn run<W: Write>(
+    mut args: Args,
+    setup: Setup,
+    out: &mut RecordWriter<W>,
+) -> anyhow::Result<Exit> {
+    limits::validate(&args)?;
+    limits::fit_open_files(&mut args, raise_nofile_limit())?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get().min(8)));
@@ -136,8 +148,17 @@ pub fn run<W: Write>(args: Args, setup: Setup, out: &mut RecordWriter<W>) -> any
         if setup.signals {
             tokio::spawn(watch_signals(setup.stop.clone()));
         }
+        let _watch = setup
+            .watch_stdout
+            .then(|| crate::downstream::Watch::start(setup.stop.clone()));
         let pool = Arc::new(Pool::new(setup.target));
-        let model = probe::find_model(&pool, args.model.as_deref()).await?;
+        let stop = setup.stop.clone();
+        let found = probe::find_model(&pool, args.model.as_deref(), args.timeout);
+        let Model {
+            name: model,
+            max_model_len,
+        } = until_stopped(&stop, found).await?;
+        limits::check_lengths(&args, max_model_len)?;
         let ctx = Context {
             pool: pool.clone(),
             path: args.api.path(),
@@ -146,7 +167,14 @@ pub fn run<W: Write>(args: Args, setup: Setup, out: &mut RecordWriter<W>) -> any
             seq: Arc::new(AtomicU64::new(0)),
             stop: setup.stop,
         };
-        let aligner = Aligner::new(pool, args.api, model.clone(), args.shared_prefix, args.seed);
+        let aligner = Aligner::new(
+            pool,
+            args.api,
+            model.clone(),
+            args.shared_prefix,
+            args.seed,
+            args.timeout,
+        );
         let mut run = Run {
             args,
             ctx,
@@ -165,32 +193,25 @@ pub fn run<W: Write>(args: Args, setup: Setup, out: &mut RecordWriter<W>) -> any
     })
 }
 
-fn validate(a: &Args) -> anyhow::Result<()> {
-    if a.repeat == 0 {
-        return Err(cli::usage("--repeat must be at least 1"));
+/// A start-up step (a probe, aligning prompts) that gives way to the run's stop.
+async fn until_stopped<T>(
+    stop: &Stop,
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::select! {
+        r = work => r,
+        _ = stop.wait() => Err(stopped(stop)),
     }
-    if a.prompts.is_some() && a.input_len.is_some() {
-        return Err(cli::usage(
-            "--input-len makes synthetic prompts; it cannot be combined with --prompts",
-        ));
+}
+
+/// The error a stopped run ends with: interrupted (exit 130), or for a stdout nobody reads,
+/// the quiet end of a closed pipe.
+fn stopped(stop: &Stop) -> anyhow::Error {
+    if stop.is_aborted() {
+        servbench::jsonl::OutputError::Closed.into()
+    } else {
+        cli::Interrupted.into()
     }
-    if let Some(r) = &a.rate
-        && r.iter().any(|x| !(x.is_finite() && *x > 0.0))
-    {
-        return Err(cli::usage(
-            "--rate values must be positive requests per second",
-        ));
-    }
-    if a.concurrency.as_ref().is_some_and(|c| c.contains(&0)) || a.max_concurrency == Some(0) {
-        return Err(cli::usage("concurrency must be at least 1"));
-    }
-    if a.requests == Some(0) {
-        return Err(cli::usage("-n must be at least 1"));
-    }
-    if a.max_tokens.as_ref().is_some_and(|m| m.contains(&0)) {
-        return Err(cli::usage("--max-tokens must be at least 1"));
-    }
-    Ok(())
 }
 
 async fn watch_signals(stop: Stop) {
@@ -234,7 +255,7 @@ struct Run<'a, W: Write> {
 /// What a point gave.
 struct PointOutcome {
     summary: SummaryRecord,
-    interrupted: bool,
+    ended: Ended,
     first_failure: Option<(ErrorClass, String)>,
 }
 
@@ -256,9 +277,12 @@ impl<W: Write> Run<'_, W> {
             None => vec![None],
         };
         let mut index = 0u32;
+        let stop = self.ctx.stop.clone();
         for &input_len in &input_lens {
             let source = match (input_len, &listed) {
-                (Some(n), _) => Source::Synthetic(self.aligner.align(n).await),
+                (Some(n), _) => Source::Synthetic(
+                    until_stopped(&stop, async { Ok(self.aligner.align(n).await) }).await?,
+                ),
                 (None, Some(entries)) => Source::Listed(
                     Arc::new(entries.clone()),
                     Arc::new(workload::shuffled_order(entries.len(), self.args.seed)),
@@ -283,12 +307,8 @@ impl<W: Write> Run<'_, W> {
                     repeat: 0,
                 };
                 if self.args.ramp {
-                    let stop = self
-                        .ramp(&mut index, key, &spec, &source, max.is_some())
+                    self.ramp(&mut index, key, &spec, &source, max.is_some())
                         .await?;
-                    if stop {
-                        return Err(cli::Interrupted.into());
-                    }
                     continue;
                 }
                 for load in self.loads() {
@@ -298,9 +318,6 @@ impl<W: Write> Run<'_, W> {
                         key.repeat = repeat;
                         index += 1;
                         let p = self.point(key, load, &spec, &source, max.is_some()).await?;
-                        if p.interrupted {
-                            return Err(cli::Interrupted.into());
-                        }
                         self.check_point(&p)?;
                     }
                 }
@@ -327,8 +344,20 @@ impl<W: Write> Run<'_, W> {
         }
     }
 
-    /// Exit 1 with a clear message when every request of a point failed.
+    /// The run goes on after a point only when it ran its course with a success: exit 130
+    /// after a stop, exit 1 with a clear message when the server went down or every request
+    /// of the point failed.
     fn check_point(&self, p: &PointOutcome) -> anyhow::Result<()> {
+        match &p.ended {
+            Ended::Stopped => return Err(stopped(&self.ctx.stop)),
+            Ended::ServerDown(why) => {
+                return Err(cli::failure(format!(
+                    "{why}; point {} stopped after {} requests ({} ok), its summary is partial",
+                    p.summary.point.index, p.summary.requests, p.summary.ok
+                )));
+            }
+            Ended::Completed => {}
+        }
         if p.summary.ok > 0 || p.summary.requests == 0 {
             return Ok(());
         }
@@ -389,20 +418,27 @@ impl<W: Write> Run<'_, W> {
                     arrival_seed: seed ^ 0xa11,
                     maker: maker.clone(),
                 };
-                let interrupted = ctx.phase(warmup, &mut |_, _| {}).await;
-                if interrupted {
-                    let summary = self.summary(&PointStats::new(), key, true, 0.0, &load);
+                let ended = ctx.phase(warmup, &mut |_, _| {}).await;
+                if ended != Ended::Completed {
+                    if ctx.stop.is_aborted() {
+                        return Err(stopped(&ctx.stop));
+                    }
+                    let summary = self.summary(&PointStats::new(), key, &ended, 0.0, &load);
                     self.out.emit(&summary)?;
                     return Ok(PointOutcome {
                         summary,
-                        interrupted,
+                        ended,
                         first_failure: None,
                     });
                 }
             }
         }
         if let Some(n) = load.slots() {
-            ctx.pool.prewarm(n as usize).await;
+            // Bounded by --timeout per connection, and given up at a stop.
+            tokio::select! {
+                _ = ctx.pool.prewarm(n as usize, self.args.timeout) => {}
+                _ = ctx.stop.wait() => {}
+            }
         }
         let budget = self.budget(&load);
         let cpu_before = cpu_seconds();
@@ -414,6 +450,7 @@ impl<W: Write> Run<'_, W> {
         let progress = Progress::new(&key, &budget);
         let out = &mut *self.out;
         let first_errors = &mut self.first_errors;
+        let stop = ctx.stop.clone();
         let mut write_error: Option<anyhow::Error> = None;
         let mut on_done = |f: Finished, point_start: Instant| {
             let meta = RequestMeta {
@@ -443,7 +480,9 @@ impl<W: Write> Run<'_, W> {
                 && write_error.is_none()
                 && let Err(e) = out.emit(&rec)
             {
+                // Nothing more can be delivered: stop sending and cancel what is in flight.
                 write_error = Some(e.into());
+                stop.abort();
             }
         };
         let measured = Phase {
@@ -452,17 +491,20 @@ impl<W: Write> Run<'_, W> {
             arrival_seed: seed,
             maker,
         };
-        let interrupted = ctx.phase(measured, &mut on_done).await;
+        let ended = ctx.phase(measured, &mut on_done).await;
+        progress.finish();
         if let Some(e) = write_error {
             return Err(e);
         }
-        progress.finish();
+        if ctx.stop.is_aborted() {
+            return Err(stopped(&ctx.stop));
+        }
         let cpu = cpu_seconds() - cpu_before;
-        let summary = self.summary(&stats, key, interrupted, cpu, &load);
+        let summary = self.summary(&stats, key, &ended, cpu, &load);
         self.out.emit(&summary)?;
         Ok(PointOutcome {
             summary,
-            interrupted,
+            ended,
             first_failure,
         })
     }
@@ -471,11 +513,20 @@ impl<W: Write> Run<'_, W> {
         &self,
         stats: &PointStats,
         key: PointKey,
-        partial: bool,
+        ended: &Ended,
         cpu: f64,
         load: &Load,
     ) -> SummaryRecord {
+        let partial = *ended != Ended::Completed;
         let mut s = stats.to_summary(key, self.labels.clone(), partial, self.args.slo.as_ref());
+        match ended {
+            Ended::Completed => {}
+            Ended::Stopped => s.stopped_by = Some(PointStop::Interrupted),
+            Ended::ServerDown(why) => {
+                s.stopped_by = Some(PointStop::ServerDown);
+                s.stop_reason = Some(why.clone());
+            }
+        }
         s.client_cpu_s = Some(cpu);
         s.model = Some(self.model.clone());
         s.api = Some(self.args.api.name().to_string());
@@ -492,8 +543,8 @@ impl<W: Write> Run<'_, W> {
         s
     }
 
-    /// `--ramp`: doubles the concurrency until a rule stops it; writes the `ramp` record.
-    /// Returns true when interrupted.
+    /// `--ramp`: doubles the concurrency until a rule stops it; writes the `ramp` record (also
+    /// when a stop or a server gone down ends it, which then ends the run as for a point).
     async fn ramp(
         &mut self,
         index: &mut u32,
@@ -501,7 +552,7 @@ impl<W: Write> Run<'_, W> {
         spec: &BodySpec,
         source: &Arc<Source>,
         max_given: bool,
-    ) -> anyhow::Result<bool> {
+    ) -> anyhow::Result<()> {
         let first = self
             .args
             .concurrency
@@ -516,11 +567,11 @@ impl<W: Write> Run<'_, W> {
         };
         let mut levels: Vec<RampLevel> = Vec::new();
         let mut concurrency = first;
-        let (stopped_by, reason, interrupted) = loop {
+        let (stopped_by, reason, cut) = loop {
             let mut tok_s = 0.0;
             let mut req_s = 0.0;
             let (mut requests, mut errors, mut good) = (0u64, 0u64, 0.0f64);
-            let mut interrupted = false;
+            let mut cut: Option<PointOutcome> = None;
             for repeat in 0..self.args.repeat {
                 let mut k = key.clone();
                 k.index = *index;
@@ -529,7 +580,7 @@ impl<W: Write> Run<'_, W> {
                 let p = self
                     .point(k, Load::Closed { concurrency }, spec, source, max_given)
                     .await?;
-                if !p.interrupted {
+                if p.ended == Ended::Completed {
                     self.check_point(&p)?;
                 }
                 let s = &p.summary;
@@ -538,8 +589,8 @@ impl<W: Write> Run<'_, W> {
                 requests += s.requests;
                 errors += s.errors;
                 good += s.goodput_req_s.unwrap_or(0.0) * s.duration_s;
-                if p.interrupted {
-                    interrupted = true;
+                if p.ended != Ended::Completed {
+                    cut = Some(p);
                     break;
                 }
             }
@@ -562,16 +613,22 @@ impl<W: Write> Run<'_, W> {
                 error_rate,
                 slo_attainment,
             });
-            if interrupted {
-                break (
-                    "interrupted".to_string(),
-                    format!("interrupted at concurrency {concurrency}"),
-                    true,
-                );
+            match cut.as_ref().map(|p| &p.ended) {
+                Some(Ended::ServerDown(why)) => {
+                    break ("server_down".to_string(), why.clone(), cut);
+                }
+                Some(_) => {
+                    break (
+                        "interrupted".to_string(),
+                        format!("interrupted at concurrency {concurrency}"),
+                        cut,
+                    );
+                }
+                None => {}
             }
             match rules.judge(&levels) {
                 Verdict::Next(next) => concurrency = next,
-                Verdict::Stop { rule, reason } => break (rule.to_string(), reason, false),
+                Verdict::Stop { rule, reason } => break (rule.to_string(), reason, None),
             }
         };
         let best = rules.best(&levels);
@@ -596,7 +653,10 @@ impl<W: Write> Run<'_, W> {
                 .map_or("none".to_string(), |c| c.to_string())
         ));
         self.out.emit(&record)?;
-        Ok(interrupted)
+        match cut {
+            Some(p) => self.check_point(&p),
+            None => Ok(()),
+        }
     }
 }
 

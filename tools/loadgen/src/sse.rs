@@ -79,6 +79,9 @@ pub struct Event {
     pub prompt_tokens: Option<u32>,
     /// The chunk was an error object.
     pub error: bool,
+    /// The first choice carried a `finish_reason` (`stop`, `length`, ...): the answer is
+    /// complete, `[DONE]` or not.
+    pub finished: bool,
     /// `[DONE]`.
     pub done: bool,
 }
@@ -115,6 +118,7 @@ pub fn classify_serde(trimmed: &[u8]) -> Result<Event, String> {
     };
     if let Some(choice) = chunk.choices.0 {
         ev.content = choice.text.0;
+        ev.finished = choice.finish_reason.0;
         if let Some(delta) = choice.delta {
             ev.content |= delta.content.0;
             ev.reasoning = delta.reasoning_content.0 || delta.reasoning.0;
@@ -156,6 +160,10 @@ mod scan {
                     s.object(|s, key| match key {
                         b"text" => {
                             ev.content |= s.text()?;
+                            Some(())
+                        }
+                        b"finish_reason" => {
+                            ev.finished |= s.text()?;
                             Some(())
                         }
                         b"delta" => {
@@ -374,6 +382,8 @@ struct Choice {
     #[serde(default)]
     text: NonEmpty,
     #[serde(default)]
+    finish_reason: NonEmpty,
+    #[serde(default)]
     delta: Option<Delta>,
 }
 
@@ -467,6 +477,7 @@ mod tests {
             text_form in proptest::bool::ANY,
             usage in proptest::option::of((0u32..100_000, 0u32..5000)),
             extra_choice in proptest::bool::ANY,
+            finish in proptest::option::of("[a-z]{0,6}"),
             error in proptest::bool::ANY,
             sp in "[ \n]{0,2}",
         ) {
@@ -475,11 +486,11 @@ mod tests {
                 None => "null".to_string(),
             };
             let choice = if text_form {
-                format!(r#"{{"index":0,"text":{sp}{},"logprobs":null,"finish_reason":null}}"#, js(&content))
+                format!(r#"{{"index":0,"text":{sp}{},"logprobs":null,"finish_reason":{}}}"#, js(&content), js(&finish))
             } else {
                 format!(
-                    r#"{{"index":0,"delta":{{"role":"assistant","content":{},"reasoning_content":{sp}{}}},"finish_reason":null}}"#,
-                    js(&content), js(&reasoning)
+                    r#"{{"index":0,"delta":{{"role":"assistant","content":{},"reasoning_content":{sp}{}}},"finish_reason":{sp}{}}}"#,
+                    js(&content), js(&reasoning), js(&finish)
                 )
             };
             let more = if extra_choice { r#",{"text":"zz","index":1}"# } else { "" };
@@ -560,6 +571,20 @@ mod tests {
                 Event {
                     content: true,
                     completion_tokens: Some(3),
+                    ..Event::default()
+                },
+            ),
+            (
+                r#"{"choices":[{"index":0,"text":"","finish_reason":"length"}]}"#,
+                Event {
+                    finished: true,
+                    ..Event::default()
+                },
+            ),
+            (
+                r#"{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":null}"#,
+                Event {
+                    finished: true,
                     ..Event::default()
                 },
             ),

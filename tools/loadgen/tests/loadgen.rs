@@ -515,24 +515,7 @@ fn ctrl_c_writes_a_partial_summary_and_every_finished_request() {
 }
 
 fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> Output {
-    let deadline = std::time::Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("loadgen did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut out = Vec::new();
-    let mut err = Vec::new();
-    use std::io::Read;
-    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
-    child.stderr.take().unwrap().read_to_end(&mut err).unwrap();
-    Output {
-        status: child.wait().unwrap(),
-        stdout: out,
-        stderr: err,
-    }
+    testkit::wait_output(child, limit)
 }
 
 #[test]

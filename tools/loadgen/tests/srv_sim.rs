@@ -2,31 +2,12 @@
 //! latencies srv-sim was told to hold, and srv-sim's faults must land in the right classes.
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use testkit::{Guard, check, holds_in_one_of_three};
 
 /// Starts srv-sim on a free port with `args`; returns its guard and base URL.
 fn sim(args: &[&str]) -> (Guard, String) {
-    let mut cmd = testkit::cmd("srv-sim");
-    cmd.args(["--port", "0"])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut guard = Guard::spawn(cmd);
-    let mut lines = BufReader::new(guard.child.stderr.take().unwrap()).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("srv-sim exited before listening")
-            .unwrap();
-        if let Some(at) = line.find("http://") {
-            break line[at..].trim().to_string();
-        }
-    };
-    // Keep draining stderr so srv-sim never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (guard, url)
+    testkit::srv_sim(args)
 }
 
 fn loadgen(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {

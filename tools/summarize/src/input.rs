@@ -12,8 +12,8 @@
 use servbench::cli;
 use servbench::jsonl::{Source, excerpt, line_text};
 use servbench::record::{
-    CollRecord, CollRunRecord, DecodeRecord, KillRecord, Labels, PointKey, RampRecord, Record,
-    RequestRecord, SCHEMA_VERSION, ServerRecord, SummaryRecord,
+    CollRecord, CollRunRecord, DecodeRecord, KillRecord, Labels, PointKey, PointStop, RampRecord,
+    Record, RequestRecord, SCHEMA_VERSION, ServerRecord, SummaryRecord,
 };
 use servbench::stats::{PointStats, Slo};
 use std::collections::BTreeMap;
@@ -84,6 +84,8 @@ pub struct Acc {
     pub from_summaries: Option<PointStats>,
     /// Any summary of this key said the point was cut short.
     pub partial: bool,
+    /// A summary said the server went down during the point: why.
+    pub server_down: Option<String>,
     /// The first summary seen, for fields only summaries carry (client CPU, SLO text).
     pub first_summary: Option<Box<SummaryRecord>>,
     /// The sources this key's records came from (more than one: two runs look alike).
@@ -280,6 +282,13 @@ fn add_record(
             let acc = inputs.points.entry(key).or_default();
             note_source(acc, source);
             acc.partial |= s.partial;
+            if s.stopped_by == Some(PointStop::ServerDown) && acc.server_down.is_none() {
+                acc.server_down = Some(
+                    s.stop_reason
+                        .clone()
+                        .unwrap_or_else(|| "server down".into()),
+                );
+            }
             match &mut acc.from_summaries {
                 Some(existing) => existing.merge(&stats),
                 None => acc.from_summaries = Some(stats),

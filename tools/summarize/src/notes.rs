@@ -273,6 +273,7 @@ pub fn ttft_tail(points: &[Point], keys: &Keys) -> Vec<String> {
 pub fn errors_or_partial(points: &[Point], keys: &Keys) -> Vec<String> {
     let mut failed = Vec::new();
     let mut partial = Vec::new();
+    let mut down = Vec::new();
     for p in points {
         let errors = p.errors();
         if errors > 0 {
@@ -291,7 +292,9 @@ pub fn errors_or_partial(points: &[Point], keys: &Keys) -> Vec<String> {
                 list.join(", ")
             ));
         }
-        if p.partial {
+        if let Some(why) = &p.server_down {
+            down.push(format!("{}: {why}", point_name(p, &keys.varying)));
+        } else if p.partial {
             partial.push(point_name(p, &keys.varying));
         }
     }
@@ -306,6 +309,12 @@ pub fn errors_or_partial(points: &[Point], keys: &Keys) -> Vec<String> {
         out.push(format!(
             "cut short (partial): {}: their figures cover less than the planned run",
             partial.join(", ")
+        ));
+    }
+    if !down.is_empty() {
+        out.push(format!(
+            "the server went down during {}. Such a point stopped there: its figures cover the requests before and say nothing about the server's capacity",
+            down.join("; ")
         ));
     }
     out
@@ -354,7 +363,8 @@ pub fn client_limited(points: &[Point], keys: &Keys) -> Vec<String> {
 pub fn lengths_missed(points: &[Point], keys: &Keys) -> Vec<String> {
     let mut prompts = Vec::new();
     let mut outputs = Vec::new();
-    for p in points {
+    // A point the server died in says nothing about its tokenizer or EOS.
+    for p in points.iter().filter(|p| p.server_down.is_none()) {
         let (exact, targeted, mismatch, ok) = p.repeats.iter().fold((0, 0, 0, 0), |acc, s| {
             (
                 acc.0 + s.prompt_len_exact,

@@ -18,6 +18,8 @@ pub struct Point {
     pub repeats: Vec<SummaryRecord>,
     /// Cut short (a summary said so).
     pub partial: bool,
+    /// The server went down during it (a summary said so): why.
+    pub server_down: Option<String>,
     /// Measurements merged into each repeat (hosts), at most.
     pub merged_sources: usize,
     /// Built from `request` records (else from `summary` records).
@@ -90,6 +92,7 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
     struct Slot {
         stats: PointStats,
         partial: bool,
+        server_down: Option<String>,
         sources: usize,
         from_requests: bool,
         slo: Option<Slo>,
@@ -113,6 +116,9 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
             Some(slot) => {
                 slot.stats.merge(stats);
                 slot.partial |= acc.partial;
+                if slot.server_down.is_none() {
+                    slot.server_down = acc.server_down.clone();
+                }
                 slot.sources += 1;
                 slot.from_requests &= acc.from_requests.is_some();
             }
@@ -122,6 +128,7 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
                     Slot {
                         stats: stats.clone(),
                         partial: acc.partial,
+                        server_down: acc.server_down.clone(),
                         sources: 1,
                         from_requests: acc.from_requests.is_some(),
                         slo: slot_slo,
@@ -135,6 +142,7 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
         .into_iter()
         .map(|((labels, params), repeats)| Point {
             partial: repeats.values().any(|s| s.partial),
+            server_down: repeats.values().find_map(|s| s.server_down.clone()),
             merged_sources: repeats.values().map(|s| s.sources).max().unwrap_or(0),
             from_requests: repeats.values().all(|s| s.from_requests),
             model: repeats.values().find_map(|s| s.model.clone()),

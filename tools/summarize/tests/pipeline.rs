@@ -111,3 +111,39 @@ fn summarize_recomputes_exactly_what_loadgen_summarized() {
         "{table}"
     );
 }
+
+/// srv-sim crashes in the second point: loadgen stops that point as `server_down`, and
+/// summarize says the server went down there; it blames neither the tokenizer (the refused
+/// requests had no prompt length) nor preemption (the lower throughput of a dying point).
+#[test]
+fn a_server_down_point_is_named_and_blamed_on_neither_tokenizer_nor_preemption() {
+    // 400 requests at C=1, then 100 at C=4 and the crash: 300 planned requests are left,
+    // more than loadgen sends at a refused port before it calls the server down.
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "1ms", "--itl", "1ms", "--crash-after", "500"]);
+    let mut child = Command::new(testkit::bin("loadgen"))
+        .args(["--url", &url, "-c", "1,4", "-n", "400"])
+        .args(["--input-len", "32", "--max-tokens", "4"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run loadgen");
+    let out = testkit::wait_output(&mut child, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("run.jsonl");
+    std::fs::write(&file, &out.stdout).unwrap();
+    let table = testkit::cmd("summarize")
+        .arg(&file)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(table.status.success(), "{text}");
+    assert!(text.contains("the server went down during C=4"), "{text}");
+    assert!(text.contains("C=4"), "{text}");
+    for blame in ["tokenizer", "preemption", "prompts missed"] {
+        assert!(!text.contains(blame), "{blame}: {text}");
+    }
+}

@@ -45,6 +45,13 @@ pub struct Behavior {
     pub fault: fn(usize) -> Fault,
     /// One generation at a time (others wait for the lock).
     pub serial: bool,
+    /// End streams with `data: [DONE]`.
+    pub done: bool,
+    /// Put `finish_reason: "length"` on the last content chunk.
+    pub finish_reason: bool,
+    /// The token count the server answers (/tokenize and usage) for a real count: a server
+    /// that counts wrong.
+    pub counts: fn(u32) -> u32,
 }
 
 impl Default for Behavior {
@@ -60,6 +67,9 @@ impl Default for Behavior {
             tokenize: true,
             fault: |_| Fault::None,
             serial: false,
+            done: true,
+            finish_reason: false,
+            counts: |n| n,
         }
     }
 }
@@ -186,7 +196,7 @@ fn serve_conn(
                 json_reply(
                     &mut w,
                     "200 OK",
-                    serde_json::json!({"count": count_tokens(&body)}),
+                    serde_json::json!({"count": (b.counts)(count_tokens(&body))}),
                 )?;
                 continue;
             }
@@ -200,7 +210,8 @@ fn serve_conn(
                 continue;
             }
         }
-        let prompt_tokens = count_tokens(&body);
+        let real_prompt_tokens = count_tokens(&body);
+        let prompt_tokens = (b.counts)(real_prompt_tokens);
         if body["stream"] != serde_json::json!(true) {
             json_reply(
                 &mut w,
@@ -261,10 +272,15 @@ fn serve_conn(
                 ),
                 _ => String::new(),
             };
-            let choice = if chat {
-                format!(r#"{{"index":0,"delta":{{"content":"{text}"}}}}"#)
+            let finish = if b.finish_reason && i + 1 == chunks {
+                r#","finish_reason":"length""#
             } else {
-                format!(r#"{{"index":0,"text":"{text}"}}"#)
+                ""
+            };
+            let choice = if chat {
+                format!(r#"{{"index":0,"delta":{{"content":"{text}"}}{finish}}}"#)
+            } else {
+                format!(r#"{{"index":0,"text":"{text}"{finish}}}"#)
             };
             if i == 1 {
                 match fault {
@@ -300,7 +316,9 @@ fn serve_conn(
                 ),
             )?;
         }
-        chunk(&mut w, "[DONE]")?;
+        if b.done {
+            chunk(&mut w, "[DONE]")?;
+        }
         write!(w, "0\r\n\r\n")?;
         w.flush()?;
         if fault == Fault::None {
@@ -308,7 +326,7 @@ fn serve_conn(
             truth.lock().unwrap().push(Truth {
                 ttft_ms: writes.first().map_or(0.0, |t| ms(*t - t0)),
                 itl_ms: writes.windows(2).map(|p| ms(p[1] - p[0])).collect(),
-                prompt_tokens,
+                prompt_tokens: real_prompt_tokens,
                 output_tokens: sent,
             });
         }
@@ -320,4 +338,87 @@ fn sleep_until(t: Instant) {
     if t > now {
         std::thread::sleep(t - now);
     }
+}
+
+/// A server that accepts connections and reads requests but never answers them, except
+/// `GET /v1/models` when `models` is set: the start-up probes after it then hang. `seen` holds
+/// the request lines read so far.
+pub struct Silent {
+    pub port: u16,
+    pub seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl Silent {
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Waits (up to 20 s) until a request line containing `path` was read.
+    pub fn wait_for(&self, path: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.seen.lock().unwrap().iter().any(|l| l.contains(path)) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+}
+
+pub fn start_silent(models: bool) -> Silent {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut w = conn;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut len = 0usize;
+                    loop {
+                        let mut h = String::new();
+                        if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if h == "\r\n" {
+                            break;
+                        }
+                        if let Some((k, v)) = h.split_once(':')
+                            && k.eq_ignore_ascii_case("content-length")
+                        {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    s.lock().unwrap().push(line.clone());
+                    if models && line.starts_with("GET /v1/models") {
+                        let text = r#"{"data":[{"id":"silent-model"}]}"#;
+                        let _ = write!(
+                            w,
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{text}",
+                            text.len()
+                        );
+                        continue;
+                    }
+                    // Hold the connection, answer nothing, until the client goes away.
+                    let mut rest = [0u8; 1024];
+                    while matches!(reader.read(&mut rest), Ok(n) if n > 0) {}
+                    return;
+                }
+            });
+        }
+    });
+    Silent { port, seen }
 }

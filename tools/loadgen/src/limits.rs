@@ -1,0 +1,169 @@
+//! What loadgen refuses before it loads anything: flag values that make no sense, and values
+//! that would exhaust the client or outgrow the server. Each is one usage line naming the flag
+//! and the bound (exit 2): threads, prompt lengths (against loadgen's bound, then the server's
+//! `max_model_len`), and concurrency against the open-files limit.
+
+use crate::Args;
+use servbench::cli;
+
+pub fn validate(a: &Args) -> anyhow::Result<()> {
+    if a.repeat == 0 {
+        return Err(cli::usage("--repeat must be at least 1"));
+    }
+    if a.prompts.is_some() && a.input_len.is_some() {
+        return Err(cli::usage(
+            "--input-len makes synthetic prompts; it cannot be combined with --prompts",
+        ));
+    }
+    if let Some(r) = &a.rate
+        && r.iter().any(|x| !(x.is_finite() && *x > 0.0))
+    {
+        return Err(cli::usage(
+            "--rate values must be positive requests per second",
+        ));
+    }
+    if a.concurrency.as_ref().is_some_and(|c| c.contains(&0)) || a.max_concurrency == Some(0) {
+        return Err(cli::usage("concurrency must be at least 1"));
+    }
+    if a.requests == Some(0) {
+        return Err(cli::usage("-n must be at least 1"));
+    }
+    if a.max_tokens.as_ref().is_some_and(|m| m.contains(&0)) {
+        return Err(cli::usage("--max-tokens must be at least 1"));
+    }
+    if let Some(&n) = a.input_len.iter().flatten().find(|&&n| n > MAX_INPUT_LEN) {
+        return Err(cli::usage(format!(
+            "--input-len {n}: at most {MAX_INPUT_LEN} tokens (beyond any model's context)"
+        )));
+    }
+    if let Some(t) = a.threads.filter(|t| !(1..=MAX_THREADS).contains(t)) {
+        return Err(cli::usage(format!(
+            "--threads {t}: between 1 and {MAX_THREADS} (default: the cores, at most 8)"
+        )));
+    }
+    Ok(())
+}
+
+/// Longest synthetic prompt loadgen builds, in tokens: 10 M (Llama 4 Scout's context); each
+/// request's body holds the prompt (about 6 bytes a token).
+const MAX_INPUT_LEN: u32 = 10_000_000;
+/// Most runtime threads `--threads` takes: past a few per core they only cost memory.
+const MAX_THREADS: usize = 1024;
+/// Descriptors loadgen needs besides one socket per request in flight (stdio, the runtime's
+/// epoll and wakers, the pool's connections being replaced).
+const SPARE_FILES: u64 = 64;
+
+/// One socket per request in flight: the open-files limit (already raised to its hard
+/// maximum, `limit`) must fit the highest concurrency, or requests fail by the thousand with
+/// EMFILE. A fixed concurrency that does not fit is refused; a ramp's ceiling is lowered.
+pub fn fit_open_files(a: &mut Args, limit: u64) -> anyhow::Result<()> {
+    if limit == 0 {
+        return Ok(());
+    }
+    let room = limit.saturating_sub(SPARE_FILES);
+    let fixed = if a.rate.is_some() {
+        a.max_concurrency.map(|c| ("--max-concurrency", c))
+    } else if a.ramp {
+        a.concurrency
+            .as_ref()
+            .and_then(|l| l.first())
+            .map(|&c| ("-c", c))
+    } else {
+        a.concurrency
+            .as_ref()
+            .and_then(|l| l.iter().max())
+            .map(|&c| ("-c", c))
+    };
+    if let Some((flag, c)) = fixed
+        && u64::from(c) > room
+    {
+        return Err(cli::usage(format!(
+            "{flag} {c} needs {c} connections but this process may open only {limit} files (ulimit -Hn; {SPARE_FILES} go elsewhere): raise the limit or lower {flag}"
+        )));
+    }
+    if a.ramp && u64::from(a.ramp_max) > room {
+        let fits = u32::try_from(room).unwrap_or(u32::MAX);
+        cli::warn(format!(
+            "--ramp-max {} lowered to {fits}: this process may open only {limit} files (ulimit -Hn)",
+            a.ramp_max
+        ));
+        a.ramp_max = fits;
+    }
+    Ok(())
+}
+
+/// Synthetic prompts plus their output must fit the server's context, where /v1/models says
+/// what it is: checked before any prompt is built (a server would refuse each request).
+pub fn check_lengths(a: &Args, max_model_len: Option<u32>) -> anyhow::Result<()> {
+    let Some(limit) = max_model_len else {
+        return Ok(());
+    };
+    let out = a
+        .max_tokens
+        .as_ref()
+        .and_then(|m| m.iter().max().copied())
+        .unwrap_or(256);
+    let longest = a.input_len.as_ref().and_then(|l| l.iter().max().copied());
+    let need = u64::from(longest.unwrap_or(1)) + u64::from(out);
+    if need > u64::from(limit) {
+        let what = match longest {
+            Some(n) => format!("--input-len {n} with {out} output tokens"),
+            None => format!("--max-tokens {out}"),
+        };
+        return Err(cli::usage(format!(
+            "{what} needs {need} tokens of context but the server's max_model_len is {limit} (from /v1/models): lower --input-len or --max-tokens"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> Args {
+        let mut a = vec!["loadgen"];
+        a.extend_from_slice(extra);
+        Args::parse_from(a)
+    }
+
+    /// One socket per request in flight: a concurrency the open-files limit cannot hold is
+    /// refused naming the flag; a ramp's ceiling is lowered to fit instead.
+    #[test]
+    fn concurrency_beyond_the_open_files_limit_is_refused_and_a_ramp_is_capped() {
+        let mut a = args(&["-c", "1,500"]);
+        let e = fit_open_files(&mut a, 512).unwrap_err().to_string();
+        assert!(e.contains("-c 500") && e.contains("512 files"), "{e}");
+        assert!(fit_open_files(&mut args(&["-c", "1,448"]), 512).is_ok());
+        let mut open = args(&["-r", "10", "--max-concurrency", "1000"]);
+        let e = fit_open_files(&mut open, 512).unwrap_err().to_string();
+        assert!(e.contains("--max-concurrency 1000"), "{e}");
+        let mut ramp = args(&["--ramp", "-c", "8"]);
+        fit_open_files(&mut ramp, 1024).unwrap();
+        assert_eq!(ramp.ramp_max, 1024 - SPARE_FILES as u32);
+        assert!(
+            fit_open_files(&mut args(&["-c", "5000"]), 0).is_ok(),
+            "unknown limit"
+        );
+    }
+
+    #[test]
+    fn prompts_and_outputs_must_fit_the_servers_context() {
+        let a = args(&["--input-len", "1000,4000", "--max-tokens", "64,128"]);
+        assert!(check_lengths(&a, None).is_ok());
+        assert!(check_lengths(&a, Some(4128)).is_ok());
+        let e = check_lengths(&a, Some(4127)).unwrap_err().to_string();
+        assert!(
+            e.contains("--input-len 4000") && e.contains("4128") && e.contains("4127"),
+            "{e}"
+        );
+        let e = check_lengths(&args(&["--max-tokens", "9000"]), Some(8192))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--max-tokens 9000"), "{e}");
+        assert!(validate(&args(&["--input-len", "10000001"])).is_err());
+        assert!(validate(&args(&["--threads", "0"])).is_err());
+        assert!(validate(&args(&["--threads", "1024"])).is_ok());
+    }
+}

@@ -1,0 +1,356 @@
+//! loadgen when things go wrong around it: its reader goes away, the server never answers or
+//! dies, limits are hostile, the server's answers are nonsense. Each test is named after what
+//! it guards, runs real processes against a real server on 127.0.0.1, and is bounded in time.
+
+mod server;
+
+use serde_json::Value;
+use server::Behavior;
+use std::io::{BufRead, BufReader};
+use std::process::{Output, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+fn kinds<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    records.iter().filter(|r| r["kind"] == kind).collect()
+}
+
+/// Runs loadgen to its end, failing the test past `limit`.
+fn loadgen(args: &[&str], limit: Duration) -> Output {
+    let mut child = testkit::cmd("loadgen")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start loadgen");
+    testkit::wait_output(&mut child, limit)
+}
+
+fn signal(child: &std::process::Child, sig: i32) {
+    // SAFETY: signalling the child this test spawned, by its pid.
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+    }
+}
+
+/// `loadgen ... | head -1`: once the reader is gone, loadgen sends nothing more and exits
+/// quietly, instead of running the whole point into a closed pipe.
+#[test]
+fn a_closed_stdout_stops_sending_at_once() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(2),
+        itl: Duration::from_millis(1),
+        ..Behavior::default()
+    });
+    let mut child = testkit::cmd("loadgen")
+        .args(["--url", &srv.url(), "-c", "4", "-n", "1000000"])
+        .args(["--max-tokens", "2", "--input-len", "8"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    reader.read_line(&mut first).unwrap();
+    assert!(first.contains("\"kind\":\"request\""), "{first}");
+    drop(reader);
+    let out = testkit::wait_output(&mut child, Duration::from_secs(30));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a closed pipe is a quiet end: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sent = srv.requests.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        srv.requests.load(Ordering::SeqCst),
+        sent,
+        "nothing sent after"
+    );
+    assert!(sent < 1_000_000, "{sent} requests");
+}
+
+/// A remote loadgen whose SSH session closed, or one writing no request records: the reader
+/// going away is noticed without a write, and requests in flight are cancelled at once (here
+/// each would take 100 s).
+#[test]
+fn a_closed_stdout_cancels_long_requests_without_a_record_to_write() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(5),
+        itl: Duration::from_millis(200),
+        ..Behavior::default()
+    });
+    let mut child = testkit::cmd("loadgen")
+        .args(["--url", &srv.url(), "-c", "2", "--duration", "120s"])
+        .args(["--max-tokens", "500", "--no-requests", "--grace", "60s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while srv.requests.load(Ordering::SeqCst) < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(srv.requests.load(Ordering::SeqCst), 2, "both slots busy");
+    drop(child.stdout.take());
+    let out = testkit::wait_output(&mut child, Duration::from_secs(15));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(srv.requests.load(Ordering::SeqCst), 2, "no request after");
+}
+
+/// A server that accepts and never answers: /v1/models, then /tokenize and the probes, then
+/// the requests, each gives up after --timeout; loadgen ends with one clear error.
+#[test]
+fn start_up_probes_are_bounded_by_timeout() {
+    let silent = server::start_silent(false);
+    let out = loadgen(
+        &["--url", &silent.url(), "--timeout", "1s", "-n", "1"],
+        Duration::from_secs(20),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("/v1/models: no answer within --timeout 1s"),
+        "{stderr}"
+    );
+
+    let silent = server::start_silent(true);
+    let out = loadgen(
+        &["--url", &silent.url(), "--timeout", "1s", "-n", "1"],
+        Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(silent.wait_for("POST /tokenize"), "{stderr}");
+    assert!(stderr.contains("cannot learn how"), "{stderr}");
+    assert!(
+        stderr.contains("every request of point 0 failed") && stderr.contains("timeout"),
+        "{stderr}"
+    );
+}
+
+/// The first Ctrl-C or SIGTERM ends start-up too (exit 130), whichever probe hangs.
+#[test]
+fn the_first_signal_stops_start_up() {
+    for (models, waits_at, sig) in [
+        (false, "GET /v1/models", libc::SIGTERM),
+        (true, "POST /tokenize", libc::SIGINT),
+    ] {
+        let silent = server::start_silent(models);
+        let mut child = testkit::cmd("loadgen")
+            .args(["--url", &silent.url(), "-n", "1", "--input-len", "16"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(silent.wait_for(waits_at), "loadgen never asked {waits_at}");
+        signal(&child, sig);
+        let out = testkit::wait_output(&mut child, Duration::from_secs(10));
+        assert_eq!(
+            out.status.code(),
+            Some(130),
+            "waiting at {waits_at}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// A server that dies mid-point: loadgen does not send thousands of requests a second at the
+/// refused port; after a while of nothing but refused connections the point stops with a
+/// typed reason, what finished is kept (each request once), and the exit is 1.
+#[test]
+fn a_dead_server_stops_the_point_as_server_down_without_being_hammered() {
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "5ms", "--itl", "2ms", "--crash-after", "20"]);
+    let out = loadgen(
+        &["--url", &url, "-c", "4", "--duration", "60s"],
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("server down"), "{stderr}");
+    let recs = testkit::json_lines(&out.stdout);
+    let sums = kinds(&recs, "summary");
+    assert_eq!(sums.len(), 1, "{stderr}");
+    let s = sums[0];
+    assert_eq!(s["partial"], true);
+    assert_eq!(s["stopped_by"], "server_down");
+    assert!(
+        s["stop_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("connection") || r.contains("connect")),
+        "{s}"
+    );
+    let ok = s["ok"].as_u64().unwrap();
+    assert!((1..=20).contains(&ok), "{s}");
+    let connect = s["errors_by_class"]["connect"].as_u64().unwrap_or(0);
+    assert!(
+        (3..500).contains(&connect),
+        "{connect} requests sent at a refused port"
+    );
+    let reqs = kinds(&recs, "request");
+    assert_eq!(reqs.len() as u64, s["requests"].as_u64().unwrap());
+    let mut ids: Vec<u64> = reqs.iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), reqs.len(), "every finished request once");
+}
+
+/// Hostile values get one line naming the flag and the bound, exit 2, before any load.
+#[test]
+fn resource_limits_are_refused_in_one_line() {
+    let nowhere = format!("http://127.0.0.1:{}", testkit::free_port());
+    let one_line = |out: &Output, says: &[&str]| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        for s in says {
+            assert!(stderr.contains(s), "{s}: {stderr}");
+        }
+    };
+    let limit = Duration::from_secs(20);
+    one_line(
+        &loadgen(&["--url", &nowhere, "--threads", "100000"], limit),
+        &["--threads 100000", "1024"],
+    );
+    one_line(
+        &loadgen(&["--url", &nowhere, "--input-len", "999999999"], limit),
+        &["--input-len 999999999", "at most"],
+    );
+    let out = testkit::sh_cmd(&format!(
+        "ulimit -n 200 && exec loadgen --url {nowhere} -c 1000 -n 1"
+    ))
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    one_line(&out, &["-c 1000", "200 files", "ulimit"]);
+
+    // Against the server's context length, from /v1/models, before a prompt is built.
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "1ms", "--max-model-len", "4096"]);
+    one_line(
+        &loadgen(
+            &[
+                "--url",
+                &url,
+                "--input-len",
+                "1000,5000",
+                "--max-tokens",
+                "16",
+            ],
+            limit,
+        ),
+        &["--input-len 5000", "max_model_len is 4096"],
+    );
+}
+
+/// A `-c` above the soft open-files limit but within the hard one runs: the soft limit is
+/// raised, so 300 streams do not fail with EMFILE.
+#[test]
+fn the_open_files_soft_limit_is_raised_to_the_hard_one() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(300),
+        itl: Duration::from_millis(1),
+        ..Behavior::default()
+    });
+    let mut child = testkit::sh_cmd(&format!(
+        "ulimit -Sn 100 && ulimit -Hn 2048 && exec loadgen --url {} -c 300 -n 300 --max-tokens 2 --no-requests",
+        srv.url()
+    ))
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let out = testkit::wait_output(&mut child, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let s = &testkit::json_lines(&out.stdout)[0];
+    assert_eq!(s["ok"], 300, "{s}");
+}
+
+/// A server that answers 0 tokens (or a nonsense count) for every prompt: loadgen does not
+/// believe it, warns, and builds prompts of a sane size instead of scaling them without end.
+#[test]
+fn nonsense_token_counts_from_the_server_do_not_blow_up_prompts() {
+    for counts in [(|_| 0) as fn(u32) -> u32, |n| n.saturating_mul(100_000)] {
+        let srv = server::start(Behavior {
+            ttft: Duration::from_millis(1),
+            itl: Duration::from_millis(1),
+            counts,
+            ..Behavior::default()
+        });
+        let out = loadgen(
+            &["--url", &srv.url(), "--input-len", "256", "-n", "2"],
+            Duration::from_secs(30),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert!(stderr.contains("cannot learn how"), "{stderr}");
+        let longest = srv.truths().iter().map(|t| t.prompt_tokens).max().unwrap();
+        assert!(
+            (250..=4 * 256 + 17).contains(&longest),
+            "{longest} tokens sent"
+        );
+    }
+}
+
+/// Some servers never send `data: [DONE]`: a stream that ends cleanly after a choice carried
+/// finish_reason is complete.
+#[test]
+fn a_stream_with_finish_reason_and_no_done_is_complete() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(2),
+        itl: Duration::from_millis(1),
+        done: false,
+        finish_reason: true,
+        ..Behavior::default()
+    });
+    let out = loadgen(
+        &["--url", &srv.url(), "-n", "4", "--max-tokens", "3"],
+        Duration::from_secs(20),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let recs = testkit::json_lines(&out.stdout);
+    let s = kinds(&recs, "summary")[0];
+    assert_eq!((s["ok"].as_u64(), s["errors"].as_u64()), (Some(4), Some(0)));
+    assert_eq!(s["output_tokens"], 12);
+}
+
+/// A stream that ends without a finish_reason and without [DONE] is cut off: incomplete.
+#[test]
+fn a_stream_without_finish_reason_or_done_is_incomplete() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(2),
+        itl: Duration::from_millis(1),
+        done: false,
+        ..Behavior::default()
+    });
+    let out = loadgen(
+        &["--url", &srv.url(), "-n", "3", "--max-tokens", "3"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let recs = testkit::json_lines(&out.stdout);
+    let reqs = kinds(&recs, "request");
+    assert_eq!(reqs.len(), 3);
+    for r in reqs {
+        assert_eq!(r["error"]["class"], "reset", "{r}");
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("incomplete"),
+            "{r}"
+        );
+    }
+}
