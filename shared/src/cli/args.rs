@@ -32,8 +32,8 @@ pub struct SshArgs {
     /// known_hosts file to check host keys against (default ~/.ssh/known_hosts)
     #[arg(long, value_name = "FILE", env = "SERVBENCH_SSH_KNOWN_HOSTS")]
     pub known_hosts: Option<PathBuf>,
-    /// Trust a host key seen for the first time and add it to known_hosts (a changed key is
-    /// always refused)
+    /// Trust a host key seen for the first time and add it to known_hosts (a changed or
+    /// @revoked key is always refused)
     #[arg(long)]
     pub accept_new_host: bool,
     /// Give up connecting to an SSH host after this long

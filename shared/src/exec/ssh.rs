@@ -3,6 +3,7 @@
 
 mod auth;
 mod host;
+mod known_hosts;
 
 pub use host::{HostSpec, SshOptions};
 

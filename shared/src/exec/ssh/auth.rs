@@ -1,11 +1,12 @@
-//! Trust in both directions: the server's host key checked against known_hosts (an unknown
-//! key refused unless `--accept-new-host`, a changed key always), then our authentication (an
-//! explicit key, else the agent, else the default keys). Each refusal says what to fix.
+//! Trust in both directions: the server's host key checked against known_hosts as OpenSSH
+//! reads it (`known_hosts.rs`: an unknown key refused unless `--accept-new-host`, a changed or
+//! revoked key always), then our authentication (an explicit key, else the agent, else the
+//! default keys). Each refusal says what to fix.
 
 use super::host::{HostSpec, SshOptions};
+use super::known_hosts::{self, KnownHosts, Verdict};
 use crate::diag;
 use crate::exec::ExecError;
-use std::io::Write;
 use std::path::PathBuf;
 
 pub(super) fn check_host_key(
@@ -20,20 +21,16 @@ pub(super) fn check_host_key(
         .known_hosts
         .clone()
         .unwrap_or_else(|| home_dir().join(".ssh/known_hosts"));
-    let mut known = session
-        .known_hosts()
-        .map_err(|e| ExecError::Connect(format!("ssh {spec}: known_hosts: {e}")))?;
-    // Line by line, so one entry libssh2 cannot parse (certificates, sk keys) does not hide
-    // the others.
-    if let Ok(text) = std::fs::read_to_string(&file) {
-        for line in text.lines() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') || line.starts_with('@') {
-                continue;
-            }
-            let _ = known.read_str(line, ssh2::KnownHostFileKind::OpenSSH);
+    let text = match std::fs::read(&file) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => {
+            return Err(ExecError::Connect(format!(
+                "ssh {spec}: cannot read {}: {e}",
+                file.display()
+            )));
         }
-    }
+    };
     let fingerprint = session
         .host_key_hash(ssh2::HashType::Sha256)
         .map(|h| {
@@ -53,53 +50,38 @@ pub(super) fn check_host_key(
         ssh2::HostKeyType::Ed25519 => "ssh-ed25519",
         ssh2::HostKeyType::Unknown => "unknown",
     };
-    match known.check_port(&spec.addr, spec.port, key) {
-        ssh2::CheckResult::Match => Ok(()),
-        ssh2::CheckResult::Mismatch => Err(ExecError::Connect(format!(
-            "ssh {spec}: HOST KEY CHANGED: {} in {} does not match the {type_name} key the server \
-             sent ({fingerprint}); refusing to connect. If the host was reinstalled, remove the old \
-             line (ssh-keygen -R '{}' -f {}) and rerun",
-            spec.known_hosts_name(),
-            file.display(),
-            spec.known_hosts_name(),
+    let name = spec.known_hosts_name();
+    match KnownHosts::parse(&text).check(&name, key) {
+        Verdict::Known => Ok(()),
+        Verdict::Revoked { line } => Err(ExecError::Connect(format!(
+            "ssh {spec}: REVOKED HOST KEY: the {type_name} key the server sent ({fingerprint}) is \
+             marked @revoked in {}:{line}; refusing to connect (--accept-new-host never trusts a \
+             revoked key). Ask the host's administrator for its current key",
             file.display()
         ))),
-        ssh2::CheckResult::NotFound if opts.accept_new_host => {
-            use base64::Engine;
-            let line = format!(
-                "{} {type_name} {}\n",
-                spec.known_hosts_name(),
-                base64::engine::general_purpose::STANDARD.encode(key)
-            );
-            if let Some(dir) = file.parent() {
-                let _ = std::fs::create_dir_all(dir);
-            }
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&file)
-                .and_then(|mut f| f.write_all(line.as_bytes()))
-                .map_err(|e| {
-                    ExecError::Connect(format!(
-                        "ssh {spec}: cannot record the new host key in {}: {e}",
-                        file.display()
-                    ))
-                })?;
+        Verdict::Changed { line } => Err(ExecError::Connect(format!(
+            "ssh {spec}: HOST KEY CHANGED: {name} in {}:{line} does not match the {type_name} key \
+             the server sent ({fingerprint}); refusing to connect. If the host was reinstalled, \
+             remove the old line (ssh-keygen -R '{name}' -f {}) and rerun",
+            file.display(),
+            file.display()
+        ))),
+        Verdict::Unknown if opts.accept_new_host => {
+            known_hosts::append(&file, &name, type_name, key).map_err(|e| {
+                ExecError::Connect(format!(
+                    "ssh {spec}: cannot record the new host key in {}: {e}",
+                    file.display()
+                ))
+            })?;
             diag::info(format!(
-                "trusting new host key for {} ({type_name} {fingerprint}), added to {}",
-                spec.known_hosts_name(),
+                "trusting new host key for {name} ({type_name} {fingerprint}), added to {}",
                 file.display()
             ));
             Ok(())
         }
-        ssh2::CheckResult::NotFound => Err(ExecError::Connect(format!(
-            "ssh {spec}: unknown host key ({type_name} {fingerprint}): {} is not in {}; verify the \
-             fingerprint and rerun with --accept-new-host to trust it",
-            spec.known_hosts_name(),
-            file.display()
-        ))),
-        ssh2::CheckResult::Failure => Err(ExecError::Connect(format!(
-            "ssh {spec}: cannot check the host key against {}",
+        Verdict::Unknown => Err(ExecError::Connect(format!(
+            "ssh {spec}: unknown host key ({type_name} {fingerprint}): {name} is not in {}; verify \
+             the fingerprint and rerun with --accept-new-host to trust it",
             file.display()
         ))),
     }
