@@ -64,7 +64,7 @@ pub fn kill(
         let members = target.members(&table, known);
         for id in &members {
             if let Some(p) = table.get(id.pid) {
-                seen.entry(*id).or_insert_with(|| p.command());
+                seen.entry(*id).or_insert_with(|| p.shown_command());
             }
         }
         *known = members.clone();

@@ -67,6 +67,91 @@ impl ProcInfo {
             self.argv.join(" ")
         }
     }
+
+    /// The command line to show or record: [`redact_secrets`] of [`ProcInfo::command`].
+    pub fn shown_command(&self) -> String {
+        redact_secrets(&self.command()).into_owned()
+    }
+}
+
+/// What a secret's value is replaced by.
+pub const REDACTED: &str = "***";
+
+/// Words that make a flag or variable name a secret's (`--api-key`, `--hf-token`,
+/// `OPENAI_API_KEY=`): compared with the name's `-`/`_`-separated parts, so `--max-tokens`
+/// and `--ssl-keyfile` are not secrets.
+const SECRET_WORDS: [&str; 8] = [
+    "key",
+    "apikey",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "credential",
+    "credentials",
+];
+
+fn is_secret_name(name: &str) -> bool {
+    name.to_ascii_lowercase()
+        .split(['-', '_'])
+        .any(|part| SECRET_WORDS.contains(&part))
+}
+
+/// A command line with the values of secret-looking arguments replaced by [`REDACTED`]:
+/// `--api-key X`, `--token=X`, `HF_TOKEN=X`. Server records and kill records carry command
+/// lines, and an engine's own `--api-key` after `--` must not travel with them. Words are
+/// whitespace-separated, so a `sh -c` script's words are covered too.
+pub fn redact_secrets(command: &str) -> std::borrow::Cow<'_, str> {
+    let words: Vec<(usize, &str)> = command
+        .split_ascii_whitespace()
+        .map(|w| (w.as_ptr() as usize - command.as_ptr() as usize, w))
+        .collect();
+    // Byte ranges of `command` to replace.
+    let mut masked: Vec<(usize, usize)> = Vec::new();
+    let mut mask_next = false;
+    for &(at, word) in &words {
+        if std::mem::take(&mut mask_next) {
+            masked.push((at, at + word.len()));
+            continue;
+        }
+        // A quoted word (`'--token=x'` in a shell-quoted command) keeps its quotes.
+        let bare = word.trim_start_matches(['\'', '"']);
+        let lead = word.len() - bare.len();
+        let bare = if lead > 0 {
+            bare.trim_end_matches(['\'', '"'])
+        } else {
+            bare
+        };
+        let end = at + lead + bare.len();
+        if let Some(flag) = bare.strip_prefix('-') {
+            let flag = flag.trim_start_matches('-');
+            match flag.split_once('=') {
+                Some((name, value)) if is_secret_name(name) && !value.is_empty() => {
+                    masked.push((end - value.len(), end));
+                }
+                None if is_secret_name(flag) => mask_next = true,
+                _ => {}
+            }
+        } else if let Some((name, value)) = bare.split_once('=')
+            && !value.is_empty()
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && is_secret_name(name)
+        {
+            masked.push((end - value.len(), end));
+        }
+    }
+    if masked.is_empty() {
+        return std::borrow::Cow::Borrowed(command);
+    }
+    let mut out = String::with_capacity(command.len());
+    let mut last = 0;
+    for (start, end) in masked {
+        out.push_str(&command[last..start]);
+        out.push_str(REDACTED);
+        last = end;
+    }
+    out.push_str(&command[last..]);
+    std::borrow::Cow::Owned(out)
 }
 
 /// A snapshot of a host's processes, and which of them is the one that took it.
@@ -407,5 +492,35 @@ mod tests {
             start_ticks: 150,
         }]);
         assert_eq!(pids(spec.members(&proven, &known)), vec![11, 12]);
+    }
+
+    #[test]
+    fn secrets_in_command_lines_are_redacted_and_look_alikes_are_not() {
+        let cases = [
+            (
+                "vllm serve m --api-key sk-123 --max-tokens 16 --port 8000",
+                "vllm serve m --api-key *** --max-tokens 16 --port 8000",
+            ),
+            (
+                "x --hf-token=hf_abc --ssl-keyfile k.pem --admin_api_key  s3",
+                "x --hf-token=*** --ssl-keyfile k.pem --admin_api_key  ***",
+            ),
+            (
+                "sh -c python3 -m s; : --token t0k sh OPENAI_API_KEY=sk-9 HF_TOKEN= x",
+                "sh -c python3 -m s; : --token *** sh OPENAI_API_KEY=*** HF_TOKEN= x",
+            ),
+            (
+                "'--password=a' \"DB_PASSWORD=b\"",
+                "'--password=***' \"DB_PASSWORD=***\"",
+            ),
+            (
+                "llama-server -m tiny.gguf --max-num-batched-tokens 8",
+                "llama-server -m tiny.gguf --max-num-batched-tokens 8",
+            ),
+            ("tail --api-key", "tail --api-key"),
+        ];
+        for (raw, shown) in cases {
+            assert_eq!(redact_secrets(raw), shown, "{raw}");
+        }
     }
 }

@@ -91,8 +91,14 @@ fn target(args: &Args, url: &str, from: &str) -> anyhow::Result<Target> {
         && !headers
             .iter()
             .any(|(k, _)| k == hyper::header::AUTHORIZATION)
-        && let Ok(v) = hyper::header::HeaderValue::from_str(&format!("Bearer {key}"))
     {
+        // Never silently unsent, never echoed: a key with a line break is a pasting mistake.
+        let mut v = hyper::header::HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+            cli::usage(
+                "--api-key (or OPENAI_API_KEY): the key holds a line break or another control character, which no header can carry; check how it was pasted or exported",
+            )
+        })?;
+        v.set_sensitive(true);
         headers.push((hyper::header::AUTHORIZATION, v));
     }
     Target::parse(url, headers).map_err(|e| cli::usage(format!("{from} {e}")))

@@ -365,7 +365,7 @@ fn resolve(
                     rec.refused = Some(format!(
                         "pid {} is another process now ({}; started at tick {}, the record says {}): not signalled",
                         r.pid,
-                        p.command(),
+                        p.shown_command(),
                         p.start_ticks,
                         r.start_ticks
                     ));

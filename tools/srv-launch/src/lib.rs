@@ -388,7 +388,8 @@ fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRec
     if cfg.verbose {
         cli::info(format!(
             "running on {host}: {} (log: {})",
-            plan.command, plan.log
+            procs::redact_secrets(&plan.command),
+            plan.log
         ));
     }
     let started = Instant::now();
@@ -438,7 +439,7 @@ fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRec
         start_ticks: stat.start_ticks,
         port: plan.port,
         url: plan.url.clone(),
-        command: plan.command.clone(),
+        command: procs::redact_secrets(&plan.command).into_owned(),
         log: plan.log.clone(),
         ready_s,
         launch_id: Some(plan.launch_id.clone()),
@@ -460,7 +461,7 @@ fn free_the_port(cfg: &Args, exec: &dyn Exec, port: u16) -> Result<()> {
         .pids
         .iter()
         .map(|p| match table.get(*p) {
-            Some(info) => format!("pid {p} ({})", info.command()),
+            Some(info) => format!("pid {p} ({})", info.shown_command()),
             None => format!("pid {p}"),
         })
         .collect();
@@ -512,7 +513,7 @@ fn died(exec: &dyn Exec, plan: &Plan, started: Instant) -> anyhow::Error {
         "{} exited during startup after {:.1}s (command: {}; log: {} on {})",
         plan.engine,
         started.elapsed().as_secs_f64(),
-        plan.command,
+        procs::redact_secrets(&plan.command),
         plan.log,
         exec.host()
     ))
