@@ -9,7 +9,8 @@
 //! - [`procs`]: process tables and kill targets as data, and the /proc text parsers;
 //! - [`exec`]: running commands and processes here or over SSH, behind one trait;
 //! - [`kill`]: ending a process tree completely, on any host;
-//! - [`engines`]: how each inference engine is launched and checked for readiness.
+//! - [`engines`]: how each inference engine is launched and checked for readiness;
+//! - [`rlimit`]: this process's resource limits (open files).
 //!
 //! Modules use each other one way only (no circle): `jsonl` uses `record` and `diag`; `stats`
 //! uses `record`; `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`; `cli` (exit
@@ -24,4 +25,5 @@ pub mod kill;
 pub mod presets;
 pub mod procs;
 pub mod record;
+pub mod rlimit;
 pub mod stats;

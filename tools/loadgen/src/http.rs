@@ -333,25 +333,6 @@ pub fn status_failure(status: u16, body: &[u8]) -> Failure {
     }
 }
 
-/// Raises the open-files limit to its hard maximum (10,000 streams need 10,000 sockets).
-pub fn raise_nofile_limit() -> u64 {
-    // SAFETY: getrlimit/setrlimit on our own process with a valid struct.
-    unsafe {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return 0;
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-        lim.rlim_cur
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

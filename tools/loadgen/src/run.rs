@@ -8,7 +8,7 @@
 
 use crate::dispatch::{Budget, Context, Ended, Finished, Maker, Phase, Source, Stop};
 use crate::exec::{RequestMeta, to_record};
-use crate::http::{Pool, Target, raise_nofile_limit};
+use crate::http::{Pool, Target};
 use crate::limits;
 use crate::pacing::Load;
 use crate::probe::{self, Aligner, Model};
@@ -141,7 +141,7 @@ pub fn run<W: Write>(
     out: &mut RecordWriter<W>,
 ) -> anyhow::Result<Exit> {
     limits::validate(&args)?;
-    limits::fit_open_files(&mut args, raise_nofile_limit())?;
+    limits::fit_open_files(&mut args, servbench::rlimit::raise_nofile_limit())?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get().min(8)));

@@ -57,6 +57,8 @@ pub struct App {
     /// Largest prompt + max_tokens the KV cache can hold (None: unlimited).
     pub kv_cache_tokens: Option<u64>,
     pub spec_decoding: bool,
+    /// A request body that stalls this long is answered 408 (`--idle-timeout`).
+    pub body_timeout: Option<Duration>,
     pub generation_requests: AtomicU64,
     crashing: AtomicBool,
 }
@@ -84,6 +86,7 @@ impl App {
             chunk_cap: chunk_cap.max(1),
             kv_cache_tokens,
             spec_decoding,
+            body_timeout: None,
             generation_requests: AtomicU64::new(0),
             crashing: AtomicBool::new(false),
         }
@@ -94,14 +97,22 @@ impl App {
     }
 }
 
-/// Accepts connections forever, one task per connection.
-pub async fn serve(listener: tokio::net::TcpListener, app: Arc<App>) -> anyhow::Result<()> {
+/// Accepts connections forever, one task per connection. A connection that sends no complete
+/// request head for `idle` (idle between requests, or sending its headers slowly) is closed,
+/// so idle and slow clients cannot hold every descriptor.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Arc<App>,
+    idle: Option<Duration>,
+) -> anyhow::Result<()> {
+    let mut refused = AcceptErrors::default();
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(conn) => conn,
             Err(e) => {
-                // Out of file descriptors and the like: say so, back off, keep serving.
-                servbench::cli::warn(format!("accept failed: {e}"));
+                // Out of file descriptors and the like: say so (once a second), back off, and
+                // keep serving the connections already open; timeouts free descriptors.
+                refused.note(&e);
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
@@ -116,9 +127,35 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Arc<App>) -> anyhow::
             });
             let io = hyper_util::rt::TokioIo::new(stream);
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(idle)
                 .serve_connection(io, service)
                 .await;
         });
+    }
+}
+
+/// Failed accepts, reported at most once a second with how many there were.
+#[derive(Default)]
+struct AcceptErrors {
+    last: Option<Instant>,
+    since: u64,
+}
+
+impl AcceptErrors {
+    fn note(&mut self, e: &std::io::Error) {
+        self.since += 1;
+        if self
+            .last
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+        {
+            servbench::cli::warn(format!(
+                "accept failed ({} time(s) since the last report): {e}; serving the open connections",
+                self.since
+            ));
+            self.last = Some(Instant::now());
+            self.since = 0;
+        }
     }
 }
 
@@ -192,9 +229,22 @@ fn error_response(e: &ApiError) -> Response<SimBody> {
     json_response(e.status, e.body())
 }
 
-async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
+async fn read_body(app: &App, req: Request<Incoming>) -> Result<Bytes, ApiError> {
     const MAX_BODY: usize = 64 << 20;
-    match Limited::new(req.into_body(), MAX_BODY).collect().await {
+    let read = Limited::new(req.into_body(), MAX_BODY).collect();
+    let collected = match app.body_timeout {
+        Some(limit) => tokio::time::timeout(limit, read).await.map_err(|_| {
+            ApiError::new(
+                408,
+                format!(
+                    "the request body stalled for {} s (--idle-timeout)",
+                    limit.as_secs_f64()
+                ),
+            )
+        })?,
+        None => read.await,
+    };
+    match collected {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) => Err(ApiError::new(
             413,
@@ -238,14 +288,14 @@ async fn handle(app: &Arc<App>, fd: RawFd, req: Request<Incoming>) -> Response<S
         ),
         "/v1/completions" if post => generate(app, fd, Endpoint::Completions, req).await,
         "/v1/chat/completions" if post => generate(app, fd, Endpoint::Chat, req).await,
-        "/tokenize" | "/v1/tokenize" if post => match read_body(req).await {
+        "/tokenize" | "/v1/tokenize" if post => match read_body(app, req).await {
             Ok(body) => match tokenize(app, &body) {
                 Ok(json) => json_response(200, json),
                 Err(e) => error_response(&e),
             },
             Err(e) => error_response(&e),
         },
-        "/detokenize" | "/v1/detokenize" if post => match read_body(req).await {
+        "/detokenize" | "/v1/detokenize" if post => match read_body(app, req).await {
             Ok(body) => match detokenize(&body) {
                 Ok(json) => json_response(200, json),
                 Err(e) => error_response(&e),
@@ -342,7 +392,7 @@ async fn generate(
     if app.loading() {
         return error_response(&ApiError::new(503, "Loading model"));
     }
-    let body = match read_body(req).await {
+    let body = match read_body(app, req).await {
         Ok(b) => b,
         Err(e) => return error_response(&e),
     };

@@ -123,9 +123,13 @@ pub struct Config {
     /// Seed for generated text, faults and speculative acceptance
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub seed: u64,
-    /// Async runtime threads (1: a single-threaded runtime, best on one pinned core)
+    /// Async runtime threads (1: a single-threaded runtime, best on one pinned core), at most 1024
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub threads: usize,
+    /// Close a connection that sends no complete request head for this long (idle between
+    /// requests, or sending its headers slowly), or whose request body stalls this long; 0: never
+    #[arg(long, value_name = "DUR", value_parser = cli::parse_duration, default_value = "60s")]
+    pub idle_timeout: Duration,
     /// Run under SCHED_FIFO (needs root or CAP_SYS_NICE) so timing holds on a busy machine
     #[arg(long)]
     pub realtime: bool,
@@ -179,6 +183,12 @@ impl Config {
         if self.max_prefill_tokens == 0 {
             return Err(cli::usage("--max-prefill-tokens must be at least 1"));
         }
+        if !(1..=1024).contains(&self.threads) {
+            return Err(cli::usage(format!(
+                "--threads {}: between 1 and 1024",
+                self.threads
+            )));
+        }
         if self.spec_tokens > 0 && self.fixed_latency() {
             return Err(cli::usage(
                 "--spec-tokens applies to the modelled engine; in fixed-latency mode use --tokens-per-chunk",
@@ -229,6 +239,8 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
         }
     }
     tokens::warm_up();
+    // One descriptor per connection: take what the hard limit allows.
+    servbench::rlimit::raise_nofile_limit();
     let served = config
         .served_model_name
         .clone()
@@ -283,7 +295,7 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
             })
         })
         .collect();
-    let app = Arc::new(App::new(
+    let mut app = App::new(
         engines,
         api::Limits {
             served_model: served,
@@ -300,7 +312,10 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
         },
         kv_cache_tokens,
         spec.is_some(),
-    ));
+    );
+    let idle = (!config.idle_timeout.is_zero()).then_some(config.idle_timeout);
+    app.body_timeout = idle;
+    let app = Arc::new(app);
 
     let runtime = if config.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -321,7 +336,7 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
         let local = listener.local_addr()?;
         // The one line launchers may read; readiness itself is GET /health.
         cli::info(format!("listening on http://{local}"));
-        http::serve(listener, app).await?;
+        http::serve(listener, app, idle).await?;
         Ok(Exit::Ok)
     })
 }

@@ -22,10 +22,14 @@ pub fn start(args: &[&str]) -> Sim {
 
 pub fn start_opts(args: &[&str], wait_ready: bool) -> Sim {
     let mut cmd = Command::new(testkit::bin("srv-sim"));
-    cmd.args(["--port", "0"])
-        .args(args)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null());
+    cmd.args(["--port", "0"]).args(args);
+    start_cmd(cmd, wait_ready)
+}
+
+/// Starts srv-sim by `cmd` (which must end by running `srv-sim --port 0 ...`, e.g. under a
+/// shell that set limits first).
+pub fn start_cmd(mut cmd: Command, wait_ready: bool) -> Sim {
+    cmd.stderr(Stdio::piped()).stdout(Stdio::null());
     let mut guard = Guard::spawn(cmd);
     let stderr = guard.child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
