@@ -10,11 +10,14 @@
 //! - [`exec`]: running commands and processes here or over SSH, behind one trait;
 //! - [`kill`]: ending a process tree completely, on any host;
 //! - [`engines`]: how each inference engine is launched and checked for readiness;
-//! - [`rlimit`]: this process's resource limits (open files).
+//! - [`rlimit`]: this process's resource limits (open files);
+//! - [`ranks`]: processes of one job on many machines: rank detection (flags, mpirun, srun),
+//!   the coordinator rendezvous, framed messages, clock offsets.
 //!
 //! Modules use each other one way only (no circle): `jsonl` uses `record` and `diag`; `stats`
-//! uses `record`; `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`; `cli` (exit
-//! codes for every module's errors) may use any of them, and no module uses `cli`.
+//! uses `record`; `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`; `ranks` uses
+//! `diag`; `cli` (exit codes for every module's errors) may use any of them, and no module uses
+//! `cli`.
 
 pub mod cli;
 pub mod diag;
@@ -24,6 +27,7 @@ pub mod jsonl;
 pub mod kill;
 pub mod presets;
 pub mod procs;
+pub mod ranks;
 pub mod record;
 pub mod rlimit;
 pub mod stats;

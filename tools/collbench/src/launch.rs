@@ -4,6 +4,7 @@
 
 use crate::bootstrap::Identity;
 use servbench::cli;
+use servbench::ranks::{self, Detected, Launcher};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,17 +13,13 @@ pub const ENV_RANK: &str = "COLLBENCH_RANK";
 pub const ENV_WORLD: &str = "COLLBENCH_WORLD";
 pub const ENV_COORDINATOR: &str = "COLLBENCH_COORDINATOR";
 
-/// Launcher variables understood, in order: (rank, world, launcher).
-const LAUNCHERS: &[(&str, &str, &str)] = &[
-    (ENV_RANK, ENV_WORLD, "collbench"),
-    (
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        "Open MPI's mpirun",
-    ),
-    ("PMI_RANK", "PMI_SIZE", "a PMI launcher (MPICH, Intel MPI)"),
-    ("SLURM_PROCID", "SLURM_NTASKS", "srun"),
-];
+/// collbench's own launcher variables (`-np` and `--hosts` set them), looked at before those
+/// of mpirun, PMI launchers and srun ([`servbench::ranks::LAUNCHERS`]).
+const OWN: &[Launcher] = &[Launcher {
+    rank_var: ENV_RANK,
+    world_var: ENV_WORLD,
+    name: "collbench",
+}];
 
 /// What this process does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,30 +45,18 @@ pub struct RankFlags {
     pub hosts: Option<Vec<String>>,
 }
 
-/// Decides the role from flags, then environment (`env` looks a variable up).
+/// Decides the role from flags, then environment (`env` looks a variable up): the shared rank
+/// detection first, then `--hosts` and `-np`.
 pub fn resolve(flags: &RankFlags, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Role> {
-    let coordinator = flags.coordinator.clone().or_else(|| env(ENV_COORDINATOR));
-    if flags.rank.is_some() || flags.world.is_some() {
-        let (Some(rank), Some(world)) = (flags.rank, flags.world) else {
-            return Err(cli::usage(
-                "--rank and --world go together (and --coordinator HOST:PORT where rank 0 listens)",
-            ));
-        };
-        return rank_role(rank, world, coordinator, "--rank/--world");
-    }
-    for (rank_var, world_var, launcher) in LAUNCHERS {
-        if let (Some(r), Some(w)) = (env(rank_var), env(world_var)) {
-            let parse = |name: &str, v: &str| {
-                v.trim().parse::<usize>().map_err(|_| {
-                    cli::usage(format!("{name}='{v}' is not a number (set by {launcher})"))
-                })
-            };
-            let (rank, world) = (parse(rank_var, &r)?, parse(world_var, &w)?);
-            if world <= 1 {
-                break;
-            }
-            return rank_role(rank, world, coordinator, launcher);
-        }
+    let given = ranks::Flags {
+        rank: flags.rank,
+        world: flags.world,
+        coordinator: flags.coordinator.clone(),
+    };
+    match ranks::detect(&given, OWN, ENV_COORDINATOR, env)? {
+        Detected::Single => return Ok(Role::Alone),
+        Detected::Rank(id) => return Ok(Role::Rank(id)),
+        Detected::Nothing => {}
     }
     if let Some(hosts) = &flags.hosts {
         if flags.np.is_some() {
@@ -93,32 +78,6 @@ pub fn resolve(flags: &RankFlags, env: impl Fn(&str) -> Option<String>) -> anyho
         Some(n) if n > 1 => Ok(Role::Local(n)),
         _ => Ok(Role::Alone),
     }
-}
-
-fn rank_role(
-    rank: usize,
-    world: usize,
-    coordinator: Option<String>,
-    from: &str,
-) -> anyhow::Result<Role> {
-    if world == 0 || rank >= world {
-        return Err(cli::usage(format!(
-            "rank {rank} is outside a world of {world} (from {from})"
-        )));
-    }
-    if world == 1 {
-        return Ok(Role::Alone);
-    }
-    let Some(coordinator) = coordinator else {
-        return Err(cli::usage(format!(
-            "running as rank {rank} of {world} (from {from}) needs --coordinator HOST:PORT: where rank 0 listens, reachable from every rank"
-        )));
-    };
-    Ok(Role::Rank(Identity {
-        rank,
-        world,
-        coordinator,
-    }))
 }
 
 /// A port on 127.0.0.1 that was free a moment ago, for `-np` runs.

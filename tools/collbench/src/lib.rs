@@ -216,8 +216,8 @@ pub fn count_hosts(comm: &comm::Comm) -> anyhow::Result<u32> {
     if let Some(n) = std::env::var(ENV_HOSTS).ok().and_then(|v| v.parse().ok()) {
         return Ok(n);
     }
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let hash = name.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+    let name = servbench::ranks::hostname();
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     });
     let mut hashes = vec![hash];
