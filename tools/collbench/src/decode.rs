@@ -93,6 +93,7 @@ pub fn record(
 /// Runs the decode measurement: forwards upstream records, then one `decode` record per batch.
 pub fn run(dc: &DecodeConfig, job: &Job) -> anyhow::Result<Exit> {
     crate::check_job(job)?;
+    crate::check_memory(&dc.run, job, "--batch")?;
     if job.backend == crate::Backend::Nccl {
         crate::nccl::check_libraries()?;
     }

@@ -280,6 +280,24 @@ pub fn count_wrong(
         .count() as u64
 }
 
+/// A zeroed buffer of `elems` elements of `esz` bytes; an error naming it where the memory is
+/// not there (an allocation failure would abort the process).
+pub fn buffer(elems: usize, esz: usize, what: &str) -> anyhow::Result<Vec<u8>> {
+    let fail = |bytes: String| {
+        servbench::cli::failure(format!(
+            "cannot allocate the {what} buffer ({bytes} bytes): lower -e"
+        ))
+    };
+    let len = elems
+        .checked_mul(esz)
+        .ok_or_else(|| fail(format!("{elems} x {esz}")))?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| fail(len.to_string()))?;
+    v.resize(len, 0);
+    Ok(v)
+}
+
 /// Measures one size on the tcp backend (every rank calls this in step).
 pub fn measure_tcp(
     comm: &Comm,
@@ -294,8 +312,8 @@ pub fn measure_tcp(
         .resolve_algo(cfg.algo, shape.bytes)
         .map_err(servbench::cli::usage)?;
     let esz = cfg.dtype.size();
-    let mut send = vec![0u8; shape.send_elems * esz];
-    let mut recv = vec![0u8; shape.recv_elems * esz];
+    let mut send = buffer(shape.send_elems, esz, "send")?;
+    let mut recv = buffer(shape.recv_elems, esz, "receive")?;
     cfg.op.fill(comm.rank, &shape, &p, &mut send);
     let where_ = |e: crate::comm::CommError| {
         servbench::cli::failure(format!(

@@ -5,6 +5,7 @@
 use crate::bootstrap::Identity;
 use servbench::cli;
 use servbench::ranks::{self, Detected, Launcher};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -73,6 +74,9 @@ pub fn resolve(flags: &RankFlags, env: impl Fn(&str) -> Option<String>) -> anyho
             hosts.iter().map(|h| h.trim().to_string()).collect(),
         ));
     }
+    if let Some(n) = flags.np {
+        crate::limits::check_local_ranks("-np", n)?;
+    }
     match flags.np {
         Some(0) => Err(cli::usage("-np must be at least 1")),
         Some(n) if n > 1 => Ok(Role::Local(n)),
@@ -90,7 +94,8 @@ pub fn free_local_port() -> anyhow::Result<u16> {
 /// Starts `n` ranks of this very binary with the same arguments on this host and waits for
 /// them. Rank 0 writes the records to our stdout; the others' stdout is discarded. If a rank
 /// fails, the others notice (its connections close) and fail within their timeout; any still
-/// running after that are killed. Returns the first failing rank's exit status, if any.
+/// running after that are killed. The ranks die with this process (SIGTERM, Ctrl-C, a kill):
+/// none is left behind. Returns the first failing rank's exit status, if any.
 pub fn run_local(
     args: &[std::ffi::OsString],
     n: usize,
@@ -99,8 +104,27 @@ pub fn run_local(
     let exe = std::env::current_exe()?;
     let coordinator = format!("127.0.0.1:{}", free_local_port()?);
     let mut children: Vec<Child> = Vec::with_capacity(n);
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
     for rank in 0..n {
         let mut c = Command::new(&exe);
+        // SAFETY: between fork and exec the child only calls prctl and getppid, both
+        // async-signal-safe, and touches no memory shared with the parent.
+        unsafe {
+            c.pre_exec(move || {
+                // This thread (the one waiting for the ranks) dying sends the rank SIGTERM.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have died before the prctl: then nothing would tell us.
+                if libc::getppid() != parent {
+                    return Err(std::io::Error::other(
+                        "collbench exited while starting ranks",
+                    ));
+                }
+                Ok(())
+            });
+        }
         c.args(args)
             .env(ENV_RANK, rank.to_string())
             .env(ENV_WORLD, n.to_string())

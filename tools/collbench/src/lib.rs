@@ -10,6 +10,7 @@ pub mod dtype;
 pub mod harness;
 pub mod hosts;
 pub mod launch;
+pub mod limits;
 pub mod nccl;
 pub mod ops;
 
@@ -83,6 +84,7 @@ pub fn bench(cfg: &RunConfig, job: &Job) -> anyhow::Result<Exit> {
             .map_err(cli::usage)?;
     }
     check_job(job)?;
+    check_memory(cfg, job, "-e")?;
     if job.backend == Backend::Nccl {
         if cfg.algo != ops::Algo::Auto {
             return Err(cli::usage(
@@ -118,6 +120,22 @@ pub fn check_job(job: &Job) -> anyhow::Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The buffers of the ranks this process starts or is must fit this host's free memory
+/// (`--hosts` ranks check on their own hosts); `flag` names where the sizes came from.
+pub fn check_memory(cfg: &RunConfig, job: &Job, flag: &str) -> anyhow::Result<()> {
+    let per_process = match job.backend {
+        Backend::Tcp => 1,
+        Backend::Nccl => job.gpus.max(1),
+    };
+    let (world, here) = match &job.role {
+        Role::Alone => (per_process, per_process),
+        Role::Local(n) => (n * per_process, n * per_process),
+        Role::Rank(id) => (id.world * per_process, per_process),
+        Role::Hosts(_) => return Ok(()),
+    };
+    limits::check_memory(cfg, world, here, limits::mem_available(), flag)
 }
 
 /// `-np N`: start the ranks here and report the first failure's exit code.

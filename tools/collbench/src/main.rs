@@ -228,6 +228,7 @@ fn decode(d: DecodeArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
     if d.tp < 1 {
         return Err(cli::usage("--tp must be at least 1"));
     }
+    collbench::limits::check_local_ranks("--tp", d.tp)?;
     let dtype = d.run.dtype.unwrap_or(if model.act_bytes >= 4.0 {
         Dtype::F32
     } else {

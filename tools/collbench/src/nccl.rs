@@ -219,7 +219,8 @@ fn gpu_thread(
     for &size in &cfg.sizes {
         let shape = cfg.op.shape(size, cfg.dtype, world);
         let esz = cfg.dtype.size();
-        let mut host_send = vec![0u8; shape.send_elems * esz];
+        let mut host_send =
+            crate::harness::buffer(shape.send_elems, esz, "send").map_err(|e| format!("{e:#}"))?;
         cfg.op.fill(rank, &shape, &p, &mut host_send);
         let send = stream
             .clone_htod(&host_send)
