@@ -15,9 +15,9 @@
 //!   the coordinator rendezvous, framed messages, clock offsets.
 //!
 //! Modules use each other one way only (no circle): `jsonl` uses `record` and `diag`; `stats`
-//! uses `record`; `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`; `ranks` uses
-//! `diag`; `cli` (exit codes for every module's errors) may use any of them, and no module uses
-//! `cli`.
+//! uses `record`; `presets` uses `record` and `jsonl` (measured collective curves); `exec` uses
+//! `procs` and `diag`; `kill` uses `exec` and `procs`; `ranks` uses `diag`; `cli` (exit codes
+//! for every module's errors) may use any of them, and no module uses `cli`.
 
 pub mod cli;
 pub mod diag;

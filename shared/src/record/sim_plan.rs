@@ -43,6 +43,35 @@ pub struct SimPlanRecord {
     pub pipeline_bubble_at_batch_1: f64,
     /// Smallest decode batch that is compute-bound; null when none up to 65,536 is.
     pub compute_bound_batch: Option<u32>,
+    /// How the weights are stored: `bf16`, `fp8`, `fp8 + nvfp4 experts`.
+    pub weight_format: String,
+    /// GPU memory per GPU the engine may use (90%).
+    pub usable_bytes_per_gpu: f64,
+    /// Whether the weights and the KV cache of one `max_model_len` request fit.
+    pub fits: bool,
+    /// Why they do not, when they do not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fit_note: Option<String>,
+    /// Requests running at once per engine replica, after the pipeline's micro-batch cap.
+    pub max_running_requests: u32,
+    /// `--pp-max-micro-batch`: requests per pipeline micro-batch, when capped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pp_max_micro_batch: Option<u32>,
+    /// One stream's limit from memory alone (weights + KV over bandwidth), no communication.
+    pub memory_bound_tok_s: f64,
+    /// Tensor-parallel allreduces in one decode step (2 x layers; 0 without TP).
+    pub allreduces_per_step: u32,
+    /// Bytes of one of them at batch 1.
+    pub allreduce_bytes: f64,
+    /// One of them at batch 1, µs, as `comm_source` gives it.
+    pub allreduce_us: f64,
+    /// The algorithm NCCL would pick (`ring/LL`, `ring/Simple`, `nvls`...), or `measured`.
+    pub allreduce_algo: String,
+    /// The slowest topology level the TP group spans (`cross-socket`, `nvswitch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm_level: Option<String>,
+    /// `model`, or `measured: FILE (backend, ranks, mode, statistic)` with `--comm-from`.
+    pub comm_source: String,
     /// With `--spec-tokens`: tokens one verify step emits on average (1 + A + ... + A^K).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_tokens_per_step: Option<f64>,

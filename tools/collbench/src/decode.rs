@@ -9,7 +9,7 @@ use crate::launch::Role;
 use crate::{Job, count_hosts};
 use servbench::cli::{self, Exit};
 use servbench::jsonl::{self, Disposition, RecordWriter};
-use servbench::presets::{self, Hardware, Layout, ModelCard};
+use servbench::presets::{Deployment, Hardware, Layout, ModelCard};
 use servbench::record::{DecodeRecord, SCHEMA_VERSION, now_ts};
 
 /// What `decode` measures.
@@ -45,13 +45,8 @@ pub fn record(
         tp: dc.tp as u32,
         pp: 1,
     };
-    let cost = presets::decode_step(
-        &dc.model,
-        &dc.hardware,
-        layout,
-        batch,
-        u64::from(dc.context),
-    );
+    let dep = Deployment::new(dc.model.clone(), dc.hardware.clone(), layout);
+    let cost = dep.decode_step(batch, u64::from(dc.context));
     let step_compute_us = cost.compute_s * 1e6;
     let step_memory_us = cost.memory_s * 1e6;
     let roofline_us = step_compute_us.max(step_memory_us);
@@ -170,7 +165,7 @@ mod tests {
 
     #[test]
     fn message_sizes_follow_the_model() {
-        let m = presets::load_model("llama-3.1-70b").unwrap();
+        let m = servbench::presets::load_model("llama-3.1-70b").unwrap();
         // Two allreduces per layer, batch x hidden x 2 bytes (bf16): 16 KiB at batch 1.
         assert_eq!(m.allreduces_per_step(), 160);
         assert_eq!(allreduce_bytes(1, m.hidden, 2), 16384);

@@ -1,10 +1,11 @@
 //! The roofline cost model of one engine step, built on the shared arithmetic in
 //! `servbench::presets` (bytes over bandwidth against FLOPs over compute per GPU of the TP group,
-//! two allreduces per layer, MoE reading only touched experts) plus what an engine adds:
-//! pipeline micro-batches with their bubble, prefill attention, and a fixed per-step overhead.
+//! two allreduces per layer over the card's topology or a measured curve, MoE reading only
+//! touched experts) plus what an engine adds: pipeline micro-batches with their bubble, prefill
+//! attention, and a fixed per-step overhead.
 
 use crate::engine::{CostModel, StepShape};
-use servbench::presets::{self, Hardware, Layout, ModelCard, StepWork};
+use servbench::presets::{self, Comm, Deployment, StepWork, WeightFormat};
 use servbench::record::{Extra, Labels, SCHEMA_VERSION, SimPlanRecord, now_ts};
 use std::time::Duration;
 
@@ -13,16 +14,28 @@ pub const MEMORY_UTILIZATION: f64 = 0.9;
 
 #[derive(Debug, Clone)]
 pub struct Roofline {
-    pub model: ModelCard,
-    pub hardware: Hardware,
-    pub layout: Layout,
+    pub dep: Deployment,
     pub step_overhead: Duration,
+}
+
+/// What `--dry-run`'s record is computed for, beside the cost model itself.
+#[derive(Debug, Clone, Default)]
+pub struct PlanInputs {
+    /// Context length of the decode figures.
+    pub context: u64,
+    pub data_parallel: u32,
+    pub max_model_len: u32,
+    /// Requests running at once per engine, after the micro-batch cap.
+    pub max_running: u32,
+    pub pp_max_micro_batch: Option<u32>,
+    pub labels: Labels,
 }
 
 impl Roofline {
     /// Seconds for one step, by cause.
     pub fn step_cost(&self, shape: &StepShape) -> presets::StepCost {
-        let pp = self.layout.pp.max(1);
+        let dep = &self.dep;
+        let pp = dep.layout.pp.max(1);
         // Pipeline: the step's sequences split into up to `pp` micro-batches; each crosses every
         // stage in turn, and a stage works on one micro-batch at a time. A round (one token for
         // every sequence) lasts pp stage-times of one micro-batch; with fewer micro-batches
@@ -33,17 +46,17 @@ impl Roofline {
             prefill_tokens: shape.work.prefill_tokens.div_ceil(micro),
             kv_tokens: shape.work.kv_tokens.div_ceil(u64::from(micro)),
         };
-        let stage = presets::stage_cost(&self.model, &self.hardware, self.layout, part);
+        let stage = dep.stage_cost(part);
         let tokens = part.decode_seqs + part.prefill_tokens;
         let stages = f64::from(pp);
         let prefill_attention = 4.0
-            * f64::from(self.model.heads)
-            * f64::from(self.model.head_dim)
-            * f64::from(self.model.layers)
+            * f64::from(dep.model.heads)
+            * f64::from(dep.model.head_dim)
+            * f64::from(dep.model.layers)
             * (shape.prefill_attention_pairs as f64 / f64::from(micro))
-            / f64::from(self.layout.tp.max(1))
-            / self.hardware.flops_for(&self.model);
-        let handoffs = (stages - 1.0) * self.hardware.p2p_s(self.model.allreduce_bytes(tokens));
+            / f64::from(dep.layout.tp.max(1))
+            / dep.rates.flops(WeightFormat::Bf16);
+        let handoffs = dep.handoffs_s(dep.model.allreduce_bytes(tokens));
         presets::StepCost {
             memory_s: stage.memory_s * stages,
             compute_s: stage.compute_s * stages + prefill_attention,
@@ -69,48 +82,79 @@ impl Roofline {
         }
     }
 
+    /// GPU memory per GPU the engine may use.
+    pub fn usable_bytes_per_gpu(&self) -> f64 {
+        self.dep.hw.mem_bytes as f64 * MEMORY_UTILIZATION
+    }
+
+    /// Weight bytes each GPU holds.
+    pub fn weight_bytes_per_gpu(&self) -> f64 {
+        self.dep.model.weight_bytes_total() / f64::from(self.dep.layout.gpus())
+    }
+
     /// KV-cache tokens that fit beside the weights (None: the weights alone do not fit).
     pub fn kv_capacity_tokens(&self) -> Option<u64> {
-        let tp = self.layout.tp.max(1);
-        let pp = self.layout.pp.max(1);
-        let per_gpu_free = self.hardware.mem_bytes as f64 * MEMORY_UTILIZATION
-            - self.model.weight_bytes_total() / f64::from(tp * pp);
+        let per_gpu_free = self.usable_bytes_per_gpu() - self.weight_bytes_per_gpu();
         if per_gpu_free <= 0.0 {
             return None;
         }
-        // Each GPU holds its stage's layers and its share of the KV heads (replicated past kv_heads).
-        let kv_split = f64::from(tp.min(self.model.kv_heads.max(1)));
-        let per_gpu_per_token = self.model.kv_bytes_per_token() / f64::from(pp) / kv_split;
+        // Each GPU holds its stage's layers and its share of the KV (see ModelCard::kv_split).
+        let layout = self.dep.layout;
+        let per_gpu_per_token = self.dep.model.kv_bytes_per_token()
+            / f64::from(layout.pp.max(1))
+            / self.dep.model.kv_split(layout.tp);
         Some((per_gpu_free / per_gpu_per_token) as u64)
     }
 
-    /// The `sim_plan` record `--dry-run` writes, for one stream at `context` tokens, on a
-    /// server of `data_parallel` replicas accepting `max_model_len` tokens.
-    pub fn plan(
-        &self,
-        context: u64,
-        data_parallel: u32,
-        max_model_len: u32,
-        labels: Labels,
-    ) -> SimPlanRecord {
+    /// Why this layout cannot serve `max_model_len`-token requests, if it cannot: the weights
+    /// do not fit, or the KV cache left holds less than one such request.
+    pub fn fit_problem(&self, max_model_len: u32) -> Option<String> {
+        let dep = &self.dep;
+        let gpus = dep.layout.gpus();
+        match self.kv_capacity_tokens() {
+            None => Some(format!(
+                "{} needs {:.1} GB of weights per GPU at tp={} pp={} ({:.0} GB in {}), more than the {:.1} GB usable of a {:.0} GB {}: raise --tp or --pp, or use a smaller weight format",
+                dep.model.name,
+                self.weight_bytes_per_gpu() / 1e9,
+                dep.layout.tp,
+                dep.layout.pp,
+                dep.model.weight_bytes_total() / 1e9,
+                dep.model.formats(),
+                self.usable_bytes_per_gpu() / 1e9,
+                dep.hw.mem_bytes as f64 / 1e9,
+                dep.hw.name,
+            )),
+            Some(kv) if kv < u64::from(max_model_len) => Some(format!(
+                "the KV cache left beside the weights on {gpus} GPU(s) holds {kv} tokens, less than one request of --max-model-len {max_model_len}: lower --max-model-len or add GPUs"
+            )),
+            Some(_) => None,
+        }
+    }
+
+    /// The `sim_plan` record `--dry-run` writes, for one stream.
+    pub fn plan(&self, inputs: PlanInputs) -> SimPlanRecord {
+        let dep = &self.dep;
+        let context = inputs.context;
         let one = self.step_cost(&Self::decode_shape(1, context));
         let step_s = one.total_s() + self.step_overhead.as_secs_f64();
-        let pp = f64::from(self.layout.pp.max(1));
+        let pp = f64::from(dep.layout.pp.max(1));
+        let tp = dep.layout.tp.max(1);
+        let allreduce = dep.allreduce(dep.model.allreduce_bytes(1));
+        let fit_note = self.fit_problem(inputs.max_model_len);
         SimPlanRecord {
             v: SCHEMA_VERSION,
             ts: now_ts(),
-            labels,
-            model: self.model.name.clone(),
-            hardware: self.hardware.name.clone(),
-            tp: self.layout.tp,
-            pp: self.layout.pp,
-            data_parallel,
-            max_model_len,
-            weight_bytes: self.model.weight_bytes_total(),
-            weight_bytes_per_gpu: self.model.weight_bytes_total()
-                / f64::from(self.layout.tp * self.layout.pp),
-            active_weight_bytes_per_token: self.model.weight_bytes_read(1),
-            kv_bytes_per_token: self.model.kv_bytes_per_token(),
+            labels: inputs.labels,
+            model: dep.model.name.clone(),
+            hardware: dep.hw.name.clone(),
+            tp: dep.layout.tp,
+            pp: dep.layout.pp,
+            data_parallel: inputs.data_parallel,
+            max_model_len: inputs.max_model_len,
+            weight_bytes: dep.model.weight_bytes_total(),
+            weight_bytes_per_gpu: self.weight_bytes_per_gpu(),
+            active_weight_bytes_per_token: dep.model.weight_bytes_read(1),
+            kv_bytes_per_token: dep.model.kv_bytes_per_token(),
             kv_cache_tokens: self.kv_capacity_tokens(),
             context_tokens: context,
             decode_step_ms: step_s * 1e3,
@@ -118,20 +162,32 @@ impl Roofline {
             decode_compute_ms: one.compute_s * 1e3,
             decode_comm_ms: one.comm_s * 1e3,
             step_overhead_ms: self.step_overhead.as_secs_f64() * 1e3,
-            roofline_tok_s: presets::single_stream_tok_s(
-                &self.model,
-                &self.hardware,
-                self.layout,
-                context,
-            ),
+            roofline_tok_s: dep.single_stream_tok_s(context),
             single_stream_tok_s: 1.0 / step_s,
             pipeline_bubble_at_batch_1: (pp - 1.0) / pp,
-            compute_bound_batch: presets::compute_bound_batch(
-                &self.model,
-                &self.hardware,
-                self.layout,
-                context,
-            ),
+            compute_bound_batch: dep.compute_bound_batch(context),
+            weight_format: dep.model.formats(),
+            usable_bytes_per_gpu: self.usable_bytes_per_gpu(),
+            fits: fit_note.is_none(),
+            fit_note,
+            max_running_requests: inputs.max_running,
+            pp_max_micro_batch: inputs.pp_max_micro_batch,
+            memory_bound_tok_s: dep.memory_bound_tok_s(1, context),
+            allreduces_per_step: if tp > 1 {
+                dep.model.allreduces_per_step()
+            } else {
+                0
+            },
+            allreduce_bytes: dep.model.allreduce_bytes(1),
+            allreduce_us: allreduce.us,
+            allreduce_algo: if tp > 1 {
+                allreduce.algo.name().into()
+            } else {
+                "none".into()
+            },
+            comm_level: (tp > 1 && dep.comm == Comm::Model)
+                .then(|| dep.hw.interconnect.level_for(tp).name.clone()),
+            comm_source: dep.comm.describe(),
             spec_tokens_per_step: None,
             spec_single_stream_tok_s: None,
             extra: Extra::new(),
@@ -148,12 +204,15 @@ impl CostModel for Roofline {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use servbench::presets::Layout;
 
     fn roofline(model: &str, hw: &str, tp: u32, pp: u32) -> Roofline {
         Roofline {
-            model: presets::load_model(model).unwrap(),
-            hardware: presets::load_hardware(hw).unwrap(),
-            layout: Layout { tp, pp },
+            dep: Deployment::new(
+                presets::load_model(model).unwrap(),
+                presets::load_hardware(hw).unwrap(),
+                Layout { tp, pp },
+            ),
             step_overhead: Duration::ZERO,
         }
     }
@@ -163,7 +222,7 @@ mod tests {
         for (tp, pp) in [(1, 1), (2, 1), (1, 2), (2, 2)] {
             let r = roofline("llama-3.1-70b", "h200", tp, pp);
             let ours = r.step_s(&Roofline::decode_shape(1, 100));
-            let shared = presets::decode_step(&r.model, &r.hardware, r.layout, 1, 100).total_s();
+            let shared = r.dep.decode_step(1, 100).total_s();
             assert!(
                 (ours - shared).abs() < 1e-9,
                 "tp{tp} pp{pp}: {ours} vs {shared}"
@@ -193,10 +252,26 @@ mod tests {
             .kv_capacity_tokens()
             .unwrap();
         assert!(two > 2 * one);
+        let big = roofline("llama-3.1-70b", "h100", 1, 1);
+        assert!(big.kv_capacity_tokens().is_none());
+        assert!(big.fit_problem(1024).unwrap().contains("raise --tp"));
+        // FP8 Kimi-K2 does not fit 8 x 96 GB; NVFP4 experts do, with room for long requests.
         assert!(
-            roofline("llama-3.1-70b", "h100", 1, 1)
-                .kv_capacity_tokens()
-                .is_none()
+            roofline("kimi-k2", "rtx-pro-6000", 8, 1)
+                .fit_problem(1024)
+                .is_some()
+        );
+        assert_eq!(
+            roofline("kimi-k2-nvfp4", "rtx-pro-6000", 8, 1).fit_problem(131_072),
+            None
+        );
+        // Weights fit, but not one max-length request's KV.
+        let tight = roofline("llama-3.1-70b", "h100", 2, 1);
+        assert!(
+            tight
+                .fit_problem(100_000_000)
+                .unwrap()
+                .contains("--max-model-len")
         );
     }
 

@@ -17,11 +17,11 @@ pub mod metrics;
 pub mod tokens;
 
 use anyhow::Context as _;
-use cost::Roofline;
+use cost::{PlanInputs, Roofline};
 use engine::{Engine, EngineConfig, Spec, Timing};
 use http::{App, Faults};
 use servbench::cli::{self, Exit};
-use servbench::presets::{self, Layout};
+use servbench::presets::{self, Comm, Deployment, Layout, MeasuredCurve};
 use servbench::record::SimPlanRecord;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,6 +30,8 @@ const EXAMPLES: &str = "\
 Examples:
   srv-sim --port 8000                                  # Llama-3.1-8B on one H100, modelled
   srv-sim --model llama-3.1-70b --hardware h200 --tp 4 --dry-run
+  srv-sim --model qwen3-32b --hardware rtx-pro-6000 --tp 8 --dry-run --comm-from coll.jsonl
+  srv-sim --print-card rtx-pro-6000 > my-box.json    # edit, then --hardware-file my-box.json
   srv-sim --port 0 --ttft 200ms --itl 10ms             # exact latencies (ground truth)
   srv-sim --itl 0 & loadgen --url http://127.0.0.1:8000 -c 1..256 --max-tokens 256 | summarize
   srv-sim --fail-rate 0.05 --reset-rate 0.01 --stall-after 100
@@ -51,7 +53,8 @@ pub struct Config {
     /// Model name the API reports and accepts (default: the model preset's name)
     #[arg(long, value_name = "NAME")]
     pub served_model_name: Option<String>,
-    /// Model preset: llama-3.1-8b, llama-3.1-70b, qwen3-32b, qwen3-30b-a3b, deepseek-v3, kimi-k2
+    /// Model preset: llama-3.1-8b, llama-3.1-70b, qwen3-32b, qwen3-30b-a3b, deepseek-v3, kimi-k2,
+    /// kimi-k2-nvfp4 (--list-presets)
     #[arg(
         long,
         value_name = "PRESET",
@@ -62,7 +65,8 @@ pub struct Config {
     /// Model card JSON file (the fields of servbench::presets::ModelCard)
     #[arg(long, value_name = "FILE.json")]
     pub model_card: Option<String>,
-    /// Hardware preset: h100, h200, a100-80g, l40s, rtx-pro-6000
+    /// Hardware preset: h100, h200, a100-80g, l40s, rtx-pro-6000, rtx-pro-6000-switch
+    /// (--list-presets)
     #[arg(
         long,
         value_name = "PRESET",
@@ -79,6 +83,14 @@ pub struct Config {
     /// Pipeline-parallel degree
     #[arg(long, default_value_t = 1)]
     pub pp: u32,
+    /// Requests per pipeline micro-batch (SGLang's --pp-max-micro-batch-size): at most pp x N
+    /// requests run at once per engine
+    #[arg(long, value_name = "N")]
+    pub pp_max_micro_batch: Option<u32>,
+    /// Allreduce times measured by collbench (its `coll` records, at the --tp rank count)
+    /// instead of the hardware card's topology model
+    #[arg(long, value_name = "COLL.jsonl")]
+    pub comm_from: Option<String>,
     /// GPUs in all: a multiple of tp x pp; the multiple runs data-parallel engine replicas
     #[arg(long, value_name = "N")]
     pub gpus: Option<u32>,
@@ -142,6 +154,12 @@ pub struct Config {
     /// Add a label to the --dry-run record (repeatable): --label layout=tp4
     #[arg(long = "label", value_name = "K=V", value_parser = cli::parse_label)]
     pub labels: Vec<(String, String)>,
+    /// Print the names of the built-in model and hardware presets and exit
+    #[arg(long)]
+    pub list_presets: bool,
+    /// Print a built-in model or hardware preset as the JSON card to start your own from, and exit
+    #[arg(long, value_name = "PRESET")]
+    pub print_card: Option<String>,
 }
 
 impl Config {
@@ -189,6 +207,19 @@ impl Config {
                 self.threads
             )));
         }
+        if self.pp_max_micro_batch == Some(0) {
+            return Err(cli::usage("--pp-max-micro-batch must be at least 1"));
+        }
+        if self.pp_max_micro_batch.is_some() && self.pp == 1 {
+            return Err(cli::usage(
+                "--pp-max-micro-batch caps pipeline micro-batches: give --pp 2 or more",
+            ));
+        }
+        if self.comm_from.is_some() && self.tp == 1 {
+            return Err(cli::usage(
+                "--comm-from replaces the tensor-parallel allreduces: give --tp 2 or more",
+            ));
+        }
         if self.spec_tokens > 0 && self.fixed_latency() {
             return Err(cli::usage(
                 "--spec-tokens applies to the modelled engine; in fixed-latency mode use --tokens-per-chunk",
@@ -199,17 +230,30 @@ impl Config {
 
     /// The roofline for the chosen model, hardware and layout.
     pub fn roofline(&self) -> anyhow::Result<Roofline> {
+        let model = presets::load_model(self.model_card.as_deref().unwrap_or(&self.model))
+            .map_err(|e| cli::usage(format!("--model: {e}")))?;
+        let hw = presets::load_hardware(self.hardware_file.as_deref().unwrap_or(&self.hardware))
+            .map_err(|e| cli::usage(format!("--hardware: {e}")))?;
+        let layout = Layout {
+            tp: self.tp,
+            pp: self.pp,
+        };
+        if layout.gpus() > hw.gpus {
+            return Err(cli::usage(format!(
+                "--tp {} x --pp {} needs {} GPUs in one node, and a {} node has {}: multi-node layouts are not modelled (use --gpus for data-parallel replicas)",
+                self.tp,
+                self.pp,
+                layout.gpus(),
+                hw.name,
+                hw.gpus
+            )));
+        }
+        let mut dep = Deployment::new(model, hw, layout);
+        if let Some(path) = &self.comm_from {
+            dep.comm = measured_comm(path, self.tp)?;
+        }
         Ok(Roofline {
-            model: presets::load_model(self.model_card.as_deref().unwrap_or(&self.model))
-                .map_err(|e| cli::usage(format!("--model: {e}")))?,
-            hardware: presets::load_hardware(
-                self.hardware_file.as_deref().unwrap_or(&self.hardware),
-            )
-            .map_err(|e| cli::usage(format!("--hardware: {e}")))?,
-            layout: Layout {
-                tp: self.tp,
-                pp: self.pp,
-            },
+            dep,
             step_overhead: self.step_overhead,
         })
     }
@@ -217,15 +261,83 @@ impl Config {
     fn replicas(&self) -> u32 {
         self.gpus.map_or(1, |g| g / (self.tp * self.pp))
     }
+
+    /// Requests running at once per engine: --max-running-requests (default 256; unlimited
+    /// in fixed-latency mode), capped at pp x --pp-max-micro-batch.
+    pub fn max_running(&self) -> Option<u32> {
+        let base = match self.max_running_requests {
+            Some(n) => Some(n),
+            None if self.fixed_latency() => None,
+            None => Some(256),
+        };
+        match (base, self.pp_max_micro_batch) {
+            (b, Some(m)) => Some(b.unwrap_or(u32::MAX).min(m.saturating_mul(self.pp))),
+            (b, None) => b,
+        }
+    }
+}
+
+/// `--comm-from FILE`: the allreduce curve collbench measured at `tp` ranks.
+fn measured_comm(path: &str, tp: u32) -> anyhow::Result<Comm> {
+    let coll = presets::comm::coll_records_from(path)
+        .map_err(|e| cli::usage(format!("--comm-from: {e}")))?;
+    let curve = MeasuredCurve::from_records(&coll, tp, true).ok_or_else(|| {
+        let mut ranks: Vec<u32> = coll
+            .iter()
+            .filter(|c| c.op == "allreduce")
+            .map(|c| c.ranks)
+            .collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        let found = if ranks.is_empty() {
+            "no allreduce records".to_string()
+        } else {
+            format!(
+                "allreduce at {} rank(s) only",
+                ranks
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        cli::usage(format!(
+            "--comm-from {path}: {found}, and --tp {tp} needs allreduce measured at {tp} ranks (collbench -np {tp} --mode latency -b 1K -e 4M)"
+        ))
+    })?;
+    if let Some(caveat) = curve.tcp_caveat() {
+        cli::warn(format!("--comm-from {path}: {caveat}"));
+    }
+    Ok(Comm::Measured {
+        curve,
+        from: path.to_string(),
+    })
 }
 
 /// Runs srv-sim: `--dry-run` prints the cost model's figures; otherwise it serves until killed.
 pub fn run(config: Config) -> anyhow::Result<Exit> {
+    if config.list_presets {
+        let (models, hardware) = presets::preset_names();
+        return print_text(&format!(
+            "models: {}\nhardware: {}\n(srv-sim --print-card NAME prints one as a JSON card)\n",
+            models.join(" "),
+            hardware.join(" ")
+        ));
+    }
+    if let Some(name) = &config.print_card {
+        let card =
+            presets::print_card(name).map_err(|e| cli::usage(format!("--print-card: {e}")))?;
+        return print_text(&format!("{card}\n"));
+    }
     config.check()?;
     let roofline = config.roofline()?;
     if config.dry_run {
+        let plan = dry_run(&config, &roofline);
+        if let Some(why) = &plan.fit_note {
+            cli::warn(format!("does not fit: {why}"));
+        }
         let mut out = servbench::jsonl::RecordWriter::stdout();
-        out.emit(&dry_run(&config, &roofline))?;
+        out.emit(&plan)?;
         return Ok(Exit::Ok);
     }
 
@@ -244,7 +356,7 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
     let served = config
         .served_model_name
         .clone()
-        .unwrap_or_else(|| roofline.model.name.clone());
+        .unwrap_or_else(|| roofline.dep.model.name.clone());
     let spec = (config.spec_tokens > 0).then_some(Spec {
         tokens: config.spec_tokens,
         accept: config.spec_accept,
@@ -255,15 +367,10 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
         Some(match config.kv_cache_tokens {
             Some(n) => n,
             None => roofline.kv_capacity_tokens().ok_or_else(|| {
-                cli::usage(format!(
-                    "{} ({:.1} GB of weights) does not fit on {} x{} at tp={} pp={}: raise --tp or --pp, or give --kv-cache-tokens",
-                    roofline.model.name,
-                    roofline.model.weight_bytes_total() / 1e9,
-                    roofline.hardware.name,
-                    config.tp * config.pp,
-                    config.tp,
-                    config.pp
-                ))
+                let why = roofline
+                    .fit_problem(config.max_model_len)
+                    .unwrap_or_default();
+                cli::usage(format!("{why}; or give --kv-cache-tokens"))
             })?,
         })
     };
@@ -283,14 +390,9 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
                     spec,
                 }
             };
-            let max_running = match config.max_running_requests {
-                Some(n) => Some(n),
-                None if config.fixed_latency() => None,
-                None => Some(256),
-            };
             Engine::start(EngineConfig {
                 timing,
-                max_running,
+                max_running: config.max_running(),
                 seed: config.seed ^ u64::from(replica),
             })
         })
@@ -343,13 +445,14 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
 
 /// The `sim_plan` record `--dry-run` writes: the cost model's figures for the layout.
 fn dry_run(config: &Config, roofline: &Roofline) -> SimPlanRecord {
-    let labels = config.labels.iter().cloned().collect();
-    let mut plan = roofline.plan(
-        config.dry_run_context,
-        config.replicas(),
-        config.max_model_len,
-        labels,
-    );
+    let mut plan = roofline.plan(PlanInputs {
+        context: config.dry_run_context,
+        data_parallel: config.replicas(),
+        max_model_len: config.max_model_len,
+        max_running: config.max_running().unwrap_or(u32::MAX),
+        pp_max_micro_batch: config.pp_max_micro_batch,
+        labels: config.labels.iter().cloned().collect(),
+    });
     if config.spec_tokens > 0 {
         // One stream with speculative decoding: each step verifies 1 + K tokens and emits
         // 1 + accepted on average.
@@ -364,6 +467,16 @@ fn dry_run(config: &Config, roofline: &Roofline) -> SimPlanRecord {
         plan.spec_single_stream_tok_s = Some(spec.mean_tokens_per_step() / step_s);
     }
     plan
+}
+
+/// Text for people on stdout (--list-presets, --print-card): not a record stream.
+fn print_text(text: &str) -> anyhow::Result<Exit> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|_| out.flush())
+        .map_err(servbench::jsonl::OutputError::from_io)?;
+    Ok(Exit::Ok)
 }
 
 /// Puts the calling thread (and the threads it starts later) on SCHED_FIFO priority 20: timer

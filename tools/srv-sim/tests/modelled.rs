@@ -300,13 +300,13 @@ fn model_and_hardware_cards_from_json_files() {
     let model = dir.path().join("tiny.json");
     std::fs::write(
         &model,
-        r#"{"name":"tiny-1b","layers":16,"hidden":2048,"heads":32,"kv_heads":8,"head_dim":64,"params":1.0e9,"weight_bytes":2.0}"#,
+        r#"{"name":"tiny-1b","layers":16,"hidden":2048,"heads":32,"kv_heads":8,"head_dim":64,"params":1.0e9,"weight_format":"bf16"}"#,
     )
     .unwrap();
     let hw = dir.path().join("gpu.json");
     std::fs::write(
         &hw,
-        r#"{"name":"my-gpu","mem_bw_gbps":1000.0,"bf16_tflops":100.0,"mem_bytes":24000000000,"link_name":"pcie4","link_bw_gbps":32.0,"link_latency_us":20.0}"#,
+        r#"{"name":"my-gpu","mem_bw_gbps":1000.0,"bf16_tflops":100.0,"mem_bytes":24000000000,"gpus":4,"interconnect":{"name":"pcie4","kind":"pcie","levels":[{"name":"host","gpus":4,"hop_us":1.0,"busbw_gbps":24.0}]}}"#,
     )
     .unwrap();
     let plan = dry_run(&[

@@ -12,7 +12,7 @@
 use crate::metrics::Metric;
 use crate::points::{Keys, Point, point_name};
 use crate::table::{Cell, Column, Table, human};
-use servbench::presets::{self, Hardware, Layout, ModelCard};
+use servbench::presets::{self, Deployment, Hardware, Layout};
 use servbench::record::CollRecord;
 
 /// A single stream below this share of its roofline limit gets a note.
@@ -21,9 +21,7 @@ pub const SINGLE_STREAM_SHARE: f64 = 0.5;
 /// The model, hardware and layout to judge against.
 #[derive(Debug, Clone)]
 pub struct Roofline {
-    pub model: ModelCard,
-    pub hw: Hardware,
-    pub layout: Layout,
+    pub dep: Deployment,
 }
 
 impl Roofline {
@@ -37,20 +35,19 @@ impl Roofline {
 
     pub fn of(model: &str, hw: &str, tp: u32) -> Result<Roofline, String> {
         Ok(Roofline {
-            model: presets::load_model(model.trim())?,
-            hw: presets::load_hardware(hw.trim())?,
-            layout: Layout {
-                tp: tp.max(1),
-                pp: 1,
-            },
+            dep: Deployment::new(
+                presets::load_model(model.trim())?,
+                presets::load_hardware(hw.trim())?,
+                Layout {
+                    tp: tp.max(1),
+                    pp: 1,
+                },
+            ),
         })
     }
 
     pub fn describe(&self) -> String {
-        format!(
-            "{} on {} (TP={})",
-            self.model.name, self.hw.name, self.layout.tp
-        )
+        self.dep.describe()
     }
 
     /// Mean context of a decode step at this point: the prompt plus half the output.
@@ -61,9 +58,7 @@ impl Roofline {
     /// Per-stream decode limit in tok/s at the point's batch (its concurrency, else 1).
     pub fn stream_limit(&self, p: &Point) -> f64 {
         let batch = p.params.concurrency.unwrap_or(1).max(1);
-        let step =
-            presets::decode_step(&self.model, &self.hw, self.layout, batch, Self::context(p));
-        1.0 / step.total_s()
+        1.0 / self.dep.decode_step(batch, Self::context(p)).total_s()
     }
 }
 
@@ -117,18 +112,26 @@ pub fn single_stream_note(points: &[Point], roof: &Roofline) -> Vec<String> {
     out
 }
 
-/// Adds `% link` to the collectives table: busbw over the hardware's link bandwidth.
+/// Adds `% link` to the collectives table: busbw over the bus bandwidth of the topology level
+/// the record's ranks span on the hardware card.
 pub fn add_link_share(table: &mut Table, coll_in_order: &[&CollRecord], hw: &Hardware) {
     table.columns.push(Column {
         name: "link_pct".into(),
         header: "% link".into(),
     });
+    let levels: Vec<String> = hw
+        .interconnect
+        .levels
+        .iter()
+        .map(|l| format!("{} {} GB/s", l.name, human(l.busbw_gbps)))
+        .collect();
     table.context.push((
         "link".into(),
-        format!("{} {} GB/s", hw.link_name, human(hw.link_bw_gbps)),
+        format!("{}: {}", hw.interconnect.name, levels.join(", ")),
     ));
     for (row, c) in table.rows.iter_mut().zip(coll_in_order) {
-        row.push(Cell::num(Some(100.0 * c.busbw_gbps / hw.link_bw_gbps)));
+        let level = hw.interconnect.level_for(c.ranks);
+        row.push(Cell::num(Some(100.0 * c.busbw_gbps / level.busbw_gbps)));
     }
 }
 
@@ -178,26 +181,26 @@ pub fn allreduce_us(coll: &[CollRecord], ranks: u32, bytes: f64) -> Option<(f64,
 /// The decode budget sentences: allreduce time per decoded token beside TPOT, per point (or
 /// at batch 1 when there are no points).
 pub fn decode_budget(points: &[Point], coll: &[CollRecord], roof: &Roofline) -> Vec<String> {
-    if coll.is_empty() || roof.layout.tp <= 1 {
+    if coll.is_empty() || roof.dep.layout.tp <= 1 {
         return Vec::new();
     }
     let keys = Keys::of(points);
     let per_token = |batch: u32| -> Option<(f64, f64, u32)> {
-        let bytes = roof.model.allreduce_bytes(batch);
-        let (us, ranks) = allreduce_us(coll, roof.layout.tp, bytes)?;
+        let bytes = roof.dep.model.allreduce_bytes(batch);
+        let (us, ranks) = allreduce_us(coll, roof.dep.layout.tp, bytes)?;
         Some((
-            f64::from(roof.model.allreduces_per_step()) * us / 1000.0,
+            f64::from(roof.dep.model.allreduces_per_step()) * us / 1000.0,
             bytes,
             ranks,
         ))
     };
     let ranks_caveat = |ranks: u32| {
-        if ranks == roof.layout.tp {
+        if ranks == roof.dep.layout.tp {
             String::new()
         } else {
             format!(
                 " (allreduce measured over {ranks} ranks, the model runs TP={})",
-                roof.layout.tp
+                roof.dep.layout.tp
             )
         }
     };
@@ -207,7 +210,7 @@ pub fn decode_budget(points: &[Point], coll: &[CollRecord], roof: &Roofline) -> 
             out.push(format!(
                 "decode budget for {}: 2 x {} layers x allreduce of {} = {} ms per decoded token at batch 1{}",
                 roof.describe(),
-                roof.model.layers,
+                roof.dep.model.layers,
                 size(bytes),
                 human(ms),
                 ranks_caveat(ranks)
@@ -228,7 +231,7 @@ pub fn decode_budget(points: &[Point], coll: &[CollRecord], roof: &Roofline) -> 
             point_name(p, &keys.varying),
             human(ms),
             human(tpot),
-            roof.model.layers,
+            roof.dep.model.layers,
             size(bytes),
             share * 100.0,
             ranks_caveat(ranks)

@@ -95,7 +95,7 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
         let hw = config
             .roofline
             .as_ref()
-            .map(|r| &r.hw)
+            .map(|r| &r.dep.hw)
             .or(config.link_hw.as_ref());
         let mut t = report::coll_table(&inputs.coll, &inputs.coll_runs, hw);
         if points.is_empty()

@@ -640,7 +640,7 @@ fn real_launch_and_kill_records_become_status_tables() {
 fn real_collbench_records_become_the_collectives_and_decode_tables() {
     let text = stdout(&summarize(&["collbench_tcp.jsonl", "--hardware", "h100"]));
     assert!(
-        text.contains("# collectives: link=nvlink4 450 GB/s"),
+        text.contains("# collectives: link=NVLink 4 via NVSwitch (HGX 8-GPU): nvswitch 370 GB/s"),
         "{text}"
     );
     assert_eq!(

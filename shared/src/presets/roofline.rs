@@ -1,0 +1,377 @@
+//! The roofline of one engine step: bytes that must cross memory (weights once per step, each
+//! sequence's KV cache) over bandwidth, against FLOPs over tensor throughput, per GPU of a
+//! tensor-parallel group, plus the allreduces (two per layer) and pipeline hand-offs.
+//!
+//! What it runs on is a [`Deployment`]: a model card on a hardware card in a [`Layout`], with
+//! the [`Rates`] the step is limited by (the card's datasheet figures unless measured ones
+//! replace them) and a [`Comm`] (the topology model, or a measured allreduce curve).
+//! Sources for the formulas: kipply, "Transformer Inference Arithmetic" (2022); Pope et al.,
+//! arXiv:2211.05102; Megatron-LM, arXiv:1909.08053 sec. 3; GPipe, arXiv:1811.06965.
+
+use super::cards::{Hardware, ModelCard, WeightFormat};
+use super::comm::{Algo, AllreduceCost, MeasuredCurve};
+use serde::{Deserialize, Serialize};
+
+/// How the model is split over GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    /// Tensor-parallel degree: GPUs sharing every layer.
+    pub tp: u32,
+    /// Pipeline-parallel degree: stages of consecutive layers.
+    pub pp: u32,
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Layout { tp: 1, pp: 1 }
+    }
+}
+
+impl Layout {
+    pub fn gpus(&self) -> u32 {
+        self.tp.max(1) * self.pp.max(1)
+    }
+}
+
+/// The rates a step is limited by, per GPU. [`Rates::datasheet`] takes the hardware card's;
+/// a measurement (device bandwidth, GEMM throughput) may replace any of them, and `source`
+/// then says so.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rates {
+    pub mem_bw_gbps: f64,
+    /// Dense tensor throughput by weight format, TFLOP/s.
+    pub bf16_tflops: f64,
+    pub fp8_tflops: f64,
+    pub fp4_tflops: f64,
+    /// `datasheet`, or what was measured and where.
+    pub source: String,
+}
+
+impl Rates {
+    pub fn datasheet(hw: &Hardware) -> Rates {
+        Rates {
+            mem_bw_gbps: hw.mem_bw_gbps,
+            bf16_tflops: hw.tflops(WeightFormat::Bf16),
+            fp8_tflops: hw.tflops(WeightFormat::Fp8),
+            fp4_tflops: hw.tflops(WeightFormat::Nvfp4),
+            source: "datasheet".into(),
+        }
+    }
+
+    /// FLOP/s for weights stored in `format`.
+    pub fn flops(&self, format: WeightFormat) -> f64 {
+        1e12 * match format {
+            WeightFormat::Bf16 => self.bf16_tflops,
+            WeightFormat::Fp8 => self.fp8_tflops,
+            WeightFormat::Nvfp4 | WeightFormat::Mxfp4 => self.fp4_tflops,
+        }
+    }
+}
+
+/// Where allreduce times come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Comm {
+    /// The hardware card's topology, through NCCL's cost model.
+    Model,
+    /// A curve collbench measured (a measured curve beats the model), and where it was read.
+    Measured { curve: MeasuredCurve, from: String },
+}
+
+impl Comm {
+    /// `model` or `measured: FILE (tcp, 2 ranks, latency mode, mean)`.
+    pub fn describe(&self) -> String {
+        match self {
+            Comm::Model => "model".into(),
+            Comm::Measured { curve, from } => format!("measured: {from} ({})", curve.describe()),
+        }
+    }
+}
+
+/// The work of one engine step (or micro-batch) on one pipeline stage.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepWork {
+    /// Sequences producing one token each (decode).
+    pub decode_seqs: u32,
+    /// Prompt tokens processed this step (chunked prefill).
+    pub prefill_tokens: u32,
+    /// KV-cache tokens read by attention, summed over the step's sequences.
+    pub kv_tokens: u64,
+}
+
+/// The time one step takes, by cause, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct StepCost {
+    /// Bytes moved per GPU over its memory bandwidth.
+    pub memory_s: f64,
+    /// FLOPs per GPU over its tensor throughput.
+    pub compute_s: f64,
+    /// Tensor-parallel allreduces (and pipeline hand-offs).
+    pub comm_s: f64,
+}
+
+impl StepCost {
+    /// Roofline: memory and compute overlap, communication does not.
+    pub fn total_s(&self) -> f64 {
+        self.memory_s.max(self.compute_s) + self.comm_s
+    }
+
+    pub fn compute_bound(&self) -> bool {
+        self.compute_s > self.memory_s
+    }
+}
+
+impl ModelCard {
+    /// KV-cache bytes per token of context (all layers).
+    pub fn kv_bytes_per_token(&self) -> f64 {
+        let per_layer = self.kv_elems_per_layer.map_or(
+            2.0 * f64::from(self.kv_heads) * f64::from(self.head_dim),
+            f64::from,
+        );
+        f64::from(self.layers) * per_layer * self.kv_bytes
+    }
+
+    /// GPUs of a TP group the KV cache splits over: KV heads split while tp <= kv_heads and
+    /// are replicated beyond; a latent cache (MLA) is shared by all heads, so every rank holds
+    /// it whole.
+    pub fn kv_split(&self, tp: u32) -> f64 {
+        if self.kv_elems_per_layer.is_some() {
+            1.0
+        } else {
+            f64::from(tp.max(1).min(self.kv_heads.max(1)))
+        }
+    }
+
+    fn routed_params_per_expert_layer(&self) -> f64 {
+        self.moe
+            .as_ref()
+            .map_or(0.0, |m| f64::from(m.moe_layers) * m.expert_params)
+    }
+
+    /// Parameters that are always used (everything but routed experts).
+    pub fn dense_params(&self) -> f64 {
+        match &self.moe {
+            None => self.params,
+            Some(m) => self.params - self.routed_params_per_expert_layer() * f64::from(m.experts),
+        }
+    }
+
+    /// Parameters one token uses.
+    pub fn active_params(&self) -> f64 {
+        match &self.moe {
+            None => self.params,
+            Some(m) => {
+                self.dense_params()
+                    + self.routed_params_per_expert_layer() * f64::from(m.experts_per_token)
+            }
+        }
+    }
+
+    /// The format of the routed experts.
+    pub fn expert_format(&self) -> WeightFormat {
+        self.expert_format.unwrap_or(self.weight_format)
+    }
+
+    /// `fp8`, or `fp8 + nvfp4 experts`.
+    pub fn formats(&self) -> String {
+        match self.expert_format {
+            Some(e) if e != self.weight_format && self.moe.is_some() => {
+                format!("{} + {} experts", self.weight_format.name(), e.name())
+            }
+            _ => self.weight_format.name().to_string(),
+        }
+    }
+
+    /// Expected distinct routed experts per MoE layer that `tokens` tokens touch, with uniform
+    /// routing: E x (1 - (1 - k/E)^tokens).
+    pub fn experts_touched(&self, tokens: u32) -> f64 {
+        match &self.moe {
+            None => 0.0,
+            Some(m) => {
+                let e = f64::from(m.experts);
+                let k = f64::from(m.experts_per_token);
+                e * (1.0 - (1.0 - k / e).powi(tokens as i32))
+            }
+        }
+    }
+
+    fn bytes(&self, dense_params: f64, expert_params: f64) -> f64 {
+        dense_params * self.weight_format.bytes_per_weight()
+            + expert_params * self.expert_format().bytes_per_weight()
+    }
+
+    /// All weight bytes.
+    pub fn weight_bytes_total(&self) -> f64 {
+        self.bytes(self.dense_params(), self.params - self.dense_params())
+    }
+
+    /// Weight bytes a step of `tokens` tokens must read (MoE: only touched experts).
+    pub fn weight_bytes_read(&self, tokens: u32) -> f64 {
+        let routed = self.routed_params_per_expert_layer() * self.experts_touched(tokens.max(1));
+        self.bytes(self.dense_params(), routed)
+    }
+
+    /// Tensor-parallel allreduces in one step through every layer: two per layer (Megatron:
+    /// after attention and after the MLP), whatever the step's size.
+    pub fn allreduces_per_step(&self) -> u32 {
+        2 * self.layers
+    }
+
+    /// Bytes of one tensor-parallel allreduce for a step of `tokens` tokens.
+    pub fn allreduce_bytes(&self, tokens: u32) -> f64 {
+        f64::from(tokens) * f64::from(self.hidden) * self.act_bytes
+    }
+}
+
+/// A model on a machine in a layout: what the roofline is computed for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deployment {
+    pub model: ModelCard,
+    pub hw: Hardware,
+    pub layout: Layout,
+    pub rates: Rates,
+    pub comm: Comm,
+}
+
+impl Deployment {
+    /// Datasheet rates and the modelled interconnect.
+    pub fn new(model: ModelCard, hw: Hardware, layout: Layout) -> Deployment {
+        let rates = Rates::datasheet(&hw);
+        Deployment {
+            model,
+            hw,
+            layout,
+            rates,
+            comm: Comm::Model,
+        }
+    }
+
+    /// `qwen3-32b on rtx-pro-6000 (TP=8)`, with PP when there is any.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "{} on {} (TP={}",
+            self.model.name, self.hw.name, self.layout.tp
+        );
+        if self.layout.pp > 1 {
+            s.push_str(&format!(" PP={}", self.layout.pp));
+        }
+        s.push(')');
+        s
+    }
+
+    /// One allreduce of `bytes` over the TP group.
+    pub fn allreduce(&self, bytes: f64) -> AllreduceCost {
+        let tp = self.layout.tp.max(1);
+        if tp <= 1 {
+            return AllreduceCost {
+                us: 0.0,
+                algo: Algo::RingLl,
+            };
+        }
+        match &self.comm {
+            Comm::Model => self.hw.interconnect.allreduce(tp, bytes),
+            Comm::Measured { curve, .. } => AllreduceCost {
+                us: curve.us_at(bytes),
+                algo: Algo::Measured,
+            },
+        }
+    }
+
+    /// The pipeline hand-offs of one pass through every stage, in seconds: from stage s's
+    /// first GPU to stage s+1's (consecutive placement), each over the level joining them.
+    pub fn handoffs_s(&self, bytes: f64) -> f64 {
+        let tp = self.layout.tp.max(1);
+        (1..self.layout.pp.max(1))
+            .map(|s| self.hw.interconnect.p2p_us((s - 1) * tp, s * tp, bytes))
+            .sum::<f64>()
+            * 1e-6
+    }
+
+    /// The cost of one step's work on ONE pipeline stage (1/pp of the layers), per GPU of its
+    /// TP group.
+    pub fn stage_cost(&self, work: StepWork) -> StepCost {
+        let model = &self.model;
+        let tp = f64::from(self.layout.tp.max(1));
+        let stage = 1.0 / f64::from(self.layout.pp.max(1));
+        let tokens = work.decode_seqs + work.prefill_tokens;
+        if tokens == 0 {
+            return StepCost::default();
+        }
+        let weight_bytes = model.weight_bytes_read(tokens) * stage / tp;
+        let kv_bytes = work.kv_tokens as f64 * model.kv_bytes_per_token() * stage
+            / model.kv_split(self.layout.tp);
+        let memory_s = (weight_bytes + kv_bytes) / (self.rates.mem_bw_gbps * 1e9);
+        // 2 FLOPs per parameter per token, each part at its format's rate; attention: QK^T
+        // and AV over the KV, each 2 x heads x head_dim FLOPs per cached token per layer.
+        let t = f64::from(tokens);
+        let dense = 2.0 * model.dense_params() * t / self.rates.flops(model.weight_format);
+        let routed = 2.0 * (model.active_params() - model.dense_params()) * t
+            / self.rates.flops(model.expert_format());
+        let attention = 4.0
+            * f64::from(model.heads)
+            * f64::from(model.head_dim)
+            * f64::from(model.layers)
+            * work.kv_tokens as f64
+            / self.rates.flops(WeightFormat::Bf16);
+        let compute_s = (dense + routed + attention) * stage / tp;
+        let allreduces = f64::from(model.allreduces_per_step()) * stage;
+        let comm_s = allreduces * self.allreduce(model.allreduce_bytes(tokens)).us * 1e-6;
+        StepCost {
+            memory_s,
+            compute_s,
+            comm_s,
+        }
+    }
+
+    /// The cost of a whole decode step for `batch` sequences of `context` tokens each, through
+    /// every pipeline stage in turn (a single micro-batch: what one token of one stream waits
+    /// for).
+    pub fn decode_step(&self, batch: u32, context: u64) -> StepCost {
+        let work = StepWork {
+            decode_seqs: batch,
+            prefill_tokens: 0,
+            kv_tokens: u64::from(batch) * context,
+        };
+        let stage = self.stage_cost(work);
+        let stages = f64::from(self.layout.pp.max(1));
+        StepCost {
+            memory_s: stage.memory_s * stages,
+            compute_s: stage.compute_s * stages,
+            comm_s: stage.comm_s * stages + self.handoffs_s(self.model.allreduce_bytes(batch)),
+        }
+    }
+
+    /// Per-stream decode limit from memory alone (weights + KV per token over bandwidth), at
+    /// `batch` sequences of `context` tokens, tokens/s.
+    pub fn memory_bound_tok_s(&self, batch: u32, context: u64) -> f64 {
+        1.0 / self.decode_step(batch, context).memory_s
+    }
+
+    /// Per-stream decode limit of the full modelled step (memory or compute, communication)
+    /// plus `overhead_s` per step, tokens/s.
+    pub fn step_tok_s(&self, batch: u32, context: u64, overhead_s: f64) -> f64 {
+        1.0 / (self.decode_step(batch, context).total_s() + overhead_s)
+    }
+
+    /// The single-stream decode limit in tokens/s at `context` tokens of context.
+    pub fn single_stream_tok_s(&self, context: u64) -> f64 {
+        self.step_tok_s(1, context, 0.0)
+    }
+
+    /// The smallest batch at which a decode step turns compute-bound (None past 65,536).
+    pub fn compute_bound_batch(&self, context: u64) -> Option<u32> {
+        let bound = |b: u32| self.decode_step(b, context).compute_bound();
+        if !bound(65_536) {
+            return None;
+        }
+        // Memory time per sequence grows no faster than compute, so the crossing is unique.
+        let (mut lo, mut hi) = (1u32, 65_536u32);
+        if bound(lo) {
+            return Some(lo);
+        }
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if bound(mid) { hi = mid } else { lo = mid }
+        }
+        Some(hi)
+    }
+}
