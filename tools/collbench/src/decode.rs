@@ -79,7 +79,8 @@ pub fn record(
         },
         wrong: m.wrong,
         context_tokens: dc.context,
-        // The preset's link model for the same allreduces, to set the measurement against.
+        // The hardware card's topology model for the same allreduces, to set the measurement
+        // against.
         modeled_comm_us_per_token: cost.comm_s * 1e6,
         extra: servbench::record::Extra::new(),
     }
@@ -139,13 +140,18 @@ pub fn run(dc: &DecodeConfig, job: &Job) -> anyhow::Result<Exit> {
         if comm.rank == 0 {
             let rec = record(dc, batch, &m, job.backend.name(), hosts);
             cli::info(format!(
-                "batch {batch:>4}: allreduce {} B {:.1} us x {} = {:.0} us/token comm vs {:.0} us roofline ({:.0}% comm)",
+                "batch {batch:>4}: allreduce {} B mean {:.1} us x {} = {:.0} us/token comm vs {:.0} us roofline ({:.0}% comm){}",
                 rec.allreduce_bytes,
                 rec.allreduce_us.mean,
                 rec.allreduces_per_step,
                 rec.comm_us_per_token,
                 rec.step_roofline_us,
-                rec.comm_fraction * 100.0
+                rec.comm_fraction * 100.0,
+                if rec.backend == "tcp" {
+                    " [tcp backend: not NCCL on GPUs]"
+                } else {
+                    ""
+                }
             ));
             out.emit(&rec)?;
         }

@@ -111,6 +111,112 @@ fn main() {
         ),
     );
 
+    // The same anomaly across two runs labelled apart: round1 ran out=64, round2 out=32 with
+    // per-request overhead on short outputs.
+    let runs = |name: &str| labels(&[("engine", "sim"), ("model", "llama-3.1-8b"), ("run", name)]);
+    let output_runs = |penalty| {
+        let mut lines = sweep_lines(
+            &Sweep {
+                labels: runs("round1"),
+                concurrency: vec![32],
+                max_tokens: vec![64],
+                requests_per_point: 96,
+                ..base.clone()
+            },
+            &clean,
+        );
+        lines.extend(sweep_lines(
+            &Sweep {
+                labels: runs("round2"),
+                concurrency: vec![32],
+                max_tokens: vec![32],
+                requests_per_point: 96,
+                seed: 2,
+                ..base.clone()
+            },
+            &ServerModel {
+                short_output_penalty: penalty,
+                ..clean.clone()
+            },
+        ));
+        lines
+    };
+    write(
+        &dir,
+        "shorter_output_slower_runs.jsonl",
+        &output_runs(Some((32, 400.0))),
+    );
+    write(&dir, "output_runs_clean.jsonl", &output_runs(None));
+
+    // The anomaly at a point that ended early (its summary says partial).
+    write(
+        &dir,
+        "shorter_output_slower_partial.jsonl",
+        &sweep_lines(
+            &Sweep {
+                concurrency: vec![32],
+                max_tokens: vec![64, 32],
+                requests_per_point: 96,
+                partial_last: true,
+                ..base.clone()
+            },
+            &ServerModel {
+                short_output_penalty: Some((32, 400.0)),
+                ..clean.clone()
+            },
+        ),
+    );
+
+    // -n 32 at C=64: the row says C=64, but never more than 32 were in flight.
+    write(
+        &dir,
+        "too_few_requests.jsonl",
+        &sweep_lines(
+            &Sweep {
+                concurrency: vec![1, 16, 64],
+                requests_per_point: 32,
+                ..base.clone()
+            },
+            &clean,
+        ),
+    );
+
+    // Speculative decoding: 3 tokens per chunk at C=1..4, 1 at C=16 and 32.
+    let mut spec = sweep_lines(
+        &Sweep {
+            concurrency: vec![1, 2, 4],
+            ..base.clone()
+        },
+        &ServerModel {
+            tokens_per_chunk: 3,
+            ..clean.clone()
+        },
+    );
+    spec.extend(sweep_lines(
+        &Sweep {
+            concurrency: vec![16, 32],
+            seed: 2,
+            ..base.clone()
+        },
+        &clean,
+    ));
+    write(&dir, "spec_gain_collapses.jsonl", &spec);
+
+    // The same sweep relaunched three times (scripts/relaunch-and-rerun.sh labels run=1..3).
+    let mut reruns = Vec::new();
+    for run in 1..=3u64 {
+        reruns.extend(sweep_lines(
+            &Sweep {
+                labels: runs(&run.to_string()),
+                concurrency: vec![1, 4],
+                seed: run,
+                ..base.clone()
+            },
+            &clean,
+        ));
+    }
+    write(&dir, "across_runs.jsonl", &reruns);
+
     // One request in ten waits 20x for its first token.
     write(
         &dir,
@@ -191,6 +297,28 @@ fn main() {
             },
             &ServerModel {
                 itl_ms: 30.0,
+                ..clean.clone()
+            },
+        ),
+    );
+
+    // The notes' headline: one stream of the Kimi-K2-class FP8 model at 36 tok/s, labelled
+    // tp=8 as srv-launch labels it, on 8 RTX PRO 6000.
+    write(
+        &dir,
+        "kimi_tp8_single_stream.jsonl",
+        &sweep_lines(
+            &Sweep {
+                labels: labels(&[("engine", "sglang"), ("model", "kimi-k2"), ("tp", "8")]),
+                concurrency: vec![1],
+                input_len: 1000,
+                max_tokens: vec![256],
+                requests_per_point: 8,
+                ..base.clone()
+            },
+            &ServerModel {
+                itl_ms: 1000.0 / 36.0,
+                jitter: 0.02,
                 ..clean.clone()
             },
         ),

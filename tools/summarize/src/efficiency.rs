@@ -1,53 +1,144 @@
 //! Efficiency: measured figures against what the hardware allows, with the shared presets and
-//! roofline arithmetic (`servbench::presets`, the same srv-sim uses).
+//! roofline (`servbench::presets`, the same srv-sim uses).
 //!
-//! - Per point, the decode rate one stream sees (1000 / TPOT p50) beside the roofline limit of
-//!   one decode step at that batch (batch = concurrency; context = prompt + half the output).
-//! - A note when a single stream decodes far below its limit: no concurrency tuning fixes that.
-//! - For `coll` records, busbw as a share of the link's bandwidth.
-//! - Decode budget: with `coll` records and a model split over TP ranks, the allreduce time per
-//!   decoded token (two per layer, each of batch x hidden x activation bytes, time read off the
-//!   measured sizes) beside the measured TPOT.
+//! - Each row is judged in its own layout: the `tp` and `pp` labels its records carry (srv-launch
+//!   puts them on the server record, loadgen carries them on), with `--tp`/`--pp` filling in only
+//!   what the records do not say; a label that disagrees with the flag is an error.
+//! - Two limits per row, for one stream at the row's batch (its concurrency): memory-bound
+//!   (weights + KV per token over bandwidth) and the full modelled step (memory or compute,
+//!   communication over the card's topology or `--comm-from`'s measured curve, and the fixed
+//!   per-step overhead). The decode rate one stream sees (1000 / TPOT p50) is a share of each.
+//! - A rate above a limit is not a share: the cell says `over` and a note says the card, the
+//!   layout or the data is wrong.
+//! - A single stream far below its memory-bound limit gets a note, with what the modelled step
+//!   explains of the gap.
+//! - For `coll` records, busbw as a share of the bus bandwidth of the level their ranks span.
+//! - Decode budget: with `coll` records and rows split over TP ranks, the allreduce time per
+//!   decoded token (two per layer, each of batch x hidden x activation bytes, the mean time at
+//!   each measured size, as collbench decode reads it) beside the measured TPOT.
 
-use crate::metrics::Metric;
+use crate::metrics::{Metric, Scalar};
 use crate::points::{Keys, Point, point_name};
 use crate::table::{Cell, Column, Table, human};
-use servbench::presets::{self, Deployment, Hardware, Layout};
+use servbench::presets::{
+    self, Comm, DEFAULT_STEP_OVERHEAD_US, Deployment, Hardware, Layout, MeasuredCurve, ModelCard,
+    StepCost,
+};
 use servbench::record::CollRecord;
 
-/// A single stream below this share of its roofline limit gets a note.
+/// A single stream below this share of its memory-bound limit gets a note.
 pub const SINGLE_STREAM_SHARE: f64 = 0.5;
+/// Of such a stream, a modelled step at or above this share of the measured time explains it.
+pub const STEP_EXPLAINS: f64 = 0.8;
+/// A rate up to this far above a limit is the limit within clock and rounding noise (srv-sim,
+/// which runs exactly at its modelled step, lands here); beyond it, it is an impossible rate.
+pub const OVER_LIMIT_NOISE: f64 = 0.03;
 
-/// The model, hardware and layout to judge against.
+/// The model and hardware to judge against, and what fills in a layout the records do not say.
 #[derive(Debug, Clone)]
 pub struct Roofline {
+    pub model: ModelCard,
+    pub hw: Hardware,
+    /// `--tp`: the TP degree of rows whose records carry no `tp` label.
+    pub tp: Option<u32>,
+    /// `--pp`: likewise for `pp`.
+    pub pp: Option<u32>,
+    /// `--comm-from`: allreduce records measured on the box, and the file they came from.
+    pub comm_from: Option<(Vec<CollRecord>, String)>,
+}
+
+/// A row's limits, per stream at its batch.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub layout: Layout,
+    pub memory_tok_s: f64,
+    pub step_tok_s: f64,
+    pub step: StepCost,
+    /// The deployment they were computed for (its communication source included).
     pub dep: Deployment,
 }
 
 impl Roofline {
     /// `MODEL@HARDWARE` (preset names or JSON card files).
-    pub fn parse(spec: &str, tp: u32) -> Result<Roofline, String> {
+    pub fn parse(spec: &str) -> Result<Roofline, String> {
         let (m, h) = spec.split_once('@').ok_or_else(|| {
             format!("'{spec}' is not MODEL@HARDWARE, e.g. llama-3.1-8b@h200 (or a card.json@h200)")
         })?;
-        Roofline::of(m, h, tp)
+        Roofline::of(m, h)
     }
 
-    pub fn of(model: &str, hw: &str, tp: u32) -> Result<Roofline, String> {
+    pub fn of(model: &str, hw: &str) -> Result<Roofline, String> {
         Ok(Roofline {
-            dep: Deployment::new(
-                presets::load_model(model.trim())?,
-                presets::load_hardware(hw.trim())?,
-                Layout {
-                    tp: tp.max(1),
-                    pp: 1,
-                },
-            ),
+            model: presets::load_model(model.trim())?,
+            hw: presets::load_hardware(hw.trim())?,
+            tp: None,
+            pp: None,
+            comm_from: None,
         })
     }
 
+    /// `--tp`/`--pp`: what fills in a layout the records do not say.
+    pub fn with_layout(mut self, tp: Option<u32>, pp: Option<u32>) -> Roofline {
+        self.tp = tp;
+        self.pp = pp;
+        self
+    }
+
+    /// `qwen3-32b on rtx-pro-6000`.
     pub fn describe(&self) -> String {
-        self.dep.describe()
+        format!("{} on {}", self.model.name, self.hw.name)
+    }
+
+    /// The layout of a point: its `tp`/`pp` labels, else `--tp`/`--pp`, else 1. A label that
+    /// disagrees with its flag, or is not a number, is an error naming the point.
+    pub fn layout_of(&self, p: &Point, keys: &Keys) -> Result<Layout, String> {
+        let degree = |label: &str, flag: Option<u32>| -> Result<u32, String> {
+            let name = || point_name(p, &keys.varying);
+            match (p.labels.get(label), flag) {
+                (None, flag) => Ok(flag.unwrap_or(1)),
+                (Some(v), flag) => {
+                    let n: u32 = v.trim().parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                        format!(
+                            "point {} is labelled {label}={v}, not a degree: fix the label (loadgen --label {label}=N)",
+                            name()
+                        )
+                    })?;
+                    match flag {
+                        Some(f) if f != n => Err(format!(
+                            "--{label} {f} disagrees with the {label}={n} label of point {}: each row's layout comes from its records; drop --{label} (it only fills in records without the label) or fix the label",
+                            name()
+                        )),
+                        _ => Ok(n),
+                    }
+                }
+            }
+        };
+        Ok(Layout {
+            tp: degree("tp", self.tp)?,
+            pp: degree("pp", self.pp)?,
+        })
+    }
+
+    /// Every point's layout, or the first conflict.
+    pub fn check(&self, points: &[Point]) -> Result<(), String> {
+        let keys = Keys::of(points);
+        points
+            .iter()
+            .try_for_each(|p| self.layout_of(p, &keys).map(|_| ()))
+    }
+
+    /// The deployment of one layout: `--comm-from`'s curve when it has this TP degree.
+    pub fn deployment(&self, layout: Layout) -> Deployment {
+        let mut dep = Deployment::new(self.model.clone(), self.hw.clone(), layout);
+        if let Some((coll, from)) = &self.comm_from
+            && let Some(curve) = MeasuredCurve::from_records(coll, layout.tp, true)
+        {
+            dep.comm = Comm::Measured {
+                curve,
+                from: from.clone(),
+            };
+        }
+        dep
     }
 
     /// Mean context of a decode step at this point: the prompt plus half the output.
@@ -55,59 +146,193 @@ impl Roofline {
         u64::from(p.params.input_len.unwrap_or(0)) + u64::from(p.params.max_tokens.unwrap_or(0)) / 2
     }
 
-    /// Per-stream decode limit in tok/s at the point's batch (its concurrency, else 1).
-    pub fn stream_limit(&self, p: &Point) -> f64 {
+    /// The point's limits per stream at its batch (its concurrency, else 1), in its layout
+    /// (TP=1 PP=1 when its layout is in error: [`Roofline::check`] reports that first).
+    pub fn limits(&self, p: &Point, keys: &Keys) -> Limits {
+        let layout = self.layout_of(p, keys).unwrap_or_default();
+        let dep = self.deployment(layout);
         let batch = p.params.concurrency.unwrap_or(1).max(1);
-        1.0 / self.dep.decode_step(batch, Self::context(p)).total_s()
+        let context = Self::context(p);
+        let step = dep.decode_step(batch, context);
+        Limits {
+            layout,
+            memory_tok_s: 1.0 / step.memory_s,
+            step_tok_s: 1.0 / (step.total_s() + DEFAULT_STEP_OVERHEAD_US * 1e-6),
+            step,
+            dep,
+        }
     }
 }
 
-/// Adds `tok/s/stream`, `limit` and `% of limit` columns to the points table.
-pub fn add_columns(table: &mut Table, points_in_order: &[&Point], roof: &Roofline) {
+/// A measured rate as a share of a limit: the share, clamped to 1 within the noise; None when
+/// it is over the limit beyond the noise (impossible: not a share).
+pub fn share(rate: f64, limit: f64) -> Option<f64> {
+    let s = rate / limit;
+    if s <= 1.0 {
+        Some(s)
+    } else if s <= 1.0 + OVER_LIMIT_NOISE {
+        Some(1.0)
+    } else {
+        None
+    }
+}
+
+fn share_cell(rate: Option<f64>, limit: f64) -> Cell {
+    match rate {
+        None => Cell::Empty,
+        Some(r) => match share(r, limit) {
+            Some(s) => Cell::num(Some(100.0 * s)),
+            None => Cell::Text("over".into()),
+        },
+    }
+}
+
+fn stream(p: &Point) -> Option<f64> {
+    p.mean(Metric::Scalar(Scalar::StreamTokS))
+}
+
+/// Adds `tok/s/stream`, the memory-bound and modelled-step limits and the shares of each.
+pub fn add_columns(table: &mut Table, points_in_order: &[&Point], keys: &Keys, roof: &Roofline) {
+    let col = |name: &str, header: &str| Column {
+        name: name.into(),
+        header: header.into(),
+    };
     table.columns.extend([
-        Column {
-            name: "stream_tok_s".into(),
-            header: "tok/s/stream".into(),
-        },
-        Column {
-            name: "limit_tok_s".into(),
-            header: "limit".into(),
-        },
-        Column {
-            name: "limit_pct".into(),
-            header: "% of limit".into(),
-        },
+        col("stream_tok_s", "tok/s/stream"),
+        col("mem_limit_tok_s", "mem limit"),
+        col("mem_pct", "% of mem"),
+        col("step_limit_tok_s", "step limit"),
+        col("step_pct", "% of step"),
     ]);
-    table.context.push(("roofline".into(), roof.describe()));
+    let mut layouts: Vec<Layout> = Vec::new();
+    let mut comms: Vec<String> = Vec::new();
     for (row, p) in table.rows.iter_mut().zip(points_in_order) {
-        let stream = p.mean(Metric::Scalar(crate::metrics::Scalar::StreamTokS));
-        let limit = roof.stream_limit(p);
-        row.push(Cell::num(stream));
-        row.push(Cell::num(Some(limit)));
-        row.push(Cell::num(stream.map(|s| 100.0 * s / limit)));
+        let rate = stream(p);
+        let lim = roof.limits(p, keys);
+        row.push(Cell::num(rate));
+        row.push(Cell::num(Some(lim.memory_tok_s)));
+        row.push(share_cell(rate, lim.memory_tok_s));
+        row.push(Cell::num(Some(lim.step_tok_s)));
+        row.push(share_cell(rate, lim.step_tok_s));
+        if !layouts.contains(&lim.layout) {
+            layouts.push(lim.layout);
+        }
+        let comm = lim.dep.comm.describe();
+        if !comms.contains(&comm) {
+            comms.push(comm);
+        }
     }
+    let layouts: Vec<String> = layouts
+        .iter()
+        .map(|l| format!("TP={} PP={}", l.tp, l.pp))
+        .collect();
+    table.context.push((
+        "roofline".into(),
+        format!(
+            "{} in {} (each row's tp/pp labels{}); step = max(memory, compute) + communication ({}) + {} ms overhead",
+            roof.describe(),
+            layouts.join(", "),
+            match (roof.tp, roof.pp) {
+                (None, None) => ", else 1".to_string(),
+                (tp, pp) => format!(
+                    ", else --tp {} --pp {}",
+                    tp.unwrap_or(1),
+                    pp.unwrap_or(1)
+                ),
+            },
+            comms.join("; "),
+            human(DEFAULT_STEP_OVERHEAD_US / 1000.0)
+        ),
+    ));
 }
 
-/// A single stream (concurrency 1) decoding far below its limit.
+/// The notes on rows against their limits: rates above a limit (impossible), single streams
+/// far below the memory-bound limit, expert parallelism the limits do not model.
+pub fn notes(points: &[Point], roof: &Roofline) -> Vec<String> {
+    let mut out = over_limit_note(points, roof);
+    out.extend(single_stream_note(points, roof));
+    let keys = Keys::of(points);
+    let ep: Vec<String> = points
+        .iter()
+        .filter(|p| p.labels.get("ep").is_some_and(|e| e.trim() != "1"))
+        .map(|p| point_name(p, &keys.varying))
+        .collect();
+    if !ep.is_empty() {
+        out.push(format!(
+            "expert parallelism at {}: the limits treat the experts as split like TP and do not model its all-to-all",
+            ep.join(", ")
+        ));
+    }
+    out
+}
+
+/// Rows whose measured rate is above a limit beyond the noise: not a share, a sign that
+/// something fed to the comparison is wrong.
+pub fn over_limit_note(points: &[Point], roof: &Roofline) -> Vec<String> {
+    let keys = Keys::of(points);
+    let mut out = Vec::new();
+    for p in points {
+        let Some(rate) = stream(p) else { continue };
+        let lim = roof.limits(p, &keys);
+        let (which, limit) = if share(rate, lim.memory_tok_s).is_none() {
+            (
+                "memory-bound limit (weights + KV over bandwidth)",
+                lim.memory_tok_s,
+            )
+        } else if share(rate, lim.step_tok_s).is_none() {
+            ("modelled step's limit", lim.step_tok_s)
+        } else {
+            continue;
+        };
+        out.push(format!(
+            "{} decodes {} tok/s per stream, {:.2}x the {which} of {} tok/s for {}: impossible, so the card (bandwidth, interconnect), the layout (tp/pp labels, --tp/--pp) or the data is wrong",
+            point_name(p, &keys.varying),
+            human(rate),
+            rate / limit,
+            human(limit),
+            lim.dep.describe()
+        ));
+    }
+    out
+}
+
+/// A single stream (concurrency 1) decoding far below its memory-bound limit, and how much of
+/// the gap the modelled step (communication, overhead) explains.
 pub fn single_stream_note(points: &[Point], roof: &Roofline) -> Vec<String> {
     let keys = Keys::of(points);
     let mut out = Vec::new();
     for p in points.iter().filter(|p| p.params.concurrency == Some(1)) {
-        let Some(stream) = p.mean(Metric::Scalar(crate::metrics::Scalar::StreamTokS)) else {
+        let Some(rate) = stream(p) else { continue };
+        let lim = roof.limits(p, &keys);
+        let mem_share = rate / lim.memory_tok_s;
+        if mem_share >= SINGLE_STREAM_SHARE {
             continue;
-        };
-        let limit = roof.stream_limit(p);
-        let share = stream / limit;
-        if share < SINGLE_STREAM_SHARE {
-            out.push(format!(
-                "single stream at {} decodes {} tok/s against a limit of {} tok/s for {} ({:.0}% of the limit): no concurrency tuning fixes that; look at the engine (CUDA graphs, kernels, host overhead, quantization)",
-                point_name(p, &keys.varying),
-                human(stream),
-                human(limit),
-                roof.describe(),
-                share * 100.0
-            ));
         }
+        let step_ms = 1000.0 / lim.step_tok_s;
+        let measured_ms = 1000.0 / rate;
+        let why = if step_ms >= STEP_EXPLAINS * measured_ms {
+            format!(
+                "the modelled step explains it ({} ms, of which communication {} ms): fewer TP ranks or a faster interconnect, not engine tuning",
+                human(step_ms),
+                human(lim.step.comm_s * 1e3)
+            )
+        } else {
+            format!(
+                "the modelled step ({} ms, communication {} ms) explains only {:.0}% of the {} ms measured: no concurrency tuning fixes that; look at the engine (CUDA graphs, kernels, host overhead, quantization)",
+                human(step_ms),
+                human(lim.step.comm_s * 1e3),
+                100.0 * step_ms / measured_ms,
+                human(measured_ms)
+            )
+        };
+        out.push(format!(
+            "single stream at {} decodes {} tok/s: {:.0}% of the memory-bound limit of {} tok/s (weights + KV over bandwidth) for {}; {why}",
+            point_name(p, &keys.varying),
+            human(rate),
+            mem_share * 100.0,
+            human(lim.memory_tok_s),
+            lim.dep.describe(),
+        ));
     }
     out
 }
@@ -135,112 +360,88 @@ pub fn add_link_share(table: &mut Table, coll_in_order: &[&CollRecord], hw: &Har
     }
 }
 
-/// Measured allreduce time (µs) at `bytes`, interpolated log-log between the measured sizes
-/// (clamped to the ends), from records of the given rank count when there are any.
-pub fn allreduce_us(coll: &[CollRecord], ranks: u32, bytes: f64) -> Option<(f64, u32)> {
-    let all: Vec<&CollRecord> = coll.iter().filter(|c| c.op == "allreduce").collect();
-    let same: Vec<&CollRecord> = all.iter().copied().filter(|c| c.ranks == ranks).collect();
-    let mut pts: Vec<&CollRecord> = if same.is_empty() { all } else { same };
-    if pts.is_empty() {
-        return None;
-    }
-    // Prefer the latency mode (a decode step waits for each allreduce) when both are present.
-    if pts.iter().any(|c| c.mode == "latency") {
-        pts.retain(|c| c.mode == "latency");
-    }
-    pts.sort_by_key(|c| c.bytes);
-    let measured_ranks = pts[0].ranks;
-    let t = |c: &CollRecord| {
-        if c.time_us.p50 > 0.0 {
-            c.time_us.p50
-        } else {
-            c.time_us.mean
-        }
-    };
-    if bytes <= pts[0].bytes as f64 {
-        return Some((t(pts[0]), measured_ranks));
-    }
-    for w in pts.windows(2) {
-        let (a, b) = (w[0], w[1]);
-        if bytes <= b.bytes as f64 {
-            let (xa, xb) = ((a.bytes as f64).ln(), (b.bytes as f64).ln());
-            let (ya, yb) = (t(a).max(1e-9).ln(), t(b).max(1e-9).ln());
-            let f = if xb > xa {
-                (bytes.ln() - xa) / (xb - xa)
-            } else {
-                0.0
-            };
-            return Some(((ya + f * (yb - ya)).exp(), measured_ranks));
-        }
-    }
-    let last = pts[pts.len() - 1];
-    // Beyond the largest size: scale linearly with bytes (bandwidth-bound).
-    Some((t(last) * bytes / last.bytes as f64, measured_ranks))
-}
-
-/// The decode budget sentences: allreduce time per decoded token beside TPOT, per point (or
-/// at batch 1 when there are no points).
+/// The decode budget sentences: allreduce time per decoded token beside TPOT, per point split
+/// over TP ranks (or at batch 1 in the `--tp` layout when there are no points).
 pub fn decode_budget(points: &[Point], coll: &[CollRecord], roof: &Roofline) -> Vec<String> {
-    if coll.is_empty() || roof.dep.layout.tp <= 1 {
+    // The inputs' own coll records, else --comm-from's.
+    let coll = match &roof.comm_from {
+        Some((from, _)) if coll.is_empty() => from.as_slice(),
+        _ => coll,
+    };
+    if coll.is_empty() {
         return Vec::new();
     }
+    let model = &roof.model;
     let keys = Keys::of(points);
-    let per_token = |batch: u32| -> Option<(f64, f64, u32)> {
-        let bytes = roof.dep.model.allreduce_bytes(batch);
-        let (us, ranks) = allreduce_us(coll, roof.dep.layout.tp, bytes)?;
-        Some((
-            f64::from(roof.dep.model.allreduces_per_step()) * us / 1000.0,
-            bytes,
-            ranks,
-        ))
+    let budget = |tp: u32, batch: u32| -> Option<(f64, f64, MeasuredCurve)> {
+        let curve = MeasuredCurve::from_records(coll, tp, false)?;
+        let bytes = model.allreduce_bytes(batch);
+        let ms = f64::from(model.allreduces_per_step()) * curve.us_at(bytes) / 1000.0;
+        Some((ms, bytes, curve))
     };
-    let ranks_caveat = |ranks: u32| {
-        if ranks == roof.dep.layout.tp {
-            String::new()
-        } else {
-            format!(
-                " (allreduce measured over {ranks} ranks, the model runs TP={})",
-                roof.dep.layout.tp
-            )
+    let caveats = |curve: &MeasuredCurve, tp: u32| {
+        let mut c = format!("; allreduce as measured: {}", curve.describe());
+        if curve.ranks != tp {
+            c.push_str(&format!(
+                " (measured over {} ranks, the model runs TP={tp})",
+                curve.ranks
+            ));
         }
+        if let Some(tcp) = curve.tcp_caveat() {
+            c.push_str(&format!("; {tcp}"));
+        }
+        c
     };
     let mut out = Vec::new();
     if points.is_empty() {
-        if let Some((ms, bytes, ranks)) = per_token(1) {
+        let tp = roof.tp.unwrap_or(1);
+        if tp > 1
+            && let Some((ms, bytes, curve)) = budget(tp, 1)
+        {
             out.push(format!(
-                "decode budget for {}: 2 x {} layers x allreduce of {} = {} ms per decoded token at batch 1{}",
+                "decode budget for {} at TP={tp}: 2 x {} layers x allreduce of {} = {} ms per decoded token at batch 1{}",
                 roof.describe(),
-                roof.dep.model.layers,
+                model.layers,
                 size(bytes),
                 human(ms),
-                ranks_caveat(ranks)
+                caveats(&curve, tp)
             ));
         }
         return out;
     }
     for p in points {
+        let tp = roof.layout_of(p, &keys).unwrap_or_default().tp;
         let batch = p.params.concurrency.unwrap_or(1).max(1);
-        let (Some((ms, bytes, ranks)), Some(tpot)) = (per_token(batch), p.mean(Metric::TPOT_P50))
+        if tp <= 1 {
+            continue;
+        }
+        let (Some((ms, bytes, curve)), Some(tpot)) = (budget(tp, batch), p.mean(Metric::TPOT_P50))
         else {
             continue;
         };
         let share = ms / tpot;
-        let verdict = comm_verdict(share);
+        let verdict = if share > 1.0 {
+            format!(
+                "more than the whole step, which is impossible for this server: these allreduces were not measured on its GPUs at its layout ({:.0}% is not a share)",
+                share * 100.0
+            )
+        } else {
+            format!("{:.0}%: {}", share * 100.0, comm_verdict(share))
+        };
         out.push(format!(
-            "{}: allreduce is {} ms of a {} ms step (2 x {} layers x {} at batch {batch}, {:.0}%): {verdict}{}",
+            "{}: allreduce is {} ms of a {} ms step (2 x {} layers x {} at batch {batch}) = {verdict}{}",
             point_name(p, &keys.varying),
             human(ms),
             human(tpot),
-            roof.dep.model.layers,
+            model.layers,
             size(bytes),
-            share * 100.0,
-            ranks_caveat(ranks)
+            caveats(&curve, tp)
         ));
     }
     out
 }
 
-/// What a share of the decode step spent in allreduces means for tuning.
+/// What a share (at most 1) of the decode step spent in allreduces means for tuning.
 pub fn comm_verdict(share: f64) -> &'static str {
     if share < 0.25 {
         "not the bottleneck"
@@ -267,13 +468,20 @@ mod tests {
 
     #[test]
     fn roofline_parses_presets_and_rejects_nonsense() {
-        let r = Roofline::parse("llama-3.1-8b@h200", 1).unwrap();
-        assert_eq!(r.describe(), "llama-3.1-8b on h200 (TP=1)");
+        let r = Roofline::parse("llama-3.1-8b@h200").unwrap();
+        assert_eq!(r.describe(), "llama-3.1-8b on h200");
         assert!(
-            Roofline::parse("llama-3.1-8b", 1)
+            Roofline::parse("llama-3.1-8b")
                 .unwrap_err()
                 .contains("MODEL@HARDWARE")
         );
-        assert!(Roofline::parse("nope@h200", 1).is_err());
+        assert!(Roofline::parse("nope@h200").is_err());
+    }
+
+    #[test]
+    fn a_share_over_the_limit_is_not_a_share() {
+        assert_eq!(share(50.0, 100.0), Some(0.5));
+        assert_eq!(share(102.0, 100.0), Some(1.0));
+        assert_eq!(share(110.0, 100.0), None);
     }
 }

@@ -11,6 +11,7 @@ pub mod notes;
 pub mod plot;
 pub mod points;
 pub mod report;
+pub mod runs;
 pub mod table;
 
 use input::Inputs;
@@ -84,7 +85,7 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
         if config.notes {
             t.notes = notes::all(points);
             if let Some(roof) = roof {
-                t.notes.extend(efficiency::single_stream_note(points, roof));
+                t.notes.extend(efficiency::notes(points, roof));
                 t.notes
                     .extend(efficiency::decode_budget(points, &inputs.coll, roof));
             }
@@ -95,7 +96,7 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
         let hw = config
             .roofline
             .as_ref()
-            .map(|r| &r.dep.hw)
+            .map(|r| &r.hw)
             .or(config.link_hw.as_ref());
         let mut t = report::coll_table(&inputs.coll, &inputs.coll_runs, hw);
         if points.is_empty()
@@ -127,6 +128,9 @@ pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
     }
     let (inputs, points) = load_points(&config.sources, config)?;
     report_ignored(&inputs);
+    if let Some(roof) = &config.roofline {
+        roof.check(&points).map_err(cli::usage)?;
+    }
     let tables = match &config.compare_by {
         Some(label) => vec![compare::compare_by_label(
             &points,

@@ -66,9 +66,17 @@ struct Args {
     /// Hardware preset or JSON card for the roofline (with --model; alone: link share only)
     #[arg(long)]
     hardware: Option<String>,
-    /// Tensor-parallel degree of the model for the roofline and the decode budget
-    #[arg(long, default_value_t = 1)]
-    tp: u32,
+    /// Tensor-parallel degree of rows whose records carry no `tp` label (each row's own label
+    /// wins; a label that disagrees is an error); default 1
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    tp: Option<u32>,
+    /// Pipeline-parallel degree of rows whose records carry no `pp` label, as --tp
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pp: Option<u32>,
+    /// Allreduce times measured by collbench (`coll` records) for the roofline's modelled step,
+    /// instead of the hardware card's topology model (rows at a TP degree the file measured)
+    #[arg(long, value_name = "COLL.jsonl")]
+    comm_from: Option<String>,
     /// Draw a plot: FILE.svg, FILE.png, or - for a chart in the terminal
     #[arg(long, value_name = "FILE", conflicts_with_all = ["compare", "compare_by"])]
     plot: Option<PathBuf>,
@@ -114,15 +122,31 @@ fn main() -> ExitCode {
             .collect();
         let roofline = match (&args.roofline, &args.model, &args.hardware) {
             (Some(spec), _, _) => Some(
-                summarize::efficiency::Roofline::parse(spec, args.tp)
+                summarize::efficiency::Roofline::parse(spec)
                     .map_err(|e| cli::usage(format!("--roofline: {e}")))?,
             ),
             (None, Some(m), Some(h)) => Some(
-                summarize::efficiency::Roofline::of(m, h, args.tp)
+                summarize::efficiency::Roofline::of(m, h)
                     .map_err(|e| cli::usage(format!("--model/--hardware: {e}")))?,
             ),
             _ => None,
         };
+        let mut roofline = roofline.map(|r| r.with_layout(args.tp, args.pp));
+        if let Some(path) = &args.comm_from {
+            let Some(roof) = roofline.as_mut() else {
+                return Err(cli::usage(
+                    "--comm-from needs --roofline MODEL@HARDWARE (or --model and --hardware)",
+                ));
+            };
+            let coll = servbench::presets::comm::coll_records_from(path)
+                .map_err(|e| cli::usage(format!("--comm-from: {e}")))?;
+            if !coll.iter().any(|c| c.op == "allreduce") {
+                return Err(cli::usage(format!(
+                    "--comm-from {path}: no allreduce records (collbench -np N --mode latency writes them)"
+                )));
+            }
+            roof.comm_from = Some((coll, path.clone()));
+        }
         let link_hw = match (&roofline, &args.hardware) {
             (None, Some(h)) => Some(
                 servbench::presets::load_hardware(h)

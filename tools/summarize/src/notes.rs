@@ -6,6 +6,7 @@
 
 use crate::metrics::{DistName, Metric, Stat};
 use crate::points::{Keys, Point, point_name};
+use crate::runs::{self, run_of, without_run};
 use crate::table::human;
 use servbench::stats::knee::KneeRule;
 use std::collections::BTreeMap;
@@ -43,6 +44,9 @@ pub fn all(points: &[Point]) -> Vec<String> {
         tokens_per_chunk,
         client_limited,
         lengths_missed,
+        runs::too_few_requests,
+        runs::spec_gain_collapses,
+        runs::across_runs,
     ] {
         out.extend(f(points, &keys));
     }
@@ -62,6 +66,9 @@ pub fn by_name() -> Vec<(&'static str, NoteFn)> {
         ("tokens_per_chunk", tokens_per_chunk),
         ("client_limited", client_limited),
         ("lengths_missed", lengths_missed),
+        ("too_few_requests", runs::too_few_requests),
+        ("spec_gain_collapses", runs::spec_gain_collapses),
+        ("across_runs", runs::across_runs),
     ]
 }
 
@@ -72,7 +79,7 @@ fn load(p: &Point) -> Option<f64> {
         .or_else(|| p.params.rate_rps())
 }
 
-fn load_name(p: &Point) -> String {
+pub fn load_name(p: &Point) -> String {
     match (p.params.concurrency, p.params.rate_rps()) {
         (Some(c), _) => format!("C={c}"),
         (None, Some(r)) => format!("rate={}/s", crate::points::fmt_rate(r)),
@@ -105,7 +112,7 @@ pub fn series(points: &[Point]) -> Vec<Vec<&Point>> {
 }
 
 /// The series' name without its load: `engine=vllm out=2048`, or empty.
-fn series_name(p: &Point, keys: &Keys) -> String {
+pub fn series_name(p: &Point, keys: &Keys) -> String {
     let varying: Vec<String> = keys
         .varying
         .iter()
@@ -201,15 +208,30 @@ pub fn saturation_knee(points: &[Point], keys: &Keys) -> Vec<String> {
     out
 }
 
+/// What a shorter output's throughput should be, from the longer one's: a closed-loop slot
+/// makes `out` tokens per TTFT + (out - 1) x TPOT, so with the same TTFT and TPOT shorter
+/// outputs are slower by prefill's share alone. Only a shortfall beyond that is an anomaly.
+fn expected_short_tok_s(short: &Point, long: &Point) -> Option<f64> {
+    let tok = long.mean(Metric::TOK_S)?;
+    let (ttft, tpot) = (long.mean(Metric::TTFT_P50)?, long.mean(Metric::TPOT_P50)?);
+    let per_slot = |out: u32| f64::from(out) / (ttft + f64::from(out.max(1) - 1) * tpot);
+    let (s, l) = (short.params.max_tokens?, long.params.max_tokens?);
+    Some(tok * per_slot(s) / per_slot(l))
+}
+
+/// Across runs labelled apart (`run=round1`, `run=round2`) too: the same point measured in two
+/// runs is one point. A point cut short still counts (its rate covers what ran), one whose
+/// server went down does not.
 pub fn shorter_output_slower(points: &[Point], _keys: &Keys) -> Vec<String> {
     let mut out = Vec::new();
     let mut by: BTreeMap<_, Vec<&Point>> = BTreeMap::new();
-    for p in points
-        .iter()
-        .filter(|p| p.params.max_tokens.is_some() && complete(p))
-    {
+    for p in points.iter().filter(|p| {
+        p.params.max_tokens.is_some()
+            && p.server_down.is_none()
+            && p.repeats.iter().any(|s| s.ok > 0)
+    }) {
         by.entry((
-            &p.labels,
+            without_run(&p.labels),
             p.params.input_len,
             p.params.concurrency,
             p.params.rate_rps().map(f64::to_bits),
@@ -221,14 +243,31 @@ pub fn shorter_output_slower(points: &[Point], _keys: &Keys) -> Vec<String> {
         group.sort_by_key(|p| p.params.max_tokens);
         for (i, short) in group.iter().enumerate() {
             for long in &group[i + 1..] {
-                if clearly_below(Metric::TOK_S, short, long) {
+                let Some(expected) = expected_short_tok_s(short, long) else {
+                    continue;
+                };
+                let short_tok = short.mean(Metric::TOK_S).unwrap_or(0.0);
+                let noise = (short.noise(Metric::TOK_S).unwrap_or(0.0).powi(2)
+                    + long.noise(Metric::TOK_S).unwrap_or(0.0).powi(2))
+                .sqrt();
+                if short.params.max_tokens != long.params.max_tokens
+                    && short_tok < expected * (1.0 - MIN_DROP)
+                    && expected - short_tok > noise
+                {
+                    let tag = |p: &Point| {
+                        format!("{}{}", run_of(p), if p.partial { " (partial)" } else { "" })
+                    };
                     out.push(format!(
-                        "at {}, out={} gives {} tok/s but the longer out={} gives {} tok/s: shorter outputs should not be slower; look at per-request overhead (TTFT p50 {} vs {} ms) and the server's batch limits",
+                        "at {}, out={}{} gives {} tok/s but the longer out={}{} gives {} tok/s (its TTFT and TPOT predict {} at out={}): shorter outputs should not be slower; look at per-request overhead (TTFT p50 {} vs {} ms) and the server's batch limits",
                         load_name(short),
                         short.params.max_tokens.unwrap_or(0),
-                        human(short.mean(Metric::TOK_S).unwrap_or(0.0)),
+                        tag(short),
+                        human(short_tok),
                         long.params.max_tokens.unwrap_or(0),
+                        tag(long),
                         human(long.mean(Metric::TOK_S).unwrap_or(0.0)),
+                        human(expected),
+                        short.params.max_tokens.unwrap_or(0),
                         short.mean(Metric::TTFT_P50).map_or("-".into(), human),
                         long.mean(Metric::TTFT_P50).map_or("-".into(), human),
                     ));

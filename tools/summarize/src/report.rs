@@ -210,7 +210,7 @@ pub fn points_table(
     }
     if let Some(roof) = roof {
         let in_order: Vec<&Point> = order.iter().map(|(_, p)| *p).collect();
-        efficiency::add_columns(&mut table, &in_order, roof);
+        efficiency::add_columns(&mut table, &in_order, &keys, roof);
     }
     table
 }
@@ -402,7 +402,7 @@ pub fn decode_table(decode: &[DecodeRecord]) -> Table {
             col("batch", "batch"),
             col("allreduce_bytes", "allreduce B"),
             col("allreduces_per_step", "per step"),
-            col("allreduce_us_p50", "allreduce p50 us"),
+            col("allreduce_us_mean", "allreduce mean us"),
             col("comm_ms_per_token", "comm ms/token"),
             col("step_roofline_ms", "roofline step ms"),
             col("comm_pct", "comm %"),
@@ -419,7 +419,7 @@ pub fn decode_table(decode: &[DecodeRecord]) -> Table {
                 Cell::int(d.batch),
                 Cell::int(d.allreduce_bytes),
                 Cell::int(d.allreduces_per_step),
-                Cell::num(Some(d.allreduce_us.p50)),
+                Cell::num(Some(d.allreduce_us.mean)),
                 Cell::num(Some(d.comm_us_per_token * 1e-3)),
                 Cell::num(Some(d.step_roofline_us * 1e-3)),
                 Cell::num(Some(d.comm_fraction * 100.0)),
@@ -437,6 +437,17 @@ pub fn decode_table(decode: &[DecodeRecord]) -> Table {
             crate::table::human((comm + step) / 1000.0),
             share * 100.0
         ));
+    }
+    // comm ms/token is allreduces_per_step x the mean (collbench decode's figure, and what
+    // summarize's decode budget reads): a step pays the sum of its allreduces.
+    table.context.push((
+        "statistic".into(),
+        "mean allreduce time (a step pays their sum)".into(),
+    ));
+    if decode.iter().any(|d| d.backend == "tcp") {
+        table.notes.push(
+            "the tcp backend measured these allreduces: processes over TCP on this box, which says nothing about NCCL on GPUs; run collbench decode --backend nccl on the GPU host for the real budget".into(),
+        );
     }
     table
 }
