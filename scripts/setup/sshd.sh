@@ -8,6 +8,8 @@
 #         export SERVBENCH_SSH_USER=USER            (the current user)
 #         export SERVBENCH_SSH_TARGET=USER@127.0.0.1:PORT
 #         export SERVBENCH_SSH_KEY=DIR/id_ed25519   (authorized user key)
+#         export SERVBENCH_SSH_IDENTITY=DIR/id_ed25519  (the same key, under the name the tools
+#                                                   read for --identity)
 #         export SERVBENCH_SSH_WRONG_KEY=DIR/id_wrong  (a key the server does not accept)
 #         export SERVBENCH_SSH_KNOWN_HOSTS=DIR/known_hosts  (holds this server's host key)
 # Installs openssh-server with apt-get when missing (the image's policy-rc.d keeps it from
@@ -35,6 +37,7 @@ print_exports() {
   echo "export SERVBENCH_SSH_USER=$user"
   echo "export SERVBENCH_SSH_TARGET=$user@127.0.0.1:$port"
   echo "export SERVBENCH_SSH_KEY=$DIR/id_ed25519"
+  echo "export SERVBENCH_SSH_IDENTITY=$DIR/id_ed25519"
   echo "export SERVBENCH_SSH_WRONG_KEY=$DIR/id_wrong"
   echo "export SERVBENCH_SSH_KNOWN_HOSTS=$DIR/known_hosts"
 }

@@ -95,16 +95,67 @@ fn context_sweep_runs_every_length_on_one_server() {
     let out = run_script(
         "context-sweep.sh",
         &["sim", "--", "--ttft", "2ms", "--itl", "1ms"],
-        &[("LENS", "32,64"), ("CONC", "1"), ("MAX_TOKENS", "4")],
+        &[
+            ("LENS", "32,64"),
+            ("CONC", "1"),
+            ("MAX_TOKENS", "4"),
+            ("LOADGEN_ARGS", "-n 3 --label case=long-context"),
+        ],
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let records = json_lines(&out.stdout);
-    let lens: Vec<u64> = of_kind(&records, "summary")
+    let summaries = of_kind(&records, "summary");
+    let lens: Vec<u64> = summaries
         .iter()
         .map(|s| s["point"]["input_len"].as_u64().unwrap())
         .collect();
     assert_eq!(lens, [32, 64]);
+    // LOADGEN_ARGS reach loadgen: 3 requests per point (a 100k-context sweep need not run 100).
+    for s in &summaries {
+        assert_eq!(s["requests"], 3, "{s}");
+        assert_eq!(s["labels"]["case"], "long-context", "{s}");
+    }
     assert_eq!(of_kind(&records, "kill").len(), 1);
+}
+
+/// The sshd setup exported SERVBENCH_SSH_KEY while the tools read SERVBENCH_SSH_IDENTITY: an
+/// `eval "$(scripts/setup/sshd.sh)"` left every tool without its key. Now the exports alone
+/// (no --identity, no --known-hosts) take collbench to the loopback sshd.
+#[test]
+fn sshd_setup_exports_the_variables_the_tools_read() {
+    let sshd = testkit::sshd();
+    let dir = std::path::Path::new(&sshd.key)
+        .parent()
+        .expect("the key's directory")
+        .to_str()
+        .unwrap()
+        .to_string();
+    // The running server's directory: start is idempotent and prints its exports.
+    let setup = script("setup/sshd.sh");
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -e; eval \"$(bash {} start)\"; env -u SSH_AUTH_SOCK collbench --hosts \"$SERVBENCH_SSH_TARGET,$SERVBENCH_SSH_TARGET\" -b 8 -e 8 -n 2 -w 1",
+            setup.display()
+        ))
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin_dir().display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("SERVBENCH_SSHD_DIR", &dir)
+        .env_remove("SERVBENCH_SSH_IDENTITY")
+        .env_remove("SERVBENCH_SSH_KNOWN_HOSTS")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let records = json_lines(&out.stdout);
+    assert_eq!(of_kind(&records, "coll").len(), 1, "{records:?}");
+    assert_eq!(of_kind(&records, "coll")[0]["ranks"], 2);
 }
 
 /// srv-sim on a free port, in fixed-latency mode.
