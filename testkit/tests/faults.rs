@@ -132,3 +132,48 @@ fn one_line_that_is_not_utf8_is_a_malformed_line_in_every_tool() {
     );
     assert_eq!(records.last().unwrap()["ok"], true);
 }
+
+/// The pid srv-launch's "ready" line names (`... (pid N on localhost, ...`).
+fn ready_pid(stderr: &str) -> u32 {
+    stderr
+        .split("(pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no ready line naming the pid: {stderr}"))
+}
+
+#[test]
+fn the_whole_pipeline_with_its_reader_failing_leaves_no_server_running_and_honest_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = dir.path().join("stderr");
+    let launch_err = dir.path().join("launch.err");
+    for (reader, want) in [
+        // The last reader dies at once on a usage error; srv-kill's kill went through: 0, 2.
+        ("| summarize --cols typo", "0 0 0 2"),
+        // The last tool's own disk is full: srv-kill still kills, then says so: 1.
+        ("> /dev/full", "0 0 1"),
+    ] {
+        let out = bash(&format!(
+            "srv-launch sim -- --ttft 1ms --itl 0 2> {launch} \
+             | loadgen -c 2 -n 8 --max-tokens 4 --prompts builtin 2>> {err} \
+             | srv-kill --grace 2s 2>> {err} {reader} 2>> {err}; \
+             echo \"status=${{PIPESTATUS[*]}}\"",
+            launch = launch_err.display(),
+            err = err.display()
+        ));
+        let stderr = std::fs::read_to_string(&err).unwrap_or_default();
+        let launched = std::fs::read_to_string(&launch_err).unwrap();
+        let pid = ready_pid(&launched);
+        assert!(
+            testkit::wait_gone(&[pid], std::time::Duration::from_secs(2)),
+            "{reader}: server {pid} left running: {stderr}"
+        );
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            report.trim(),
+            format!("status={want}"),
+            "{reader}: exit codes: {stderr}"
+        );
+    }
+}

@@ -506,7 +506,8 @@ fn died(exec: &dyn Exec, plan: &Plan, started: Instant) -> anyhow::Error {
         plan.log
     );
     for line in &tail {
-        eprintln!("{line}");
+        // The server's own text: escaped, so a log cannot drive the terminal.
+        eprintln!("{}", cli::printable(line));
     }
     eprintln!("srv-launch: --- end of log ---");
     cli::failure(format!(
