@@ -6,9 +6,12 @@
 //! Inference servers leave workers behind: tensor-parallel ranks get reparented to init, some
 //! call setsid, and a pid can be reused by a stranger between launch and kill. So a target is
 //! resolved, on every poll, to the union of: its recorded leader (only while the start time
-//! matches), every process in its process group or session, every process carrying its launch
-//! marker in the environment, and every descendant of any of those (through ppid). The caller
-//! itself, its ancestors and its descendants are never members.
+//! matches), every process in its process group or session (only while a member proves the id
+//! is still the launch's: ids are reused), every process carrying its launch marker in the
+//! environment, and every descendant of any of those (through ppid). Init, kernel threads, the
+//! caller itself and its ancestors are never members and never start the walk to descendants;
+//! the caller's descendants are never matched by command line. Command lines are shown with
+//! secret-looking values redacted ([`redact_secrets`]).
 
 pub mod net;
 pub mod stat;
