@@ -175,6 +175,9 @@ pub struct Moe {
     pub moe_layers: u32,
     /// Parameters of one routed expert in one layer (3 x hidden x expert intermediate).
     pub expert_params: f64,
+    /// Shared (always-on) experts per MoE layer, each as wide as a routed one.
+    #[serde(default)]
+    pub shared_experts: u32,
 }
 
 /// A model's shape, as far as the roofline needs it.
@@ -208,6 +211,10 @@ pub struct ModelCard {
     pub act_bytes: f64,
     #[serde(default)]
     pub moe: Option<Moe>,
+    /// Width of a dense MLP (config.json's `intermediate_size`; for MoE models the dense
+    /// layers'): the GEMM shapes of a step need it (collbench gemm), the roofline does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intermediate: Option<u32>,
     /// Where the figures come from.
     #[serde(default)]
     pub source: String,
@@ -338,21 +345,24 @@ pub fn hardware_presets() -> Vec<Hardware> {
 /// Built-in model presets.
 pub fn model_presets() -> Vec<ModelCard> {
     let dense =
-        |name: &str, layers, hidden, heads, kv_heads, params: f64, source: &str| ModelCard {
-            name: name.to_string(),
-            layers,
-            hidden,
-            heads,
-            kv_heads,
-            head_dim: 128,
-            params,
-            weight_format: WeightFormat::Bf16,
-            expert_format: None,
-            kv_bytes: 2.0,
-            kv_elems_per_layer: None,
-            act_bytes: 2.0,
-            moe: None,
-            source: source.to_string(),
+        |name: &str, layers, hidden, heads, kv_heads, intermediate, params: f64, source: &str| {
+            ModelCard {
+                name: name.to_string(),
+                layers,
+                hidden,
+                heads,
+                kv_heads,
+                head_dim: 128,
+                params,
+                weight_format: WeightFormat::Bf16,
+                expert_format: None,
+                kv_bytes: 2.0,
+                kv_elems_per_layer: None,
+                act_bytes: 2.0,
+                moe: None,
+                intermediate: Some(intermediate),
+                source: source.to_string(),
+            }
         };
     // The DeepSeek-V3 architecture: MLA caching a 512 latent + 64 rope dims per layer, routed
     // experts of 3 x 7168 x 2048, FP8 weights.
@@ -374,7 +384,10 @@ pub fn model_presets() -> Vec<ModelCard> {
             experts_per_token: 8,
             moe_layers,
             expert_params: 3.0 * 7168.0 * 2048.0,
+            shared_experts: 1,
         }),
+        // The dense layers' MLP (intermediate_size in both configs).
+        intermediate: Some(18432),
         source: source.to_string(),
     };
     // Kimi-K2's parameters, counted from its config.json because the published "1T total" is
@@ -391,8 +404,9 @@ pub fn model_presets() -> Vec<ModelCard> {
             4096,
             32,
             8,
+            14336,
             8.03e9,
-            "meta-llama/Llama-3.1-8B config.json: 32 layers, hidden 4096, 32 heads, 8 KV heads, head_dim 128; 8.03 B parameters (model card), BF16",
+            "meta-llama/Llama-3.1-8B config.json: 32 layers, hidden 4096, 32 heads, 8 KV heads, head_dim 128, intermediate 14336; 8.03 B parameters (model card), BF16",
         ),
         dense(
             "llama-3.1-70b",
@@ -400,8 +414,9 @@ pub fn model_presets() -> Vec<ModelCard> {
             8192,
             64,
             8,
+            28672,
             70.6e9,
-            "meta-llama/Llama-3.1-70B config.json: 80 layers, hidden 8192, 64 heads, 8 KV heads; 70.6 B parameters, BF16",
+            "meta-llama/Llama-3.1-70B config.json: 80 layers, hidden 8192, 64 heads, 8 KV heads, intermediate 28672; 70.6 B parameters, BF16",
         ),
         dense(
             "qwen3-32b",
@@ -409,8 +424,9 @@ pub fn model_presets() -> Vec<ModelCard> {
             5120,
             64,
             8,
+            25600,
             32.8e9,
-            "Qwen/Qwen3-32B config.json: 64 layers, hidden 5120, 64 heads, 8 KV heads, head_dim 128; 32.8 B parameters, BF16",
+            "Qwen/Qwen3-32B config.json: 64 layers, hidden 5120, 64 heads, 8 KV heads, head_dim 128, intermediate 25600; 32.8 B parameters, BF16",
         ),
         ModelCard {
             moe: Some(Moe {
@@ -418,6 +434,7 @@ pub fn model_presets() -> Vec<ModelCard> {
                 experts_per_token: 8,
                 moe_layers: 48,
                 expert_params: 3.0 * 2048.0 * 768.0,
+                shared_experts: 0,
             }),
             ..dense(
                 "qwen3-30b-a3b",
@@ -425,8 +442,9 @@ pub fn model_presets() -> Vec<ModelCard> {
                 2048,
                 32,
                 4,
+                6144,
                 30.5e9,
-                "Qwen/Qwen3-30B-A3B config.json: 48 layers, hidden 2048, 32 heads, 4 KV heads, 128 experts top-8, moe_intermediate 768; 30.5 B total, 3.3 B active, BF16",
+                "Qwen/Qwen3-30B-A3B config.json: 48 layers, hidden 2048, 32 heads, 4 KV heads, 128 experts top-8, moe_intermediate 768, no shared expert (intermediate 6144 unused: every layer is MoE); 30.5 B total, 3.3 B active, BF16",
             )
         },
         deepseek_like(

@@ -8,6 +8,9 @@
 //! (see [`crate::jsonl`]), so nothing is ever reformatted on the way.
 
 mod coll;
+mod device_limits;
+mod gemm;
+mod gemm_step;
 mod kill;
 mod ramp;
 mod request;
@@ -16,6 +19,9 @@ mod sim_plan;
 mod summary;
 
 pub use coll::*;
+pub use device_limits::*;
+pub use gemm::*;
+pub use gemm_step::*;
 pub use kill::*;
 pub use ramp::*;
 pub use request::*;
@@ -108,6 +114,9 @@ pub enum Record {
     Decode(DecodeRecord),
     Ramp(RampRecord),
     SimPlan(SimPlanRecord),
+    Gemm(GemmRecord),
+    GemmStep(GemmStepRecord),
+    DeviceLimits(DeviceLimitsRecord),
     /// A kind this build does not know (or knows only by name): kept whole, `kind` included.
     Other(Extra),
 }
@@ -159,6 +168,9 @@ impl Record {
             DecodeRecord::KIND => typed(line).map(Record::Decode),
             RampRecord::KIND => typed(line).map(Record::Ramp),
             SimPlanRecord::KIND => typed(line).map(Record::SimPlan),
+            GemmRecord::KIND => typed(line).map(Record::Gemm),
+            GemmStepRecord::KIND => typed(line).map(Record::GemmStep),
+            DeviceLimitsRecord::KIND => typed(line).map(Record::DeviceLimits),
             _ => return whole().map(Record::Other),
         };
         match parsed {
@@ -185,6 +197,9 @@ impl Record {
             Record::Decode(_) => DecodeRecord::KIND,
             Record::Ramp(_) => RampRecord::KIND,
             Record::SimPlan(_) => SimPlanRecord::KIND,
+            Record::Gemm(_) => GemmRecord::KIND,
+            Record::GemmStep(_) => GemmStepRecord::KIND,
+            Record::DeviceLimits(_) => DeviceLimitsRecord::KIND,
             Record::Other(map) => map.get("kind").and_then(Value::as_str).unwrap_or(""),
         }
     }
@@ -201,6 +216,9 @@ impl Record {
             Record::Decode(r) => r.v,
             Record::Ramp(r) => r.v,
             Record::SimPlan(r) => r.v,
+            Record::Gemm(r) => r.v,
+            Record::GemmStep(r) => r.v,
+            Record::DeviceLimits(r) => r.v,
             Record::Other(map) => map.get("v").and_then(Value::as_u64).unwrap_or(1) as u32,
         }
     }
@@ -217,6 +235,9 @@ impl Record {
             Record::Decode(r) => r.labels.clone(),
             Record::Ramp(r) => r.labels.clone(),
             Record::SimPlan(r) => r.labels.clone(),
+            Record::Gemm(r) => r.labels.clone(),
+            Record::GemmStep(r) => r.labels.clone(),
+            Record::DeviceLimits(r) => r.labels.clone(),
             Record::Other(map) => map
                 .get("labels")
                 .and_then(|l| serde_json::from_value(l.clone()).ok())
@@ -237,6 +258,9 @@ impl Record {
             Record::Decode(r) => Some(&r.extra),
             Record::Ramp(r) => Some(&r.extra),
             Record::SimPlan(r) => Some(&r.extra),
+            Record::Gemm(r) => Some(&r.extra),
+            Record::GemmStep(r) => Some(&r.extra),
+            Record::DeviceLimits(r) => Some(&r.extra),
             Record::Other(_) => None,
         }
     }
@@ -253,6 +277,9 @@ impl Record {
             Record::Decode(r) => to_line_with_kind(r),
             Record::Ramp(r) => to_line_with_kind(r),
             Record::SimPlan(r) => to_line_with_kind(r),
+            Record::Gemm(r) => to_line_with_kind(r),
+            Record::GemmStep(r) => to_line_with_kind(r),
+            Record::DeviceLimits(r) => to_line_with_kind(r),
             Record::Other(map) => serde_json::to_string(map),
         };
         // Serializing plain data structures to a String cannot fail (no I/O, string keys only).

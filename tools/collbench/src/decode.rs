@@ -2,8 +2,11 @@
 //! needs (two per layer, after attention and after the MLP, each `batch x hidden x dtype`
 //! bytes: Megatron-LM's layout), each timed alone (latency mode: a step waits for every one),
 //! and set beside the step's roofline compute and memory time from the shared presets. Is the
-//! step latency-bound or compute-bound?
+//! step latency-bound or compute-bound? With `--compute` it also times the step's GEMMs at the
+//! same batches (`crate::compute`), so both halves of the same step come from one run.
 
+use crate::compute::run::{Target, gemm_records};
+use crate::compute::{ComputeBackend, GemmConfig, GemmDtype};
 use crate::harness::{Measured, RunConfig, time_dist};
 use crate::launch::Role;
 use crate::{Job, count_hosts};
@@ -23,6 +26,8 @@ pub struct DecodeConfig {
     pub context: u32,
     /// The allreduce runs: sizes are the batches' message sizes, mode latency.
     pub run: RunConfig,
+    /// `--compute`: the step's GEMMs at the same batches, on this target, after the allreduces.
+    pub compute: Option<(GemmConfig, Target)>,
 }
 
 /// Bytes of one decode-step allreduce.
@@ -93,6 +98,12 @@ pub fn run(dc: &DecodeConfig, job: &Job) -> anyhow::Result<Exit> {
     if job.backend == crate::Backend::Nccl {
         crate::nccl::check_libraries()?;
     }
+    // A missing cuBLAS is known before any allreduce runs.
+    if let Some((cfg, target)) = &dc.compute
+        && target.backend == ComputeBackend::Cublas
+    {
+        crate::compute::cublas::check_libraries(cfg.dtype == GemmDtype::Fp8)?;
+    }
     let mut out = RecordWriter::stdout();
     let id = match &job.role {
         Role::Rank(id) => Some(id),
@@ -161,6 +172,13 @@ pub fn run(dc: &DecodeConfig, job: &Job) -> anyhow::Result<Exit> {
         return Err(cli::failure(format!(
             "{wrong} wrong element(s) in the allreduce results"
         )));
+    }
+    // The compute half on one device: every TP rank runs the same shard shapes.
+    if let Some((cfg, target)) = &dc.compute
+        && comm.rank == 0
+    {
+        let mut dev = target.open()?;
+        gemm_records(dev.as_mut(), cfg, &mut out)?;
     }
     Ok(Exit::Ok)
 }

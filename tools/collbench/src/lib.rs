@@ -5,6 +5,7 @@
 
 pub mod bootstrap;
 pub mod comm;
+pub mod compute;
 pub mod decode;
 pub mod dtype;
 pub mod harness;

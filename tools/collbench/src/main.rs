@@ -1,4 +1,7 @@
 use clap::{Args, Parser, Subcommand};
+use collbench::compute::run::Target;
+use collbench::compute::shapes::{GemmShape, parse_shape};
+use collbench::compute::{ComputeBackend, GemmConfig, GemmDtype};
 use collbench::decode::DecodeConfig;
 use collbench::dtype::{Dtype, RedOp};
 use collbench::harness::{Mode, RunConfig, size_sweep};
@@ -21,6 +24,11 @@ Examples:
   mpirun -np 8 collbench --coordinator hostA:29500  under mpirun (OMPI_COMM_WORLD_RANK/SIZE)
   collbench --hosts gpu1,gpu2 -b 8 -e 1G            one rank per host, started over SSH
   collbench decode --model llama-3.1-70b --tp 8 --batch 1,8,64
+  collbench decode --model llama-3.1-8b --tp 2 --batch 1,8 --compute   both halves of a step
+  collbench gemm --model llama-3.1-8b --tp 2 --batch 1,8,64   a step's GEMMs (CPU)
+  collbench gemm --compute-backend cublas --model kimi-k2 --tp 8 --batch 1,64
+  collbench gemm --shape 1024x1024x1024 -n 10        one product, by hand
+  collbench limits --compute-backend cublas --hardware h200   bandwidth and launch, measured
 Pipeline:
   srv-launch ... | collbench -np 8 -b 8 -e 256M | summarize";
 
@@ -39,6 +47,86 @@ struct Cli {
 enum Command {
     /// Allreduces at one decode step's sizes, beside the step's roofline time
     Decode(DecodeArgs),
+    /// The GEMMs of one decode step (or --shape), timed on the CPU or through cuBLAS
+    Gemm(GemmArgs),
+    /// Memory bandwidth (copy, read) and launch cost, measured
+    Limits(LimitsArgs),
+}
+
+/// Where the compute half runs (`gemm`, `limits`, `decode --compute`).
+#[derive(Debug, Args)]
+struct ComputeArgs {
+    /// cpu: this machine's cores, f32 (figures labelled cpu); cublas: an NVIDIA GPU (needs
+    /// libcuda and libcublas at run time). decode: follows --backend (tcp: cpu, nccl: cublas)
+    #[arg(long, value_enum)]
+    compute_backend: Option<ComputeBackend>,
+    /// CPU threads for the GEMMs and the bandwidth passes (default: all)
+    #[arg(long)]
+    threads: Option<usize>,
+    /// GPU to run on (cublas)
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// GEMM element type (default: the card's weights: bf16 or fp8 on cublas; f32 on cpu)
+    #[arg(long, value_enum)]
+    gemm_dtype: Option<GemmDtype>,
+    /// Back-to-back runs of a whole step's GEMM sequence (its launch overhead)
+    #[arg(long, default_value_t = 3)]
+    step_iters: u32,
+}
+
+type ShapeList = Vec<GemmShape>;
+
+fn shape_list(s: &str) -> Result<ShapeList, String> {
+    s.split(',').map(parse_shape).collect()
+}
+
+#[derive(Debug, Args)]
+struct GemmArgs {
+    /// Model preset or JSON card whose decode-step GEMMs to time
+    #[arg(long, required_unless_present = "shape")]
+    model: Option<String>,
+    /// Products by hand instead of a card's: MxNxK[,MxNxK...] (Y[m x n] = X[m x k] . W^T)
+    #[arg(long, value_parser = shape_list, conflicts_with_all = ["model", "tp", "batch"])]
+    shape: Option<ShapeList>,
+    /// Hardware preset (or JSON card) whose peaks the figures are set against
+    #[arg(long, default_value = "h100")]
+    hardware: String,
+    /// Tensor-parallel degree: the shapes of one GPU's shard
+    #[arg(long)]
+    tp: Option<u32>,
+    /// Batch sizes (sequences per step): 1,8,64 or 1..64
+    #[arg(long, value_parser = cli::u32_list)]
+    batch: Option<U32List>,
+    /// Timed calls per shape
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    iters: u32,
+    /// Untimed warm-up calls per shape
+    #[arg(short = 'w', long = "warmup-iters", default_value_t = 5)]
+    warmup: u32,
+    #[command(flatten)]
+    compute: ComputeArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[derive(Debug, Args)]
+struct LimitsArgs {
+    /// Hardware preset (or JSON card) whose datasheet bandwidth is set beside the measurement
+    #[arg(long, default_value = "h100")]
+    hardware: String,
+    /// Buffer size (default 1G on a GPU, 256M on the CPU: both far past the last-level cache)
+    #[arg(long, value_parser = cli::parse_size)]
+    bytes: Option<u64>,
+    /// Timed copies and reads
+    #[arg(short = 'n', long = "iters", default_value_t = 10)]
+    iters: u32,
+    /// Untimed warm-up passes
+    #[arg(short = 'w', long = "warmup-iters", default_value_t = 2)]
+    warmup: u32,
+    #[command(flatten)]
+    compute: ComputeArgs,
+    #[command(flatten)]
+    common: CommonArgs,
 }
 
 #[derive(Debug, Args)]
@@ -145,6 +233,11 @@ struct DecodeArgs {
     /// Context length (tokens per sequence) for the KV-cache bytes of the roofline
     #[arg(long, default_value_t = 1024)]
     context: u32,
+    /// Also time the step's GEMMs at the same batches (gemm and gemm_step records)
+    #[arg(long)]
+    compute: bool,
+    #[command(flatten)]
+    compute_args: ComputeArgs,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -184,6 +277,8 @@ fn main() -> ExitCode {
         match cli.command {
             None => bench(cli.bench, rest),
             Some(Command::Decode(d)) => decode(d, rest),
+            Some(Command::Gemm(g)) => gemm(g),
+            Some(Command::Limits(l)) => limits(l),
         }
     })
 }
@@ -266,6 +361,27 @@ fn decode(d: DecodeArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
             },
         ),
     };
+    let compute = if d.compute {
+        let backend = d
+            .compute_args
+            .compute_backend
+            .unwrap_or(match d.run.backend {
+                Backend::Tcp => ComputeBackend::Cpu,
+                Backend::Nccl => ComputeBackend::Cublas,
+            });
+        let cfg = gemm_config(
+            &d.compute_args,
+            backend,
+            Some(model.clone()),
+            hardware.clone(),
+            (d.tp as u32, d.batch.clone()),
+            (d.run.iters, d.run.warmup),
+            d.run.common.labels(),
+        )?;
+        Some((cfg, target(&d.compute_args, backend)))
+    } else {
+        None
+    };
     let mut job = job(&d.run, default_np, args)?;
     job.gpus = gpus;
     let dc = DecodeConfig {
@@ -275,6 +391,101 @@ fn decode(d: DecodeArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
         batches: d.batch,
         context: d.context,
         run,
+        compute,
     };
     collbench::decode::run(&dc, &job)
+}
+
+fn target(c: &ComputeArgs, backend: ComputeBackend) -> Target {
+    Target {
+        backend,
+        threads: c.threads,
+        device: c.device,
+    }
+}
+
+fn gemm_config(
+    c: &ComputeArgs,
+    backend: ComputeBackend,
+    model: Option<presets::ModelCard>,
+    hardware: presets::Hardware,
+    (tp, batches): (u32, U32List),
+    (iters, warmup): (u32, u32),
+    labels: servbench::record::Labels,
+) -> anyhow::Result<GemmConfig> {
+    if iters == 0 {
+        return Err(cli::usage("-n/--iters must be at least 1"));
+    }
+    let dtype = match c.gemm_dtype {
+        Some(d) => d,
+        None => GemmDtype::for_card(backend, model.as_ref())
+            .map_err(|e| cli::usage(format!("--gemm-dtype: {e}")))?,
+    };
+    Ok(GemmConfig {
+        model,
+        hardware,
+        tp,
+        batches,
+        custom: Vec::new(),
+        dtype,
+        iters,
+        warmup,
+        step_iters: c.step_iters.max(1),
+        labels,
+    })
+}
+
+fn gemm(g: GemmArgs) -> anyhow::Result<Exit> {
+    let hardware =
+        presets::load_hardware(&g.hardware).map_err(|e| cli::usage(format!("--hardware: {e}")))?;
+    let model = match &g.model {
+        Some(m) => Some(presets::load_model(m).map_err(|e| cli::usage(format!("--model: {e}")))?),
+        None => None,
+    };
+    let backend = g.compute.compute_backend.unwrap_or(ComputeBackend::Cpu);
+    let (tp, batches) = match &g.shape {
+        Some(_) => (1, vec![1]),
+        None => (
+            g.tp.unwrap_or(1),
+            g.batch.clone().unwrap_or_else(|| vec![1]),
+        ),
+    };
+    let mut cfg = gemm_config(
+        &g.compute,
+        backend,
+        model,
+        hardware,
+        (tp, batches),
+        (g.iters, g.warmup),
+        g.common.labels(),
+    )?;
+    if let Some(shapes) = g.shape {
+        cfg.batches = vec![shapes.iter().map(|s| s.m).max().unwrap_or(1)];
+        cfg.custom = shapes;
+    }
+    let target = target(&g.compute, backend);
+    collbench::compute::run::gemm(&cfg, &target, g.common.strict)
+}
+
+fn limits(l: LimitsArgs) -> anyhow::Result<Exit> {
+    let hardware =
+        presets::load_hardware(&l.hardware).map_err(|e| cli::usage(format!("--hardware: {e}")))?;
+    let backend = l.compute.compute_backend.unwrap_or(ComputeBackend::Cpu);
+    let bytes = l.bytes.unwrap_or(match backend {
+        ComputeBackend::Cpu => 256 << 20,
+        ComputeBackend::Cublas => 1 << 30,
+    });
+    if bytes < 1 << 20 || l.iters == 0 {
+        return Err(cli::usage(
+            "--bytes must be at least 1M and -n at least 1 (a bandwidth needs a buffer past the caches)",
+        ));
+    }
+    collbench::compute::run::limits(
+        &target(&l.compute, backend),
+        &hardware,
+        bytes,
+        (l.warmup, l.iters),
+        &l.common.labels(),
+        l.common.strict,
+    )
 }

@@ -1,0 +1,573 @@
+//! The GPU backend: cuBLAS (`cublasGemmEx`, f32 and bf16 with f32 accumulation, as
+//! torch.matmul) and cuBLASLt (FP8 E4M3 in, BF16 out) through cudarc, loaded at run time like
+//! the NCCL backend, so collbench builds and runs without CUDA and says what is missing.
+//!
+//! Layout as a linear layer: `W[n x k]` row-major used transposed, `Y[m x n] = X . W^T`. In
+//! cuBLAS's column-major terms that is `Y^T = op_T(W) . X^T`: transa = T, transb = N, the "TN"
+//! layout cuBLASLt requires for FP8. Times come from CUDA events on the stream; memory
+//! bandwidth from cuMemcpyDtoD and a read-only PTX kernel, launches from an empty PTX kernel
+//! (JIT-compiled by the driver: no NVRTC needed).
+//!
+//! Unverified without a GPU on the build machine: everything past the library check.
+
+use super::shapes::GemmShape;
+use super::{Device, GemmDtype, Limits};
+use cudarc::cublas::{result as blas, sys as blas_sys};
+use cudarc::cublaslt::{result as lt, sys as lt_sys};
+use cudarc::driver::sys::{CUevent_flags, CUfunction};
+use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, result as drv};
+use servbench::cli;
+use std::ffi::{CString, c_void};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// An empty kernel and a read-only reduction over 16-byte vectors (grid-stride loop, one
+/// xor per thread written out so the loads cannot be dropped). PTX ISA 7.0, sm_70: the driver
+/// JIT-compiles it for any newer GPU.
+const PTX: &str = r#"
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry empty()
+{
+    ret;
+}
+.visible .entry read_xor(.param .u64 src, .param .u64 vectors, .param .u64 out)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<14>;
+    ld.param.u64 %rd1, [src];
+    ld.param.u64 %rd2, [vectors];
+    ld.param.u64 %rd3, [out];
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    mov.u32 %r4, %nctaid.x;
+    mul.wide.u32 %rd4, %r1, %r2;
+    cvt.u64.u32 %rd5, %r3;
+    add.u64 %rd4, %rd4, %rd5;
+    mov.u64 %rd12, %rd4;
+    mul.wide.u32 %rd6, %r4, %r2;
+    mov.u32 %r5, 0;
+LOOP:
+    setp.ge.u64 %p1, %rd4, %rd2;
+    @%p1 bra DONE;
+    shl.b64 %rd7, %rd4, 4;
+    add.u64 %rd8, %rd1, %rd7;
+    ld.global.v4.u32 {%r6, %r7, %r8, %r9}, [%rd8];
+    xor.b32 %r5, %r5, %r6;
+    xor.b32 %r5, %r5, %r7;
+    xor.b32 %r5, %r5, %r8;
+    xor.b32 %r5, %r5, %r9;
+    add.u64 %rd4, %rd4, %rd6;
+    bra LOOP;
+DONE:
+    shl.b64 %rd9, %rd12, 2;
+    add.u64 %rd10, %rd3, %rd9;
+    st.global.u32 [%rd10], %r5;
+    ret;
+}
+"#;
+
+const READ_BLOCKS_PER_SM: u32 = 8;
+const READ_THREADS: u32 = 512;
+
+/// Fails with exit 2 naming each library that cannot be loaded (cudarc would panic at the
+/// first call otherwise).
+pub fn check_libraries(fp8: bool) -> anyhow::Result<()> {
+    // SAFETY: these only try dlopen on cudarc's candidate library names.
+    let (cuda, cublas, cublaslt) = unsafe {
+        (
+            cudarc::driver::sys::is_culib_present(),
+            blas_sys::is_culib_present(),
+            lt_sys::is_culib_present(),
+        )
+    };
+    let mut missing = Vec::new();
+    if !cuda {
+        missing.push("the CUDA driver library libcuda.so.1 (no NVIDIA driver here, or its directory is not on LD_LIBRARY_PATH)");
+    }
+    if !cublas {
+        missing.push("cuBLAS libcublas.so.12 (install the CUDA toolkit's libcublas, or pip's nvidia-cublas-cu12 and put its lib directory on LD_LIBRARY_PATH)");
+    }
+    if fp8 && !cublaslt {
+        missing.push("cuBLASLt libcublasLt.so.12 (it ships with cuBLAS)");
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(cli::usage(format!(
+        "--compute-backend cublas: cannot load {} (--compute-backend cpu needs none)",
+        missing.join("; nor ")
+    )))
+}
+
+fn cuda(what: &str) -> impl Fn(drv::DriverError) -> anyhow::Error + '_ {
+    move |e| cli::failure(format!("{what} failed: {e:?}"))
+}
+
+fn blas_err<E: std::fmt::Debug>(what: &str) -> impl Fn(E) -> anyhow::Error + '_ {
+    move |e| cli::failure(format!("{what} failed: {e:?}"))
+}
+
+/// Operands of one shape on the GPU.
+struct Operands {
+    shape: GemmShape,
+    x: CudaSlice<u8>,
+    w: Vec<CudaSlice<u8>>,
+    y: CudaSlice<u8>,
+    next: usize,
+    /// cuBLASLt plan for FP8 (descriptors and the heuristic's algorithm).
+    lt: Option<LtPlan>,
+}
+
+struct LtPlan {
+    desc: lt_sys::cublasLtMatmulDesc_t,
+    a: lt_sys::cublasLtMatrixLayout_t,
+    b: lt_sys::cublasLtMatrixLayout_t,
+    d: lt_sys::cublasLtMatrixLayout_t,
+    algo: lt_sys::cublasLtMatmulAlgo_t,
+}
+
+impl Drop for LtPlan {
+    fn drop(&mut self) {
+        // SAFETY: created once by `plan_fp8`, destroyed once here.
+        unsafe {
+            let _ = lt::destroy_matrix_layout(self.a);
+            let _ = lt::destroy_matrix_layout(self.b);
+            let _ = lt::destroy_matrix_layout(self.d);
+            let _ = lt::destroy_matmul_desc(self.desc);
+        }
+    }
+}
+
+pub struct Cublas {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    blas: cudarc::cublas::CudaBlas,
+    lt: Option<lt_sys::cublasLtHandle_t>,
+    workspace: Option<CudaSlice<u8>>,
+    empty: CUfunction,
+    read: CUfunction,
+    sms: u32,
+    l2_bytes: u64,
+    loaded: Vec<Operands>,
+    dtype: GemmDtype,
+}
+
+fn ptr(s: &CudaSlice<u8>, stream: &CudaStream) -> u64 {
+    let (p, _guard) = s.device_ptr(stream);
+    p
+}
+
+impl Cublas {
+    pub fn open(device: usize) -> anyhow::Result<Cublas> {
+        check_libraries(false)?;
+        let count = CudaContext::device_count()
+            .map_err(|e| cli::failure(format!("no usable CUDA device: {e:?}")))?;
+        if device >= count as usize {
+            return Err(cli::usage(format!(
+                "--device {device} but this host has {count} GPU(s)"
+            )));
+        }
+        let ctx = CudaContext::new(device).map_err(cuda("cuCtxCreate"))?;
+        let stream = ctx.default_stream();
+        let blas =
+            cudarc::cublas::CudaBlas::new(stream.clone()).map_err(blas_err("cublasCreate"))?;
+        let source = CString::new(PTX).expect("no NUL in the PTX");
+        // SAFETY: a NUL-terminated PTX image; the context is current on this thread.
+        let module = unsafe { drv::module::load_data(source.as_ptr() as *const c_void) }
+            .map_err(cuda("cuModuleLoadData (PTX JIT)"))?;
+        let function = |name: &str| {
+            // SAFETY: the module stays loaded for the process's life (never unloaded).
+            unsafe { drv::module::get_function(module, CString::new(name).expect("no NUL")) }
+                .map_err(cuda("cuModuleGetFunction"))
+        };
+        let (empty, read) = (function("empty")?, function("read_xor")?);
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        let attr = |a| ctx.attribute(a).map_err(cuda("cuDeviceGetAttribute"));
+        let sms = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let l2_bytes = attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64;
+        Ok(Cublas {
+            ctx,
+            stream,
+            blas,
+            lt: None,
+            workspace: None,
+            empty,
+            read,
+            sms,
+            l2_bytes,
+            loaded: Vec::new(),
+            dtype: GemmDtype::Bf16,
+        })
+    }
+
+    fn event(&self) -> anyhow::Result<CudaEvent> {
+        self.ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(cuda("cuEventCreate"))
+    }
+
+    /// Device-filled operand: small values of `dtype`, not all zeros (tensor cores run at a
+    /// different clock on zeros).
+    fn operand(&self, elems: usize, dtype: GemmDtype, seed: u64) -> anyhow::Result<CudaSlice<u8>> {
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        };
+        let bytes: Vec<u8> = match dtype {
+            GemmDtype::F32 => (0..elems).flat_map(|_| next().to_le_bytes()).collect(),
+            // bf16 is the top half of an f32.
+            GemmDtype::Bf16 => (0..elems)
+                .flat_map(|_| ((next().to_bits() >> 16) as u16).to_le_bytes())
+                .collect(),
+            // E4M3 bytes below 0x78 in magnitude: finite, never NaN (0x7f / 0xff).
+            GemmDtype::Fp8 => (0..elems)
+                .map(|_| {
+                    let v = next();
+                    ((v.abs() * 200.0) as u8 & 0x77) | if v < 0.0 { 0x80 } else { 0 }
+                })
+                .collect(),
+        };
+        self.stream.clone_htod(&bytes).map_err(cuda("copy to GPU"))
+    }
+
+    fn lt_handle(&mut self) -> anyhow::Result<lt_sys::cublasLtHandle_t> {
+        if let Some(h) = self.lt {
+            return Ok(h);
+        }
+        check_libraries(true)?;
+        let h = lt::create_handle().map_err(blas_err("cublasLtCreate"))?;
+        self.workspace = Some(
+            self.stream
+                .alloc_zeros::<u8>(WORKSPACE)
+                .map_err(cuda("cuMemAlloc (cuBLASLt workspace)"))?,
+        );
+        self.lt = Some(h);
+        Ok(h)
+    }
+
+    fn plan_fp8(&mut self, s: &GemmShape) -> anyhow::Result<LtPlan> {
+        use lt_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F;
+        use lt_sys::cudaDataType::{CUDA_R_8F_E4M3, CUDA_R_16BF, CUDA_R_32F};
+        let handle = self.lt_handle()?;
+        let e = blas_err("cuBLASLt FP8 setup");
+        let (m, n, k) = (u64::from(s.m), u64::from(s.n), u64::from(s.k));
+        let desc = lt::create_matmul_desc(CUBLAS_COMPUTE_32F, CUDA_R_32F).map_err(&e)?;
+        // cublasOperation_t as a 32-bit value: 1 = T, 0 = N.
+        let (t, nt) = (1i32, 0i32);
+        let attr = |a, v: &i32| {
+            // SAFETY: the attribute takes a cublasOperation_t (an int) by pointer and size.
+            unsafe {
+                lt::set_matmul_desc_attribute(
+                    desc,
+                    a,
+                    v as *const i32 as *const c_void,
+                    std::mem::size_of::<i32>(),
+                )
+            }
+        };
+        use lt_sys::cublasLtMatmulDescAttributes_t as D;
+        attr(D::CUBLASLT_MATMUL_DESC_TRANSA, &t).map_err(&e)?;
+        attr(D::CUBLASLT_MATMUL_DESC_TRANSB, &nt).map_err(&e)?;
+        let a = lt::create_matrix_layout(CUDA_R_8F_E4M3, k, n, k as i64).map_err(&e)?;
+        let b = lt::create_matrix_layout(CUDA_R_8F_E4M3, k, m, k as i64).map_err(&e)?;
+        let d = lt::create_matrix_layout(CUDA_R_16BF, n, m, n as i64).map_err(&e)?;
+        let pref = lt::create_matmul_pref().map_err(&e)?;
+        let ws = WORKSPACE;
+        // SAFETY: the preference takes the workspace size as a usize by pointer; the handle,
+        // descriptors and layouts are live.
+        let heuristic = unsafe {
+            lt::set_matmul_pref_attribute(
+                pref,
+                lt_sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &ws as *const usize as *const c_void,
+                std::mem::size_of::<usize>(),
+            )
+            .and_then(|_| lt::get_matmul_algo_heuristic(handle, desc, a, b, d, d, pref))
+        };
+        // SAFETY: created above, not used after this.
+        unsafe {
+            let _ = lt::destroy_matmul_pref(pref);
+        }
+        let plan = LtPlan {
+            desc,
+            a,
+            b,
+            d,
+            algo: lt_sys::cublasLtMatmulAlgo_t { data: [0; 8] },
+        };
+        let heuristic = heuristic.map_err(|err| {
+            cli::failure(format!(
+                "cuBLASLt has no FP8 algorithm for {} on this GPU (FP8 needs sm_89 or newer): {err:?}",
+                s.dims()
+            ))
+        })?;
+        Ok(LtPlan {
+            algo: heuristic.algo,
+            ..plan
+        })
+    }
+
+    /// One call of loaded shape `i` with its next weight copy, enqueued on the stream.
+    fn call(&mut self, i: usize) -> anyhow::Result<()> {
+        let stream = self.stream.clone();
+        let o = &mut self.loaded[i];
+        let (m, n, k) = (o.shape.m as i32, o.shape.n as i32, o.shape.k as i32);
+        let w = ptr(&o.w[o.next], &stream) as *const c_void;
+        o.next = (o.next + 1) % o.w.len();
+        let x = ptr(&o.x, &stream) as *const c_void;
+        let y = ptr(&o.y, &stream) as *mut c_void;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let alpha = &alpha as *const f32 as *const c_void;
+        let beta = &beta as *const f32 as *const c_void;
+        if let Some(plan) = &o.lt {
+            let ws = self.workspace.as_ref().expect("workspace with the handle");
+            let handle = self.lt.expect("cuBLASLt handle with a plan");
+            // SAFETY: operands and workspace are live device buffers of the planned sizes on
+            // this stream; the plan's descriptors match them.
+            return unsafe {
+                lt::matmul(
+                    handle,
+                    plan.desc,
+                    alpha,
+                    beta,
+                    w,
+                    plan.a,
+                    x,
+                    plan.b,
+                    y,
+                    plan.d,
+                    y,
+                    plan.d,
+                    &plan.algo,
+                    ptr(ws, &stream) as *mut c_void,
+                    WORKSPACE,
+                    stream.cu_stream() as _,
+                )
+            }
+            .map_err(blas_err("cublasLtMatmul"));
+        }
+        let ty = match self.dtype {
+            GemmDtype::F32 => blas_sys::cudaDataType::CUDA_R_32F,
+            _ => blas_sys::cudaDataType::CUDA_R_16BF,
+        };
+        // SAFETY: w is n x k, x is m x k and y is m x n elements of `ty` in live device
+        // buffers; column-major: Y^T (n x m, ld n) = W^T^T... = op_T(W as k x n, ld k) . X^T
+        // (k x m, ld k).
+        unsafe {
+            blas::gemm_ex(
+                *self.blas.handle(),
+                blas_sys::cublasOperation_t::CUBLAS_OP_T,
+                blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                n,
+                m,
+                k,
+                alpha,
+                w,
+                ty,
+                k,
+                x,
+                ty,
+                k,
+                beta,
+                y,
+                ty,
+                n,
+                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(blas_err("cublasGemmEx"))
+    }
+
+    fn launch(
+        &self,
+        f: CUfunction,
+        grid: u32,
+        block: u32,
+        args: &mut [*mut c_void],
+    ) -> anyhow::Result<()> {
+        // SAFETY: `f` comes from our PTX module and `args` match its parameter list.
+        unsafe {
+            drv::launch_kernel(
+                f,
+                (grid, 1, 1),
+                (block, 1, 1),
+                0,
+                self.stream.cu_stream(),
+                args,
+            )
+        }
+        .map_err(cuda("cuLaunchKernel"))
+    }
+
+    /// Per-op times of `ops` calls of `op` back to back, from events between them.
+    fn timed(
+        &mut self,
+        ops: u32,
+        mut op: impl FnMut(&mut Self) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Vec<f64>> {
+        let events: Vec<CudaEvent> = (0..=ops).map(|_| self.event()).collect::<Result<_, _>>()?;
+        events[0]
+            .record(&self.stream)
+            .map_err(cuda("cuEventRecord"))?;
+        for e in &events[1..] {
+            op(self)?;
+            e.record(&self.stream).map_err(cuda("cuEventRecord"))?;
+        }
+        self.stream
+            .synchronize()
+            .map_err(cuda("cuStreamSynchronize"))?;
+        events
+            .windows(2)
+            .map(|w| {
+                w[0].elapsed_ms(&w[1])
+                    .map(|ms| f64::from(ms) * 1e3)
+                    .map_err(cuda("cuEventElapsedTime"))
+            })
+            .collect()
+    }
+}
+
+/// cuBLASLt workspace: 32 MiB, as cudarc's safe wrapper takes on Hopper.
+const WORKSPACE: usize = 32 << 20;
+
+impl Device for Cublas {
+    fn backend(&self, dtype: GemmDtype) -> &'static str {
+        if dtype == GemmDtype::Fp8 {
+            "cublaslt"
+        } else {
+            "cublas"
+        }
+    }
+
+    fn name(&self) -> String {
+        self.ctx.name().unwrap_or_else(|_| "NVIDIA GPU".into())
+    }
+
+    fn cache_bytes(&self) -> u64 {
+        // Twice L2 (50 MiB on H100, 126 MiB on B200), and at least 256 MiB.
+        (2 * self.l2_bytes).max(256 << 20)
+    }
+
+    fn load(
+        &mut self,
+        shapes: &[GemmShape],
+        copies: &[u32],
+        dtype: GemmDtype,
+    ) -> anyhow::Result<()> {
+        self.loaded.clear();
+        self.dtype = dtype;
+        for (i, (shape, &copies)) in shapes.iter().zip(copies).enumerate() {
+            let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
+            let out = match dtype {
+                GemmDtype::F32 => 4,
+                _ => 2,
+            };
+            let y = self
+                .stream
+                .alloc_zeros::<u8>(m * n * out)
+                .map_err(cuda("cuMemAlloc"))?;
+            let x = self.operand(m * k, dtype, i as u64 + 1)?;
+            let w = (0..copies)
+                .map(|c| self.operand(n * k, dtype, 1000 + 64 * i as u64 + u64::from(c)))
+                .collect::<Result<_, _>>()?;
+            let lt = match dtype {
+                GemmDtype::Fp8 => Some(self.plan_fp8(shape)?),
+                _ => None,
+            };
+            self.loaded.push(Operands {
+                shape: shape.clone(),
+                x,
+                w,
+                y,
+                next: 0,
+                lt,
+            });
+        }
+        self.stream
+            .synchronize()
+            .map_err(cuda("cuStreamSynchronize"))
+    }
+
+    fn time_gemm(&mut self, i: usize, warmup: u32, iters: u32) -> anyhow::Result<Vec<f64>> {
+        for _ in 0..warmup {
+            self.call(i)?;
+        }
+        self.stream.synchronize().map_err(cuda("warmup"))?;
+        self.timed(iters, |me| me.call(i))
+    }
+
+    fn time_sequence(&mut self, order: &[usize], reps: u32) -> anyhow::Result<Vec<f64>> {
+        for &i in order {
+            self.call(i)?;
+        }
+        self.stream.synchronize().map_err(cuda("warmup"))?;
+        // Events around the whole sequence: a GPU waiting for the host's launches is counted.
+        self.timed(reps, |me| order.iter().try_for_each(|&i| me.call(i)))
+    }
+
+    fn limits(&mut self, bytes: u64, warmup: u32, iters: u32) -> anyhow::Result<Limits> {
+        self.loaded.clear();
+        let bytes = (bytes as usize / 16) * 16;
+        let src = self.operand(bytes / 4, GemmDtype::F32, 7)?;
+        let mut dst = self
+            .stream
+            .alloc_zeros::<u8>(bytes)
+            .map_err(cuda("cuMemAlloc"))?;
+        let (grid, block) = (self.sms * READ_BLOCKS_PER_SM, READ_THREADS);
+        let out = self
+            .stream
+            .alloc_zeros::<u8>((grid * block * 4) as usize)
+            .map_err(cuda("cuMemAlloc"))?;
+        let copy = |me: &mut Self| {
+            me.stream
+                .memcpy_dtod(&src, &mut dst)
+                .map_err(cuda("cuMemcpyDtoD"))
+        };
+        let (mut p_src, mut vectors, mut p_out) = (
+            ptr(&src, &self.stream),
+            (bytes / 16) as u64,
+            ptr(&out, &self.stream),
+        );
+        let read = |me: &mut Self| {
+            let mut args: [*mut c_void; 3] = [
+                &mut p_src as *mut u64 as *mut c_void,
+                &mut vectors as *mut u64 as *mut c_void,
+                &mut p_out as *mut u64 as *mut c_void,
+            ];
+            me.launch(me.read, grid, block, &mut args)
+        };
+        let empty = |me: &mut Self| me.launch(me.empty, 1, 1, &mut []);
+        let (mut copy, mut read) = (copy, read);
+        for _ in 0..warmup {
+            self.timed(1, &mut copy)?;
+            self.timed(1, &mut read)?;
+        }
+        let mut limits = Limits {
+            copy_us: self.timed(iters, &mut copy)?,
+            read_us: self.timed(iters, &mut read)?,
+            ..Limits::default()
+        };
+        let launches = (iters * 50).max(100);
+        self.timed(warmup.max(1) * 10, empty)?;
+        limits.launch_us = self.timed(launches, empty)?;
+        let mut sync = Vec::with_capacity(launches as usize);
+        for _ in 0..launches {
+            let t = Instant::now();
+            empty(self)?;
+            self.stream
+                .synchronize()
+                .map_err(cuda("cuStreamSynchronize"))?;
+            sync.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        limits.launch_sync_us = Some(sync);
+        Ok(limits)
+    }
+}
