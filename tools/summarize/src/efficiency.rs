@@ -45,6 +45,9 @@ pub struct Roofline {
     pub pp: Option<u32>,
     /// `--comm-from`: allreduce records measured on the box, and the file they came from.
     pub comm_from: Option<(Vec<CollRecord>, String)>,
+    /// A memory bandwidth measured on the GPU (collbench limits), GB/s, and what says so: it
+    /// replaces the card's in every deployment's rates.
+    pub measured_bw: Option<(f64, String)>,
 }
 
 /// A row's limits, per stream at its batch.
@@ -74,6 +77,7 @@ impl Roofline {
             tp: None,
             pp: None,
             comm_from: None,
+            measured_bw: None,
         })
     }
 
@@ -130,6 +134,10 @@ impl Roofline {
     /// The deployment of one layout: `--comm-from`'s curve when it has this TP degree.
     pub fn deployment(&self, layout: Layout) -> Deployment {
         let mut dep = Deployment::new(self.model.clone(), self.hw.clone(), layout);
+        if let Some((gbps, source)) = &self.measured_bw {
+            dep.rates.mem_bw_gbps = *gbps;
+            dep.rates.source = source.clone();
+        }
         if let Some((coll, from)) = &self.comm_from
             && let Some(curve) = MeasuredCurve::from_records(coll, layout.tp, true)
         {

@@ -12,8 +12,9 @@
 use servbench::cli;
 use servbench::jsonl::{Source, excerpt, line_text};
 use servbench::record::{
-    CollRecord, CollRunRecord, DecodeRecord, KillRecord, Labels, PointKey, PointStop, RampRecord,
-    Record, RequestRecord, SCHEMA_VERSION, ServerRecord, SummaryRecord,
+    CollRecord, CollRunRecord, DecodeRecord, DeviceLimitsRecord, GemmRecord, GemmStepRecord,
+    KillRecord, Labels, PointKey, PointStop, RampRecord, Record, RequestRecord, SCHEMA_VERSION,
+    ServerRecord, SummaryRecord,
 };
 use servbench::stats::{PointStats, Slo};
 use std::collections::BTreeMap;
@@ -112,6 +113,10 @@ pub struct Inputs {
     pub decode: Vec<DecodeRecord>,
     /// loadgen's `ramp` records (the end of a `--ramp`).
     pub ramps: Vec<RampRecord>,
+    /// collbench's compute half: GEMMs one by one, per decode step, and the device's limits.
+    pub gemms: Vec<GemmRecord>,
+    pub gemm_steps: Vec<GemmStepRecord>,
+    pub limits: Vec<DeviceLimitsRecord>,
     /// Records summarize does not tabulate, by kind (`kind vN` for a newer schema it cannot
     /// read).
     pub ignored: BTreeMap<String, u64>,
@@ -303,6 +308,9 @@ fn add_record(
         Record::Server(s) => inputs.servers.push(s),
         Record::Decode(d) => inputs.decode.push(d),
         Record::Ramp(r) => inputs.ramps.push(r),
+        Record::Gemm(g) => inputs.gemms.push(g),
+        Record::GemmStep(g) => inputs.gemm_steps.push(g),
+        Record::DeviceLimits(l) => inputs.limits.push(l),
         // A known kind kept whole: a newer schema this build cannot read as typed.
         other if other.version() > SCHEMA_VERSION => {
             let name = format!("{} v{}", other.kind(), other.version());

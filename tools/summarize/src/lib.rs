@@ -4,6 +4,7 @@
 //! efficiency against a roofline, and plots.
 
 pub mod compare;
+pub mod compute;
 pub mod efficiency;
 pub mod input;
 pub mod metrics;
@@ -79,15 +80,27 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
     if !inputs.servers.is_empty() {
         out.push(report::server_table(&inputs.servers));
     }
+    // A bandwidth measured on the GPU replaces the card's in every roofline figure.
+    let measured = config
+        .roofline
+        .as_ref()
+        .map(|r| compute::with_measured_bandwidth(r, &inputs.limits));
     if !points.is_empty() {
-        let roof = config.roofline.as_ref();
+        let roof = measured.as_ref().map(|(r, _)| r);
         let mut t = report::points_table(points, config.cols.as_deref(), &config.by, roof);
         if config.notes {
             t.notes = notes::all(points);
-            if let Some(roof) = roof {
+            if let Some((roof, said)) = &measured {
+                t.notes.extend(said.clone());
                 t.notes.extend(efficiency::notes(points, roof));
-                t.notes
-                    .extend(efficiency::decode_budget(points, &inputs.coll, roof));
+                // With measured GEMMs, the whole step's budget; else the allreduce's share.
+                let whole = compute::budget_lines(points, inputs, roof);
+                if whole.is_empty() {
+                    t.notes
+                        .extend(efficiency::decode_budget(points, &inputs.coll, roof));
+                } else {
+                    t.notes.extend(whole);
+                }
             }
         }
         out.push(t);
@@ -113,6 +126,12 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
     }
     if !inputs.decode.is_empty() {
         out.push(report::decode_table(&inputs.decode));
+    }
+    if !inputs.gemms.is_empty() {
+        out.push(compute::gemm_table(&inputs.gemms));
+    }
+    if !inputs.limits.is_empty() {
+        out.push(compute::limits_table(&inputs.limits));
     }
     if !inputs.kills.is_empty() {
         out.push(report::kill_table(&inputs.kills));
