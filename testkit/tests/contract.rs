@@ -264,6 +264,14 @@ const EVERY_TOOL: &[(&str, &str)] = &[
         "decode.jsonl",
         "collbench decode --model llama-3.1-8b --hardware h100 --tp 2 --batch 1,4 -n 2 -w 1",
     ),
+    (
+        "compute.jsonl",
+        r#"echo '{"name":"tiny-moe","layers":2,"hidden":128,"heads":2,"kv_heads":1,"head_dim":64,"params":1e6,"weight_bytes":2,"intermediate":256,"moe":{"experts":8,"experts_per_token":2,"moe_layers":1,"expert_params":49152,"shared_experts":1}}' > tiny-moe.json
+         collbench gemm --model tiny-moe.json --batch 1,3 -n 2 -w 1 --step-iters 1 --label stage=gemm
+         collbench gemm --shape 8x64x32,1x16x16 -n 2 -w 0
+         collbench decode --model tiny-moe.json --tp 2 --batch 2 -n 2 -w 1 --compute --step-iters 1
+         collbench limits --bytes 4M -n 2 -w 1"#,
+    ),
 ];
 
 /// The record contract is the schema in shared/src/record/: every record each tool writes
@@ -302,7 +310,18 @@ fn every_record_every_tool_writes_is_typed_with_nothing_outside_the_schema() {
         }
     }
     let every_kind = [
-        "server", "kill", "request", "summary", "ramp", "coll", "coll_run", "decode", "sim_plan",
+        "server",
+        "kill",
+        "request",
+        "summary",
+        "ramp",
+        "coll",
+        "coll_run",
+        "decode",
+        "sim_plan",
+        "gemm",
+        "gemm_step",
+        "device_limits",
     ];
     assert_eq!(
         kinds,
@@ -325,6 +344,8 @@ fn every_record_every_tool_writes_is_typed_with_nothing_outside_the_schema() {
         "ramps",
         "collectives",
         "decode allreduce budget",
+        "gemms",
+        "device limits",
         "kills",
     ] {
         assert!(
@@ -370,7 +391,7 @@ fn the_readmes_example_records_are_in_the_schema() {
         }
     }
     assert!(
-        kinds.len() >= 9,
+        kinds.len() >= 12,
         "README shows one line of each kind: {kinds:?}"
     );
 }

@@ -46,7 +46,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Allreduces at one decode step's sizes, beside the step's roofline time
-    Decode(DecodeArgs),
+    Decode(Box<DecodeArgs>),
     /// The GEMMs of one decode step (or --shape), timed on the CPU or through cuBLAS
     Gemm(GemmArgs),
     /// Memory bandwidth (copy, read) and launch cost, measured
@@ -276,7 +276,7 @@ fn main() -> ExitCode {
         let rest: Vec<OsString> = args[1..].to_vec();
         match cli.command {
             None => bench(cli.bench, rest),
-            Some(Command::Decode(d)) => decode(d, rest),
+            Some(Command::Decode(d)) => decode(*d, rest),
             Some(Command::Gemm(g)) => gemm(g),
             Some(Command::Limits(l)) => limits(l),
         }

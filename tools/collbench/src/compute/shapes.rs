@@ -81,7 +81,7 @@ pub fn parse_shape(s: &str) -> Result<GemmShape, String> {
 }
 
 fn split(what: &str, total: u32, tp: u32, card: &str) -> Result<u32, String> {
-    if total % tp != 0 {
+    if !total.is_multiple_of(tp) {
         return Err(format!(
             "{card}: {what} {total} does not split over --tp {tp} (choose a TP degree dividing it)"
         ));
