@@ -266,7 +266,7 @@ const EVERY_TOOL: &[(&str, &str)] = &[
     ),
     (
         "compute.jsonl",
-        r#"echo '{"name":"tiny-moe","layers":2,"hidden":128,"heads":2,"kv_heads":1,"head_dim":64,"params":1e6,"weight_bytes":2,"intermediate":256,"moe":{"experts":8,"experts_per_token":2,"moe_layers":1,"expert_params":49152,"shared_experts":1}}' > tiny-moe.json
+        r#"echo '{"name":"tiny-moe","layers":2,"hidden":128,"heads":2,"kv_heads":1,"head_dim":64,"params":1e6,"weight_format":"bf16","intermediate":256,"moe":{"experts":8,"experts_per_token":2,"moe_layers":1,"expert_params":49152,"shared_experts":1}}' > tiny-moe.json
          collbench gemm --model tiny-moe.json --batch 1,3 -n 2 -w 1 --step-iters 1 --label stage=gemm
          collbench gemm --shape 8x64x32,1x16x16 -n 2 -w 0
          collbench decode --model tiny-moe.json --tp 2 --batch 2 -n 2 -w 1 --compute --step-iters 1

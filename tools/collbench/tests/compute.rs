@@ -12,7 +12,7 @@ fn stderr(out: &Output) -> String {
 
 /// A card small enough that every GEMM of its step takes microseconds, with a dense layer,
 /// a MoE layer and a shared expert.
-const TINY_MOE: &str = r#"{"name":"tiny-moe","layers":2,"hidden":128,"heads":2,"kv_heads":1,"head_dim":64,"params":1e6,"weight_bytes":2,"intermediate":256,"moe":{"experts":8,"experts_per_token":2,"moe_layers":1,"expert_params":49152,"shared_experts":1}}"#;
+const TINY_MOE: &str = r#"{"name":"tiny-moe","layers":2,"hidden":128,"heads":2,"kv_heads":1,"head_dim":64,"params":1e6,"weight_format":"bf16","intermediate":256,"moe":{"experts":8,"experts_per_token":2,"moe_layers":1,"expert_params":49152,"shared_experts":1}}"#;
 
 fn card(dir: &tempfile::TempDir) -> String {
     let path = dir.path().join("tiny-moe.json");

@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 
 /// A small card: every GEMM of its step takes microseconds on a CPU.
-const TINY: &str = r#"{"name":"tiny","layers":2,"hidden":256,"heads":4,"kv_heads":2,"head_dim":64,"params":2.5e6,"weight_bytes":2,"intermediate":512}"#;
+const TINY: &str = r#"{"name":"tiny","layers":2,"hidden":256,"heads":4,"kv_heads":2,"head_dim":64,"params":2.5e6,"weight_format":"bf16","intermediate":512}"#;
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.stdin(Stdio::null()).output().expect("start");
