@@ -30,9 +30,11 @@ pub struct EnginePreset {
     pub health_path: &'static str,
     /// Lists the served model once ready.
     pub models_path: &'static str,
-    /// The log line the engine prints when ready, shown in progress (not relied on).
+    /// The log line the engine prints when ready: documentation, not relied on (readiness is
+    /// HTTP). testkit/tests/vllm.rs checks vLLM's against the real engine's log.
     pub ready_line: Option<&'static str>,
-    /// Process titles of its workers, to recognise leftovers.
+    /// Title prefixes of its worker processes, what a leftover looks like in `ps` (vLLM's are
+    /// checked against the real engine's process tree in testkit/tests/vllm.rs).
     pub worker_titles: &'static [&'static str],
     /// Whether the engine needs `--model`.
     pub needs_model: bool,

@@ -143,13 +143,23 @@ fn processes(marker: &str) -> Vec<Proc> {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
-        let fields: Vec<&str> = stat.rsplit(')').next().unwrap().split_whitespace().collect();
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect();
         if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
             continue;
         }
         let ppid = fields.get(1).and_then(|p| p.parse().ok()).unwrap_or(0);
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|b| String::from_utf8_lossy(&b).replace('\0', " ").trim().to_string())
+            .map(|b| {
+                String::from_utf8_lossy(&b)
+                    .replace('\0', " ")
+                    .trim()
+                    .to_string()
+            })
             .unwrap_or_default();
         let marked = std::fs::read(format!("/proc/{pid}/environ"))
             .map(|env| env.split(|&b| b == 0).any(|e| e == marker.as_bytes()))
@@ -250,7 +260,11 @@ fn check_exact_run(records: &[Value], max_tokens: u64) {
             (tpc - (n * max_tokens) as f64 / chunks as f64).abs() < 1e-9,
             "{s}"
         );
-        assert_eq!(u(&s["itl_ms"]["n"]), chunks - n, "ITL counted per chunk: {s}");
+        assert_eq!(
+            u(&s["itl_ms"]["n"]),
+            chunks - n,
+            "ITL counted per chunk: {s}"
+        );
         assert_eq!(u(&s["tpot_ms"]["n"]), n, "{s}");
     }
 }
@@ -341,7 +355,11 @@ fn vllm_preset_launches_serves_loadgen_exactly_and_srv_kill_ends_the_whole_tree(
     assert_eq!(r["kind"], "server");
     assert_eq!(r["engine"], "vllm");
     assert_eq!(r["model"], model.as_str());
-    assert_eq!(r["served_model"], model.as_str(), "/v1/models lists the path");
+    assert_eq!(
+        r["served_model"],
+        model.as_str(),
+        "/v1/models lists the path"
+    );
     assert_eq!(r["host"], "localhost");
     assert_eq!(u(&r["port"]), u64::from(port));
     assert_eq!(r["url"], url.as_str());
@@ -363,7 +381,11 @@ fn vllm_preset_launches_serves_loadgen_exactly_and_srv_kill_ends_the_whole_tree(
         assert_eq!(r["labels"][k], v, "{r}");
     }
     let pid = u(&r["pid"]) as u32;
-    assert_eq!(u(&r["pgid"]), u64::from(pid), "the server leads its own group");
+    assert_eq!(
+        u(&r["pgid"]),
+        u64::from(pid),
+        "the server leads its own group"
+    );
     assert!(u(&r["start_ticks"]) > 0);
     assert!(r["ready_s"].as_f64().unwrap() > 0.0);
     assert!(stderr.contains(&format!("vllm ready at {url}")), "{stderr}");
@@ -462,6 +484,14 @@ fn vllm_preset_launches_serves_loadgen_exactly_and_srv_kill_ends_the_whole_tree(
     assert_eq!(s["point"]["rate_rps"], 4.0, "{s}");
     assert_eq!(u(&s["requests"]), 6, "{s}");
 
+    // The lengths came from the engine's own count: its access log shows loadgen's /tokenize
+    // calls (the fallback, probe completions, would not be exact with every tokenizer).
+    let log = std::fs::read_to_string(r["log"].as_str().unwrap()).unwrap();
+    assert!(
+        log.contains("\"POST /tokenize HTTP/1.1\" 200"),
+        "no /tokenize in the access log"
+    );
+
     // srv-kill finds the same tree by port and by command line, and signals nothing in a dry run.
     let (code, by_port, err) = srv_kill(&["--port", &port.to_string(), "--dry-run"], None);
     assert_eq!(code, Some(0), "{err}");
@@ -473,7 +503,10 @@ fn vllm_preset_launches_serves_loadgen_exactly_and_srv_kill_ends_the_whole_tree(
     assert_eq!(sorted_pids(&by_port[0]), tree_pids, "{}", by_port[0]);
     assert_eq!(sorted_pids(&by_match[0]), tree_pids, "{}", by_match[0]);
     assert_eq!(by_port[0]["dry_run"], true);
-    assert!(procs.iter().all(|p| testkit::alive(p.pid)), "a dry run killed");
+    assert!(
+        procs.iter().all(|p| testkit::alive(p.pid)),
+        "a dry run killed"
+    );
 
     // srv-kill from the record: every process gone, the port free.
     let (code, kills, err) = srv_kill(&["--grace", "30s"], Some(&r));
@@ -528,8 +561,9 @@ fn vllm_pipeline_launch_sweep_builtin_prompts_kill_summarize_leaves_nothing_runn
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stderr}");
 
+    // srv-kill consumes the server record; the tee before loadgen kept it.
+    let r = json_lines(&std::fs::read(&server).unwrap())[0].clone();
     let records = json_lines(&std::fs::read(&records).unwrap());
-    let r = of_kind(&records, "server")[0].clone();
     let sweep: Vec<Value> = records
         .iter()
         .filter(|x| x["kind"] != "summary" || x["point"]["input_len"] == 128)
@@ -554,13 +588,24 @@ fn vllm_pipeline_launch_sweep_builtin_prompts_kill_summarize_leaves_nothing_runn
     let kill = of_kind(&records, "kill")[0];
     assert_eq!(kill["ok"], true, "{kill}");
     assert_eq!(kill["port_free"], true, "{kill}");
-    assert!(matched_pids(kill).len() >= 3, "API server, EngineCore, Worker: {kill}");
+    assert!(
+        matched_pids(kill).len() >= 3,
+        "API server, EngineCore, Worker: {kill}"
+    );
     assert!(wait_gone(&matched_pids(kill), Duration::from_secs(10)));
     assert!(of_launch(&r).is_empty(), "{:?}", of_launch(&r));
     assert!(port_free(u(&r["port"]) as u16));
 
-    // The table: both sweep points at 128 prompt tokens, and no note that prompts missed.
-    assert!(table.contains("in=128") || table.contains("128"), "{table}");
+    // The table: both sweep points at 128 prompt tokens and 16 out, and no note that prompts
+    // missed their length.
+    let rows = table
+        .lines()
+        .filter(|l| {
+            l.split_whitespace().take(3).eq(["128", "16", "1"])
+                || l.split_whitespace().take(3).eq(["128", "16", "4"])
+        })
+        .count();
+    assert_eq!(rows, 2, "{table}");
     assert!(!table.contains("missed their target length"), "{table}");
     assert!(table.contains("# kills"), "{table}");
 }
@@ -654,13 +699,16 @@ fn vllm_engine_core_killed_mid_run_fails_requests_in_flight_and_nothing_hangs_or
     // with fewer tokens, and none is blamed on the client's connection.
     let requests = of_kind(&records, "request");
     assert_eq!(requests.len(), 40, "every request recorded once");
-    let failed: Vec<&&Value> = requests.iter().filter(|x| x.get("error").is_some()).collect();
-    assert!(!failed.is_empty(), "{records:?}");
-    let in_flight: Vec<&&&Value> = failed
+    let failed: Vec<&&Value> = requests
         .iter()
-        .filter(|x| x["ttft_ms"].is_number())
+        .filter(|x| x.get("error").is_some())
         .collect();
-    assert!(!in_flight.is_empty(), "no request was streaming: {failed:?}");
+    assert!(!failed.is_empty(), "{records:?}");
+    let in_flight: Vec<&&&Value> = failed.iter().filter(|x| x["ttft_ms"].is_number()).collect();
+    assert!(
+        !in_flight.is_empty(),
+        "no request was streaming: {failed:?}"
+    );
     for x in &in_flight {
         let class = x["error"]["class"].as_str().unwrap();
         assert!(matches!(class, "protocol" | "reset"), "{x}");
@@ -698,7 +746,10 @@ fn vllm_launch_with_a_bad_engine_flag_exits_1_with_the_log_tail() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(out.stdout.is_empty(), "no record for a server that never served");
+    assert!(
+        out.stdout.is_empty(),
+        "no record for a server that never served"
+    );
     assert!(stderr.contains("vllm exited during startup"), "{stderr}");
     assert!(stderr.contains("--- last "), "the log's tail: {stderr}");
     assert!(
@@ -719,7 +770,11 @@ fn vllm_preset_flags_are_flags_of_the_real_engine() {
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(preset.program, ["vllm", "serve"]);
     assert_eq!(preset.model, engines::ModelArg::Positional);
     assert!(help.contains("[model_tag]"), "positional model: {help}");
