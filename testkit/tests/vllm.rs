@@ -706,15 +706,24 @@ fn vllm_engine_core_killed_mid_run_fails_requests_in_flight_and_nothing_hangs_or
         );
         std::thread::sleep(Duration::from_millis(200));
     };
-    let records = json_lines(&std::fs::read(&out_path).unwrap());
+    let stdout = std::fs::read(&out_path).unwrap();
+    let records = json_lines(&stdout);
     let stderr = stderr();
-    eprintln!("pipeline exit {status:?}; stderr:\n{stderr}");
+    eprintln!(
+        "pipeline exit {status:?}, {} bytes of records; stderr:\n{stderr}",
+        stdout.len()
+    );
 
     // The requests in flight when the engine died fail as the server reported it: an error
     // event inside the open stream, or the stream cut. None of them is counted as a success
     // with fewer tokens, and none is blamed on the client's connection.
     let requests = of_kind(&records, "request");
-    assert_eq!(requests.len(), 40, "every request recorded once");
+    assert_eq!(
+        requests.len(),
+        40,
+        "every request recorded once: {}",
+        String::from_utf8_lossy(&stdout[stdout.len().saturating_sub(3000)..])
+    );
     let failed: Vec<&&Value> = requests
         .iter()
         .filter(|x| x.get("error").is_some())
