@@ -2,7 +2,7 @@
 //! anything the simulator does not support), and the exact bytes of every response and SSE event.
 //! Streaming chunks are built from per-request prefixes so a token costs a few memcpys.
 
-use crate::tokens;
+use crate::{prefix, tokens};
 use serde_json::{Map, Value, json};
 use std::fmt::Write as _;
 
@@ -58,6 +58,8 @@ impl ApiError {
 pub struct GenRequest {
     pub endpoint: Endpoint,
     pub prompt_tokens: u32,
+    /// The prompt's prefix-cache block hashes ([`crate::prefix`]).
+    pub blocks: Vec<u64>,
     /// Seeds the generated words together with the server's `--seed` (and the request's `seed`).
     pub text_seed: u64,
     pub max_tokens: u32,
@@ -134,15 +136,29 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-/// Token count and a stable hash of a completions `prompt`: a string, token ids, or a one-element
-/// list of either (batches of several prompts are not supported).
-pub fn prompt_of(prompt: &Value) -> Result<(u32, u64), ApiError> {
+/// What the server takes from a prompt: its token count, a stable hash of it, its prefix-cache
+/// block hashes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompt {
+    pub tokens: u32,
+    pub hash: u64,
+    pub blocks: Vec<u64>,
+}
+
+/// A completions `prompt`: a string, token ids, or a one-element list of either (batches of
+/// several prompts are not supported).
+pub fn prompt_of(prompt: &Value) -> Result<Prompt, ApiError> {
     match prompt {
-        Value::String(s) => Ok((tokens::count(s), tokens::fnv1a(s.as_bytes()))),
-        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_u64) => Ok((
-            items.len() as u32,
-            tokens::fnv1a(prompt.to_string().as_bytes()),
-        )),
+        Value::String(s) => Ok(Prompt {
+            tokens: tokens::count(s),
+            hash: tokens::fnv1a(s.as_bytes()),
+            blocks: prefix::text_blocks(s),
+        }),
+        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_u64) => Ok(Prompt {
+            tokens: items.len() as u32,
+            hash: tokens::fnv1a(prompt.to_string().as_bytes()),
+            blocks: prefix::block_hashes(items.iter().filter_map(Value::as_u64)),
+        }),
         Value::Array(items) if items.len() == 1 => prompt_of(&items[0]),
         Value::Array(items) if items.len() > 1 => Err(ApiError::bad_request(
             "batched prompts (a list of several prompts) are not supported by srv-sim; send one prompt per request",
@@ -209,13 +225,14 @@ pub fn messages_text(messages: &Value) -> Result<String, ApiError> {
     Ok(text)
 }
 
-/// Token count and hash of chat `messages`.
-pub fn messages_of(messages: &Value) -> Result<(u32, u64), ApiError> {
+/// Chat `messages` as a prompt.
+pub fn messages_of(messages: &Value) -> Result<Prompt, ApiError> {
     let text = messages_text(messages)?;
-    Ok((
-        tokens::count(&text),
-        tokens::fnv1a(text.as_bytes()) ^ 0xC4A7,
-    ))
+    Ok(Prompt {
+        tokens: tokens::count(&text),
+        hash: tokens::fnv1a(text.as_bytes()) ^ 0xC4A7,
+        blocks: prefix::text_blocks(&text),
+    })
 }
 
 /// Validates a completions or chat body.
@@ -236,7 +253,7 @@ pub fn parse_generate(
             ));
         }
     }
-    let (prompt_tokens, prompt_hash) = match endpoint {
+    let prompt = match endpoint {
         Endpoint::Completions => match field(&obj, "prompt") {
             Some(p) => prompt_of(p)?,
             None => return Err(ApiError::bad_request("'prompt' is required")),
@@ -246,6 +263,7 @@ pub fn parse_generate(
             None => return Err(ApiError::bad_request("'messages' is required")),
         },
     };
+    let prompt_tokens = prompt.tokens;
     // Features a real server has and the simulator does not: refuse rather than pretend.
     if as_u32(&obj, "n")?.is_some_and(|n| n != 1) {
         return Err(ApiError::bad_request("n > 1 is not supported by srv-sim"));
@@ -372,7 +390,8 @@ pub fn parse_generate(
     Ok(GenRequest {
         endpoint,
         prompt_tokens,
-        text_seed: tokens::splitmix64(prompt_hash ^ request_seed.rotate_left(17)),
+        blocks: prompt.blocks,
+        text_seed: tokens::splitmix64(prompt.hash ^ request_seed.rotate_left(17)),
         max_tokens,
         stream,
         include_usage,

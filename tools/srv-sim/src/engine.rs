@@ -54,6 +54,8 @@ impl Progress {
 pub struct Submit {
     pub progress: Arc<Progress>,
     pub prompt_tokens: u32,
+    /// Leading prompt tokens found in the prefix cache ([`crate::prefix`]): no prefill for them.
+    pub cached: u32,
     pub arrival: Instant,
 }
 
@@ -478,9 +480,11 @@ impl StepLoop {
             };
             self.kv_reserved += need;
             let prompt_work = s.prompt_tokens.max(1);
+            // Cached tokens are prefilled already; at least one token is always computed.
+            let prefilled = s.cached.min(prompt_work - 1);
             self.running.push(Running {
                 req: Req::new(s),
-                prefilled: 0,
+                prefilled,
                 prompt_work,
                 kv_reserved: need,
             });

@@ -8,6 +8,7 @@
 
 use crate::api::{self, ApiError, Endpoint, Formatter, Limits};
 use crate::engine::{Engine, Progress, Submit};
+use crate::prefix::PrefixCache;
 use crate::tokens::{self, splitmix64, unit};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -19,8 +20,8 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -59,6 +60,8 @@ pub struct App {
     pub spec_decoding: bool,
     /// A request body that stalls this long is answered 408 (`--idle-timeout`).
     pub body_timeout: Option<Duration>,
+    /// One prefix cache per engine (empty: prefix caching off); set after [`App::new`].
+    pub prefix: Vec<Mutex<PrefixCache>>,
     pub generation_requests: AtomicU64,
     crashing: AtomicBool,
 }
@@ -87,6 +90,7 @@ impl App {
             kv_cache_tokens,
             spec_decoding,
             body_timeout: None,
+            prefix: Vec::new(),
             generation_requests: AtomicU64::new(0),
             crashing: AtomicBool::new(false),
         }
@@ -94,6 +98,22 @@ impl App {
 
     fn loading(&self) -> bool {
         Instant::now() < self.ready_at
+    }
+
+    /// Looks a request up in engine `engine`'s prefix cache (and caches it): its cached tokens.
+    fn prefix_admit(&self, engine: usize, blocks: &[u64], prompt_tokens: u32) -> u32 {
+        self.prefix.get(engine).map_or(0, |c| {
+            c.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .admit(blocks, prompt_tokens)
+        })
+    }
+
+    /// Empties every engine's prefix cache (`/reset_prefix_cache`, `/flush_cache`).
+    fn reset_prefix_caches(&self) {
+        for c in &self.prefix {
+            c.lock().unwrap_or_else(|p| p.into_inner()).reset();
+        }
     }
 }
 
@@ -271,7 +291,16 @@ async fn handle(app: &Arc<App>, fd: RawFd, req: Request<Incoming>) -> Response<S
             let snapshots: Vec<_> = app
                 .engines
                 .iter()
-                .map(|e| e.metrics.lock().unwrap_or_else(|p| p.into_inner()).clone())
+                .enumerate()
+                .map(|(i, e)| {
+                    let mut m = e.metrics.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    if let Some(c) = app.prefix.get(i) {
+                        let c = c.lock().unwrap_or_else(|p| p.into_inner());
+                        (m.prefix_queries, m.prefix_hits, m.prefix_resets) =
+                            (c.queries, c.hits, c.resets);
+                    }
+                    m
+                })
                 .collect();
             let text =
                 crate::metrics::render(&snapshots, &app.limits.served_model, app.spec_decoding);
@@ -286,6 +315,19 @@ async fn handle(app: &Arc<App>, fd: RawFd, req: Request<Incoming>) -> Response<S
             200,
             json!({"version": env!("CARGO_PKG_VERSION")}).to_string(),
         ),
+        // vLLM's (served there only with VLLM_SERVER_DEV_MODE=1): 200, empty body.
+        "/reset_prefix_cache" if post => {
+            app.reset_prefix_caches();
+            json_response(200, String::new())
+        }
+        // SGLang's.
+        "/flush_cache" if post || get => {
+            app.reset_prefix_caches();
+            let mut r = json_response(200, "Cache flushed.\n".to_string());
+            r.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            r
+        }
         "/v1/completions" if post => generate(app, fd, Endpoint::Completions, req).await,
         "/v1/chat/completions" if post => generate(app, fd, Endpoint::Chat, req).await,
         "/tokenize" | "/v1/tokenize" if post => match read_body(app, req).await {
@@ -312,7 +354,9 @@ async fn handle(app: &Arc<App>, fd: RawFd, req: Request<Incoming>) -> Response<S
         | "/tokenize"
         | "/v1/tokenize"
         | "/detokenize"
-        | "/v1/detokenize" => error_response(&ApiError::new(
+        | "/v1/detokenize"
+        | "/reset_prefix_cache"
+        | "/flush_cache" => error_response(&ApiError::new(
             405,
             format!("method {method} not allowed on {path}"),
         )),
@@ -433,9 +477,11 @@ async fn generate(
     let cut = cut.map(|kind| (request.max_tokens.div_ceil(2).max(1), kind));
 
     let progress = Progress::new(request.max_tokens);
-    app.engines[(n % app.engines.len() as u64) as usize].submit(Submit {
+    let engine = (n % app.engines.len() as u64) as usize;
+    app.engines[engine].submit(Submit {
         progress: progress.clone(),
         prompt_tokens: request.prompt_tokens,
+        cached: app.prefix_admit(engine, &request.blocks, request.prompt_tokens),
         arrival,
     });
     let fmt = Formatter::new(endpoint, n, unix_now(), &app.model_json, &request);

@@ -7,13 +7,14 @@
 //!
 //! Modules: [`tokens`] (the tokenization rule and generated text), [`api`] (wire format),
 //! [`engine`] (the step loop and the fixed schedule), [`cost`] (the step cost model),
-//! [`metrics`] (Prometheus text), [`http`] (the server).
+//! [`metrics`] (Prometheus text), [`prefix`] (the prefix cache), [`http`] (the server).
 
 pub mod api;
 pub mod cost;
 pub mod engine;
 pub mod http;
 pub mod metrics;
+pub mod prefix;
 pub mod tokens;
 
 use anyhow::Context as _;
@@ -132,6 +133,9 @@ pub struct Config {
     pub spec_accept: f64,
     #[command(flatten)]
     pub faults: Faults,
+    /// Turn prefix caching off (vLLM's spelling; on by default, as in vLLM)
+    #[arg(long)]
+    pub no_enable_prefix_caching: bool,
     /// Seed for generated text, faults and speculative acceptance
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub seed: u64,
@@ -417,6 +421,12 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
     );
     let idle = (!config.idle_timeout.is_zero()).then_some(config.idle_timeout);
     app.body_timeout = idle;
+    if !config.no_enable_prefix_caching {
+        let tokens = kv_cache_tokens.unwrap_or(prefix::UNBOUNDED_TOKENS);
+        app.prefix = (0..config.replicas())
+            .map(|_| std::sync::Mutex::new(prefix::PrefixCache::new(tokens)))
+            .collect();
+    }
     let app = Arc::new(app);
 
     let runtime = if config.threads <= 1 {

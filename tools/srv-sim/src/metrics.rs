@@ -89,6 +89,10 @@ pub struct Metrics {
     pub spec_drafts: u64,
     pub spec_draft_tokens: u64,
     pub spec_accepted_tokens: u64,
+    /// Prefix cache: prompt tokens looked up, tokens found cached, resets on request.
+    pub prefix_queries: u64,
+    pub prefix_hits: u64,
+    pub prefix_resets: u64,
     pub ttft: Histogram,
     pub itl: Histogram,
     pub e2e: Histogram,
@@ -116,6 +120,9 @@ impl Default for Metrics {
             spec_drafts: 0,
             spec_draft_tokens: 0,
             spec_accepted_tokens: 0,
+            prefix_queries: 0,
+            prefix_hits: 0,
+            prefix_resets: 0,
             ttft: Histogram::new(TTFT_BUCKETS),
             itl: Histogram::new(ITL_BUCKETS),
             e2e: Histogram::new(E2E_BUCKETS),
@@ -187,6 +194,20 @@ pub fn render(engines: &[Metrics], model: &str, spec_decoding: bool) -> String {
         "counter",
         "Number of generation tokens processed.",
         &|m| m.generation_tokens.to_string(),
+    );
+    family(
+        &mut out,
+        "vllm:prefix_cache_queries_total",
+        "counter",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        &|m| m.prefix_queries.to_string(),
+    );
+    family(
+        &mut out,
+        "vllm:prefix_cache_hits_total",
+        "counter",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        &|m| m.prefix_hits.to_string(),
     );
     family(
         &mut out,
@@ -267,6 +288,13 @@ pub fn render(engines: &[Metrics], model: &str, spec_decoding: bool) -> String {
         "gauge",
         "Largest lateness of the engine against its own schedule.",
         &|m| format!("{:?}", m.max_lateness_s),
+    );
+    family(
+        &mut out,
+        "srv_sim:prefix_cache_resets_total",
+        "counter",
+        "Times the prefix cache was emptied (/reset_prefix_cache, /flush_cache).",
+        &|m| m.prefix_resets.to_string(),
     );
     family(
         &mut out,
