@@ -13,6 +13,15 @@ pub enum ModelArg {
     Positional,
 }
 
+/// How an engine empties its prefix cache on request (loadgen `--flush-cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheReset {
+    /// One `POST` to this path; any 2xx is success.
+    Post(&'static str),
+    /// llama-server: `POST /slots/{id}?action=erase` for each of `GET /props`'s `total_slots`.
+    LlamaSlots,
+}
+
 /// One engine's launch recipe.
 #[derive(Debug, Clone, Copy)]
 pub struct EnginePreset {
@@ -38,6 +47,10 @@ pub struct EnginePreset {
     pub worker_titles: &'static [&'static str],
     /// Whether the engine needs `--model`.
     pub needs_model: bool,
+    /// How to empty its prefix cache; `None`: it has no endpoint for it.
+    pub cache_reset: Option<CacheReset>,
+    /// What that endpoint needs (a flag, an environment variable), or what to do without one.
+    pub cache_reset_hint: Option<&'static str>,
 }
 
 pub const ENGINES: &[EnginePreset] = &[
@@ -54,6 +67,8 @@ pub const ENGINES: &[EnginePreset] = &[
         ready_line: Some("The server is fired up and ready to roll!"),
         worker_titles: &["sglang::scheduler", "sglang::detokenizer"],
         needs_model: true,
+        cache_reset: Some(CacheReset::Post("/flush_cache")),
+        cache_reset_hint: Some("SGLang refuses it (400) while requests run"),
     },
     EnginePreset {
         name: "vllm",
@@ -68,6 +83,10 @@ pub const ENGINES: &[EnginePreset] = &[
         ready_line: Some("Application startup complete."),
         worker_titles: &["VLLM::EngineCore", "VLLM::Worker"],
         needs_model: true,
+        cache_reset: Some(CacheReset::Post("/reset_prefix_cache")),
+        cache_reset_hint: Some(
+            "vLLM serves it only when started with VLLM_SERVER_DEV_MODE=1 in its environment",
+        ),
     },
     EnginePreset {
         name: "llama-cpp",
@@ -82,6 +101,10 @@ pub const ENGINES: &[EnginePreset] = &[
         ready_line: Some("main: server is listening"),
         worker_titles: &[],
         needs_model: true,
+        cache_reset: Some(CacheReset::LlamaSlots),
+        cache_reset_hint: Some(
+            "llama-server erases slots only when started with --slot-save-path DIR; its host-memory prompt cache (--cache-ram) may outlive an erase, start it with --cache-ram 0 to be sure",
+        ),
     },
     EnginePreset {
         name: "trtllm",
@@ -96,6 +119,8 @@ pub const ENGINES: &[EnginePreset] = &[
         ready_line: Some("Application startup complete."),
         worker_titles: &[],
         needs_model: true,
+        cache_reset: None,
+        cache_reset_hint: Some("restart the server, or turn its KV-cache block reuse off"),
     },
     EnginePreset {
         name: "sim",
@@ -110,6 +135,8 @@ pub const ENGINES: &[EnginePreset] = &[
         ready_line: None,
         worker_titles: &[],
         needs_model: false,
+        cache_reset: Some(CacheReset::Post("/reset_prefix_cache")),
+        cache_reset_hint: None,
     },
 ];
 

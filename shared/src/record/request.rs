@@ -42,6 +42,8 @@ pub enum ErrorClass {
     Connect,
     /// Connection reset or closed mid-request.
     Reset,
+    /// The TLS handshake failed (an https server whose certificate is not trusted, say).
+    Tls,
     /// No complete answer within `--timeout`.
     Timeout,
     /// HTTP 4xx from the server.
@@ -64,6 +66,7 @@ impl ErrorClass {
         match self {
             ErrorClass::Connect => "connect",
             ErrorClass::Reset => "reset",
+            ErrorClass::Tls => "tls",
             ErrorClass::Timeout => "timeout",
             ErrorClass::Http4xx => "http_4xx",
             ErrorClass::Http5xx => "http_5xx",

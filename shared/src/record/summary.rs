@@ -82,6 +82,31 @@ pub struct SummaryRecord {
     /// Open-loop cap on requests in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrency: Option<u32>,
+    /// False for `--no-stream` (non-streaming requests: E2E and tokens, no TTFT, ITL or TPOT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    /// Sampling temperature every request asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling `top_p`, where set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// `--extra-body` as given: merged into every request body (loadgen's own fields won).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_body: Option<serde_json::Value>,
+    /// `--prefix-groups`: synthetic prompts in this many groups, each sharing its own prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_groups: Option<u32>,
+    /// `--prefix-len`: tokens of each group's prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_len: Option<u32>,
+    /// Fraction of the point's prompt tokens a prefix cache can serve: requests whose group was
+    /// sent before (since the last flush) times prefix / prompt length (loadgen README).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_hit_rate_expected: Option<f64>,
+    /// `--flush-cache`: whether the server's prefix cache was emptied before this point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_flushed: Option<bool>,
     /// Metric name (`ttft_ms`, ...) to HdrHistogram V2+deflate, base64; values in microseconds.
     #[serde(default)]
     pub hist: BTreeMap<String, String>,

@@ -199,6 +199,14 @@ fn summary() -> impl Strategy<Value = Record> {
                 seed: Some(7),
                 arrival: Some("poisson".into()),
                 max_concurrency: None,
+                stream: None,
+                temperature: None,
+                top_p: None,
+                extra_body: None,
+                prefix_groups: None,
+                prefix_len: None,
+                prefix_hit_rate_expected: None,
+                cache_flushed: None,
                 hist: [("ttft_ms".to_string(), "HISTFAAAAB".to_string())]
                     .into_iter()
                     .collect(),

@@ -3,10 +3,11 @@
 //! finished requests come back to the phase's caller one at a time. Per request it takes one
 //! reference count and one spawned task, no lock and no other allocation than the body.
 
+use crate::body::Template;
 use crate::exec::{Outcome, stream_into};
 use crate::http::{Failure, Pool};
 use crate::pacing::{Load, next_send};
-use crate::workload::{self, BodySpec, Entry, PromptText, Synthetic};
+use crate::workload::{Entry, PromptText, Synthetic};
 use bytes::Bytes;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -95,11 +96,15 @@ pub enum Budget {
 
 /// Makes request bodies for a point.
 pub struct Maker {
-    pub spec: BodySpec,
+    pub template: Arc<Template>,
+    /// Output tokens asked for, unless a listed prompt says otherwise.
+    pub max_tokens: u32,
     pub source: Source,
     pub seed: u64,
     /// `--max-tokens` was given: it overrides a prompt file's own `max_tokens`.
     pub max_given: bool,
+    /// `--prefix-groups`: request `id` of a phase is in group `id % groups` (0: no groups).
+    pub groups: u32,
 }
 
 /// Where prompts come from: aligned synthetic ones, or a list in a shuffled order.
@@ -117,23 +122,30 @@ struct Prepared {
 }
 
 impl Maker {
-    fn make(&self, seq: u64) -> Prepared {
+    /// Request `id` of the phase, the run's `seq`-th: unique across the run.
+    fn make(&self, seq: u64, id: u64) -> Prepared {
         match &self.source {
-            Source::Synthetic(s) => Prepared {
-                body: workload::body(&self.spec, &PromptText::Text(s.text(Some(seq), self.seed))),
-                target: Some(s.target_tokens),
-                max_tokens: self.spec.max_tokens,
-            },
+            Source::Synthetic(s) => {
+                let group = (self.groups > 0).then(|| (id % u64::from(self.groups)) as u32);
+                let text = s.text(Some(seq), group, self.seed);
+                Prepared {
+                    body: self
+                        .template
+                        .build(&PromptText::Text(text), self.max_tokens),
+                    target: Some(s.target_tokens),
+                    max_tokens: self.max_tokens,
+                }
+            }
             Source::Listed(entries, order) => {
                 let e = &entries[order[(seq % order.len() as u64) as usize]];
-                let mut spec = self.spec.clone();
-                if let Some(m) = e.max_tokens.filter(|_| !self.max_given) {
-                    spec.max_tokens = m;
-                }
+                let max_tokens = match e.max_tokens.filter(|_| !self.max_given) {
+                    Some(m) => m,
+                    None => self.max_tokens,
+                };
                 Prepared {
-                    body: workload::body(&spec, &e.prompt),
+                    body: self.template.build(&e.prompt, max_tokens),
                     target: None,
-                    max_tokens: spec.max_tokens,
+                    max_tokens,
                 }
             }
         }
@@ -156,6 +168,8 @@ pub struct Context {
     pub pool: Arc<Pool>,
     /// The API's path (`/v1/completions`).
     pub path: &'static str,
+    /// Streaming requests (false: `--no-stream`).
+    pub stream: bool,
     pub timeout: Duration,
     pub grace: Duration,
     /// Requests prepared so far in the whole run: synthetic prompts are unique across points.
@@ -241,6 +255,7 @@ impl Context {
                 requests: Arc::new(InFlight {
                     pool: self.pool.clone(),
                     path: self.path,
+                    stream: self.stream,
                     timeout: self.timeout,
                     tx,
                     cancel_rx,
@@ -315,6 +330,7 @@ async fn sleep_until_some(t: Option<tokio::time::Instant>) {
 struct InFlight {
     pool: Arc<Pool>,
     path: &'static str,
+    stream: bool,
     timeout: Duration,
     /// Dropped with the last task: the phase's collector then ends.
     tx: mpsc::UnboundedSender<Finished>,
@@ -367,7 +383,7 @@ impl Dispatcher {
             let prepared = self
                 .phase
                 .maker
-                .make(self.ctx.seq.fetch_add(1, Ordering::Relaxed));
+                .make(self.ctx.seq.fetch_add(1, Ordering::Relaxed), id);
             let draw = match load {
                 Load::Open { arrival, .. } => arrival.draw(&mut rng),
                 Load::Closed { .. } => 1.0,
@@ -472,7 +488,13 @@ async fn request_task(shared: Arc<InFlight>, req: Request) {
         let deadline = tokio::time::Instant::from_std(req.intended + shared.timeout);
         let work = tokio::time::timeout_at(
             deadline,
-            stream_into(&shared.pool, shared.path, req.prepared.body, &mut o),
+            stream_into(
+                &shared.pool,
+                shared.path,
+                req.prepared.body,
+                shared.stream,
+                &mut o,
+            ),
         );
         tokio::select! {
             r = work => {

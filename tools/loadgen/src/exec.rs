@@ -1,5 +1,6 @@
 //! One streaming request, timed: chunks are timestamped the moment their bytes are handed to
 //! us, classified (content, reasoning, usage, error), and turned into the `request` record.
+//! A non-streaming one (`--no-stream`) is timed at the end of its answer, tokens from its usage.
 
 use crate::http::{Failure, Pool, hyper_failure, status_failure};
 use crate::sse::{SseParser, classify};
@@ -42,13 +43,64 @@ fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Sends one streaming request and reads its stream to the end into `o`.
-pub async fn stream_into(pool: &Pool, path: &str, body: Bytes, o: &mut Outcome) {
-    let result = stream_inner(pool, path, body, o).await;
+/// Sends one request and reads its answer to the end into `o`: a stream, or with `stream`
+/// false one whole JSON answer.
+pub async fn stream_into(pool: &Pool, path: &str, body: Bytes, stream: bool, o: &mut Outcome) {
+    let result = if stream {
+        stream_inner(pool, path, body, o).await
+    } else {
+        whole_inner(pool, path, body, o).await
+    };
     o.end = Instant::now();
     if let Err(f) = result {
         o.failure = Some(f);
     }
+}
+
+/// A non-streaming request: the whole answer, its `usage` as the token counts.
+async fn whole_inner(pool: &Pool, path: &str, body: Bytes, o: &mut Outcome) -> Result<(), Failure> {
+    let (resp, conn) = pool
+        .send(|| pool.target.request(hyper::Method::POST, path, body.clone()))
+        .await?;
+    let status = resp.status().as_u16();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| hyper_failure(&e))?
+        .to_bytes();
+    if !(200..300).contains(&status) {
+        return Err(status_failure(status, &bytes));
+    }
+    pool.give_back(conn);
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(400)]);
+        Failure::new(
+            ErrorClass::Protocol,
+            format!(
+                "malformed JSON answer ({e}): {}",
+                servbench::jsonl::excerpt(&text, 120)
+            ),
+        )
+    })?;
+    if v.get("error").is_some_and(|e| !e.is_null()) {
+        return Err(Failure::new(
+            ErrorClass::Protocol,
+            format!(
+                "error in answer: {}",
+                servbench::jsonl::excerpt(&v["error"].to_string(), 200)
+            ),
+        ));
+    }
+    let count = |key: &str| {
+        v.get("usage")
+            .and_then(|u| u.get(key))
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+    };
+    o.usage_completion = count("completion_tokens");
+    o.usage_prompt = count("prompt_tokens");
+    Ok(())
 }
 
 async fn stream_inner(

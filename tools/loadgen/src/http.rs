@@ -1,6 +1,7 @@
 //! A small HTTP/1.1 client on hyper's connection API: keep-alive connections pooled and
 //! reused (the pool grows to the number of requests in flight, no further), TCP_NODELAY, and
 //! response bodies read frame by frame as they arrive so each chunk is timed when it lands.
+//! `https://` targets speak the same HTTP/1.1 over TLS ([`crate::tls`]).
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -14,7 +15,21 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio::net::TcpStream;
 
-/// Where requests go: `http://host:port[/prefix]`.
+/// The TLS side of an `https://` target.
+#[derive(Clone)]
+pub struct Tls {
+    pub connector: tokio_rustls::TlsConnector,
+    /// The name the server's certificate must carry.
+    pub name: rustls::pki_types::ServerName<'static>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tls({:?})", self.name)
+    }
+}
+
+/// Where requests go: `http[s]://host:port[/prefix]`.
 #[derive(Debug, Clone)]
 pub struct Target {
     /// The URL as given, for messages.
@@ -24,6 +39,12 @@ pub struct Target {
     /// Path prefix without a trailing slash (`""` or `/proxy`).
     pub prefix: String,
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The URL's host (brackets kept for IPv6), for the TLS server name.
+    pub host: String,
+    /// An `https://` URL: connections need [`Target::tls`].
+    pub https: bool,
+    /// Set by [`Target::with_trust`] for an https target.
+    pub tls: Option<Tls>,
 }
 
 impl Target {
@@ -33,15 +54,11 @@ impl Target {
         let uri: hyper::Uri = url
             .parse()
             .map_err(|e| format!("{url}: not a URL ({e}; {EXAMPLE})"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(format!(
-                    "{url}: https is not supported; point loadgen at the server's plain http port"
-                ));
-            }
-            _ => return Err(format!("{url}: not an http:// URL ({EXAMPLE})")),
-        }
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => return Err(format!("{url}: not an http:// or https:// URL ({EXAMPLE})")),
+        };
         let Some(host) = uri.host().filter(|h| !h.is_empty()) else {
             return Err(format!("{url}: no host ({EXAMPLE})"));
         };
@@ -63,6 +80,7 @@ impl Target {
             .unwrap_or("");
         let port = match uri.port_u16() {
             Some(p) => p,
+            None if written.is_empty() && https => 443,
             None if written.is_empty() => 80,
             None => return Err(format!("{url}: port {written} is not a port number")),
         };
@@ -78,7 +96,29 @@ impl Target {
             authority,
             prefix,
             headers,
+            host: host.to_string(),
+            https,
+            tls: None,
         })
+    }
+
+    /// Sets up TLS for an https target with `trust`; for an http one, `trust` must be the
+    /// default (a `--cacert` or `--insecure` that would do nothing is refused).
+    pub fn with_trust(mut self, trust: &crate::tls::Trust) -> Result<Target, String> {
+        if !self.https {
+            return match trust {
+                crate::tls::Trust::System => Ok(self),
+                _ => Err(format!(
+                    "{}: --cacert and --insecure apply to https:// URLs only",
+                    self.url
+                )),
+            };
+        }
+        self.tls = Some(Tls {
+            connector: crate::tls::connector(trust)?,
+            name: crate::tls::server_name(&self.host)?,
+        });
+        Ok(self)
     }
 
     pub fn request(&self, method: hyper::Method, path: &str, body: Bytes) -> Request<Full<Bytes>> {
@@ -161,22 +201,27 @@ impl Pool {
         })
     }
 
-    /// A new connection, its driver task spawned.
+    /// A new connection (TLS handshake included for https), its driver task spawned.
     async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, Failure> {
         let stream = TcpStream::connect(&self.target.authority)
             .await
             .map_err(|e| connect_failure(&self.target, &e))?;
         let _ = stream.set_nodelay(true);
-        let (sender, conn) = http1::Builder::new()
-            .max_buf_size(8 << 20)
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| Failure::new(ErrorClass::Connect, format!("HTTP handshake: {e}")))?;
-        tokio::spawn(async move {
-            // Ends when the server closes the connection or the sender is dropped.
-            let _ = conn.await;
-        });
-        Ok(sender)
+        match (&self.target.tls, self.target.https) {
+            (None, false) => handshake(stream).await,
+            (Some(tls), _) => {
+                let stream = tls
+                    .connector
+                    .connect(tls.name.clone(), stream)
+                    .await
+                    .map_err(|e| tls_failure(&self.target, &e))?;
+                handshake(stream).await
+            }
+            (None, true) => Err(Failure::new(
+                ErrorClass::Tls,
+                format!("{}: no TLS set up for this https target", self.target.url),
+            )),
+        }
     }
 
     /// Opens connections until `n` are idle, so a point's first requests do not pay for the
@@ -273,6 +318,40 @@ impl Pool {
     }
 }
 
+/// HTTP/1.1 over `io`, its connection driven by a task of its own.
+async fn handshake<T>(io: T) -> Result<SendRequest<Full<Bytes>>, Failure>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = http1::Builder::new()
+        .max_buf_size(8 << 20)
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| Failure::new(ErrorClass::Connect, format!("HTTP handshake: {e}")))?;
+    tokio::spawn(async move {
+        // Ends when the server closes the connection or the sender is dropped.
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+/// A failed TLS handshake, with what to do about an untrusted certificate.
+pub fn tls_failure(target: &Target, e: &std::io::Error) -> Failure {
+    let untrusted = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|r| matches!(r, rustls::Error::InvalidCertificate(_)));
+    let fix = if untrusted {
+        " (the server's certificate is not signed by a CA loadgen trusts: pass --cacert FILE with that CA, or --insecure to skip the check)"
+    } else {
+        ""
+    };
+    Failure::new(
+        ErrorClass::Tls,
+        format!("TLS handshake with {} failed: {e}{fix}", target.url),
+    )
+}
+
 pub fn connect_failure(target: &Target, e: &std::io::Error) -> Failure {
     Failure::new(
         ErrorClass::Connect,
@@ -351,10 +430,14 @@ mod tests {
         );
         let t = Target::parse("http://h/api", vec![]).unwrap();
         assert_eq!((t.authority.as_str(), t.prefix.as_str()), ("h:80", "/api"));
+        let t = Target::parse("https://h/v1", vec![]).unwrap();
+        assert_eq!((t.authority.as_str(), t.https), ("h:443", true));
         assert!(
-            Target::parse("https://h", vec![])
+            Target::parse("http://h", vec![])
+                .unwrap()
+                .with_trust(&crate::tls::Trust::Insecure)
                 .unwrap_err()
-                .contains("https")
+                .contains("--cacert and --insecure apply to https:// URLs only")
         );
         assert!(Target::parse("h:80", vec![]).is_err());
         let t = Target::parse("http://[::1]:9000/proxy/", vec![]).unwrap();
@@ -370,9 +453,9 @@ mod tests {
     #[test]
     fn bad_urls_are_named_in_one_line() {
         for (url, says) in [
-            ("ftp://x", "not an http:// URL"),
-            ("h:80", "not an http:// URL"),
-            ("127.0.0.1:8000", "not an http:// URL"),
+            ("ftp://x", "not an http:// or https:// URL"),
+            ("h:80", "not an http:// or https:// URL"),
+            ("127.0.0.1:8000", "not an http:// or https:// URL"),
             ("http://", "not a URL"),
             ("http://h:99999", "not a port number"),
             ("http://a b", "not a URL"),

@@ -3,9 +3,11 @@
 //! `summary` records. The measuring is the point: chunks are timed as their bytes arrive,
 //! open-loop latency counts from the intended send time, the client's own CPU cost is recorded.
 
+pub mod body;
 pub mod dispatch;
 pub mod downstream;
 pub mod exec;
+pub mod flush;
 pub mod http;
 pub mod limits;
 pub mod pacing;
@@ -14,6 +16,7 @@ pub mod progress;
 pub mod ramp;
 pub mod run;
 pub mod sse;
+pub mod tls;
 pub mod workload;
 
 use clap::Parser;
@@ -52,6 +55,9 @@ Examples:
   loadgen --url http://127.0.0.1:8000 -c 1..64 --input-len 1000 --max-tokens 256 -n 200
   loadgen -r 5,10,20 --arrival poisson --duration 60s --slo ttft_ms=500,tpot_ms=50
   loadgen --ramp -c 8 --input-len 3000 --max-tokens 512 --duration 30s
+  loadgen --api chat --extra-body '{\"chat_template_kwargs\":{\"enable_thinking\":false}}' -c 8
+  loadgen --prefix-groups 8 --prefix-len 2048 --input-len 2560 -c 1,8,32 --flush-cache --engine vllm
+  loadgen --url https://gateway.example:443 --cacert ca.pem --no-stream -c 4
   srv-launch sim | loadgen -c 1,8 --prompts builtin | srv-kill
 
 Records (stdout, JSON lines): one `request` per finished request (--no-requests to omit),
@@ -78,6 +84,15 @@ pub struct Args {
     /// API key sent as a bearer token (unless --header sets Authorization)
     #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// https: trust only the CA certificates in this PEM file (default: the system's roots)
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    pub cacert: Option<String>,
+    /// https: do not verify the server's certificate (encrypted, but not authenticated)
+    #[arg(long)]
+    pub insecure: bool,
+    /// The server's engine, for --flush-cache (default: the server record's engine)
+    #[arg(long, value_enum, value_name = "ENGINE")]
+    pub engine: Option<servbench::engines::EnginePreset>,
 
     /// Closed loop: requests in flight, a list or doubling range (1,4,16 or 1..256)
     #[arg(short = 'c', long, value_parser = servbench::cli::u32_list)]
@@ -131,6 +146,27 @@ pub struct Args {
     /// Synthetic prompts share their first N tokens (prefix caching); otherwise each is unique
     #[arg(long, default_value_t = 0)]
     pub shared_prefix: u32,
+    /// Prefix-cache workload: synthetic prompts in G groups, each group sharing its own prefix
+    #[arg(long, value_name = "G", requires = "prefix_len", conflicts_with_all = ["prompts", "shared_prefix"])]
+    pub prefix_groups: Option<u32>,
+    /// Tokens of each group's prefix; the rest of --input-len is unique to each request
+    #[arg(long, value_name = "P", requires = "prefix_groups")]
+    pub prefix_len: Option<u32>,
+    /// Empty the server's prefix cache before each point, through its engine's endpoint
+    #[arg(long)]
+    pub flush_cache: bool,
+    /// Merged into every request body: a JSON object, or @FILE.json (loadgen's own fields win)
+    #[arg(long, value_name = "JSON|@FILE", value_parser = body::ExtraBody::parse)]
+    pub extra_body: Option<body::ExtraBody>,
+    /// Sampling temperature of every request (default 0)
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling top_p of every request
+    #[arg(long)]
+    pub top_p: Option<f64>,
+    /// Non-streaming requests: E2E and token counts only (no TTFT, ITL or TPOT)
+    #[arg(long)]
+    pub no_stream: bool,
     /// Prompts from a file (JSON lines with prompt or messages, or ShareGPT JSON), or `builtin`
     #[arg(long)]
     pub prompts: Option<String>,

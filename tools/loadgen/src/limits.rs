@@ -36,10 +36,45 @@ pub fn validate(a: &Args) -> anyhow::Result<()> {
             "--input-len {n}: at most {MAX_INPUT_LEN} tokens (beyond any model's context)"
         )));
     }
+    workload(a)?;
     if let Some(t) = a.threads.filter(|t| !(1..=MAX_THREADS).contains(t)) {
         return Err(cli::usage(format!(
             "--threads {t}: between 1 and {MAX_THREADS} (default: the cores, at most 8)"
         )));
+    }
+    Ok(())
+}
+
+/// Unique words each synthetic prompt has after its shared prefix (see `workload`).
+const UNIQUE_TOKENS: u32 = 8;
+
+/// The request-body and workload flags.
+fn workload(a: &Args) -> anyhow::Result<()> {
+    if let Some(t) = a.temperature.filter(|t| !(t.is_finite() && *t >= 0.0)) {
+        return Err(cli::usage(format!("--temperature {t}: must be 0 or more")));
+    }
+    if let Some(p) = a.top_p.filter(|p| !(*p > 0.0 && *p <= 1.0)) {
+        return Err(cli::usage(format!("--top-p {p}: must be in (0, 1]")));
+    }
+    if a.prefix_groups == Some(0) {
+        return Err(cli::usage("--prefix-groups must be at least 1"));
+    }
+    if let Some(p) = a.prefix_len {
+        let lens = a.input_len.clone().unwrap_or_else(|| vec![256]);
+        if let Some(&l) = lens.iter().find(|&&l| l < p.saturating_add(UNIQUE_TOKENS)) {
+            return Err(cli::usage(format!(
+                "--prefix-len {p} leaves {} tokens of --input-len {l} for the unique suffix; at least {UNIQUE_TOKENS} are needed",
+                l.saturating_sub(p)
+            )));
+        }
+    }
+    if a.no_stream
+        && let Some(slo) = &a.slo
+        && (slo.ttft_ms.is_some() || slo.tpot_ms.is_some() || slo.itl_ms.is_some())
+    {
+        return Err(cli::usage(
+            "--slo with --no-stream: a non-streaming request has no TTFT, TPOT or ITL; use e2e_ms",
+        ));
     }
     Ok(())
 }

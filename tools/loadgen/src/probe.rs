@@ -4,6 +4,7 @@
 //! a count that cannot be right for the prompt is not believed, and every probe is bounded by
 //! `--timeout`.
 
+use crate::body::{BodySpec, ExtraBody, Template};
 use crate::http::Pool;
 use crate::workload::{self, Api, PromptText, Synthetic};
 use bytes::Bytes;
@@ -119,6 +120,9 @@ pub struct Aligner {
     pub seed: u64,
     /// `--timeout`, for each count.
     pub timeout: Duration,
+    /// `--extra-body`: probe requests carry it, and a chat `/tokenize` its
+    /// `chat_template_kwargs`, so the prompt is counted as the load's requests template it.
+    pub extra: Option<ExtraBody>,
     aligned: Vec<(u32, Arc<Synthetic>)>,
 }
 
@@ -138,6 +142,7 @@ impl Aligner {
             shared_prefix,
             seed,
             timeout,
+            extra: None,
             aligned: Vec::new(),
         }
     }
@@ -153,7 +158,7 @@ impl Aligner {
         let mut method = "tokenize";
         let mut tried = vec![s.words.len()];
         for _round in 0..8 {
-            let text = s.text(None, seed);
+            let text = s.text(None, None, seed);
             let words = s.words.len();
             let count = match self.count_tokens(&text, words, &mut method).await {
                 Some(c) => c,
@@ -189,6 +194,10 @@ impl Aligner {
         }
         if let Some((count, words)) = best {
             s.resize(words, seed);
+            // The shared prefix in words: its tokens at the prompt's tokens per word.
+            let per_word = f64::from(count) / words as f64;
+            s.shared_prefix_words =
+                ((f64::from(self.shared_prefix) / per_word).round() as usize).min(words);
             if count != target {
                 cli::warn(format!(
                     "prompt length {target}: closest the server counted was {count} tokens (by {method})"
@@ -218,6 +227,12 @@ impl Aligner {
             if self.api == Api::Completions {
                 b["content"] = json!(text);
                 b["add_special"] = json!(true);
+            } else if let Some(kwargs) = self
+                .extra
+                .as_ref()
+                .and_then(|e| e.0.get("chat_template_kwargs"))
+            {
+                b["chat_template_kwargs"] = kwargs.clone();
             }
             workload::put_prompt(&mut b, self.api, &prompt);
             let body = Bytes::from(serde_json::to_vec(&b).unwrap_or_default());
@@ -243,10 +258,17 @@ impl Aligner {
             }
             *method = "probe requests";
         }
-        let mut b =
-            json!({"model": self.model, "max_tokens": 1, "stream": false, "temperature": 0.0});
-        workload::put_prompt(&mut b, self.api, &prompt);
-        let body = Bytes::from(serde_json::to_vec(&b).unwrap_or_default());
+        let (probe, _) = Template::new(&BodySpec {
+            api: self.api,
+            model: self.model.clone(),
+            stream: false,
+            force_length: false,
+            usage_per_chunk: false,
+            temperature: None,
+            top_p: None,
+            extra: self.extra.clone(),
+        });
+        let body = probe.build(&prompt, 1);
         let (status, reply) = self
             .pool
             .exchange(hyper::Method::POST, self.api.path(), body, self.timeout)

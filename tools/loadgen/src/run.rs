@@ -6,18 +6,21 @@
 //! stdout nobody reads any more stops everything at once (there is nobody to tell). A server
 //! found down ends the point (partial, `stopped_by: server_down`) and the run with exit 1.
 
+use crate::body::{BodySpec, Template};
 use crate::dispatch::{Budget, Context, Ended, Finished, Maker, Phase, Source, Stop};
 use crate::exec::{RequestMeta, to_record};
+use crate::flush::Flusher;
 use crate::http::{Pool, Target};
 use crate::limits;
 use crate::pacing::Load;
 use crate::probe::{self, Aligner, Model};
 use crate::progress::{Progress, cpu_seconds};
 use crate::ramp::{Rules, Verdict};
-use crate::workload::{self, BodySpec};
+use crate::workload;
 use crate::{Args, Warmup};
 use anyhow::Context as _;
 use servbench::cli::{self, Exit};
+use servbench::engines::EnginePreset;
 use servbench::jsonl::{self, BackgroundPassThrough, Disposition, RecordWriter};
 use servbench::record::{
     ErrorClass, Labels, PointKey, PointStop, RampLevel, RampRecord, Record, SummaryRecord,
@@ -37,7 +40,7 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
     let mut out = RecordWriter::stdout();
     let own = args.common.labels();
     // Upstream records go through first, unchanged; a `server` record names the target.
-    let mut upstream: Option<(String, Labels)> = None;
+    let mut upstream: Option<(String, Labels, String)> = None;
     let mut servers = 0;
     // With --url, upstream records still pass on, on a thread of their own: loadgen does not
     // wait for an upstream that may never close (an SSH session's stdin).
@@ -50,7 +53,7 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
             if let Record::Server(s) = &line.record {
                 servers += 1;
                 if upstream.is_none() {
-                    upstream = Some((s.url.clone(), s.labels.clone()));
+                    upstream = Some((s.url.clone(), s.labels.clone(), s.engine.clone()));
                 }
             }
             Disposition::Forward
@@ -61,13 +64,25 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
             ));
         }
     }
+    let mut engine = args.engine.and_then(|e| servbench::engines::engine(e.name));
     let (url, labels, from) = match (&args.url, upstream) {
         (Some(url), _) => (url.clone(), own, "--url"),
-        (None, Some((url, up))) => (url, inherit_labels(&up, &own), "the server record's url"),
+        (None, Some((url, up, recorded))) => {
+            if engine.is_none() {
+                engine = servbench::engines::engine(&recorded);
+                if engine.is_none() && args.flush_cache {
+                    return Err(cli::usage(format!(
+                        "--flush-cache: the server record's engine '{recorded}' has no preset; pass --engine NAME"
+                    )));
+                }
+            }
+            (url, inherit_labels(&up, &own), "the server record's url")
+        }
         (None, None) => ("http://127.0.0.1:8000".to_string(), own, "the default url"),
     };
     let setup = Setup {
         target: target(&args, &url, from)?,
+        engine,
         labels,
         stop: Stop::new(),
         signals: true,
@@ -101,13 +116,23 @@ fn target(args: &Args, url: &str, from: &str) -> anyhow::Result<Target> {
         v.set_sensitive(true);
         headers.push((hyper::header::AUTHORIZATION, v));
     }
-    Target::parse(url, headers).map_err(|e| cli::usage(format!("{from} {e}")))
+    let trust = match (&args.cacert, args.insecure) {
+        (Some(file), _) => crate::tls::Trust::CaFile(file.clone()),
+        (None, true) => crate::tls::Trust::Insecure,
+        (None, false) => crate::tls::Trust::System,
+    };
+    Target::parse(url, headers)
+        .and_then(|t| t.with_trust(&trust))
+        .map_err(|e| cli::usage(format!("{from} {e}")))
 }
 
 /// A run's inputs besides its flags: resolved by [`main`] from the flags and stdin, or given by
 /// a library caller (who may run more than once in a process).
 pub struct Setup {
     pub target: Target,
+    /// The server's engine (`--engine`, else the server record's): how `--flush-cache` empties
+    /// its prefix cache.
+    pub engine: Option<&'static EnginePreset>,
     /// On every record written: loadgen's own labels, plus an upstream server record's.
     pub labels: Labels,
     pub stop: Stop,
@@ -125,6 +150,7 @@ impl Setup {
     pub fn new(target: Target) -> Setup {
         Setup {
             target,
+            engine: None,
             labels: Labels::default(),
             stop: Stop::new(),
             signals: false,
@@ -142,6 +168,16 @@ pub fn run<W: Write>(
 ) -> anyhow::Result<Exit> {
     limits::validate(&args)?;
     limits::fit_open_files(&mut args, servbench::rlimit::raise_nofile_limit())?;
+    let flusher = match (args.flush_cache, setup.engine) {
+        (false, _) => None,
+        (true, Some(engine)) => Some(Flusher::new(engine)),
+        (true, None) => {
+            return Err(cli::usage(format!(
+                "--flush-cache needs the server's engine: pass --engine {} (or pipe srv-launch's server record)",
+                servbench::engines::names().join("|")
+            )));
+        }
+    };
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get().min(8)));
@@ -168,19 +204,21 @@ pub fn run<W: Write>(
         let ctx = Context {
             pool: pool.clone(),
             path: args.api.path(),
+            stream: !args.no_stream,
             timeout: args.timeout,
             grace: args.grace,
             seq: Arc::new(AtomicU64::new(0)),
             stop: setup.stop,
         };
-        let aligner = Aligner::new(
+        let mut aligner = Aligner::new(
             pool,
             args.api,
             model.clone(),
-            args.shared_prefix,
+            args.prefix_len.unwrap_or(args.shared_prefix),
             args.seed,
             args.timeout,
         );
+        aligner.extra = args.extra_body.clone();
         let mut run = Run {
             args,
             ctx,
@@ -189,6 +227,9 @@ pub fn run<W: Write>(
             model,
             first_errors: BTreeSet::new(),
             aligner,
+            flusher,
+            warned: BTreeSet::new(),
+            warm: BTreeSet::new(),
         };
         let exit = run.all().await?;
         // The runtime (and with it the signal handling) lives on while upstream drains.
@@ -256,6 +297,20 @@ struct Run<'a, W: Write> {
     model: String,
     first_errors: BTreeSet<ErrorClass>,
     aligner: Aligner,
+    flusher: Option<Flusher>,
+    /// Warnings already given (each once per run).
+    warned: BTreeSet<String>,
+    /// Prefix groups sent since the cache was last emptied, by (group, prefix words).
+    warm: BTreeSet<(u32, usize)>,
+}
+
+/// What a point's requests are made of.
+struct Work {
+    template: Arc<Template>,
+    max_tokens: u32,
+    source: Arc<Source>,
+    /// `--max-tokens` was given: it overrides a prompt file's own `max_tokens`.
+    max_given: bool,
 }
 
 /// What a point gave.
@@ -297,12 +352,24 @@ impl<W: Write> Run<'_, W> {
             };
             let source = Arc::new(source);
             for &max in &max_tokens {
-                let spec = BodySpec {
+                let (template, warnings) = Template::new(&BodySpec {
                     api: self.args.api,
                     model: self.model.clone(),
-                    max_tokens: max.unwrap_or(256),
+                    stream: !self.args.no_stream,
                     force_length: input_len.is_some() && !self.args.allow_eos,
                     usage_per_chunk: !self.args.no_usage_per_chunk,
+                    temperature: self.args.temperature,
+                    top_p: self.args.top_p,
+                    extra: self.args.extra_body.clone(),
+                });
+                for w in warnings {
+                    self.warn_once(w);
+                }
+                let work = Work {
+                    template: Arc::new(template),
+                    max_tokens: max.unwrap_or(256),
+                    source: source.clone(),
+                    max_given: max.is_some(),
                 };
                 let key = PointKey {
                     index: 0,
@@ -313,8 +380,7 @@ impl<W: Write> Run<'_, W> {
                     repeat: 0,
                 };
                 if self.args.ramp {
-                    self.ramp(&mut index, key, &spec, &source, max.is_some())
-                        .await?;
+                    self.ramp(&mut index, key, &work).await?;
                     continue;
                 }
                 for load in self.loads() {
@@ -323,13 +389,57 @@ impl<W: Write> Run<'_, W> {
                         key.index = index;
                         key.repeat = repeat;
                         index += 1;
-                        let p = self.point(key, load, &spec, &source, max.is_some()).await?;
+                        let p = self.point(key, load, &work).await?;
                         self.check_point(&p)?;
                     }
                 }
             }
         }
         Ok(Exit::Ok)
+    }
+
+    fn warn_once(&mut self, message: String) {
+        if self.warned.insert(message.clone()) {
+            cli::warn(message);
+        }
+    }
+
+    /// Marks the prefix groups the first `n` requests of a phase used as cached (request `id`
+    /// is in group `id % G`); returns how many of them were not cached before.
+    fn touch_groups(&mut self, n: u64, work: &Work) -> u64 {
+        let (Some(groups), Source::Synthetic(s)) = (self.args.prefix_groups, work.source.as_ref())
+        else {
+            return 0;
+        };
+        (0..n.min(u64::from(groups)))
+            .filter(|&g| self.warm.insert((g as u32, s.shared_prefix_words)))
+            .count() as u64
+    }
+
+    /// The point's expected prefix-cache hit rate: of `n` requests, all but the `cold` ones
+    /// find their group's prefix cached, which is this share of their prompt.
+    fn expected_hit_rate(&self, n: u64, cold: u64, work: &Work) -> Option<f64> {
+        let Source::Synthetic(s) = work.source.as_ref() else {
+            return None;
+        };
+        (self.args.prefix_groups.is_some() && n > 0).then(|| {
+            (n - cold.min(n)) as f64 / n as f64 * s.shared_prefix_words as f64
+                / s.words.len().max(1) as f64
+        })
+    }
+
+    /// What the summary says about the requests' bodies and the workload.
+    fn describe(&self, s: &mut SummaryRecord, work: &Work) {
+        s.stream = Some(!self.args.no_stream);
+        s.temperature = work.template.temperature();
+        s.top_p = work.template.top_p();
+        s.extra_body = self
+            .args
+            .extra_body
+            .as_ref()
+            .map(|e| serde_json::Value::Object(e.0.clone()));
+        s.prefix_groups = self.args.prefix_groups;
+        s.prefix_len = self.args.prefix_len;
     }
 
     fn loads(&self) -> Vec<Load> {
@@ -391,24 +501,48 @@ impl<W: Write> Run<'_, W> {
         }))
     }
 
+    /// Empties the server's prefix cache (`--flush-cache`): whether it was, None without the flag.
+    async fn flush(&mut self) -> anyhow::Result<Option<bool>> {
+        let Some(flusher) = self.flusher.as_mut() else {
+            return Ok(None);
+        };
+        let mut warning = None;
+        let done = until_stopped(&self.ctx.stop, async {
+            Ok(flusher
+                .flush(&self.ctx.pool, self.args.timeout, &mut |w| {
+                    warning = Some(w)
+                })
+                .await)
+        })
+        .await?;
+        if let Some(w) = warning {
+            self.warn_once(w);
+        }
+        if done {
+            self.warm.clear();
+        }
+        Ok(Some(done))
+    }
+
     /// Runs one sweep point (after its warmup) and writes its summary.
     async fn point(
         &mut self,
         mut key: PointKey,
         load: Load,
-        spec: &BodySpec,
-        source: &Arc<Source>,
-        max_given: bool,
+        work: &Work,
     ) -> anyhow::Result<PointOutcome> {
         match load {
             Load::Closed { concurrency } => key.concurrency = Some(concurrency),
             Load::Open { rate_rps, .. } => key.rate_rps = Some(rate_rps),
         }
+        let cache_flushed = self.flush().await?;
         let maker = Arc::new(Maker {
-            spec: spec.clone(),
-            source: source.as_ref().clone(),
+            template: work.template.clone(),
+            max_tokens: work.max_tokens,
+            source: work.source.as_ref().clone(),
             seed: self.args.seed,
-            max_given,
+            max_given: work.max_given,
+            groups: self.args.prefix_groups.unwrap_or(0),
         });
         let ctx = self.ctx.clone();
         let seed = self.args.arrival_seed(&key);
@@ -424,12 +558,16 @@ impl<W: Write> Run<'_, W> {
                     arrival_seed: seed ^ 0xa11,
                     maker: maker.clone(),
                 };
-                let ended = ctx.phase(warmup, &mut |_, _| {}).await;
+                let mut sent = 0u64;
+                let ended = ctx.phase(warmup, &mut |_, _| sent += 1).await;
+                self.touch_groups(sent, work);
                 if ended != Ended::Completed {
                     if ctx.stop.is_aborted() {
                         return Err(stopped(&ctx.stop));
                     }
-                    let summary = self.summary(&PointStats::new(), key, &ended, 0.0, &load);
+                    let mut summary = self.summary(&PointStats::new(), key, &ended, 0.0, &load);
+                    self.describe(&mut summary, work);
+                    summary.cache_flushed = cache_flushed;
                     self.out.emit(&summary)?;
                     return Ok(PointOutcome {
                         summary,
@@ -506,7 +644,11 @@ impl<W: Write> Run<'_, W> {
             return Err(stopped(&ctx.stop));
         }
         let cpu = cpu_seconds() - cpu_before;
-        let summary = self.summary(&stats, key, &ended, cpu, &load);
+        let mut summary = self.summary(&stats, key, &ended, cpu, &load);
+        self.describe(&mut summary, work);
+        summary.cache_flushed = cache_flushed;
+        let cold = self.touch_groups(stats.requests, work);
+        summary.prefix_hit_rate_expected = self.expected_hit_rate(stats.requests, cold, work);
         self.out.emit(&summary)?;
         Ok(PointOutcome {
             summary,
@@ -551,14 +693,7 @@ impl<W: Write> Run<'_, W> {
 
     /// `--ramp`: doubles the concurrency until a rule stops it; writes the `ramp` record (also
     /// when a stop or a server gone down ends it, which then ends the run as for a point).
-    async fn ramp(
-        &mut self,
-        index: &mut u32,
-        key: PointKey,
-        spec: &BodySpec,
-        source: &Arc<Source>,
-        max_given: bool,
-    ) -> anyhow::Result<()> {
+    async fn ramp(&mut self, index: &mut u32, key: PointKey, work: &Work) -> anyhow::Result<()> {
         let first = self
             .args
             .concurrency
@@ -583,9 +718,7 @@ impl<W: Write> Run<'_, W> {
                 k.index = *index;
                 k.repeat = repeat;
                 *index += 1;
-                let p = self
-                    .point(k, Load::Closed { concurrency }, spec, source, max_given)
-                    .await?;
+                let p = self.point(k, Load::Closed { concurrency }, work).await?;
                 if p.ended == Ended::Completed {
                     self.check_point(&p)?;
                 }

@@ -1,6 +1,6 @@
 //! What each request asks for: synthetic prompts of an exact token length (as the server counts
-//! it), prompts from a file (JSON lines or ShareGPT), or the built-in set; and the JSON body of
-//! each request, with output length forced where the workload is synthetic.
+//! it), optionally in prefix groups, prompts from a file (JSON lines or ShareGPT), or the
+//! built-in set. The request body around a prompt is built in [`crate::body`].
 //!
 //! Exact lengths: a synthetic prompt is a sequence of common English words, each one token with
 //! its leading space in the usual BPE tokenizers. The word count is aligned once per target
@@ -8,7 +8,6 @@
 //! requests), then each request swaps a few words after the shared prefix for others drawn from
 //! the same vocabulary: the length holds and no two requests share a prefix by accident.
 
-use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -74,6 +73,8 @@ pub struct Entry {
 pub struct Synthetic {
     pub target_tokens: u32,
     pub words: Vec<u16>,
+    /// Leading words every request keeps (`--shared-prefix`), or that each prefix group
+    /// replaces with its own (`--prefix-len`).
     pub shared_prefix_words: usize,
 }
 
@@ -101,9 +102,19 @@ impl Synthetic {
         self.words.truncate(n);
     }
 
-    /// The text of request `id` (`None`: the aligned base itself).
-    pub fn text(&self, id: Option<u64>, seed: u64) -> String {
+    /// The text of request `id` (`None`: the aligned base itself), in prefix group `group`
+    /// where there are groups: the group's own words replace the shared prefix.
+    pub fn text(&self, id: Option<u64>, group: Option<u32>, seed: u64) -> String {
         let mut words = self.words.clone();
+        if let Some(g) = group {
+            let mut rng = StdRng::seed_from_u64(
+                seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x9e0f ^ (u64::from(g) << 20),
+            );
+            let end = self.shared_prefix_words.min(words.len());
+            for w in &mut words[..end] {
+                *w = rng.random_range(0..VOCAB.len()) as u16;
+            }
+        }
         if let Some(id) = id {
             let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ id);
             let from = self.shared_prefix_words.min(words.len());
@@ -230,53 +241,13 @@ pub fn shuffled_order(len: usize, seed: u64) -> Vec<usize> {
     order
 }
 
-/// Everything a request body needs besides the prompt.
-#[derive(Debug, Clone)]
-pub struct BodySpec {
-    pub api: Api,
-    pub model: String,
-    pub max_tokens: u32,
-    /// Add `ignore_eos` and `min_tokens` so the server generates exactly `max_tokens`.
-    pub force_length: bool,
-    /// Ask for usage in every chunk (vLLM's `continuous_usage_stats`).
-    pub usage_per_chunk: bool,
-}
-
-/// The JSON body of one streaming request.
-pub fn body(spec: &BodySpec, prompt: &PromptText) -> Bytes {
-    let mut b = json!({
-        "model": spec.model,
-        "max_tokens": spec.max_tokens,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-        "temperature": 0.0,
-    });
-    if spec.usage_per_chunk {
-        b["stream_options"]["continuous_usage_stats"] = json!(true);
-    }
-    if spec.force_length {
-        b["ignore_eos"] = json!(true);
-        b["min_tokens"] = json!(spec.max_tokens);
-    }
-    put_prompt(&mut b, spec.api, prompt);
-    Bytes::from(serde_json::to_vec(&b).unwrap_or_default())
-}
-
 /// Sets `prompt` or `messages`, converting between the two forms where the API needs the other.
 pub fn put_prompt(b: &mut Value, api: Api, prompt: &PromptText) {
     match (api, prompt) {
         (Api::Completions, PromptText::Text(t)) => b["prompt"] = json!(t),
         (Api::Chat, PromptText::Messages(m)) => b["messages"] = m.clone(),
         (Api::Chat, PromptText::Text(t)) => b["messages"] = json!([{"role": "user", "content": t}]),
-        (Api::Completions, PromptText::Messages(m)) => {
-            let joined: Vec<&str> = m
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|x| x.get("content").and_then(Value::as_str))
-                .collect();
-            b["prompt"] = json!(joined.join("\n\n"));
-        }
+        (Api::Completions, PromptText::Messages(m)) => b["prompt"] = json!(crate::body::joined(m)),
     }
 }
 
@@ -288,40 +259,29 @@ mod tests {
     fn synthetic_requests_differ_but_keep_word_count_and_prefix() {
         let mut s = Synthetic::new(100, 100, 20, 7);
         s.resize(120, 7);
-        let base = s.text(None, 7);
-        let a = s.text(Some(1), 7);
-        let b = s.text(Some(2), 7);
+        let base = s.text(None, None, 7);
+        let a = s.text(Some(1), None, 7);
+        let b = s.text(Some(2), None, 7);
         assert_ne!(a, b);
         assert_eq!(a.split(' ').count(), 120);
         assert_eq!(b.split(' ').count(), 120);
         let prefix = |t: &str| t.split(' ').take(20).collect::<Vec<_>>().join(" ");
         assert_eq!(prefix(&a), prefix(&base));
-        assert_eq!(a, s.text(Some(1), 7), "reproducible from the seed");
+        assert_eq!(a, s.text(Some(1), None, 7), "reproducible from the seed");
     }
 
     #[test]
-    fn bodies_force_length_unless_allowed() {
-        let spec = BodySpec {
-            api: Api::Chat,
-            model: "m".into(),
-            max_tokens: 64,
-            force_length: true,
-            usage_per_chunk: true,
-        };
-        let v: Value =
-            serde_json::from_slice(&body(&spec, &PromptText::Text("hi".into()))).unwrap();
-        assert_eq!(v["ignore_eos"], json!(true));
-        assert_eq!(v["min_tokens"], json!(64));
-        assert_eq!(v["messages"][0]["content"], json!("hi"));
-        let free = BodySpec {
-            force_length: false,
-            api: Api::Completions,
-            ..spec
-        };
-        let v: Value =
-            serde_json::from_slice(&body(&free, &PromptText::Text("hi".into()))).unwrap();
-        assert!(v.get("ignore_eos").is_none());
-        assert_eq!(v["prompt"], json!("hi"));
+    fn prefix_groups_share_their_own_prefix_only() {
+        let s = Synthetic::new(100, 100, 40, 3);
+        let words = |t: String| t.split(' ').map(str::to_string).collect::<Vec<_>>();
+        let g0a = words(s.text(Some(1), Some(0), 3));
+        let g0b = words(s.text(Some(2), Some(0), 3));
+        let g1 = words(s.text(Some(3), Some(1), 3));
+        assert_eq!(g0a.len(), 100);
+        assert_eq!(g0a[..40], g0b[..40]);
+        assert_ne!(g0a[40..48], g0b[40..48], "unique words after the prefix");
+        assert_ne!(g0a[..40], g1[..40]);
+        assert_eq!(g0a[48..], g1[48..], "the aligned rest is the same for all");
     }
 
     #[test]

@@ -85,10 +85,20 @@ pub struct Truth {
     pub output_tokens: u32,
 }
 
+/// One request as the server read it, in arrival order.
+#[derive(Clone, Debug)]
+pub struct Captured {
+    pub method: String,
+    pub path: String,
+    pub body: serde_json::Value,
+}
+
 pub struct TestServer {
     pub port: u16,
     pub truth: Arc<Mutex<Vec<Truth>>>,
     pub requests: Arc<AtomicUsize>,
+    /// Every request read, in order (the capture server of the workload tests).
+    pub log: Arc<Mutex<Vec<Captured>>>,
 }
 
 impl TestServer {
@@ -98,6 +108,9 @@ impl TestServer {
     pub fn truths(&self) -> Vec<Truth> {
         self.truth.lock().unwrap().clone()
     }
+    pub fn captured(&self) -> Vec<Captured> {
+        self.log.lock().unwrap().clone()
+    }
 }
 
 pub fn start(b: Behavior) -> TestServer {
@@ -105,18 +118,20 @@ pub fn start(b: Behavior) -> TestServer {
     let port = listener.local_addr().unwrap().port();
     let truth = Arc::new(Mutex::new(Vec::new()));
     let requests = Arc::new(AtomicUsize::new(0));
+    let log = Arc::new(Mutex::new(Vec::new()));
     let serial = Arc::new(Mutex::new(()));
-    let (t, r) = (truth.clone(), requests.clone());
+    let (t, r, l) = (truth.clone(), requests.clone(), log.clone());
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(conn) = conn else { continue };
             let (b, t, r, serial) = (b.clone(), t.clone(), r.clone(), serial.clone());
+            let l = l.clone();
             std::thread::spawn(move || {
                 // SAFETY: this thread's own timer slack, so the server's sleeps are precise.
                 unsafe {
                     libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
                 }
-                let _ = serve_conn(conn, &b, &t, &r, &serial);
+                let _ = serve_conn(conn, &b, &t, &r, &serial, &l);
             });
         }
     });
@@ -124,6 +139,7 @@ pub fn start(b: Behavior) -> TestServer {
         port,
         truth,
         requests,
+        log,
     }
 }
 
@@ -148,6 +164,7 @@ fn serve_conn(
     truth: &Mutex<Vec<Truth>>,
     requests: &AtomicUsize,
     serial: &Mutex<()>,
+    log: &Mutex<Vec<Captured>>,
 ) -> std::io::Result<()> {
     conn.set_nodelay(true)?;
     let mut reader = BufReader::new(conn.try_clone()?);
@@ -157,6 +174,7 @@ fn serve_conn(
         if reader.read_line(&mut line)? == 0 {
             return Ok(());
         }
+        let method = line.split_whitespace().next().unwrap_or("").to_string();
         let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
         let mut len = 0usize;
         loop {
@@ -175,6 +193,11 @@ fn serve_conn(
         reader.read_exact(&mut body)?;
         let t0 = Instant::now();
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        log.lock().unwrap().push(Captured {
+            method,
+            path: path.clone(),
+            body: body.clone(),
+        });
         let json_reply = |w: &mut TcpStream, status: &str, v: serde_json::Value| {
             let text = v.to_string();
             write!(
@@ -198,6 +221,11 @@ fn serve_conn(
                     "200 OK",
                     serde_json::json!({"count": (b.counts)(count_tokens(&body))}),
                 )?;
+                continue;
+            }
+            // vLLM's prefix-cache reset: 200, empty body.
+            "/reset_prefix_cache" => {
+                write!(w, "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")?;
                 continue;
             }
             "/v1/completions" | "/v1/chat/completions" => {}

@@ -1,0 +1,380 @@
+//! The one place a request body is built. Everything that is the same for every request of a
+//! point (model, stream options, sampling, `--extra-body`) is merged once into a JSON object and
+//! serialized once into a head; each request then appends only what varies (its `max_tokens`
+//! and its prompt or messages) behind it: one buffer, no JSON tree per request.
+//!
+//! Merging: loadgen's defaults (temperature 0, usage in every chunk), then `--extra-body` merged
+//! in (nested: objects merge key by key, anything else replaces), then `--temperature` and
+//! `--top-p`, then the fields the measurement depends on, which win over `--extra-body` with a
+//! warning: `model`, `stream`, `stream_options.include_usage`, `ignore_eos` when the output
+//! length is forced, and the per-request `max_tokens`/`min_tokens`/`max_completion_tokens`,
+//! `prompt` and `messages`.
+
+use crate::workload::{Api, PromptText};
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+use std::io::Write as _;
+
+/// `--extra-body`: a JSON object, given inline or as `@FILE`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtraBody(pub Map<String, Value>);
+
+impl ExtraBody {
+    /// Parses the flag's value; the error is one line naming the file where there is one.
+    pub fn parse(s: &str) -> Result<ExtraBody, String> {
+        let (text, from) = match s.strip_prefix('@') {
+            Some(path) => (
+                std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?,
+                format!("{path}: "),
+            ),
+            None => (s.to_string(), String::new()),
+        };
+        match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(map)) => Ok(ExtraBody(map)),
+            Ok(other) => Err(format!(
+                "{from}expected a JSON object ({{\"key\": value, ...}}), got {}",
+                kind(&other)
+            )),
+            Err(e) => Err(format!("{from}not JSON: {e}")),
+        }
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Merges `from` into `into`: objects key by key, recursively; any other value replaces.
+pub fn merge(into: &mut Map<String, Value>, from: &Map<String, Value>) {
+    for (k, v) in from {
+        match (into.get_mut(k), v) {
+            (Some(Value::Object(a)), Value::Object(b)) => merge(a, b),
+            _ => {
+                into.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// What every request of a point asks for besides its prompt and output length.
+#[derive(Debug, Clone)]
+pub struct BodySpec {
+    pub api: Api,
+    pub model: String,
+    /// `stream: true` with usage; false for `--no-stream`.
+    pub stream: bool,
+    /// Add `ignore_eos` and `min_tokens` so the server generates exactly `max_tokens`.
+    pub force_length: bool,
+    /// Ask for usage in every chunk (vLLM's `continuous_usage_stats`).
+    pub usage_per_chunk: bool,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub extra: Option<ExtraBody>,
+}
+
+/// A point's request bodies: the serialized head, and what each request appends.
+#[derive(Debug, Clone)]
+pub struct Template {
+    api: Api,
+    force_length: bool,
+    /// `{"model":...,...,` : every fixed field, ready for the per-request ones.
+    head: Vec<u8>,
+    /// The merged fixed fields, for the summary.
+    fixed: Map<String, Value>,
+}
+
+/// Keys each request sets itself; `--extra-body` cannot set them.
+const PER_REQUEST: &[&str] = &["max_tokens", "max_completion_tokens", "prompt", "messages"];
+
+impl Template {
+    /// The template, and one warning per field of `--extra-body` that loadgen overrides.
+    pub fn new(spec: &BodySpec) -> (Template, Vec<String>) {
+        let mut b = Map::new();
+        b.insert("temperature".into(), json!(0.0));
+        if spec.stream && spec.usage_per_chunk {
+            b.insert(
+                "stream_options".into(),
+                json!({"continuous_usage_stats": true}),
+            );
+        }
+        let extra = spec.extra.as_ref().map(|e| &e.0);
+        if let Some(extra) = extra {
+            merge(&mut b, extra);
+        }
+        if let Some(t) = spec.temperature {
+            b.insert("temperature".into(), json!(t));
+        }
+        if let Some(p) = spec.top_p {
+            b.insert("top_p".into(), json!(p));
+        }
+        let mut warnings = Vec::new();
+        let mut own = |b: &mut Map<String, Value>, path: &[&str], value: Option<Value>| {
+            let given = lookup(extra, path);
+            let key = path.join(".");
+            if let Some(g) = given
+                && Some(g) != value.as_ref()
+            {
+                warnings.push(match &value {
+                    Some(v) => format!(
+                        "--extra-body sets \"{key}\": {g}, loadgen's {v} wins (the measurement depends on it)"
+                    ),
+                    None => format!(
+                        "--extra-body sets \"{key}\": loadgen leaves it out here (the measurement depends on it)"
+                    ),
+                });
+            }
+            set(b, path, value);
+        };
+        own(&mut b, &["model"], Some(json!(spec.model)));
+        own(&mut b, &["stream"], Some(json!(spec.stream)));
+        if spec.stream {
+            own(
+                &mut b,
+                &["stream_options", "include_usage"],
+                Some(json!(true)),
+            );
+        } else {
+            // vLLM refuses stream_options without stream.
+            own(&mut b, &["stream_options"], None);
+        }
+        if spec.force_length {
+            own(&mut b, &["ignore_eos"], Some(json!(true)));
+            own(&mut b, &["min_tokens"], None);
+        }
+        for key in PER_REQUEST {
+            if let Some(g) = lookup(extra, &[key]) {
+                warnings.push(format!(
+                    "--extra-body sets \"{key}\": {}, each request's own value wins (use --max-tokens or the prompt flags)",
+                    servbench::jsonl::excerpt(&g.to_string(), 60)
+                ));
+            }
+            b.remove(*key);
+        }
+        let mut head = serde_json::to_vec(&Value::Object(b.clone())).unwrap_or_default();
+        // `{...}` becomes `{...,` (the map is never empty: it has the model).
+        head.pop();
+        head.push(b',');
+        (
+            Template {
+                api: spec.api,
+                force_length: spec.force_length,
+                head,
+                fixed: b,
+            },
+            warnings,
+        )
+    }
+
+    /// The body of one request.
+    pub fn build(&self, prompt: &PromptText, max_tokens: u32) -> Bytes {
+        let text_len = match prompt {
+            PromptText::Text(t) => t.len(),
+            PromptText::Messages(_) => 256,
+        };
+        let mut out = Vec::with_capacity(self.head.len() + text_len + text_len / 8 + 96);
+        out.extend_from_slice(&self.head);
+        let _ = write!(out, "\"max_tokens\":{max_tokens}");
+        if self.force_length {
+            let _ = write!(out, ",\"min_tokens\":{max_tokens}");
+        }
+        match (self.api, prompt) {
+            (Api::Completions, PromptText::Text(t)) => {
+                out.extend_from_slice(b",\"prompt\":");
+                string(&mut out, t);
+            }
+            (Api::Chat, PromptText::Text(t)) => {
+                out.extend_from_slice(b",\"messages\":[{\"role\":\"user\",\"content\":");
+                string(&mut out, t);
+                out.extend_from_slice(b"}]");
+            }
+            (Api::Chat, PromptText::Messages(m)) => {
+                out.extend_from_slice(b",\"messages\":");
+                let _ = serde_json::to_writer(&mut out, m);
+            }
+            (Api::Completions, PromptText::Messages(m)) => {
+                out.extend_from_slice(b",\"prompt\":");
+                string(&mut out, &joined(m));
+            }
+        }
+        out.push(b'}');
+        Bytes::from(out)
+    }
+
+    /// The temperature every request asks for (absent where `--extra-body` set it to null).
+    pub fn temperature(&self) -> Option<f64> {
+        self.fixed.get("temperature").and_then(Value::as_f64)
+    }
+
+    pub fn top_p(&self) -> Option<f64> {
+        self.fixed.get("top_p").and_then(Value::as_f64)
+    }
+
+    /// `chat_template_kwargs` as sent, for counting a chat prompt's tokens the same way.
+    pub fn chat_template_kwargs(&self) -> Option<&Value> {
+        self.fixed.get("chat_template_kwargs")
+    }
+}
+
+/// A JSON string literal of `s`.
+fn string(out: &mut Vec<u8>, s: &str) {
+    let _ = serde_json::to_writer(out, s);
+}
+
+/// Chat messages as one completions prompt: their text contents, blank-line separated.
+pub fn joined(m: &Value) -> String {
+    m.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x.get("content").and_then(Value::as_str))
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+fn lookup<'a>(map: Option<&'a Map<String, Value>>, path: &[&str]) -> Option<&'a Value> {
+    let (first, rest) = path.split_first()?;
+    let v = map?.get(*first)?;
+    if rest.is_empty() {
+        Some(v)
+    } else {
+        lookup(v.as_object(), rest)
+    }
+}
+
+/// Sets (or, with `None`, removes) the value at `path`, creating objects on the way.
+fn set(map: &mut Map<String, Value>, path: &[&str], value: Option<Value>) {
+    let Some((first, rest)) = path.split_first() else {
+        return;
+    };
+    if rest.is_empty() {
+        match value {
+            Some(v) => {
+                map.insert(first.to_string(), v);
+            }
+            None => {
+                map.remove(*first);
+            }
+        }
+        return;
+    }
+    if value.is_none() && !map.contains_key(*first) {
+        return;
+    }
+    let entry = map
+        .entry(first.to_string())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !entry.is_object() {
+        *entry = Value::Object(Map::new());
+    }
+    if let Value::Object(inner) = entry {
+        set(inner, rest, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(extra: &str) -> BodySpec {
+        BodySpec {
+            api: Api::Chat,
+            model: "m".into(),
+            stream: true,
+            force_length: true,
+            usage_per_chunk: true,
+            temperature: None,
+            top_p: None,
+            extra: (!extra.is_empty()).then(|| ExtraBody::parse(extra).unwrap()),
+        }
+    }
+
+    fn body(t: &Template, prompt: &str, max: u32) -> Value {
+        serde_json::from_slice(&t.build(&PromptText::Text(prompt.into()), max)).unwrap()
+    }
+
+    #[test]
+    fn extra_body_merges_nested_and_our_fields_win_with_a_warning() {
+        let (t, warnings) = Template::new(&spec(
+            r#"{"chat_template_kwargs":{"enable_thinking":false},"stream_options":{"include_usage":false,"x":1},
+                "max_tokens":5,"temperature":0.7,"model":"other","top_k":20}"#,
+        ));
+        let v = body(&t, "hi \"there\"", 64);
+        assert_eq!(v["chat_template_kwargs"], json!({"enable_thinking": false}));
+        assert_eq!(
+            v["stream_options"],
+            json!({"include_usage": true, "continuous_usage_stats": true, "x": 1})
+        );
+        assert_eq!(v["max_tokens"], json!(64));
+        assert_eq!(v["min_tokens"], json!(64));
+        assert_eq!(v["ignore_eos"], json!(true));
+        assert_eq!(v["model"], json!("m"));
+        assert_eq!(v["temperature"], json!(0.7));
+        assert_eq!(v["top_k"], json!(20));
+        assert_eq!(v["messages"][0]["content"], json!("hi \"there\""));
+        let all = warnings.join("\n");
+        for key in [
+            "\"model\"",
+            "\"stream_options.include_usage\"",
+            "\"max_tokens\"",
+        ] {
+            assert!(all.contains(key), "{key} in {all}");
+        }
+        assert_eq!(warnings.len(), 3, "{all}");
+        assert_eq!(t.temperature(), Some(0.7));
+    }
+
+    #[test]
+    fn flags_beat_extra_body_and_no_stream_drops_stream_options() {
+        let mut s = spec(r#"{"temperature":0.5,"stream_options":{"continuous_usage_stats":true}}"#);
+        s.temperature = Some(1.0);
+        s.top_p = Some(0.9);
+        s.stream = false;
+        s.force_length = false;
+        s.api = Api::Completions;
+        let (t, warnings) = Template::new(&s);
+        let v = body(&t, "a b", 3);
+        assert_eq!(v["temperature"], json!(1.0));
+        assert_eq!(v["top_p"], json!(0.9));
+        assert_eq!(v["stream"], json!(false));
+        assert!(v.get("stream_options").is_none());
+        assert!(v.get("min_tokens").is_none() && v.get("ignore_eos").is_none());
+        assert_eq!(v["prompt"], json!("a b"));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+    }
+
+    #[test]
+    fn plain_bodies_are_what_they_always_were() {
+        let (t, warnings) = Template::new(&spec(""));
+        assert!(warnings.is_empty());
+        let v = body(&t, "x", 8);
+        assert_eq!(
+            v,
+            json!({"model":"m","stream":true,"temperature":0.0,"max_tokens":8,"min_tokens":8,"ignore_eos":true,
+                   "stream_options":{"include_usage":true,"continuous_usage_stats":true},
+                   "messages":[{"role":"user","content":"x"}]})
+        );
+        let m = json!([{"role":"system","content":"s"},{"role":"user","content":"u"}]);
+        let v: Value =
+            serde_json::from_slice(&t.build(&PromptText::Messages(m.clone()), 2)).unwrap();
+        assert_eq!(v["messages"], m);
+    }
+
+    #[test]
+    fn extra_body_errors_are_one_line() {
+        assert!(ExtraBody::parse("[1]").unwrap_err().contains("JSON object"));
+        assert!(ExtraBody::parse("{").unwrap_err().contains("not JSON"));
+        let e = ExtraBody::parse("@/nonexistent/x.json").unwrap_err();
+        assert!(e.starts_with("cannot read /nonexistent/x.json"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("b.json");
+        std::fs::write(&f, r#"{"a":{"b":1}}"#).unwrap();
+        let e = ExtraBody::parse(&format!("@{}", f.display())).unwrap();
+        assert_eq!(e.0["a"]["b"], json!(1));
+    }
+}
