@@ -15,6 +15,7 @@ pub mod probe;
 pub mod progress;
 pub mod ramp;
 pub mod run;
+pub mod setup;
 pub mod sse;
 pub mod tls;
 pub mod workload;

@@ -1,0 +1,169 @@
+//! What a run starts from besides its flags: the target (`--url`, or the `server` record on
+//! stdin, whose records pass on unchanged), its TLS trust, the server's engine, the labels, and
+//! the binary's Ctrl-C/SIGTERM handling. [`main`] resolves these for the binary; a library
+//! caller builds a [`Setup`] itself.
+
+use crate::dispatch::Stop;
+use crate::http::Target;
+use crate::run::run;
+use crate::{Args, limits};
+use servbench::cli::{self, Exit};
+use servbench::engines::EnginePreset;
+use servbench::jsonl::{self, BackgroundPassThrough, Disposition, RecordWriter};
+use servbench::record::{Labels, Record, inherit_labels};
+
+/// Entry point from main: the target from `--url` or the `server` record on stdin, records to
+/// stdout, Ctrl-C/SIGTERM as the stop.
+pub fn main(args: Args) -> anyhow::Result<Exit> {
+    limits::validate(&args)?;
+    let mut out = RecordWriter::stdout();
+    let own = args.common.labels();
+    // Upstream records go through first, unchanged; a `server` record names the target.
+    let mut upstream: Option<(String, Labels, String)> = None;
+    let mut servers = 0;
+    // With --url, upstream records still pass on, on a thread of their own: loadgen does not
+    // wait for an upstream that may never close (an SSH session's stdin).
+    let background = match args.url {
+        Some(_) => BackgroundPassThrough::start(args.common.strict),
+        None => None,
+    };
+    if args.url.is_none() {
+        jsonl::pass_through(args.common.strict, &mut out, |line| {
+            if let Record::Server(s) = &line.record {
+                servers += 1;
+                if upstream.is_none() {
+                    upstream = Some((s.url.clone(), s.labels.clone(), s.engine.clone()));
+                }
+            }
+            Disposition::Forward
+        })?;
+        if servers > 1 {
+            cli::warn(format!(
+                "{servers} server records on stdin: loading the first only"
+            ));
+        }
+    }
+    let mut engine = args.engine.and_then(|e| servbench::engines::engine(e.name));
+    let (url, labels, from) = match (&args.url, upstream) {
+        (Some(url), _) => (url.clone(), own, "--url"),
+        (None, Some((url, up, recorded))) => {
+            if engine.is_none() {
+                engine = servbench::engines::engine(&recorded);
+                if engine.is_none() && args.flush_cache {
+                    return Err(cli::usage(format!(
+                        "--flush-cache: the server record's engine '{recorded}' has no preset; pass --engine NAME"
+                    )));
+                }
+            }
+            (url, inherit_labels(&up, &own), "the server record's url")
+        }
+        (None, None) => ("http://127.0.0.1:8000".to_string(), own, "the default url"),
+    };
+    let setup = Setup {
+        target: target(&args, &url, from)?,
+        engine,
+        labels,
+        stop: Stop::new(),
+        signals: true,
+        watch_stdout: true,
+        upstream: background,
+    };
+    run(args, setup, &mut out)
+}
+
+/// The target with `--header` and `--api-key`; `from` names where `url` came from.
+fn target(args: &Args, url: &str, from: &str) -> anyhow::Result<Target> {
+    let mut headers = Vec::new();
+    for (k, v) in &args.headers {
+        let name = hyper::header::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| cli::usage(format!("--header '{k}': not a header name")))?;
+        let value = hyper::header::HeaderValue::from_str(v)
+            .map_err(|_| cli::usage(format!("--header '{k}': value is not valid in a header")))?;
+        headers.push((name, value));
+    }
+    if let Some(key) = &args.api_key
+        && !headers
+            .iter()
+            .any(|(k, _)| k == hyper::header::AUTHORIZATION)
+    {
+        // Never silently unsent, never echoed: a key with a line break is a pasting mistake.
+        let mut v = hyper::header::HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+            cli::usage(
+                "--api-key (or OPENAI_API_KEY): the key holds a line break or another control character, which no header can carry; check how it was pasted or exported",
+            )
+        })?;
+        v.set_sensitive(true);
+        headers.push((hyper::header::AUTHORIZATION, v));
+    }
+    let trust = match (&args.cacert, args.insecure) {
+        (Some(file), _) => crate::tls::Trust::CaFile(file.clone()),
+        (None, true) => crate::tls::Trust::Insecure,
+        (None, false) => crate::tls::Trust::System,
+    };
+    Target::parse(url, headers)
+        .and_then(|t| t.with_trust(&trust))
+        .map_err(|e| cli::usage(format!("{from} {e}")))
+}
+
+/// A run's inputs besides its flags: resolved by [`main`] from the flags and stdin, or given by
+/// a library caller (who may run more than once in a process).
+pub struct Setup {
+    pub target: Target,
+    /// The server's engine (`--engine`, else the server record's): how `--flush-cache` empties
+    /// its prefix cache.
+    pub engine: Option<&'static EnginePreset>,
+    /// On every record written: loadgen's own labels, plus an upstream server record's.
+    pub labels: Labels,
+    pub stop: Stop,
+    /// The binary's Ctrl-C/SIGTERM handling: the first pulls `stop`, a second exits the process.
+    pub signals: bool,
+    /// Watch the process's stdout: once its reader is gone, `stop` is pulled hard (in-flight
+    /// requests cancelled at once) and the run ends as a closed stdout does.
+    pub watch_stdout: bool,
+    /// Upstream records still being passed on; waited for after the last point.
+    pub upstream: Option<BackgroundPassThrough>,
+}
+
+impl Setup {
+    /// Loads `target`, stopped only through the returned setup's `stop`.
+    pub fn new(target: Target) -> Setup {
+        Setup {
+            target,
+            engine: None,
+            labels: Labels::default(),
+            stop: Stop::new(),
+            signals: false,
+            watch_stdout: false,
+            upstream: None,
+        }
+    }
+}
+
+/// The first Ctrl-C/SIGTERM pulls `stop`; a second exits at once.
+pub(crate) async fn watch_signals(stop: Stop) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    let mut seen = 0;
+    loop {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        seen += 1;
+        if seen == 1 {
+            stop.stop();
+            cli::info(
+                "stopping: no new requests; in-flight ones get --grace, then a partial summary (again to quit now)",
+            );
+        } else {
+            // Hold stdout so no record line is cut in half, then leave at once.
+            let _lock = std::io::stdout().lock();
+            std::process::exit(Exit::Interrupted as i32);
+        }
+    }
+}
