@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark of loadgen itself against srv-sim: how much CPU the client spends per million output
-# tokens, how many streams it holds, how close its TTFT/ITL are to a fixed-latency truth, and
-# how late its open-loop sends are. Client and server run pinned to different cores.
+# tokens (over plain HTTP and over TLS), how many streams it holds, how close its TTFT/ITL are to
+# a fixed-latency truth, and how late its open-loop sends are. Client and server run pinned to
+# different cores.
 #
 #   scripts/bench-loadgen.sh            # full run (a few minutes), prints a table on stdout
 #   QUICK=1 scripts/bench-loadgen.sh    # shorter points, for a smoke check
@@ -40,7 +41,7 @@ start_server() {
   server_pid=$!
   url=""
   for _ in $(seq 1 200); do
-    url=$(grep -o 'http://127.0.0.1:[0-9]*' "$work/sim.err" | head -1 || true)
+    url=$(grep -oE 'https?://127.0.0.1:[0-9]+' "$work/sim.err" | head -1 || true)
     [ -n "$url" ] && break
     sleep 0.05
   done
@@ -97,5 +98,21 @@ for r in 1000 5000; do
   summ '"\(.send_lag_ms.p50) \(.send_lag_ms.p99) \(.req_s)"' | while read -r p50 p99 rs; do
     printf '%-44s %s\n' "r=$r send lag p50 / p99 (us)" \
       "$(awk -v a="$p50" -v b="$p99" 'BEGIN { printf "%.0f / %.0f", a * 1000, b * 1000 }') (achieved $(printf '%.0f' "$rs") req/s)"
+  done
+done
+
+# 5. The same streams as 1, over TLS: srv-sim with a certificate made here, loadgen trusting it
+#    with --cacert. Connections are set up before each point, so this is the per-byte cost.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+  -keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=localhost \
+  -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" \
+  -addext "basicConstraints=critical,CA:FALSE" 2>/dev/null
+start_server --ttft 0ms --itl 0ms --ssl-certfile "$work/cert.pem" --ssl-keyfile "$work/key.pem"
+for c in 1 64 256; do
+  lg -c "$c" --duration "${SECS}s" --warmup 2s --max-tokens 256 --input-len 32 --cacert "$work/cert.pem"
+  summ '"\(.output_tok_s) \(.client_cpu_s) \(.output_tokens) \(.errors)"' | while read -r toks cpu out errs; do
+    per_m=$(echo "$cpu $out" | awk '{ if ($2 > 0) printf "%.2f", $1 / $2 * 1e6; else print "n/a" }')
+    printf '%-44s %s\n' "https c=$c output tok/s" "$(printf '%.0f' "$toks") (errors $errs)"
+    printf '%-44s %s\n' "https c=$c client CPU-s per 1M output tokens" "$per_m"
   done
 done

@@ -184,7 +184,8 @@ pub fn srv_sim(args: &[&str]) -> (Guard, String) {
             .next()
             .expect("srv-sim exited before listening")
             .expect("read srv-sim's stderr");
-        if let Some(at) = line.find("listening on http://") {
+        // http://, or https:// with --ssl-certfile.
+        if let Some(at) = line.find("listening on http") {
             break line[at + "listening on ".len()..].trim().to_string();
         }
     };

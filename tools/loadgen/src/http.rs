@@ -341,10 +341,13 @@ pub fn tls_failure(target: &Target, e: &std::io::Error) -> Failure {
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
         .is_some_and(|r| matches!(r, rustls::Error::InvalidCertificate(_)));
-    let fix = if untrusted {
-        " (the server's certificate is not signed by a CA loadgen trusts: pass --cacert FILE with that CA, or --insecure to skip the check)"
-    } else {
+    let fix = if !untrusted {
         ""
+    } else if e.to_string().contains("CaUsedAsEndEntity") {
+        // `openssl req -x509` marks its self-signed certificates CA:TRUE by default.
+        " (the server presents a CA certificate as its own, which rustls refuses even when trusted: give the server a certificate with basicConstraints CA:FALSE, or one signed by a CA passed with --cacert; or --insecure to skip the check)"
+    } else {
+        " (the server's certificate is not signed by a CA loadgen trusts: pass --cacert FILE with that CA, or --insecure to skip the check)"
     };
     Failure::new(
         ErrorClass::Tls,

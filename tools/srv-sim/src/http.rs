@@ -62,6 +62,8 @@ pub struct App {
     pub body_timeout: Option<Duration>,
     /// One prefix cache per engine (empty: prefix caching off); set after [`App::new`].
     pub prefix: Vec<Mutex<PrefixCache>>,
+    /// HTTPS (`--ssl-certfile`): connections are served behind this acceptor; set after [`App::new`].
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
     pub generation_requests: AtomicU64,
     crashing: AtomicBool,
 }
@@ -91,6 +93,7 @@ impl App {
             spec_decoding,
             body_timeout: None,
             prefix: Vec::new(),
+            tls: None,
             generation_requests: AtomicU64::new(0),
             crashing: AtomicBool::new(false),
         }
@@ -141,16 +144,21 @@ pub async fn serve(
         let fd = stream.as_raw_fd();
         let app = app.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let app = app.clone();
-                async move { Ok::<_, Infallible>(handle(&app, fd, req).await) }
-            });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(idle)
-                .serve_connection(io, service)
-                .await;
+            match app.tls.clone() {
+                None => serve_connection(stream, app, fd, idle).await,
+                // A client that fails the handshake (or never finishes it within the idle
+                // timeout) has nothing to be served.
+                Some(acceptor) => {
+                    let handshake = acceptor.accept(stream);
+                    let done = match idle {
+                        Some(limit) => tokio::time::timeout(limit, handshake).await.ok(),
+                        None => Some(handshake.await),
+                    };
+                    if let Some(Ok(tls)) = done {
+                        serve_connection(tls, app, fd, idle).await;
+                    }
+                }
+            }
         });
     }
 }
@@ -177,6 +185,22 @@ impl AcceptErrors {
             self.since = 0;
         }
     }
+}
+
+/// Serves HTTP/1.1 requests on one connection (plain or TLS) until it closes.
+async fn serve_connection<I>(io: I, app: Arc<App>, fd: RawFd, idle: Option<Duration>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| {
+        let app = app.clone();
+        async move { Ok::<_, Infallible>(handle(&app, fd, req).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(idle)
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+        .await;
 }
 
 /// A response body: a whole buffer, an SSE stream, or a connection reset.

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod http;
 pub mod metrics;
 pub mod prefix;
+pub mod tls;
 pub mod tokens;
 
 use anyhow::Context as _;
@@ -38,7 +39,7 @@ Examples:
   srv-sim --fail-rate 0.05 --reset-rate 0.01 --stall-after 100
 
 Tokens: a token is a whitespace-separated word; a prompt of N words is N tokens.
-stderr says `srv-sim: listening on http://HOST:PORT` once bound; poll GET /health for readiness.";
+stderr says `srv-sim: listening on http://HOST:PORT` (https:// with --ssl-certfile) once bound; poll GET /health for readiness.";
 
 /// A simulated LLM inference server (OpenAI-compatible, vLLM-shaped), timed by a roofline cost
 /// model or by fixed latencies, with fault injection.
@@ -51,6 +52,12 @@ pub struct Config {
     /// Port to listen on (0 picks a free one; read it from the stderr line)
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
+    /// Serve HTTPS with this PEM certificate chain (vLLM's flag; needs --ssl-keyfile)
+    #[arg(long, value_name = "FILE", requires = "ssl_keyfile")]
+    pub ssl_certfile: Option<String>,
+    /// The private key (PEM) of --ssl-certfile
+    #[arg(long, value_name = "FILE", requires = "ssl_certfile")]
+    pub ssl_keyfile: Option<String>,
     /// Model name the API reports and accepts (default: the model preset's name)
     #[arg(long, value_name = "NAME")]
     pub served_model_name: Option<String>,
@@ -427,6 +434,10 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
             .map(|_| std::sync::Mutex::new(prefix::PrefixCache::new(tokens)))
             .collect();
     }
+    if let (Some(cert), Some(key)) = (&config.ssl_certfile, &config.ssl_keyfile) {
+        app.tls = Some(tls::acceptor(cert, key).map_err(cli::usage)?);
+    }
+    let scheme = if app.tls.is_some() { "https" } else { "http" };
     let app = Arc::new(app);
 
     let runtime = if config.threads <= 1 {
@@ -447,7 +458,7 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
             .map_err(|e| cli::failure(format!("cannot listen on {addr}: {e}")))?;
         let local = listener.local_addr()?;
         // The one line launchers may read; readiness itself is GET /health.
-        cli::info(format!("listening on http://{local}"));
+        cli::info(format!("listening on {scheme}://{local}"));
         http::serve(listener, app, idle).await?;
         Ok(Exit::Ok)
     })
