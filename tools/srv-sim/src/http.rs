@@ -8,7 +8,7 @@
 
 use crate::api::{self, ApiError, Endpoint, Formatter, Limits};
 use crate::engine::{Engine, Progress, Submit};
-use crate::prefix::PrefixCache;
+use crate::prefix::{self, PrefixCache};
 use crate::tokens::{self, splitmix64, unit};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -101,22 +101,6 @@ impl App {
 
     fn loading(&self) -> bool {
         Instant::now() < self.ready_at
-    }
-
-    /// Looks a request up in engine `engine`'s prefix cache (and caches it): its cached tokens.
-    fn prefix_admit(&self, engine: usize, blocks: &[u64], prompt_tokens: u32) -> u32 {
-        self.prefix.get(engine).map_or(0, |c| {
-            c.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .admit(blocks, prompt_tokens)
-        })
-    }
-
-    /// Empties every engine's prefix cache (`/reset_prefix_cache`, `/flush_cache`).
-    fn reset_prefix_caches(&self) {
-        for c in &self.prefix {
-            c.lock().unwrap_or_else(|p| p.into_inner()).reset();
-        }
     }
 }
 
@@ -341,12 +325,12 @@ async fn handle(app: &Arc<App>, fd: RawFd, req: Request<Incoming>) -> Response<S
         ),
         // vLLM's (served there only with VLLM_SERVER_DEV_MODE=1): 200, empty body.
         "/reset_prefix_cache" if post => {
-            app.reset_prefix_caches();
+            prefix::reset_all(&app.prefix);
             json_response(200, String::new())
         }
         // SGLang's.
         "/flush_cache" if post || get => {
-            app.reset_prefix_caches();
+            prefix::reset_all(&app.prefix);
             let mut r = json_response(200, "Cache flushed.\n".to_string());
             r.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
@@ -505,7 +489,7 @@ async fn generate(
     app.engines[engine].submit(Submit {
         progress: progress.clone(),
         prompt_tokens: request.prompt_tokens,
-        cached: app.prefix_admit(engine, &request.blocks, request.prompt_tokens),
+        cached: prefix::admit(&app.prefix, engine, &request.blocks, request.prompt_tokens),
         arrival,
     });
     let fmt = Formatter::new(endpoint, n, unix_now(), &app.model_json, &request);

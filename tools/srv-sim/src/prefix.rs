@@ -11,6 +11,7 @@
 //! every request that uses them.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 
 /// Tokens per cache block (vLLM's default `--block-size`).
 pub const BLOCK_TOKENS: u32 = 16;
@@ -114,6 +115,23 @@ impl PrefixCache {
         self.blocks.clear();
         self.lru.clear();
         self.resets += 1;
+    }
+}
+
+/// Looks a request up in engine `engine`'s cache (and caches it): its cached tokens (0 when
+/// prefix caching is off: no caches).
+pub fn admit(caches: &[Mutex<PrefixCache>], engine: usize, blocks: &[u64], tokens: u32) -> u32 {
+    caches.get(engine).map_or(0, |c| {
+        c.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .admit(blocks, tokens)
+    })
+}
+
+/// Empties every engine's cache (`/reset_prefix_cache`, `/flush_cache`).
+pub fn reset_all(caches: &[Mutex<PrefixCache>]) {
+    for c in caches {
+        c.lock().unwrap_or_else(|p| p.into_inner()).reset();
     }
 }
 
