@@ -852,3 +852,75 @@ fn vllm_preset_flags_are_flags_of_the_real_engine() {
         assert!(help.contains(&format!("[{flag} ")), "{flag} not in: {help}");
     }
 }
+
+/// loadgen `--flush-cache` and `--prefix-groups` on the real vLLM (its reset endpoint is served
+/// with VLLM_SERVER_DEV_MODE=1): the cache is emptied before each point, and vLLM's own prefix
+/// counters agree with the hit rate loadgen states. The prefixes are 256 tokens, whole blocks of
+/// any usual block size: the CPU build caches in larger blocks than the GPU default of 16 (a
+/// 64-token prefix hit nothing there).
+#[test]
+fn flush_cache_and_prefix_groups_on_the_real_vllm() {
+    let _one = one_engine_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let _leftovers = Leftovers(dir.path().join("server.jsonl"));
+    let port = free_port();
+    let out = tool("srv-launch")
+        .args(["vllm", "--model", &model(), "--port", &port.to_string()])
+        .args(["--env", "VLLM_SERVER_DEV_MODE=1", "--timeout", "10m", "--"])
+        .args(ENGINE_ARGS)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(dir.path().join("server.jsonl"), &out.stdout).unwrap();
+    let r = json_lines(&out.stdout)[0].clone();
+    let url = format!("http://127.0.0.1:{port}");
+    let counters = || {
+        let (_, page) = http(&url, "GET", "/metrics", None);
+        (
+            metric(&page, "vllm:prefix_cache_queries_total"),
+            metric(&page, "vllm:prefix_cache_hits_total"),
+        )
+    };
+    let before = counters();
+    let records = loadgen(
+        &url,
+        &[
+            "--engine",
+            "vllm",
+            "--flush-cache",
+            "--prefix-groups",
+            "2",
+            "--prefix-len",
+            "256",
+            "--input-len",
+            "384",
+            "--max-tokens",
+            "2",
+            "-c",
+            "1,2",
+            "-n",
+            "6",
+        ],
+    );
+    let after = counters();
+    let summaries = of_kind(&records, "summary");
+    assert_eq!(summaries.len(), 2);
+    let mut stated = 0.0;
+    for s in &summaries {
+        assert_eq!(s["cache_flushed"], true, "{s}");
+        stated += s["prefix_hit_rate_expected"].as_f64().unwrap() / 2.0;
+    }
+    let measured = (after.1 - before.1) / (after.0 - before.0);
+    assert!(
+        (measured - stated).abs() < 0.05,
+        "vLLM counted a hit rate of {measured:.3}, loadgen stated {stated:.3}"
+    );
+    let (code, _, err) = srv_kill(&[], Some(&r));
+    assert_eq!(code, Some(0), "{err}");
+}
