@@ -6,7 +6,8 @@
 #      (llama-3.1-8b TP1, batch 1, 8, 64, bf16; target: each within 5%);
 #   3. collbench limits (copy, read, launch) and collbench decode --compute (both halves of
 #      the same step), an FP8 sweep where the GPU has FP8.
-# One command, well inside 10 minutes on an 8-GPU box. Prints a table; writes every record and
+# One command, well inside 10 minutes (minutes on one GPU with a prebuilt binary; the build
+# adds a few on 16 cores). Prints a table; writes every record and
 # the table under OUT (default bench-gpu-<time>).
 # Env: COLLBENCH (a prebuilt release binary; else cargo builds one), GPUS (default: all),
 #      HARDWARE (card for the peaks, default h100), MODEL (default llama-3.1-8b),
@@ -66,6 +67,8 @@ if [ "$gpus" -ge 2 ]; then
       say "$(printf '%38s %13.2f %7.2f %10.2f %7.2f %9.3f%s' "$b" "$cu" "$cb_bw" "$tu" "$t_bw" "$(ratio "$cb_bw" "$t_bw")" "$mark")"
     done
   fi
+else
+  say "# allreduce: $gpus GPU here; NCCL's allreduce needs two or more (GPUS=N on a bigger box)"
 fi
 
 # 2. The step's GEMMs: cuBLAS through collbench and torch.matmul, same shapes.

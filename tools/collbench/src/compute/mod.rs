@@ -106,6 +106,8 @@ pub struct Limits {
     pub read_us: Vec<f64>,
     pub launch_us: Vec<f64>,
     pub launch_sync_us: Option<Vec<f64>>,
+    /// How the figures were reached, when the device name does not say (appended to it).
+    pub note: Option<String>,
 }
 
 /// A place GEMMs run. Operands are loaded once per set of shapes and indexed by position.
@@ -340,7 +342,10 @@ pub fn limits_record(
         ts: now_ts(),
         labels: labels.clone(),
         backend: dev.backend(GemmDtype::Bf16).into(),
-        device: dev.name(),
+        device: match &l.note {
+            Some(note) => format!("{} ({note})", dev.name()),
+            None => dev.name(),
+        },
         hardware: hw.name.clone(),
         bytes,
         copy_gbps: gbps(2.0 * bytes as f64, &copy_us),
