@@ -340,6 +340,44 @@ impl Deployment {
         }
     }
 
+    /// Micro-batches a pipelined engine splits `seqs` sequences into: one per stage at most.
+    pub fn micro_batches(&self, seqs: u32) -> u32 {
+        seqs.clamp(1, self.layout.pp.max(1))
+    }
+
+    /// One round of a pipelined engine (one token for each of `seqs` sequences doing `work`):
+    /// the sequences split into up to pp micro-batches, each crosses every stage in turn and a
+    /// stage works on one micro-batch at a time, so the round lasts pp stage-times of one
+    /// micro-batch plus the hand-offs. With fewer micro-batches than stages the stages idle:
+    /// the bubble. Without PP this is one step.
+    pub fn round_cost(&self, seqs: u32, work: StepWork) -> StepCost {
+        let micro = self.micro_batches(seqs);
+        let part = StepWork {
+            decode_seqs: work.decode_seqs.div_ceil(micro),
+            prefill_tokens: work.prefill_tokens.div_ceil(micro),
+            kv_tokens: work.kv_tokens.div_ceil(u64::from(micro)),
+        };
+        let stage = self.stage_cost(part);
+        let stages = f64::from(self.layout.pp.max(1));
+        let tokens = part.decode_seqs + part.prefill_tokens;
+        StepCost {
+            memory_s: stage.memory_s * stages,
+            compute_s: stage.compute_s * stages,
+            comm_s: stage.comm_s * stages + self.handoffs_s(self.model.allreduce_bytes(tokens)),
+        }
+    }
+
+    /// The decode round of `batch` streams at `context` tokens each: what each stream waits
+    /// for per token.
+    pub fn decode_round(&self, batch: u32, context: u64) -> StepCost {
+        let work = StepWork {
+            decode_seqs: batch,
+            prefill_tokens: 0,
+            kv_tokens: u64::from(batch) * context,
+        };
+        self.round_cost(batch, work)
+    }
+
     /// Per-stream decode limit from memory alone (weights + KV per token over bandwidth), at
     /// `batch` sequences of `context` tokens, tokens/s.
     pub fn memory_bound_tok_s(&self, batch: u32, context: u64) -> f64 {

@@ -32,23 +32,12 @@ pub struct PlanInputs {
 }
 
 impl Roofline {
-    /// Seconds for one step, by cause.
+    /// Seconds for one step (a pipelined round: `Deployment::round_cost`), by cause, plus the
+    /// attention FLOPs of prefill chunks.
     pub fn step_cost(&self, shape: &StepShape) -> presets::StepCost {
         let dep = &self.dep;
-        let pp = dep.layout.pp.max(1);
-        // Pipeline: the step's sequences split into up to `pp` micro-batches; each crosses every
-        // stage in turn, and a stage works on one micro-batch at a time. A round (one token for
-        // every sequence) lasts pp stage-times of one micro-batch; with fewer micro-batches
-        // than stages, stages idle: the bubble, 1 - micro_batches/pp of the round.
-        let micro = shape.seqs.clamp(1, pp);
-        let part = StepWork {
-            decode_seqs: shape.work.decode_seqs.div_ceil(micro),
-            prefill_tokens: shape.work.prefill_tokens.div_ceil(micro),
-            kv_tokens: shape.work.kv_tokens.div_ceil(u64::from(micro)),
-        };
-        let stage = dep.stage_cost(part);
-        let tokens = part.decode_seqs + part.prefill_tokens;
-        let stages = f64::from(pp);
+        let micro = dep.micro_batches(shape.seqs);
+        let round = dep.round_cost(shape.seqs, shape.work);
         let prefill_attention = 4.0
             * f64::from(dep.model.heads)
             * f64::from(dep.model.head_dim)
@@ -56,11 +45,9 @@ impl Roofline {
             * (shape.prefill_attention_pairs as f64 / f64::from(micro))
             / f64::from(dep.layout.tp.max(1))
             / dep.rates.flops(WeightFormat::Bf16);
-        let handoffs = dep.handoffs_s(dep.model.allreduce_bytes(tokens));
         presets::StepCost {
-            memory_s: stage.memory_s * stages,
-            compute_s: stage.compute_s * stages + prefill_attention,
-            comm_s: stage.comm_s * stages + handoffs,
+            compute_s: round.compute_s + prefill_attention,
+            ..round
         }
     }
 

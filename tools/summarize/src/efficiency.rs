@@ -155,13 +155,14 @@ impl Roofline {
     }
 
     /// The point's limits per stream at its batch (its concurrency, else 1), in its layout
-    /// (TP=1 PP=1 when its layout is in error: [`Roofline::check`] reports that first).
+    /// (TP=1 PP=1 when its layout is in error: [`Roofline::check`] reports that first). With
+    /// PP, the batch fills the stages as srv-sim's engine fills them (`Deployment::round_cost`).
     pub fn limits(&self, p: &Point, keys: &Keys) -> Limits {
         let layout = self.layout_of(p, keys).unwrap_or_default();
         let dep = self.deployment(layout);
         let batch = p.params.concurrency.unwrap_or(1).max(1);
         let context = Self::context(p);
-        let step = dep.decode_step(batch, context);
+        let step = dep.decode_round(batch, context);
         Limits {
             layout,
             memory_tok_s: 1.0 / step.memory_s,

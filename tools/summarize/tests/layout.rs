@@ -120,6 +120,36 @@ fn a_tp_label_that_disagrees_with_the_flag_is_an_error() {
         context.contains("in TP=2 PP=1") && context.contains("else --tp 2 --pp 1"),
         "{context}"
     );
+    // PP fills in the same way: one stream gains nothing from stages (same memory-bound limit,
+    // a slower step with the hand-offs); four streams fill four stages.
+    let pp1 = points_table(&["clean.jsonl", "--roofline", "llama-3.1-8b@h200"]);
+    let pp4 = points_table(&[
+        "clean.jsonl",
+        "--roofline",
+        "llama-3.1-8b@h200",
+        "--pp",
+        "4",
+    ]);
+    assert!(
+        pp4["context"]["roofline"]
+            .as_str()
+            .unwrap()
+            .contains("in TP=1 PP=4")
+    );
+    let row = |t: &Value, c: u64| {
+        t["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["conc"] == c)
+            .cloned()
+            .unwrap()
+    };
+    let (a, b) = (row(&pp1, 1), row(&pp4, 1));
+    assert!((num(&a, "mem_limit_tok_s") / num(&b, "mem_limit_tok_s") - 1.0).abs() < 1e-6);
+    assert!(num(&b, "step_limit_tok_s") < num(&a, "step_limit_tok_s"));
+    let (a, b) = (row(&pp1, 4), row(&pp4, 4));
+    assert!((num(&a, "mem_limit_tok_s") / num(&b, "mem_limit_tok_s") - 1.0).abs() < 0.01);
 }
 
 /// The notes' headline: one stream of the Kimi-K2-class FP8 model at 36 tok/s on TP8 over
