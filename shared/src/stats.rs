@@ -4,6 +4,7 @@
 //! digits); histograms serialize as V2+deflate, base64, so summaries merge exactly.
 
 pub mod knee;
+pub mod turns;
 
 use crate::record::{Dist, ErrorClass, Labels, PointKey, RequestRecord, SummaryRecord, now_ts};
 use base64::Engine;
@@ -242,6 +243,10 @@ pub struct PointStats {
     spans: Vec<Span>,
     /// A merged summary carried no spans: steady-state figures are then unknown.
     spans_incomplete: bool,
+    /// Conversations: the figures of each turn index.
+    pub by_turn: turns::ByTurn,
+    /// ... as a summary recorded them (they carry no histograms, so they are kept, not merged).
+    by_turn_recorded: Vec<crate::record::TurnSummary>,
 }
 
 impl PointStats {
@@ -252,6 +257,7 @@ impl PointStats {
     /// Adds one finished request (success or failure).
     pub fn add_request(&mut self, r: &RequestRecord, slo: Option<&Slo>) {
         self.requests += 1;
+        self.by_turn.add(r);
         self.send_lag.record_ms(r.send_lag_ms);
         let end = r.intended_ms + r.e2e_ms.unwrap_or(0.0);
         self.window = Some(match self.window {
@@ -377,6 +383,10 @@ impl PointStats {
         };
         self.spans.extend_from_slice(&other.spans);
         self.spans_incomplete |= other.spans_incomplete;
+        self.by_turn.merge(&other.by_turn);
+        if self.by_turn_recorded.is_empty() {
+            self.by_turn_recorded = other.by_turn_recorded.clone();
+        }
     }
 
     /// Rebuilds an accumulator from a summary record (exact histograms; the window from its
@@ -413,6 +423,8 @@ impl PointStats {
             window: Some((0.0, s.duration_s * 1000.0)),
             spans: Vec::new(),
             spans_incomplete: true,
+            by_turn: turns::ByTurn::default(),
+            by_turn_recorded: s.by_turn.clone(),
         })
     }
 
@@ -477,6 +489,16 @@ impl PointStats {
             prefix_len: None,
             prefix_hit_rate_expected: None,
             cache_flushed: None,
+            turns: None,
+            think_time: None,
+            sessions: None,
+            by_turn: if self.by_turn.is_empty() {
+                self.by_turn_recorded.clone()
+            } else {
+                self.by_turn.summaries()
+            },
+            trace: None,
+            trace_rows: None,
             hist,
             extra: Default::default(),
         }

@@ -14,6 +14,7 @@ mod gemm_step;
 mod kill;
 mod ramp;
 mod request;
+mod search;
 mod server;
 mod sim_plan;
 mod summary;
@@ -25,6 +26,7 @@ pub use gemm_step::*;
 pub use kill::*;
 pub use ramp::*;
 pub use request::*;
+pub use search::*;
 pub use server::*;
 pub use sim_plan::*;
 pub use summary::*;
@@ -117,6 +119,7 @@ pub enum Record {
     Gemm(GemmRecord),
     GemmStep(GemmStepRecord),
     DeviceLimits(DeviceLimitsRecord),
+    Search(SearchRecord),
     /// A kind this build does not know (or knows only by name): kept whole, `kind` included.
     Other(Extra),
 }
@@ -171,6 +174,7 @@ impl Record {
             GemmRecord::KIND => typed(line).map(Record::Gemm),
             GemmStepRecord::KIND => typed(line).map(Record::GemmStep),
             DeviceLimitsRecord::KIND => typed(line).map(Record::DeviceLimits),
+            SearchRecord::KIND => typed(line).map(Record::Search),
             _ => return whole().map(Record::Other),
         };
         match parsed {
@@ -200,6 +204,7 @@ impl Record {
             Record::Gemm(_) => GemmRecord::KIND,
             Record::GemmStep(_) => GemmStepRecord::KIND,
             Record::DeviceLimits(_) => DeviceLimitsRecord::KIND,
+            Record::Search(_) => SearchRecord::KIND,
             Record::Other(map) => map.get("kind").and_then(Value::as_str).unwrap_or(""),
         }
     }
@@ -219,6 +224,7 @@ impl Record {
             Record::Gemm(r) => r.v,
             Record::GemmStep(r) => r.v,
             Record::DeviceLimits(r) => r.v,
+            Record::Search(r) => r.v,
             Record::Other(map) => map.get("v").and_then(Value::as_u64).unwrap_or(1) as u32,
         }
     }
@@ -238,6 +244,7 @@ impl Record {
             Record::Gemm(r) => r.labels.clone(),
             Record::GemmStep(r) => r.labels.clone(),
             Record::DeviceLimits(r) => r.labels.clone(),
+            Record::Search(r) => r.labels.clone(),
             Record::Other(map) => map
                 .get("labels")
                 .and_then(|l| serde_json::from_value(l.clone()).ok())
@@ -261,6 +268,7 @@ impl Record {
             Record::Gemm(r) => Some(&r.extra),
             Record::GemmStep(r) => Some(&r.extra),
             Record::DeviceLimits(r) => Some(&r.extra),
+            Record::Search(r) => Some(&r.extra),
             Record::Other(_) => None,
         }
     }
@@ -280,6 +288,7 @@ impl Record {
             Record::Gemm(r) => to_line_with_kind(r),
             Record::GemmStep(r) => to_line_with_kind(r),
             Record::DeviceLimits(r) => to_line_with_kind(r),
+            Record::Search(r) => to_line_with_kind(r),
             Record::Other(map) => serde_json::to_string(map),
         };
         // Serializing plain data structures to a String cannot fail (no I/O, string keys only).

@@ -22,6 +22,9 @@ pub struct PointKey {
     /// Repetition of the same point (`--repeat`), from 0.
     #[serde(default)]
     pub repeat: u32,
+    /// Trace replay: how much faster than recorded the trace is played (`--trace-speed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_speed: Option<f64>,
 }
 
 impl PointKey {
@@ -31,6 +34,7 @@ impl PointKey {
             && self.rate_rps == other.rate_rps
             && self.input_len == other.input_len
             && self.max_tokens == other.max_tokens
+            && self.trace_speed == other.trace_speed
     }
 }
 
@@ -192,6 +196,17 @@ pub struct RequestRecord {
     /// Absent on success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RequestError>,
+    /// Conversations: the session (conversation) within the point, from 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<u64>,
+    /// Conversations: the turn within its session, from 1 (its prompt holds turns 1..turn-1
+    /// and their replies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// Prompt tokens the server served from its prefix cache, where it says
+    /// (`usage.prompt_tokens_details.cached_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u32>,
 }
 }
 

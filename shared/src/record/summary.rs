@@ -107,6 +107,24 @@ pub struct SummaryRecord {
     /// `--flush-cache`: whether the server's prefix cache was emptied before this point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_flushed: Option<bool>,
+    /// Conversations: turns per session as `--turns` gave them (`3`, `2..6`, `all`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turns: Option<String>,
+    /// Conversations: the pause between a reply and the next turn (`--think-time`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub think_time: Option<String>,
+    /// Conversations: sessions started in the point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<u64>,
+    /// Conversations: the figures of each turn index (turn 1's TTFT against later turns').
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_turn: Vec<TurnSummary>,
+    /// Trace replay: the trace file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
+    /// Trace replay: rows of the trace the point sent (within `-n` or `--duration`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_rows: Option<u64>,
     /// Metric name (`ttft_ms`, ...) to HdrHistogram V2+deflate, base64; values in microseconds.
     #[serde(default)]
     pub hist: BTreeMap<String, String>,
@@ -127,4 +145,23 @@ pub enum PointStop {
     /// A reason written by a newer tool.
     #[serde(other)]
     Other,
+}
+
+/// One turn index of a conversation point: every session's turn `turn` together.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnSummary {
+    /// From 1.
+    pub turn: u32,
+    pub requests: u64,
+    pub ok: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<Dist>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2e_ms: Option<Dist>,
+    /// Mean prompt tokens the server counted (the history grows turn by turn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_mean: Option<f64>,
+    /// Mean prompt tokens served from the prefix cache, over the requests whose server said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens_mean: Option<f64>,
 }

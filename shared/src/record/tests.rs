@@ -47,15 +47,17 @@ fn point() -> impl Strategy<Value = PointKey> {
         prop::option::of(1u32..200_000),
         prop::option::of(1u32..10_000),
         0u32..5,
+        prop::option::of(finite()),
     )
         .prop_map(
-            |(index, concurrency, rate_rps, input_len, max_tokens, repeat)| PointKey {
+            |(index, concurrency, rate_rps, input_len, max_tokens, repeat, trace_speed)| PointKey {
                 index: u32::from(index),
                 concurrency,
                 rate_rps,
                 input_len,
                 max_tokens,
                 repeat,
+                trace_speed,
             },
         )
 }
@@ -155,6 +157,9 @@ fn request() -> impl Strategy<Value = Record> {
                     message: "HTTP 503: overloaded".into(),
                     http_status: Some(503),
                 }),
+                session: (id % 3 == 0).then_some(u64::from(id) / 3),
+                turn: (id % 3 == 0).then_some(id % 7 + 1),
+                cached_tokens: (id % 2 == 0).then_some(2048),
                 extra,
             }))
         })
@@ -207,6 +212,24 @@ fn summary() -> impl Strategy<Value = Record> {
                 prefix_len: None,
                 prefix_hit_rate_expected: None,
                 cache_flushed: None,
+                turns: partial.then(|| "2..6".into()),
+                think_time: partial.then(|| "500ms".into()),
+                sessions: partial.then_some(4),
+                by_turn: if partial {
+                    vec![TurnSummary {
+                        turn: 2,
+                        requests: 4,
+                        ok: 4,
+                        ttft_ms: Some(d),
+                        e2e_ms: None,
+                        prompt_tokens_mean: Some(612.5),
+                        cached_tokens_mean: None,
+                    }]
+                } else {
+                    Vec::new()
+                },
+                trace: (!partial).then(|| "mooncake.jsonl".into()),
+                trace_rows: (!partial).then_some(12031),
                 hist: [("ttft_ms".to_string(), "HISTFAAAAB".to_string())]
                     .into_iter()
                     .collect(),
@@ -320,6 +343,43 @@ fn ramp() -> impl Strategy<Value = Record> {
             extra,
         })
     })
+}
+
+fn search() -> impl Strategy<Value = Record> {
+    (labels(), extra(), point(), finite(), 0u32..4, any::<bool>()).prop_map(
+        |(labels, extra, point, load, n, rate)| {
+            let probes: Vec<SearchProbe> = (0..n)
+                .map(|i| SearchProbe {
+                    load: load * f64::from(i + 1),
+                    points: (0..=i % 2).map(|k| i * 2 + k).collect(),
+                    requests: 100,
+                    slo_attainment: 1.0 - f64::from(i) / 10.0,
+                    error_rate: 0.0,
+                    passed: i < 2,
+                })
+                .collect();
+            Record::Search(SearchRecord {
+                v: 1,
+                ts: "2026-11-30T17:00:00.123Z".into(),
+                labels,
+                point,
+                var: if rate { "rate_rps" } else { "concurrency" }.into(),
+                slo: "ttft_ms=500".into(),
+                slo_attainment: 0.9,
+                precision: 0.05,
+                max_passing: probes
+                    .iter()
+                    .filter(|p| p.passed)
+                    .map(|p| p.load)
+                    .reduce(f64::max),
+                first_failing: probes.iter().find(|p| !p.passed).map(|p| p.load),
+                probes,
+                stopped_by: "converged".into(),
+                reason: "max 200 req/s met the SLO, 210 did not (within 5%)".into(),
+                extra,
+            })
+        },
+    )
 }
 
 fn sim_plan() -> impl Strategy<Value = Record> {
@@ -495,6 +555,7 @@ fn any_record() -> impl Strategy<Value = Record> {
         gemm(),
         gemm_step(),
         device_limits(),
+        search(),
         other()
     ]
 }

@@ -24,6 +24,9 @@ fn req(id: u64, intended: f64, ttft: f64, itl: &[f64], tokens: u32) -> RequestRe
         prompt_tokens_target: Some(100),
         max_tokens: Some(tokens),
         error: None,
+        session: None,
+        turn: None,
+        cached_tokens: None,
         extra: Default::default(),
     }
 }

@@ -107,22 +107,34 @@ pub struct Maker {
     pub groups: u32,
 }
 
-/// Where prompts come from: aligned synthetic ones, or a list in a shuffled order.
+/// Where prompts come from: aligned synthetic ones, a list in a shuffled order, a trace's
+/// rows, or conversations (each dispatched unit then a whole session).
 #[derive(Clone)]
 pub enum Source {
     Synthetic(Arc<Synthetic>),
     Listed(Arc<Vec<Entry>>, Arc<Vec<usize>>),
+    Trace(Arc<crate::trace::Replay>),
+    Sessions(Arc<crate::conversation::Sessions>),
 }
 
 /// One request ready to go: its body and what the record should say it asked for.
-struct Prepared {
-    body: Bytes,
-    target: Option<u32>,
-    max_tokens: u32,
+pub(crate) struct Prepared {
+    pub body: Bytes,
+    pub target: Option<u32>,
+    pub max_tokens: u32,
+    /// A trace row's send time, seconds from the trace's start.
+    pub at_s: Option<f64>,
+    /// A conversation's script: the unit is a session, not one request.
+    pub script: Option<crate::conversation::Script>,
 }
 
 impl Maker {
-    /// Request `id` of the phase, the run's `seq`-th: unique across the run.
+    /// The body of one request of `max_tokens` output tokens.
+    pub(crate) fn body(&self, prompt: &PromptText, max_tokens: u32) -> Bytes {
+        self.template.build(prompt, max_tokens)
+    }
+
+    /// The phase's `id`-th unit, the run's `seq`-th (unique across the run).
     fn make(&self, seq: u64, id: u64) -> Prepared {
         match &self.source {
             Source::Synthetic(s) => {
@@ -134,8 +146,18 @@ impl Maker {
                         .build(&PromptText::Text(text), self.max_tokens),
                     target: Some(s.target_tokens),
                     max_tokens: self.max_tokens,
+                    at_s: None,
+                    script: None,
                 }
             }
+            Source::Trace(t) => t.prepare(id, self),
+            Source::Sessions(s) => Prepared {
+                body: Bytes::new(),
+                target: s.first_target(),
+                max_tokens: self.max_tokens,
+                at_s: None,
+                script: Some(s.script(seq)),
+            },
             Source::Listed(entries, order) => {
                 let e = &entries[order[(seq % order.len() as u64) as usize]];
                 let max_tokens = match e.max_tokens.filter(|_| !self.max_given) {
@@ -146,6 +168,8 @@ impl Maker {
                     body: self.template.build(&e.prompt, max_tokens),
                     target: None,
                     max_tokens,
+                    at_s: None,
+                    script: None,
                 }
             }
         }
@@ -160,6 +184,8 @@ pub struct Finished {
     pub outcome: Outcome,
     pub target: Option<u32>,
     pub max_tokens: u32,
+    /// Conversations: (session, turn from 1).
+    pub turn: Option<(u64, u32)>,
 }
 
 /// What every phase of a run shares: where requests go, how long they may take, the stop.
@@ -259,6 +285,9 @@ impl Context {
                     timeout: self.timeout,
                     tx,
                     cancel_rx,
+                    halt: halt.clone(),
+                    stop: self.stop.clone(),
+                    requests: AtomicU64::new(0),
                 }),
             }
             .run(),
@@ -327,15 +356,36 @@ async fn sleep_until_some(t: Option<tokio::time::Instant>) {
 }
 
 /// What each request task of a phase shares, behind one reference count.
-struct InFlight {
+pub(crate) struct InFlight {
     pool: Arc<Pool>,
     path: &'static str,
     stream: bool,
     timeout: Duration,
     /// Dropped with the last task: the phase's collector then ends.
-    tx: mpsc::UnboundedSender<Finished>,
+    pub(crate) tx: mpsc::UnboundedSender<Finished>,
     /// Set, with the reason, when in-flight requests are to be cancelled.
     cancel_rx: watch::Receiver<Option<&'static str>>,
+    /// The phase's stop and the run's: a conversation sends no further turn after either.
+    halt: Stop,
+    stop: Stop,
+    /// Conversations: requests started in the phase (their ids; sessions count the units).
+    pub(crate) requests: AtomicU64,
+}
+
+impl InFlight {
+    pub(crate) fn stopped(&self) -> bool {
+        self.halt.is_stopped() || self.stop.is_stopped()
+    }
+
+    /// Waits until `deadline` as the dispatcher does; false when a stop came first.
+    pub(crate) async fn wait_until(&self, deadline: Instant) -> bool {
+        wait_until(
+            deadline,
+            || self.stopped(),
+            || halted(&self.halt, &self.stop),
+        )
+        .await
+    }
 }
 
 /// The dispatch loop of one phase. It runs as a task on the runtime, so a freed slot wakes it
@@ -357,10 +407,7 @@ impl Dispatcher {
     }
 
     async fn halted(&self) {
-        tokio::select! {
-            _ = self.halt.wait() => {}
-            _ = self.ctx.stop.wait() => {}
-        }
+        halted(&self.halt, &self.ctx.stop).await
     }
 
     async fn run(self) {
@@ -386,6 +433,7 @@ impl Dispatcher {
                 .make(self.ctx.seq.fetch_add(1, Ordering::Relaxed), id);
             let draw = match load {
                 Load::Open { arrival, .. } => arrival.draw(&mut rng),
+                Load::Trace { .. } => prepared.at_s.unwrap_or(0.0),
                 Load::Closed { .. } => 1.0,
             };
             let (intended, permit) = match next_send(&load, prev, draw) {
@@ -406,15 +454,21 @@ impl Dispatcher {
                     None => break,
                 },
             };
-            tokio::spawn(request_task(
-                self.requests.clone(),
-                Request {
-                    prepared,
-                    id,
-                    intended,
-                    permit,
-                },
-            ));
+            let request = Request {
+                prepared,
+                id,
+                intended,
+                permit,
+            };
+            match request.prepared.script.is_some() {
+                true => tokio::spawn(crate::conversation::session(
+                    self.requests.clone(),
+                    self.phase.maker.clone(),
+                    request,
+                    end,
+                )),
+                false => tokio::spawn(request_task(self.requests.clone(), request)),
+            };
             id += 1;
             // Let the new request go out before preparing the next: when many slots free at
             // once, each request leaves as soon as its slot is taken instead of queueing behind
@@ -423,28 +477,8 @@ impl Dispatcher {
         }
     }
 
-    /// Waits until `deadline` without the runtime timer's millisecond rounding: the timer
-    /// sleeps to within 1.5 ms, then the task yields (letting every other task and the I/O
-    /// driver run) until the deadline passes. False when a stop came first.
     async fn wait_until(&self, deadline: Instant) -> bool {
-        const COARSE: Duration = Duration::from_micros(1500);
-        loop {
-            if self.stopped() {
-                return false;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return true;
-            }
-            if deadline - now > COARSE {
-                tokio::select! {
-                    _ = tokio::time::sleep_until((deadline - COARSE).into()) => {}
-                    _ = self.halted() => return false,
-                }
-            } else {
-                tokio::task::yield_now().await;
-            }
-        }
+        wait_until(deadline, || self.stopped(), || self.halted()).await
     }
 
     /// Waits for a free slot; `None` when stopped or the time budget ran out meanwhile.
@@ -471,54 +505,53 @@ impl Dispatcher {
     }
 }
 
-/// One request as the dispatcher hands it over.
-struct Request {
-    prepared: Prepared,
-    id: u64,
-    intended: Instant,
-    /// The closed-loop (or `--max-concurrency`) slot, freed when the request ends.
-    permit: Option<OwnedSemaphorePermit>,
+async fn halted(halt: &Stop, stop: &Stop) {
+    tokio::select! {
+        _ = halt.wait() => {}
+        _ = stop.wait() => {}
+    }
 }
 
-async fn request_task(shared: Arc<InFlight>, req: Request) {
-    let dispatched = Instant::now();
-    let mut o = Outcome::default();
-    let mut cancel_rx = shared.cancel_rx.clone();
-    let cancelled = {
-        let deadline = tokio::time::Instant::from_std(req.intended + shared.timeout);
-        let work = tokio::time::timeout_at(
-            deadline,
-            stream_into(
-                &shared.pool,
-                shared.path,
-                req.prepared.body,
-                shared.stream,
-                &mut o,
-            ),
-        );
-        tokio::select! {
-            r = work => {
-                if r.is_err() {
-                    o.end = Instant::now();
-                    o.failure = Some(Failure::new(
-                        ErrorClass::Timeout,
-                        format!(
-                            "no complete answer within --timeout {}s",
-                            shared.timeout.as_secs_f64()
-                        ),
-                    ));
-                }
-                false
-            }
-            why = cancel_rx.wait_for(Option::is_some) => {
-                o.end = Instant::now();
-                let why = why.ok().and_then(|w| *w).unwrap_or("cancelled");
-                o.failure = Some(Failure::new(ErrorClass::Cancelled, why));
-                true
-            }
+/// Waits until `deadline` without the runtime timer's millisecond rounding: the timer sleeps
+/// to within 1.5 ms, then the task yields (letting every other task and the I/O driver run)
+/// until the deadline passes. False when a stop came first.
+async fn wait_until<F: std::future::Future<Output = ()>>(
+    deadline: Instant,
+    stopped: impl Fn() -> bool,
+    halted: impl Fn() -> F,
+) -> bool {
+    const COARSE: Duration = Duration::from_micros(1500);
+    loop {
+        if stopped() {
+            return false;
         }
-    };
-    let connect_failed = matches!(&o.failure, Some(f) if f.class == ErrorClass::Connect);
+        let now = Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        if deadline - now > COARSE {
+            tokio::select! {
+                _ = tokio::time::sleep_until((deadline - COARSE).into()) => {}
+                _ = halted() => return false,
+            }
+        } else {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// One request as the dispatcher hands it over.
+pub(crate) struct Request {
+    pub prepared: Prepared,
+    pub id: u64,
+    pub intended: Instant,
+    /// The closed-loop (or `--max-concurrency`) slot, freed when the request (or session) ends.
+    pub permit: Option<OwnedSemaphorePermit>,
+}
+
+async fn request_task(shared: Arc<InFlight>, mut req: Request) {
+    let body = std::mem::take(&mut req.prepared.body);
+    let (o, dispatched, cancelled) = execute(&shared, body, req.intended, None).await;
     let finished = Finished {
         id: req.id,
         intended: req.intended,
@@ -526,17 +559,75 @@ async fn request_task(shared: Arc<InFlight>, req: Request) {
         outcome: o,
         target: req.prepared.target,
         max_tokens: req.prepared.max_tokens,
+        turn: None,
     };
-    if connect_failed && req.permit.is_some() && !cancelled {
+    deliver(&shared, finished, req.permit, cancelled).await;
+}
+
+/// Hands a finished request to the collector and frees its slot: after a failure to connect,
+/// a moment later (see CONNECT_BACKOFF), unless the phase is being cancelled.
+pub(crate) async fn deliver(
+    shared: &InFlight,
+    finished: Finished,
+    permit: Option<OwnedSemaphorePermit>,
+    cancelled: bool,
+) {
+    let connect_failed =
+        matches!(&finished.outcome.failure, Some(f) if f.class == ErrorClass::Connect);
+    if connect_failed && permit.is_some() && !cancelled {
         let _ = shared.tx.send(finished);
-        // Hold the slot a moment (see CONNECT_BACKOFF), unless the phase is being cancelled.
+        let mut cancel_rx = shared.cancel_rx.clone();
         tokio::select! {
             _ = tokio::time::sleep(CONNECT_BACKOFF) => {}
             _ = cancel_rx.wait_for(Option::is_some) => {}
         }
-        drop(req.permit);
+        drop(permit);
     } else {
-        drop(req.permit);
+        drop(permit);
         let _ = shared.tx.send(finished);
     }
+}
+
+/// Sends one request meant to leave at `intended` and reads its answer, bounded by `--timeout`
+/// from `intended` and cancelled with the phase: its outcome, when it really left, and whether
+/// it was cancelled. `reply`: collect the answer's text into it.
+pub(crate) async fn execute(
+    shared: &InFlight,
+    body: Bytes,
+    intended: Instant,
+    reply: Option<String>,
+) -> (Outcome, Instant, bool) {
+    let dispatched = Instant::now();
+    let mut o = Outcome {
+        reply,
+        ..Outcome::default()
+    };
+    let mut cancel_rx = shared.cancel_rx.clone();
+    let deadline = tokio::time::Instant::from_std(intended + shared.timeout);
+    let work = tokio::time::timeout_at(
+        deadline,
+        stream_into(&shared.pool, shared.path, body, shared.stream, &mut o),
+    );
+    let cancelled = tokio::select! {
+        r = work => {
+            if r.is_err() {
+                o.end = Instant::now();
+                o.failure = Some(Failure::new(
+                    ErrorClass::Timeout,
+                    format!(
+                        "no complete answer within --timeout {}s",
+                        shared.timeout.as_secs_f64()
+                    ),
+                ));
+            }
+            false
+        }
+        why = cancel_rx.wait_for(Option::is_some) => {
+            o.end = Instant::now();
+            let why = why.ok().and_then(|w| *w).unwrap_or("cancelled");
+            o.failure = Some(Failure::new(ErrorClass::Cancelled, why));
+            true
+        }
+    };
+    (o, dispatched, cancelled)
 }

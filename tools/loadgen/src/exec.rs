@@ -19,6 +19,10 @@ pub struct Outcome {
     pub chunks: u32,
     pub usage_completion: Option<u32>,
     pub usage_prompt: Option<u32>,
+    /// `usage.prompt_tokens_details.cached_tokens`, where the server reports it.
+    pub cached_tokens: Option<u32>,
+    /// The reply's text, collected only when this starts as `Some` (conversations resend it).
+    pub reply: Option<String>,
     pub end: Instant,
     pub failure: Option<Failure>,
 }
@@ -33,6 +37,8 @@ impl Default for Outcome {
             chunks: 0,
             usage_completion: None,
             usage_prompt: None,
+            cached_tokens: None,
+            reply: None,
             end: Instant::now(),
             failure: None,
         }
@@ -176,12 +182,20 @@ async fn stream_inner(
                 }
                 o.last_content = Some(now);
                 o.chunks += 1;
+                if ev.content
+                    && let Some(reply) = o.reply.as_mut()
+                {
+                    crate::conversation::append_reply(payload, reply);
+                }
             }
             if let Some(c) = ev.completion_tokens {
                 o.usage_completion = Some(o.usage_completion.map_or(c, |p| p.max(c)));
             }
             if ev.prompt_tokens.is_some() {
                 o.usage_prompt = ev.prompt_tokens;
+            }
+            if ev.cached_tokens.is_some() {
+                o.cached_tokens = ev.cached_tokens;
             }
             true
         });
@@ -227,6 +241,8 @@ pub struct RequestMeta {
     pub dispatched: Instant,
     pub prompt_tokens_target: Option<u32>,
     pub max_tokens: Option<u32>,
+    /// Conversations: (session, turn from 1).
+    pub turn: Option<(u64, u32)>,
 }
 
 /// The `request` record: every time from the intended send time.
@@ -278,6 +294,9 @@ pub fn to_record(
             message: f.message,
             http_status: f.http_status,
         }),
+        session: meta.turn.map(|t| t.0),
+        turn: meta.turn.map(|t| t.1),
+        cached_tokens: o.cached_tokens,
         extra: Default::default(),
     }
 }

@@ -4,9 +4,11 @@
 //! open-loop latency counts from the intended send time, the client's own CPU cost is recorded.
 
 pub mod body;
+pub mod conversation;
 pub mod dispatch;
 pub mod downstream;
 pub mod exec;
+pub mod find_max;
 pub mod flush;
 pub mod http;
 pub mod limits;
@@ -15,9 +17,11 @@ pub mod probe;
 pub mod progress;
 pub mod ramp;
 pub mod run;
+pub mod search;
 pub mod setup;
 pub mod sse;
 pub mod tls;
+pub mod trace;
 pub mod workload;
 
 use clap::Parser;
@@ -59,10 +63,13 @@ Examples:
   loadgen --api chat --extra-body '{\"chat_template_kwargs\":{\"enable_thinking\":false}}' -c 8
   loadgen --prefix-groups 8 --prefix-len 2048 --input-len 2560 -c 1,8,32 --flush-cache --engine vllm
   loadgen --url https://gateway.example:443 --cacert ca.pem --no-stream -c 4
+  loadgen -c 8 --turns 5 --think-time 2s --input-len 200 --max-tokens 100 --api chat
+  loadgen --trace mooncake_trace.jsonl --trace-speed 2
+  loadgen --find-max rate -r 4 --slo ttft_ms=500,tpot_ms=50 --duration 30s
   srv-launch sim | loadgen -c 1,8 --prompts builtin | srv-kill
 
 Records (stdout, JSON lines): one `request` per finished request (--no-requests to omit),
-one `summary` per sweep point, one `ramp` per --ramp. Progress goes to stderr (a terminal only).
+one `summary` per sweep point, one `ramp` per --ramp, one `search` per --find-max. Progress goes to stderr (a terminal only).
 Exit: 0 ok, 1 every request of a point failed or the server went down (partial summary
 written), 2 bad usage, 130 interrupted (partial summary written).";
 
@@ -119,9 +126,26 @@ pub struct Args {
     /// --ramp: the highest concurrency tried
     #[arg(long, default_value_t = 16384)]
     pub ramp_max: u32,
-    /// --ramp with --slo: stop when fewer than this fraction of requests meet the SLO
+    /// --ramp and --find-max with --slo: the share of requests that must meet the SLO
     #[arg(long, default_value_t = 0.9)]
     pub slo_attainment: f64,
+    /// Search for the highest rate or concurrency meeting --slo (from the first -r/-c value)
+    #[arg(
+        long,
+        value_enum,
+        value_name = "rate|concurrency",
+        conflicts_with = "ramp"
+    )]
+    pub find_max: Option<search::Var>,
+    /// --find-max: end when the first failing load is within this share above the passing one
+    #[arg(long, default_value_t = 0.05)]
+    pub find_max_precision: f64,
+    /// --find-max: tries of one load at most, when its result is too close to the target to call
+    #[arg(long, default_value_t = 3)]
+    pub find_max_tries: u32,
+    /// --find-max: the highest load tried (default: --ramp-max for concurrency, 10000 req/s)
+    #[arg(long)]
+    pub find_max_limit: Option<f64>,
     /// Requests per point (default: max(100, 4 x concurrency), or 10 s of an open-loop rate)
     #[arg(short = 'n', long)]
     pub requests: Option<u64>,
@@ -171,6 +195,21 @@ pub struct Args {
     /// Prompts from a file (JSON lines with prompt or messages, or ShareGPT JSON), or `builtin`
     #[arg(long)]
     pub prompts: Option<String>,
+    /// Conversations: turns per session, N or LO..HI (or `all` of a --prompts file's turns)
+    #[arg(long, value_parser = conversation::Turns::parse)]
+    pub turns: Option<conversation::Turns>,
+    /// Conversations: pause between a reply and the next turn, e.g. 2s or 500ms..3s
+    #[arg(long, default_value = "0s", value_parser = conversation::Think::parse, requires = "turns")]
+    pub think_time: conversation::Think,
+    /// Replay a trace: Mooncake-style JSON lines, or CSV with timestamp and lengths
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<String>,
+    /// --trace: play this many times as fast as recorded, a list (0.5,1,2)
+    #[arg(long, default_value = "1", value_parser = servbench::cli::f64_list, requires = "trace")]
+    pub trace_speed: F64List,
+    /// --trace: tokens per hash_ids block (Mooncake 512)
+    #[arg(long, default_value_t = 512, requires = "trace")]
+    pub trace_block: u32,
     /// Seed of every random choice (prompts, arrivals); recorded in summaries
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

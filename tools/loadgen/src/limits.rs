@@ -37,6 +37,7 @@ pub fn validate(a: &Args) -> anyhow::Result<()> {
         )));
     }
     workload(a)?;
+    workloads(a)?;
     if let Some(t) = a.threads.filter(|t| !(1..=MAX_THREADS).contains(t)) {
         return Err(cli::usage(format!(
             "--threads {t}: between 1 and {MAX_THREADS} (default: the cores, at most 8)"
@@ -79,6 +80,90 @@ fn workload(a: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The conversation, trace and search modes: what they cannot be combined with.
+fn workloads(a: &Args) -> anyhow::Result<()> {
+    if a.trace.is_some() {
+        let clash = [
+            (a.input_len.is_some(), "--input-len"),
+            (a.max_tokens.is_some(), "--max-tokens"),
+            (a.prompts.is_some(), "--prompts"),
+            (a.turns.is_some(), "--turns"),
+            (a.concurrency.is_some(), "-c"),
+            (a.rate.is_some(), "-r"),
+            (a.find_max.is_some(), "--find-max"),
+            (a.ramp, "--ramp"),
+        ];
+        if let Some((_, flag)) = clash.iter().find(|(given, _)| *given) {
+            return Err(cli::usage(format!(
+                "--trace sets the times and lengths of every request; it cannot be combined with {flag}"
+            )));
+        }
+        if a.trace_speed.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
+            return Err(cli::usage(
+                "--trace-speed values must be positive (2: twice as fast)",
+            ));
+        }
+        if a.trace_block == 0 {
+            return Err(cli::usage("--trace-block must be at least 1 token"));
+        }
+    }
+    if a.turns.is_some() && a.prompts.as_deref() == Some("builtin") {
+        return Err(cli::usage(
+            "--turns needs synthetic prompts (--input-len) or a conversations file (--prompts FILE), not the built-in prompts",
+        ));
+    }
+    if a.turns.is_some() && a.ramp {
+        return Err(cli::usage(
+            "--ramp cannot run conversations (--turns); use -c with a list",
+        ));
+    }
+    if let Some(var) = a.find_max {
+        if a.slo.is_none() {
+            return Err(cli::usage(
+                "--find-max needs the objectives to meet: --slo ttft_ms=...,tpot_ms=...",
+            ));
+        }
+        let (given, flag) = match var {
+            crate::search::Var::Rate => (a.rate.as_ref().map(Vec::len), "-r"),
+            crate::search::Var::Concurrency => (a.concurrency.as_ref().map(Vec::len), "-c"),
+        };
+        if given.is_some_and(|n| n > 1) {
+            return Err(cli::usage(format!(
+                "--find-max starts from one {flag} value (the first load tried), not a list"
+            )));
+        }
+        let other = match var {
+            crate::search::Var::Rate => a.concurrency.is_some().then_some("-c"),
+            crate::search::Var::Concurrency => a.rate.is_some().then_some("-r"),
+        };
+        if let Some(other) = other {
+            return Err(cli::usage(format!(
+                "--find-max {} varies {flag}; {other} does not apply",
+                var.field()
+            )));
+        }
+        if !(a.find_max_precision > 0.0 && a.find_max_precision < 1.0) {
+            return Err(cli::usage(
+                "--find-max-precision is a share between 0 and 1 (0.05: 5%)",
+            ));
+        }
+        if a.find_max_tries == 0 {
+            return Err(cli::usage("--find-max-tries must be at least 1"));
+        }
+        if a.find_max_limit
+            .is_some_and(|l| !(l.is_finite() && l >= 1.0))
+        {
+            return Err(cli::usage("--find-max-limit must be at least 1"));
+        }
+    }
+    if !(a.slo_attainment > 0.0 && a.slo_attainment <= 1.0) {
+        return Err(cli::usage(
+            "--slo-attainment is a share above 0, at most 1 (0.9: 90%)",
+        ));
+    }
+    Ok(())
+}
+
 /// Longest synthetic prompt loadgen builds, in tokens: 10 M (Llama 4 Scout's context); each
 /// request's body holds the prompt (about 6 bytes a token).
 const MAX_INPUT_LEN: u32 = 10_000_000;
@@ -98,7 +183,7 @@ pub fn fit_open_files(a: &mut Args, limit: u64) -> anyhow::Result<()> {
     let room = limit.saturating_sub(SPARE_FILES);
     let fixed = if a.rate.is_some() {
         a.max_concurrency.map(|c| ("--max-concurrency", c))
-    } else if a.ramp {
+    } else if a.ramp || a.find_max == Some(crate::search::Var::Concurrency) {
         a.concurrency
             .as_ref()
             .and_then(|l| l.first())
@@ -116,7 +201,16 @@ pub fn fit_open_files(a: &mut Args, limit: u64) -> anyhow::Result<()> {
             "{flag} {c} needs {c} connections but this process may open only {limit} files (ulimit -Hn; {SPARE_FILES} go elsewhere): raise the limit or lower {flag}"
         )));
     }
-    if a.ramp && u64::from(a.ramp_max) > room {
+    let searching = a.find_max == Some(crate::search::Var::Concurrency);
+    if searching
+        && let Some(l) = a.find_max_limit
+        && l > room as f64
+    {
+        return Err(cli::usage(format!(
+            "--find-max-limit {l} needs as many connections but this process may open only {limit} files (ulimit -Hn): raise the limit or lower --find-max-limit"
+        )));
+    }
+    if (a.ramp || searching) && u64::from(a.ramp_max) > room {
         let fits = u32::try_from(room).unwrap_or(u32::MAX);
         cli::warn(format!(
             "--ramp-max {} lowered to {fits}: this process may open only {limit} files (ulimit -Hn)",
@@ -139,12 +233,17 @@ pub fn check_lengths(a: &Args, max_model_len: Option<u32>) -> anyhow::Result<()>
         .and_then(|m| m.iter().max().copied())
         .unwrap_or(256);
     let longest = a.input_len.as_ref().and_then(|l| l.iter().max().copied());
-    let need = u64::from(longest.unwrap_or(1)) + u64::from(out);
+    // A conversation's last turn holds every turn before it and their replies.
+    let turns = a.turns.and_then(|t| t.most()).unwrap_or(1);
+    let need = u64::from(turns) * (u64::from(longest.unwrap_or(1)) + u64::from(out));
     if need > u64::from(limit) {
-        let what = match longest {
+        let mut what = match longest {
             Some(n) => format!("--input-len {n} with {out} output tokens"),
             None => format!("--max-tokens {out}"),
         };
+        if turns > 1 {
+            what = format!("{what} over {turns} turns");
+        }
         return Err(cli::usage(format!(
             "{what} needs {need} tokens of context but the server's max_model_len is {limit} (from /v1/models): lower --input-len or --max-tokens"
         )));

@@ -63,6 +63,12 @@ pub enum Load {
         arrival: Arrival,
         max_concurrency: Option<u32>,
     },
+    /// Trace replay: each request at its row's time, the trace played `speed` times as fast,
+    /// at most `max_concurrency` in flight.
+    Trace {
+        speed: f64,
+        max_concurrency: Option<u32>,
+    },
 }
 
 impl Load {
@@ -72,6 +78,9 @@ impl Load {
             Load::Closed { concurrency } => Some(concurrency.max(1)),
             Load::Open {
                 max_concurrency, ..
+            }
+            | Load::Trace {
+                max_concurrency, ..
             } => max_concurrency,
         }
     }
@@ -79,8 +88,9 @@ impl Load {
 
 /// Intended send time of the next request, in seconds from the start of the point, given the
 /// previous intended time (`None` for the first request) and a unit-mean gap `draw` from
-/// [`Arrival::draw`]. `None` means "as soon as a slot frees" (closed loop). Deadlines are
-/// absolute: a late send never shifts the ones after it.
+/// [`Arrival::draw`] (for a trace: the row's own time from the trace's start, in seconds).
+/// `None` means "as soon as a slot frees" (closed loop). Deadlines are absolute: a late send
+/// never shifts the ones after it.
 pub fn next_send(load: &Load, prev_s: Option<f64>, draw: f64) -> Option<f64> {
     match *load {
         Load::Closed { .. } => None,
@@ -88,6 +98,7 @@ pub fn next_send(load: &Load, prev_s: Option<f64>, draw: f64) -> Option<f64> {
             None => 0.0,
             Some(prev) => prev + draw / rate_rps,
         }),
+        Load::Trace { speed, .. } => Some(draw / speed),
     }
 }
 
@@ -104,6 +115,10 @@ mod tests {
             arrival,
             max_concurrency: None,
         };
+        let trace = |speed| Load::Trace {
+            speed,
+            max_concurrency: None,
+        };
         let cases: &[(Load, Option<f64>, f64, Option<f64>)] = &[
             (closed, None, 1.0, None),
             (closed, Some(3.0), 1.0, None),
@@ -118,6 +133,11 @@ mod tests {
                 3.0,
                 Some(2.003),
             ),
+            // A trace: the row's own time, compressed or stretched, whatever came before.
+            (trace(1.0), None, 0.0, Some(0.0)),
+            (trace(1.0), Some(0.0), 2.5, Some(2.5)),
+            (trace(10.0), Some(0.1), 2.5, Some(0.25)),
+            (trace(0.5), Some(9.0), 2.5, Some(5.0)),
         ];
         for (load, prev, draw, want) in cases {
             let got = next_send(load, *prev, *draw);

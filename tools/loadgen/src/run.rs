@@ -103,6 +103,8 @@ pub fn run<W: Write>(
             flusher,
             warned: BTreeSet::new(),
             warm: BTreeSet::new(),
+            replay: None,
+            max_model_len,
         };
         let exit = run.all().await?;
         // The runtime (and with it the signal handling) lives on while upstream drains.
@@ -114,7 +116,7 @@ pub fn run<W: Write>(
 }
 
 /// A start-up step (a probe, aligning prompts) that gives way to the run's stop.
-async fn until_stopped<T>(
+pub(crate) async fn until_stopped<T>(
     stop: &Stop,
     work: impl std::future::Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {
@@ -134,23 +136,27 @@ fn stopped(stop: &Stop) -> anyhow::Error {
     }
 }
 
-struct Run<'a, W: Write> {
-    args: Args,
-    ctx: Context,
-    labels: Labels,
-    out: &'a mut RecordWriter<W>,
+pub(crate) struct Run<'a, W: Write> {
+    pub(crate) args: Args,
+    pub(crate) ctx: Context,
+    pub(crate) labels: Labels,
+    pub(crate) out: &'a mut RecordWriter<W>,
     model: String,
     first_errors: BTreeSet<ErrorClass>,
-    aligner: Aligner,
+    pub(crate) aligner: Aligner,
     flusher: Option<Flusher>,
     /// Warnings already given (each once per run).
     warned: BTreeSet<String>,
     /// Prefix groups sent since the cache was last emptied, by (group, prefix words).
     warm: BTreeSet<(u32, usize)>,
+    /// `--trace`, once read.
+    pub(crate) replay: Option<Arc<crate::trace::Replay>>,
+    /// The server's context length, where /v1/models says.
+    pub(crate) max_model_len: Option<u32>,
 }
 
 /// What a point's requests are made of.
-struct Work {
+pub(crate) struct Work {
     template: Arc<Template>,
     max_tokens: u32,
     source: Arc<Source>,
@@ -159,20 +165,31 @@ struct Work {
 }
 
 /// What a point gave.
-struct PointOutcome {
-    summary: SummaryRecord,
-    ended: Ended,
-    first_failure: Option<(ErrorClass, String)>,
+pub(crate) struct PointOutcome {
+    pub(crate) summary: SummaryRecord,
+    pub(crate) ended: Ended,
+    pub(crate) first_failure: Option<(ErrorClass, String)>,
+    /// Requests that succeeded and met every `--slo`.
+    pub(crate) good: u64,
 }
 
 impl<W: Write> Run<'_, W> {
     async fn all(&mut self) -> anyhow::Result<Exit> {
+        if let Some(path) = self.args.trace.clone() {
+            self.replay = Some(self.replay(&path).await?);
+        }
+        let replay = self.replay.clone();
         let listed = match self.args.prompts.as_deref() {
+            _ if replay.is_some() => None,
             None => None,
             Some("builtin") => Some(workload::builtin()),
+            // Conversations read the file's every user turn (conversation::source).
+            Some(_) if self.args.turns.is_some() => Some(Vec::new()),
             Some(path) => Some(workload::read_prompts_file(path).map_err(cli::usage)?),
         };
         let input_lens: Vec<Option<u32>> = match (&self.args.input_len, &listed) {
+            // A trace's rows have lengths of their own.
+            _ if replay.is_some() => vec![None],
             (Some(l), _) => l.iter().copied().map(Some).collect(),
             (None, Some(_)) => vec![None],
             // Neither given: synthetic prompts of 256 tokens.
@@ -185,23 +202,24 @@ impl<W: Write> Run<'_, W> {
         let mut index = 0u32;
         let stop = self.ctx.stop.clone();
         for &input_len in &input_lens {
-            let source = match (input_len, &listed) {
-                (Some(n), _) => Source::Synthetic(
+            let source = match (input_len, &listed, &replay) {
+                (_, _, Some(r)) => Source::Trace(r.clone()),
+                (Some(n), _, _) => Source::Synthetic(
                     until_stopped(&stop, async { Ok(self.aligner.align(n).await) }).await?,
                 ),
-                (None, Some(entries)) => Source::Listed(
+                (None, Some(entries), _) => Source::Listed(
                     Arc::new(entries.clone()),
                     Arc::new(workload::shuffled_order(entries.len(), self.args.seed)),
                 ),
-                (None, None) => unreachable!("input_lens has Some when there is no list"),
+                (None, None, None) => unreachable!("input_lens has Some when there is no list"),
             };
-            let source = Arc::new(source);
+            let source = Arc::new(crate::conversation::source(&self.args, source)?);
             for &max in &max_tokens {
                 let (template, warnings) = Template::new(&BodySpec {
                     api: self.args.api,
                     model: self.model.clone(),
                     stream: !self.args.no_stream,
-                    force_length: input_len.is_some() && !self.args.allow_eos,
+                    force_length: (input_len.is_some() || replay.is_some()) && !self.args.allow_eos,
                     usage_per_chunk: !self.args.no_usage_per_chunk,
                     temperature: self.args.temperature,
                     top_p: self.args.top_p,
@@ -221,11 +239,16 @@ impl<W: Write> Run<'_, W> {
                     concurrency: None,
                     rate_rps: None,
                     input_len,
-                    max_tokens: max.or(input_len.map(|_| 256)),
+                    max_tokens: max.or(input_len.map(|_| 256)).filter(|_| replay.is_none()),
                     repeat: 0,
+                    trace_speed: None,
                 };
                 if self.args.ramp {
                     self.ramp(&mut index, key, &work).await?;
+                    continue;
+                }
+                if let Some(var) = self.args.find_max {
+                    self.find_max(var, &mut index, key, &work).await?;
                     continue;
                 }
                 for load in self.loads() {
@@ -297,6 +320,7 @@ impl<W: Write> Run<'_, W> {
                     max_concurrency: self.args.max_concurrency,
                 })
                 .collect(),
+            _ if self.args.trace.is_some() => crate::trace::loads(&self.args),
             (None, Some(c)) => c
                 .iter()
                 .map(|&concurrency| Load::Closed { concurrency })
@@ -308,7 +332,7 @@ impl<W: Write> Run<'_, W> {
     /// The run goes on after a point only when it ran its course with a success: exit 130
     /// after a stop, exit 1 with a clear message when the server went down or every request
     /// of the point failed.
-    fn check_point(&self, p: &PointOutcome) -> anyhow::Result<()> {
+    pub(crate) fn check_point(&self, p: &PointOutcome) -> anyhow::Result<()> {
         match &p.ended {
             Ended::Stopped => return Err(stopped(&self.ctx.stop)),
             Ended::ServerDown(why) => {
@@ -337,12 +361,18 @@ impl<W: Write> Run<'_, W> {
     }
 
     fn budget(&self, load: &Load) -> Budget {
+        if let Some(b) = crate::trace::budget(self.replay.as_deref(), &self.args, load)
+            .or_else(|| crate::conversation::budget(&self.args, load))
+        {
+            return b;
+        }
         if let Some(d) = self.args.duration {
             return Budget::Time(d);
         }
         Budget::Requests(self.args.requests.unwrap_or(match *load {
             Load::Closed { concurrency } => (u64::from(concurrency) * 4).max(100),
             Load::Open { rate_rps, .. } => ((rate_rps * 10.0).ceil() as u64).max(10),
+            Load::Trace { .. } => unreachable!("a trace's budget is its rows"),
         }))
     }
 
@@ -370,7 +400,7 @@ impl<W: Write> Run<'_, W> {
     }
 
     /// Runs one sweep point (after its warmup) and writes its summary.
-    async fn point(
+    pub(crate) async fn point(
         &mut self,
         mut key: PointKey,
         load: Load,
@@ -379,6 +409,7 @@ impl<W: Write> Run<'_, W> {
         match load {
             Load::Closed { concurrency } => key.concurrency = Some(concurrency),
             Load::Open { rate_rps, .. } => key.rate_rps = Some(rate_rps),
+            Load::Trace { speed, .. } => key.trace_speed = Some(speed),
         }
         let cache_flushed = self.flush().await?;
         let maker = Arc::new(Maker {
@@ -418,6 +449,7 @@ impl<W: Write> Run<'_, W> {
                         summary,
                         ended,
                         first_failure: None,
+                        good: 0,
                     });
                 }
             }
@@ -450,6 +482,7 @@ impl<W: Write> Run<'_, W> {
                 dispatched: f.dispatched,
                 prompt_tokens_target: f.target,
                 max_tokens: Some(f.max_tokens),
+                turn: f.turn,
             };
             let rec = to_record(meta, f.outcome, &labels);
             stats.add_request(&rec, slo.as_ref());
@@ -499,6 +532,7 @@ impl<W: Write> Run<'_, W> {
             summary,
             ended,
             first_failure,
+            good: stats.good,
         })
     }
 
@@ -533,6 +567,8 @@ impl<W: Write> Run<'_, W> {
             s.arrival = Some(arrival.name());
             s.max_concurrency = *max_concurrency;
         }
+        crate::conversation::describe(&self.args, &mut s);
+        crate::trace::describe(&self.args, load, &mut s);
         s
     }
 

@@ -77,6 +77,8 @@ pub struct Event {
     /// `usage.completion_tokens` where the chunk carried usage.
     pub completion_tokens: Option<u32>,
     pub prompt_tokens: Option<u32>,
+    /// `usage.prompt_tokens_details.cached_tokens`: prompt tokens served from the prefix cache.
+    pub cached_tokens: Option<u32>,
     /// The chunk was an error object.
     pub error: bool,
     /// The first choice carried a `finish_reason` (`stop`, `length`, ...): the answer is
@@ -127,6 +129,7 @@ pub fn classify_serde(trimmed: &[u8]) -> Result<Event, String> {
     if let Some(usage) = chunk.usage {
         ev.completion_tokens = usage.completion_tokens;
         ev.prompt_tokens = usage.prompt_tokens;
+        ev.cached_tokens = usage.prompt_tokens_details.and_then(|d| d.cached_tokens);
     }
     Ok(ev)
 }
@@ -198,6 +201,18 @@ mod scan {
                     b"prompt_tokens" => {
                         ev.prompt_tokens = s.count()?;
                         Some(())
+                    }
+                    b"prompt_tokens_details" => {
+                        if s.null() {
+                            return Some(());
+                        }
+                        s.object(|s, key| match key {
+                            b"cached_tokens" => {
+                                ev.cached_tokens = s.count()?;
+                                Some(())
+                            }
+                            _ => s.skip_value(),
+                        })
                     }
                     _ => s.skip_value(),
                 })
@@ -375,6 +390,14 @@ struct Usage {
     completion_tokens: Option<u32>,
     #[serde(default)]
     prompt_tokens: Option<u32>,
+    #[serde(default)]
+    prompt_tokens_details: Option<Details>,
+}
+
+#[derive(Deserialize)]
+struct Details {
+    #[serde(default)]
+    cached_tokens: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -476,6 +499,7 @@ mod tests {
             reasoning in proptest::option::of("[a-z]{0,3}"),
             text_form in proptest::bool::ANY,
             usage in proptest::option::of((0u32..100_000, 0u32..5000)),
+            cached in proptest::option::of(proptest::option::of(0u32..100_000)),
             extra_choice in proptest::bool::ANY,
             finish in proptest::option::of("[a-z]{0,6}"),
             error in proptest::bool::ANY,
@@ -495,7 +519,14 @@ mod tests {
             };
             let more = if extra_choice { r#",{"text":"zz","index":1}"# } else { "" };
             let usage = match usage {
-                Some((p, c)) => format!(r#"{{"prompt_tokens":{p},"completion_tokens":{c},"total_tokens":{}}}"#, p + c),
+                Some((p, c)) => {
+                    let details = match cached {
+                        None => String::new(),
+                        Some(None) => r#","prompt_tokens_details":null"#.to_string(),
+                        Some(Some(n)) => format!(r#","prompt_tokens_details":{{"audio_tokens":null,"cached_tokens":{sp}{n}}}"#),
+                    };
+                    format!(r#"{{"prompt_tokens":{p},"completion_tokens":{c},"total_tokens":{}{details}}}"#, p + c)
+                }
                 None => "null".into(),
             };
             let err = if error { r#","error":{"message":"x","code":[1,-2.5e3,true]}"# } else { "" };
@@ -563,6 +594,15 @@ mod tests {
                 Event {
                     completion_tokens: Some(34),
                     prompt_tokens: Some(12),
+                    ..Event::default()
+                },
+            ),
+            (
+                r#"{"choices":[],"usage":{"prompt_tokens":600,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":512}}}"#,
+                Event {
+                    completion_tokens: Some(4),
+                    prompt_tokens: Some(600),
+                    cached_tokens: Some(512),
                     ..Event::default()
                 },
             ),

@@ -38,7 +38,7 @@ impl Api {
 }
 
 /// Words that are one token each (with their leading space) in common tokenizers.
-const VOCAB: &[&str] = &[
+pub(crate) const VOCAB: &[&str] = &[
     "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by",
     "on", "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an",
     "had", "they", "you", "were", "their", "one", "all", "we", "can", "her", "has", "there",

@@ -14,7 +14,7 @@ use servbench::jsonl::{Source, excerpt, line_text};
 use servbench::record::{
     CollRecord, CollRunRecord, DecodeRecord, DeviceLimitsRecord, GemmRecord, GemmStepRecord,
     KillRecord, Labels, PointKey, PointStop, RampRecord, Record, RequestRecord, SCHEMA_VERSION,
-    ServerRecord, SummaryRecord,
+    SearchRecord, ServerRecord, SummaryRecord,
 };
 use servbench::stats::{PointStats, Slo};
 use std::collections::BTreeMap;
@@ -29,6 +29,7 @@ pub struct Params {
     rate_bits: Option<u64>,
     pub input_len: Option<u32>,
     pub max_tokens: Option<u32>,
+    trace_speed_bits: Option<u64>,
 }
 
 impl Params {
@@ -38,7 +39,12 @@ impl Params {
             rate_bits: p.rate_rps.map(f64::to_bits),
             input_len: p.input_len,
             max_tokens: p.max_tokens,
+            trace_speed_bits: p.trace_speed.map(f64::to_bits),
         }
+    }
+
+    pub fn trace_speed(&self) -> Option<f64> {
+        self.trace_speed_bits.map(f64::from_bits)
     }
 
     pub fn rate_rps(&self) -> Option<f64> {
@@ -54,6 +60,7 @@ impl Params {
             input_len: self.input_len,
             max_tokens: self.max_tokens,
             repeat,
+            trace_speed: self.trace_speed(),
         }
     }
 
@@ -113,6 +120,8 @@ pub struct Inputs {
     pub decode: Vec<DecodeRecord>,
     /// loadgen's `ramp` records (the end of a `--ramp`).
     pub ramps: Vec<RampRecord>,
+    /// loadgen's `search` records (the end of a `--find-max`).
+    pub searches: Vec<SearchRecord>,
     /// collbench's compute half: GEMMs one by one, per decode step, and the device's limits.
     pub gemms: Vec<GemmRecord>,
     pub gemm_steps: Vec<GemmStepRecord>,
@@ -308,6 +317,7 @@ fn add_record(
         Record::Server(s) => inputs.servers.push(s),
         Record::Decode(d) => inputs.decode.push(d),
         Record::Ramp(r) => inputs.ramps.push(r),
+        Record::Search(s) => inputs.searches.push(s),
         Record::Gemm(g) => inputs.gemms.push(g),
         Record::GemmStep(g) => inputs.gemm_steps.push(g),
         Record::DeviceLimits(l) => inputs.limits.push(l),

@@ -14,6 +14,7 @@ pub mod points;
 pub mod report;
 pub mod runs;
 pub mod table;
+pub mod workloads;
 
 use input::Inputs;
 use points::Point;
@@ -121,8 +122,14 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
         }
         out.push(t);
     }
+    if let Some(t) = workloads::turns_table(points) {
+        out.push(t);
+    }
     if !inputs.ramps.is_empty() {
         out.push(report::ramp_table(&inputs.ramps));
+    }
+    if !inputs.searches.is_empty() {
+        out.push(workloads::search_table(&inputs.searches));
     }
     if !inputs.decode.is_empty() {
         out.push(report::decode_table(&inputs.decode));

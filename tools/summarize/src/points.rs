@@ -68,6 +68,7 @@ impl Point {
             "rate" => self.params.rate_rps().map(fmt_rate),
             "in" => self.params.input_len.map(|c| c.to_string()),
             "out" => self.params.max_tokens.map(|c| c.to_string()),
+            "speed" => self.params.trace_speed().map(fmt_rate),
             label => self.labels.get(label).cloned(),
         }
     }
@@ -174,7 +175,7 @@ pub struct Keys {
     pub constant: Vec<(String, String)>,
 }
 
-pub const PARAM_KEYS: [&str; 4] = ["in", "out", "conc", "rate"];
+pub const PARAM_KEYS: [&str; 5] = ["in", "out", "conc", "rate", "speed"];
 
 impl Keys {
     pub fn of(points: &[Point]) -> Keys {
@@ -213,6 +214,7 @@ pub fn point_name(p: &Point, varying: &[String]) -> String {
                 "rate" => format!("rate={v}/s"),
                 "in" => format!("in={v}"),
                 "out" => format!("out={v}"),
+                "speed" => format!("trace x{v}"),
                 _ => format!("{k}={v}"),
             });
         }

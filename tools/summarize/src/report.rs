@@ -29,7 +29,7 @@ impl Col {
         }
         Metric::parse(name).map(Col::Metric).ok_or_else(|| {
             format!(
-                "unknown column '{name}': use conc, rate, in, out, label:NAME or one of {}",
+                "unknown column '{name}': use conc, rate, in, out, speed, label:NAME or one of {}",
                 Metric::all_names().join(", ")
             )
         })
@@ -44,6 +44,7 @@ impl Col {
                     "rate" => "rate/s".to_string(),
                     "in" => "in tok".to_string(),
                     "out" => "out tok".to_string(),
+                    "speed" => "trace speed".to_string(),
                     other => other.to_string(),
                 },
             },

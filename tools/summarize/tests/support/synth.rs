@@ -214,6 +214,9 @@ pub fn simulate_point(
             prompt_tokens_target: Some(input_len),
             max_tokens: Some(max_tokens),
             error: None,
+            session: None,
+            turn: None,
+            cached_tokens: None,
             extra: Default::default(),
         };
         if nth(model.error_every) {
@@ -280,6 +283,7 @@ pub fn sweep_lines(sweep: &Sweep, model: &ServerModel) -> Vec<String> {
                     input_len: Some(sweep.input_len),
                     max_tokens: Some(max_tokens),
                     repeat,
+                    trace_speed: None,
                 };
                 index += 1;
                 let reqs = simulate_point(

@@ -1,0 +1,556 @@
+//! Conversations (`--turns`): sessions of several turns, each turn resending the whole history
+//! (every earlier user message and the server's real reply to it) plus a new user message, the
+//! way chat and agent traffic reaches a server. A session holds one slot of `-c` from its first
+//! turn to its last (think time included), so `-c 8` is eight conversations in flight. Turn k
+//! is meant to leave `--think-time` after turn k-1's reply ended; its latency counts from that
+//! moment, like any request's from its intended send.
+//!
+//! What the turns say: synthetic user messages of `--input-len` tokens (unique, like every
+//! synthetic prompt), or the human turns of a ShareGPT-style file in order. The replies are the
+//! server's own, collected from the stream.
+
+use crate::dispatch::{Budget, Finished, InFlight, Maker, Request, Source, deliver, execute};
+use crate::pacing::Load;
+use crate::workload::{Api, PromptText, Synthetic};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// `--turns`: turns per conversation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Turns {
+    Fixed(u32),
+    /// Drawn uniformly from `lo..=hi` for each session.
+    Range(u32, u32),
+    /// A file's conversations with all their turns.
+    All,
+}
+
+impl Turns {
+    /// `3`, `2..6` or `all`.
+    pub fn parse(s: &str) -> Result<Turns, String> {
+        let s = s.trim();
+        if s == "all" {
+            return Ok(Turns::All);
+        }
+        let num = |x: &str| -> Result<u32, String> {
+            match x.trim().parse::<u32>() {
+                Ok(n) if n >= 1 => Ok(n),
+                _ => Err(format!(
+                    "'{s}': turns are a count of at least 1 (3), a range (2..6) or all"
+                )),
+            }
+        };
+        match s.split_once("..") {
+            Some((a, b)) => {
+                let (lo, hi) = (num(a)?, num(b)?);
+                if hi < lo {
+                    return Err(format!("'{s}': the range must go up, e.g. 2..6"));
+                }
+                Ok(Turns::Range(lo, hi))
+            }
+            None => Ok(Turns::Fixed(num(s)?)),
+        }
+    }
+
+    pub fn text(&self) -> String {
+        match *self {
+            Turns::Fixed(n) => n.to_string(),
+            Turns::Range(a, b) => format!("{a}..{b}"),
+            Turns::All => "all".into(),
+        }
+    }
+
+    /// The most turns a session can have (`None`: as many as a file's conversation has).
+    pub fn most(&self) -> Option<u32> {
+        match *self {
+            Turns::Fixed(n) | Turns::Range(_, n) => Some(n),
+            Turns::All => None,
+        }
+    }
+
+    /// Turns of one session, given the conversation's own count where it has one.
+    fn draw(&self, rng: &mut impl Rng, own: Option<u32>) -> u32 {
+        let n = match *self {
+            Turns::Fixed(n) => n,
+            Turns::Range(a, b) => rng.random_range(a..=b),
+            Turns::All => own.unwrap_or(1),
+        };
+        own.map_or(n, |o| n.min(o)).max(1)
+    }
+}
+
+/// `--think-time`: the pause between a reply's end and the next turn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Think {
+    pub lo: Duration,
+    pub hi: Duration,
+}
+
+impl Think {
+    /// `2s`, or `500ms..3s` (uniform).
+    pub fn parse(s: &str) -> Result<Think, String> {
+        let d = servbench::cli::parse_duration;
+        match s.split_once("..") {
+            Some((a, b)) => {
+                let (lo, hi) = (d(a)?, d(b)?);
+                if hi < lo {
+                    return Err(format!("'{s}': the range must go up, e.g. 500ms..3s"));
+                }
+                Ok(Think { lo, hi })
+            }
+            None => {
+                let t = d(s)?;
+                Ok(Think { lo: t, hi: t })
+            }
+        }
+    }
+
+    pub fn text(&self) -> String {
+        let show = |d: Duration| humantime::format_duration(d).to_string();
+        if self.lo == self.hi {
+            show(self.lo)
+        } else {
+            format!("{}..{}", show(self.lo), show(self.hi))
+        }
+    }
+
+    pub fn draw(&self, rng: &mut impl Rng) -> Duration {
+        if self.hi <= self.lo {
+            return self.lo;
+        }
+        Duration::from_secs_f64(rng.random_range(self.lo.as_secs_f64()..=self.hi.as_secs_f64()))
+    }
+}
+
+/// Reads a conversations file: a ShareGPT JSON list (`[{"conversations":[{"from":"human",
+/// "value":...},{"from":"gpt",...},...]}]`) or JSON lines with `messages` (`role` and
+/// `content`). Only the user turns are kept, in order: the replies will be the server's.
+pub fn read_conversations(path: &str) -> Result<Vec<Vec<String>>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let trimmed = text.trim_start();
+    let user_turns = |turns: &[Value], who: &str, what: &str| -> Vec<String> {
+        turns
+            .iter()
+            .filter(|t| matches!(t.get(who).and_then(Value::as_str), Some("human" | "user")))
+            .filter_map(|t| t.get(what).and_then(Value::as_str))
+            .filter(|t| !t.trim().is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let mut out = Vec::new();
+    if trimmed.starts_with('[') {
+        let all: Value = serde_json::from_str(trimmed)
+            .map_err(|e| format!("{path}: not a ShareGPT JSON list: {e}"))?;
+        for c in all.as_array().into_iter().flatten() {
+            let turns = c.get("conversations").and_then(Value::as_array);
+            let users = user_turns(turns.map_or(&[][..], Vec::as_slice), "from", "value");
+            if !users.is_empty() {
+                out.push(users);
+            }
+        }
+    } else {
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(line)
+                .map_err(|e| format!("{path}:{}: not JSON: {e}", i + 1))?;
+            let Some(m) = v.get("messages").and_then(Value::as_array) else {
+                return Err(format!(
+                    "{path}:{}: needs a \"messages\" list (role, content)",
+                    i + 1
+                ));
+            };
+            let users = user_turns(m, "role", "content");
+            if !users.is_empty() {
+                out.push(users);
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("{path}: no conversation with a user turn in it"));
+    }
+    Ok(out)
+}
+
+/// Where the user messages come from.
+#[derive(Clone)]
+pub enum Users {
+    /// Synthetic messages of the aligned length, unique per turn.
+    Synthetic(Arc<Synthetic>),
+    /// A file's conversations, taken in a seeded shuffled order.
+    Listed(Arc<Vec<Vec<String>>>, Arc<Vec<usize>>),
+}
+
+/// Everything the sessions of a point share.
+#[derive(Clone)]
+pub struct Sessions {
+    pub users: Users,
+    pub turns: Turns,
+    pub think: Think,
+    pub seed: u64,
+}
+
+/// The source of a point's units: `source` itself, or with `--turns` the sessions built on it
+/// (its synthetic prompts as each turn's length, or `--prompts FILE` read as conversations).
+pub fn source(args: &crate::Args, source: Source) -> anyhow::Result<Source> {
+    let Some(turns) = args.turns else {
+        return Ok(source);
+    };
+    let users = match (&source, args.prompts.as_deref()) {
+        (Source::Synthetic(s), _) => Users::Synthetic(s.clone()),
+        (_, Some(path)) if path != "builtin" => {
+            let all = read_conversations(path).map_err(servbench::cli::usage)?;
+            let order = crate::workload::shuffled_order(all.len(), args.seed);
+            Users::Listed(Arc::new(all), Arc::new(order))
+        }
+        _ => {
+            return Err(servbench::cli::usage(
+                "--turns needs synthetic prompts (--input-len) or a conversations file (--prompts FILE)",
+            ));
+        }
+    };
+    Ok(Source::Sessions(Arc::new(Sessions {
+        users,
+        turns,
+        think: args.think_time,
+        seed: args.seed,
+    })))
+}
+
+/// Sessions per point unless `-n` or `--duration` says: a closed loop runs at least 16 and
+/// 2 per slot, an open loop 10 s of its session rate. `None` without `--turns`, or with
+/// `--duration` (a time budget).
+pub fn budget(args: &crate::Args, load: &Load) -> Option<Budget> {
+    if args.turns.is_none() || args.duration.is_some() {
+        return None;
+    }
+    Some(Budget::Requests(args.requests.unwrap_or(match *load {
+        Load::Closed { concurrency } => (u64::from(concurrency) * 2).max(16),
+        Load::Open { rate_rps, .. } => ((rate_rps * 10.0).ceil() as u64).max(10),
+        Load::Trace { .. } => 0,
+    })))
+}
+
+/// What a conversation point ran, in its summary: the turns and think times asked for, and
+/// the sessions started (its turn-1 requests).
+pub fn describe(args: &crate::Args, s: &mut servbench::record::SummaryRecord) {
+    let Some(turns) = args.turns else { return };
+    s.turns = Some(turns.text());
+    s.think_time = Some(args.think_time.text());
+    s.sessions = Some(
+        s.by_turn
+            .iter()
+            .find(|t| t.turn == 1)
+            .map_or(0, |t| t.requests),
+    );
+}
+
+/// One session's script: its user messages (one per turn) and think times.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Script {
+    pub users: Vec<String>,
+    /// Before turns 2.. (one fewer than the turns).
+    pub think: Vec<Duration>,
+}
+
+impl Sessions {
+    /// The prompt length turn 1 aims for (synthetic messages only).
+    pub fn first_target(&self) -> Option<u32> {
+        match &self.users {
+            Users::Synthetic(s) => Some(s.target_tokens),
+            Users::Listed(..) => None,
+        }
+    }
+
+    /// The script of the run's `seq`-th session (unique across the run, as synthetic
+    /// prompts are).
+    pub fn script(&self, seq: u64) -> Script {
+        let mut rng = StdRng::seed_from_u64(self.seed ^ seq.wrapping_mul(0x2545_f491_4f6c_dd1d));
+        let users: Vec<String> = match &self.users {
+            Users::Synthetic(s) => {
+                let n = self.turns.draw(&mut rng, None);
+                (0..n)
+                    .map(|t| s.text(Some((seq << 8) ^ u64::from(t)), self.seed))
+                    .collect()
+            }
+            Users::Listed(all, order) => {
+                let c = &all[order[(seq % order.len() as u64) as usize]];
+                let n = self.turns.draw(&mut rng, Some(c.len() as u32));
+                c[..n as usize].to_vec()
+            }
+        };
+        let think = (1..users.len())
+            .map(|_| self.think.draw(&mut rng))
+            .collect();
+        Script { users, think }
+    }
+}
+
+/// A conversation so far: user messages and the replies to them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct History {
+    /// (user message, reply), the last reply absent while its turn runs.
+    turns: Vec<(String, Option<String>)>,
+}
+
+/// Between turns in a completions prompt (chat keeps them as messages).
+const SEPARATOR: &str = "\n\n";
+
+impl History {
+    pub fn ask(&mut self, user: &str) {
+        self.turns.push((user.to_string(), None));
+    }
+
+    pub fn answer(&mut self, reply: String) {
+        if let Some(last) = self.turns.last_mut() {
+            last.1 = Some(reply);
+        }
+    }
+
+    /// The prompt of the current turn: every earlier turn with its reply, then the new user
+    /// message. For completions the reply follows its prompt directly (a completion continues
+    /// the text), so each turn's prompt begins with the whole previous prompt and its reply.
+    pub fn prompt(&self, api: Api) -> PromptText {
+        match api {
+            Api::Chat => {
+                let mut m = Vec::with_capacity(self.turns.len() * 2);
+                for (user, reply) in &self.turns {
+                    m.push(json!({"role": "user", "content": user}));
+                    if let Some(r) = reply {
+                        m.push(json!({"role": "assistant", "content": r}));
+                    }
+                }
+                PromptText::Messages(Value::Array(m))
+            }
+            Api::Completions => {
+                let mut text = String::new();
+                for (i, (user, reply)) in self.turns.iter().enumerate() {
+                    if i > 0 {
+                        text.push_str(SEPARATOR);
+                    }
+                    text.push_str(user);
+                    if let Some(r) = reply {
+                        text.push_str(r);
+                    }
+                }
+                PromptText::Text(text)
+            }
+        }
+    }
+}
+
+/// The text a content chunk carries (`text`, or `delta.content`; reasoning is left out, as
+/// chat history leaves it out), appended to `out`: a conversation resends its replies. Only
+/// conversations read it; the metrics never decode text.
+pub fn append_reply(payload: &[u8], out: &mut String) {
+    #[derive(serde::Deserialize)]
+    struct Chunk<'a> {
+        #[serde(default, borrow)]
+        choices: Vec<TextChoice<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct TextChoice<'a> {
+        #[serde(default, borrow)]
+        text: Option<std::borrow::Cow<'a, str>>,
+        #[serde(default, borrow)]
+        delta: Option<TextDelta<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct TextDelta<'a> {
+        #[serde(default, borrow)]
+        content: Option<std::borrow::Cow<'a, str>>,
+    }
+    let Ok(chunk) = serde_json::from_slice::<Chunk>(payload.trim_ascii()) else {
+        return;
+    };
+    if let Some(c) = chunk.choices.into_iter().next() {
+        if let Some(t) = c.text {
+            out.push_str(&t);
+        }
+        if let Some(t) = c.delta.and_then(|d| d.content) {
+            out.push_str(&t);
+        }
+    }
+}
+
+/// Runs one session, turn after turn, holding its slot throughout: each turn's prompt is the
+/// history so far plus the next user message, and is meant to leave `think` after the previous
+/// reply ended (no further turn after a stop, after `end`, or once a turn failed: there is no
+/// reply to build on). Every turn's record goes to the collector as it finishes.
+pub(crate) async fn session(
+    shared: Arc<InFlight>,
+    maker: Arc<Maker>,
+    mut req: Request,
+    end: Option<Instant>,
+) {
+    let Some(script) = req.prepared.script.take() else {
+        return;
+    };
+    let api = maker.spec.api;
+    let max_tokens = req.prepared.max_tokens;
+    let mut history = History::default();
+    let mut intended = req.intended;
+    for (k, user) in script.users.iter().enumerate() {
+        if k > 0 && (end.is_some_and(|e| intended >= e) || !shared.wait_until(intended).await) {
+            return;
+        }
+        history.ask(user);
+        let body = maker.body(&history.prompt(api), max_tokens);
+        let id = shared.requests.fetch_add(1, Ordering::Relaxed);
+        let (mut o, dispatched, cancelled) =
+            execute(&shared, body, intended, Some(String::new())).await;
+        let reply = o.reply.take().unwrap_or_default();
+        let last = o.failure.is_some() || k + 1 == script.users.len();
+        let next = o.end + script.think.get(k).copied().unwrap_or_default();
+        let finished = Finished {
+            id,
+            intended,
+            dispatched,
+            outcome: o,
+            target: req.prepared.target.filter(|_| k == 0),
+            max_tokens,
+            turn: Some((req.id, k as u32 + 1)),
+        };
+        if last {
+            deliver(&shared, finished, req.permit.take(), cancelled).await;
+            return;
+        }
+        let _ = shared.tx.send(finished);
+        history.answer(reply);
+        intended = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reply_text_is_the_content_without_reasoning() {
+        let mut out = String::new();
+        for p in [
+            r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":"hmm"}}]}"#,
+            r#"{"choices":[{"delta":{"content":" Hello \"you\""}}]}"#,
+            r#"{"choices":[{"index":0,"text":" there\n"}]}"#,
+            r#"{"choices":[],"usage":{"completion_tokens":3}}"#,
+            "{not json",
+        ] {
+            append_reply(p.as_bytes(), &mut out);
+        }
+        assert_eq!(out, " Hello \"you\" there\n");
+    }
+
+    #[test]
+    fn turns_and_think_times_parse() {
+        assert_eq!(Turns::parse("3").unwrap(), Turns::Fixed(3));
+        assert_eq!(Turns::parse("2..6").unwrap(), Turns::Range(2, 6));
+        assert_eq!(Turns::parse("all").unwrap(), Turns::All);
+        for bad in ["0", "6..2", "x", "1..0"] {
+            assert!(Turns::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(Turns::Range(2, 6).text(), "2..6");
+        let t = Think::parse("500ms..2s").unwrap();
+        assert_eq!(
+            (t.lo, t.hi),
+            (Duration::from_millis(500), Duration::from_secs(2))
+        );
+        assert_eq!(t.text(), "500ms..2s");
+        assert_eq!(Think::parse("0").unwrap().text(), "0s");
+        assert!(Think::parse("2s..1s").is_err());
+        let mut rng = StdRng::seed_from_u64(1);
+        for _ in 0..100 {
+            let d = t.draw(&mut rng);
+            assert!(d >= t.lo && d <= t.hi);
+            let n = Turns::Range(2, 6).draw(&mut rng, None);
+            assert!((2..=6).contains(&n));
+            assert_eq!(
+                Turns::Fixed(5).draw(&mut rng, Some(3)),
+                3,
+                "a file's own turns"
+            );
+            assert_eq!(Turns::All.draw(&mut rng, Some(4)), 4);
+        }
+    }
+
+    #[test]
+    fn each_turns_prompt_holds_the_earlier_turns_and_their_replies() {
+        let mut h = History::default();
+        h.ask("u1");
+        assert_eq!(h.prompt(Api::Completions), PromptText::Text("u1".into()));
+        h.answer(" r1".into());
+        h.ask("u2");
+        h.answer(" r2".into());
+        h.ask("u3");
+        assert_eq!(
+            h.prompt(Api::Completions),
+            PromptText::Text("u1 r1\n\nu2 r2\n\nu3".into())
+        );
+        assert_eq!(
+            h.prompt(Api::Chat),
+            PromptText::Messages(json!([
+                {"role": "user", "content": "u1"},
+                {"role": "assistant", "content": " r1"},
+                {"role": "user", "content": "u2"},
+                {"role": "assistant", "content": " r2"},
+                {"role": "user", "content": "u3"},
+            ]))
+        );
+    }
+
+    #[test]
+    fn scripts_follow_the_seed_and_keep_synthetic_turns_unique() {
+        let mut syn = Synthetic::new(32, 32, 0, 7);
+        syn.resize(32, 7);
+        let sessions = Sessions {
+            users: Users::Synthetic(Arc::new(syn)),
+            turns: Turns::Range(2, 4),
+            think: Think::parse("1s..2s").unwrap(),
+            seed: 7,
+        };
+        let a = sessions.script(5);
+        assert_eq!(a, sessions.script(5), "reproducible");
+        assert!((2..=4).contains(&a.users.len()));
+        assert_eq!(a.think.len(), a.users.len() - 1);
+        let b = sessions.script(6);
+        for u in &a.users {
+            assert_eq!(u.split(' ').count(), 32);
+            assert!(!b.users.contains(u), "no two turns alike");
+        }
+        assert_ne!(a.users[0], a.users[1]);
+    }
+
+    #[test]
+    fn conversation_files_keep_the_user_turns_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let sg = dir.path().join("s.json");
+        std::fs::write(
+            &sg,
+            r#"[{"conversations":[{"from":"human","value":"q1"},{"from":"gpt","value":"a1"},{"from":"human","value":"q2"}]},
+                {"conversations":[{"from":"gpt","value":"only a reply"}]}]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            read_conversations(sg.to_str().unwrap()).unwrap(),
+            vec![vec!["q1".to_string(), "q2".to_string()]]
+        );
+        let jl = dir.path().join("m.jsonl");
+        std::fs::write(
+            &jl,
+            "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"x\"},{\"role\":\"user\",\"content\":\"b\"}]}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            read_conversations(jl.to_str().unwrap()).unwrap(),
+            vec![vec!["a".to_string(), "b".to_string()]]
+        );
+        std::fs::write(&jl, "{\"prompt\":\"a\"}\n").unwrap();
+        let e = read_conversations(jl.to_str().unwrap()).unwrap_err();
+        assert!(e.contains("m.jsonl:1:"), "{e}");
+    }
+}

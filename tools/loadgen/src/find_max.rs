@@ -1,0 +1,164 @@
+//! `--find-max rate|concurrency`: runs the probes [`crate::search`] asks for, each a normal
+//! point (its records written like any other), and ends with one `search` record. A stop or a
+//! server gone down ends the search like a point: the record says so and keeps what was found.
+
+use crate::dispatch::Ended;
+use crate::pacing::Load;
+use crate::run::{Run, Work};
+use crate::search::{self, Decision, Rules, Step, Tally, Var};
+use servbench::cli;
+use servbench::record::{ErrorClass, PointKey, SearchProbe, SearchRecord, now_ts};
+use std::io::Write;
+
+/// `--find-max-limit`'s default for a rate search, requests per second.
+pub const RATE_LIMIT: f64 = 10_000.0;
+
+impl<W: Write> Run<'_, W> {
+    /// Searches for the highest load meeting `--slo` for one workload (`key`).
+    pub(crate) async fn find_max(
+        &mut self,
+        var: Var,
+        index: &mut u32,
+        key: PointKey,
+        work: &Work,
+    ) -> anyhow::Result<()> {
+        let a = &self.args;
+        let start = match var {
+            Var::Rate => a.rate.as_ref().and_then(|r| r.first().copied()),
+            Var::Concurrency => a
+                .concurrency
+                .as_ref()
+                .and_then(|c| c.first().map(|&c| c.into())),
+        };
+        let rules = Rules {
+            var,
+            target: a.slo_attainment,
+            precision: a.find_max_precision,
+            max_tries: a.find_max_tries,
+            start: start.unwrap_or(1.0),
+            limit: a.find_max_limit.unwrap_or(match var {
+                Var::Rate => RATE_LIMIT,
+                Var::Concurrency => f64::from(a.ramp_max),
+            }),
+        };
+        let (arrival, max_concurrency) = (a.arrival, a.max_concurrency);
+        let mut probes: Vec<SearchProbe> = Vec::new();
+        let mut cut = None;
+        let outcome = 'search: loop {
+            let load = match rules.next(&probes) {
+                Step::Probe(load) => load,
+                Step::Done(o) => break o,
+            };
+            let mut tries = Vec::new();
+            let mut points = Vec::new();
+            let passed = loop {
+                let mut k = key.clone();
+                k.index = *index;
+                k.repeat = tries.len() as u32;
+                *index += 1;
+                points.push(k.index);
+                let l = match var {
+                    Var::Rate => Load::Open {
+                        rate_rps: load,
+                        arrival,
+                        max_concurrency,
+                    },
+                    Var::Concurrency => Load::Closed {
+                        concurrency: load as u32,
+                    },
+                };
+                let p = self.point(k, l, work).await?;
+                if p.ended != Ended::Completed {
+                    cut = Some(p);
+                    break 'search search::Outcome {
+                        stopped_by: "interrupted",
+                        reason: String::new(),
+                        max_passing: None,
+                        first_failing: None,
+                    };
+                }
+                // Nothing answering at all ends the run; failures under load are a failed probe.
+                if p.first_failure
+                    .as_ref()
+                    .is_some_and(|f| f.0 == ErrorClass::Connect)
+                {
+                    self.check_point(&p)?;
+                }
+                let s = &p.summary;
+                tries.push(Tally {
+                    requests: s.requests,
+                    good: p.good,
+                    errors: s.errors,
+                });
+                match rules.decide(&tries) {
+                    Decision::Repeat => continue,
+                    Decision::Pass => break true,
+                    Decision::Fail => break false,
+                }
+            };
+            let probe = search::probe(load, points, &tries, passed);
+            cli::info(format!(
+                "find-max: {} {} the SLO ({:.1}% of {} requests{})",
+                var.show(load),
+                if passed { "met" } else { "missed" },
+                probe.slo_attainment * 100.0,
+                probe.requests,
+                match tries.len() {
+                    1 => String::new(),
+                    n => format!(", {n} tries"),
+                },
+            ));
+            probes.push(probe);
+        };
+        let (stopped_by, reason, max_passing, first_failing) = match &cut {
+            None => (
+                outcome.stopped_by.to_string(),
+                outcome.reason,
+                outcome.max_passing,
+                outcome.first_failing,
+            ),
+            Some(p) => {
+                // What the probes decided so far stands.
+                let so_far = search::bracket(&probes);
+                let (by, why) = match &p.ended {
+                    Ended::ServerDown(why) => ("server_down", why.clone()),
+                    _ => ("interrupted", "interrupted during a probe".to_string()),
+                };
+                (by.to_string(), why, so_far.0, so_far.1)
+            }
+        };
+        let mut point = key;
+        point.concurrency = None;
+        point.rate_rps = None;
+        let record = SearchRecord {
+            v: servbench::record::SCHEMA_VERSION,
+            ts: now_ts(),
+            labels: self.labels.clone(),
+            point,
+            var: var.field().to_string(),
+            slo: self
+                .args
+                .slo
+                .as_ref()
+                .map(|s| s.to_text())
+                .unwrap_or_default(),
+            slo_attainment: rules.target,
+            precision: rules.precision,
+            probes,
+            max_passing,
+            first_failing,
+            stopped_by,
+            reason,
+            extra: Default::default(),
+        };
+        cli::info(format!(
+            "find-max stopped ({}): {}",
+            record.stopped_by, record.reason
+        ));
+        self.out.emit(&record)?;
+        match cut {
+            Some(p) => self.check_point(&p),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,518 @@
+//! Trace replay (`--trace FILE`): requests sent at the times a production trace recorded, with
+//! its input and output lengths, and prompts that share prefixes where the trace says they did.
+//!
+//! Formats (told apart by the first line):
+//! - Mooncake-style JSON lines: `timestamp` (milliseconds from the trace's start),
+//!   `input_length`, `output_length`, and optional `hash_ids`: one id per block of
+//!   `--trace-block` tokens (512 for Mooncake's traces), equal ids meaning an equal block, so a
+//!   request whose ids begin like another's shares that prefix with it.
+//! - CSV with a header naming a timestamp and the two lengths: Azure's LLM inference traces
+//!   (`TIMESTAMP,ContextTokens,GeneratedTokens`, the timestamp a date and time), BurstGPT
+//!   (`Timestamp,...,Request tokens,Response tokens,...`, seconds; rows with no response were
+//!   failures and are skipped), or any CSV with `timestamp` (seconds), `input_length` and
+//!   `output_length`.
+//!
+//! Prompts: the words of a block are drawn from a generator seeded by the block's id (and
+//! `--seed`), so equal ids give equal text and a partial last block is a prefix of the whole
+//! one; rows without ids get words of their own. Each word is one token with the usual BPE
+//! tokenizers; the tokens the server adds around a prompt (BOS, a chat template), measured once
+//! before the first point, are taken off the last block so the server counts the row's length.
+
+use crate::dispatch::{Budget, Maker, Prepared};
+use crate::pacing::Load;
+use crate::workload::{PromptText, VOCAB};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+use servbench::record::SummaryRecord;
+
+/// One request of a trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// Send time, seconds from the first row.
+    pub at_s: f64,
+    pub input_len: u32,
+    pub output_len: u32,
+    /// One per block of the prompt, in order (empty: no shared prefixes).
+    pub hash_ids: Vec<u64>,
+}
+
+/// A trace as read, in time order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trace {
+    pub rows: Vec<Row>,
+    /// Tokens per hash block.
+    pub block: u32,
+    /// Things worth a warning (rows skipped, rows reordered).
+    pub notes: Vec<String>,
+}
+
+/// Reads `path` (see the module's formats); errors name `path:line` and the fix.
+pub fn read(path: &str, block: u32) -> Result<Trace, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let mut notes = Vec::new();
+    let mut rows = if first.trim_start().starts_with('{') {
+        read_jsonl(path, &text, block)?
+    } else {
+        read_csv(path, &text, &mut notes)?
+    };
+    if rows.is_empty() {
+        return Err(format!("{path}: no requests in it"));
+    }
+    if rows.windows(2).any(|w| w[1].at_s < w[0].at_s) {
+        // Stable: rows recorded at the same time keep their order.
+        rows.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+        notes.push(format!(
+            "{path}: rows are not in time order; sent in time order"
+        ));
+    }
+    let t0 = rows[0].at_s;
+    for r in &mut rows {
+        r.at_s -= t0;
+    }
+    Ok(Trace { rows, block, notes })
+}
+
+fn read_jsonl(path: &str, text: &str, block: u32) -> Result<Vec<Row>, String> {
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let at = format!("{path}:{}", i + 1);
+        let v: Value = serde_json::from_str(line).map_err(|e| format!("{at}: not JSON: {e}"))?;
+        let num = |key: &str| -> Result<f64, String> {
+            v.get(key).and_then(Value::as_f64).ok_or_else(|| {
+                format!("{at}: needs a number \"{key}\" (Mooncake: timestamp in ms, input_length, output_length, hash_ids)")
+            })
+        };
+        let ts_ms = num("timestamp")?;
+        let (input, output) = (num("input_length")?, num("output_length")?);
+        let hash_ids: Vec<u64> = match v.get("hash_ids") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(ids) => ids
+                .as_array()
+                .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<_>>>())
+                .ok_or_else(|| format!("{at}: \"hash_ids\" must be a list of integers"))?,
+        };
+        let input_len = length(input, &at, "input_length")?;
+        let blocks = input_len.div_ceil(block.max(1)) as usize;
+        if !hash_ids.is_empty() && hash_ids.len() != blocks {
+            return Err(format!(
+                "{at}: {} hash_ids for input_length {input_len} in blocks of {block} tokens (expected {blocks}): give the trace's block size with --trace-block (Mooncake 512)",
+                hash_ids.len()
+            ));
+        }
+        rows.push(Row {
+            at_s: ts_ms / 1000.0,
+            input_len,
+            output_len: length(output, &at, "output_length")?,
+            hash_ids,
+        });
+    }
+    Ok(rows)
+}
+
+fn length(x: f64, at: &str, key: &str) -> Result<u32, String> {
+    if x.is_finite() && x >= 0.0 && x <= f64::from(u32::MAX) && x.fract() == 0.0 {
+        Ok(x as u32)
+    } else {
+        Err(format!("{at}: \"{key}\" {x} is not a token count"))
+    }
+}
+
+/// Header names of each column (compared lower-case, spaces and underscores ignored).
+const TIME: &[&str] = &["timestamp", "time", "arrivaltime"];
+const INPUT: &[&str] = &[
+    "inputlength",
+    "contexttokens",
+    "requesttokens",
+    "inputtokens",
+    "prompttokens",
+];
+const OUTPUT: &[&str] = &[
+    "outputlength",
+    "generatedtokens",
+    "responsetokens",
+    "outputtokens",
+    "completiontokens",
+];
+
+fn read_csv(path: &str, text: &str, notes: &mut Vec<String>) -> Result<Vec<Row>, String> {
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    let Some((_, header)) = lines.next() else {
+        return Ok(Vec::new());
+    };
+    let names: Vec<String> = fields(header)
+        .map(|h| h.to_lowercase().replace([' ', '_'], ""))
+        .collect();
+    let column = |wanted: &[&str], what: &str| {
+        names
+            .iter()
+            .position(|n| wanted.contains(&n.as_str()))
+            .ok_or_else(|| {
+                format!(
+                    "{path}:1: no {what} column in the header (one of {}; or JSON lines in Mooncake's format)",
+                    wanted.join(", ")
+                )
+            })
+    };
+    let (t, i, o) = (
+        column(TIME, "timestamp")?,
+        column(INPUT, "input length")?,
+        column(OUTPUT, "output length")?,
+    );
+    let mut rows = Vec::new();
+    let mut no_output = 0u64;
+    for (n, line) in lines {
+        let at = format!("{path}:{}", n + 1);
+        let f: Vec<&str> = fields(line).collect();
+        let get = |k: usize| {
+            f.get(k)
+                .copied()
+                .ok_or_else(|| format!("{at}: {} fields, the header has {}", f.len(), names.len()))
+        };
+        let num = |k: usize, what: &str| -> Result<u32, String> {
+            let s = get(k)?;
+            let x: f64 = s
+                .parse()
+                .map_err(|_| format!("{at}: {what} '{s}' is not a number"))?;
+            length(x, &at, what)
+        };
+        let output_len = num(o, "output length")?;
+        if output_len == 0 {
+            // BurstGPT marks a failed request with no response tokens.
+            no_output += 1;
+            continue;
+        }
+        rows.push(Row {
+            at_s: seconds(get(t)?).map_err(|e| format!("{at}: {e}"))?,
+            input_len: num(i, "input length")?,
+            output_len,
+            hash_ids: Vec::new(),
+        });
+    }
+    if no_output > 0 {
+        notes.push(format!(
+            "{path}: {no_output} rows with 0 output tokens (failed in the trace) skipped"
+        ));
+    }
+    Ok(rows)
+}
+
+fn fields(line: &str) -> impl Iterator<Item = &str> {
+    line.split(',').map(|f| f.trim().trim_matches('"'))
+}
+
+/// A CSV timestamp in seconds: a number of seconds, or a date and time (Azure's
+/// `2023-11-16 18:17:03.9799600`, read as UTC).
+fn seconds(s: &str) -> Result<f64, String> {
+    if let Ok(x) = s.parse::<f64>() {
+        return if x.is_finite() {
+            Ok(x)
+        } else {
+            Err(format!("timestamp '{s}' is not a time"))
+        };
+    }
+    let t = humantime::parse_rfc3339_weak(s).map_err(|_| {
+        format!("timestamp '{s}' is neither seconds nor a date and time (2023-11-16 18:17:03.97)")
+    })?;
+    Ok(t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64()))
+}
+
+/// Salt of the words of a row without hash ids, so they never equal a hash block's.
+const UNIQUE: u64 = 0x7261_6e64_6f6d_0001;
+
+impl Trace {
+    /// The prompt of row `i`, `overhead` tokens (the server's own around any prompt) shorter
+    /// than the row's length, taken off the end so shared prefixes stay whole.
+    pub fn prompt(&self, i: usize, overhead: u32, seed: u64) -> String {
+        let row = &self.rows[i];
+        let mut left = row.input_len.saturating_sub(overhead).max(1) as usize;
+        let mut out = String::with_capacity(left * 7);
+        let words = |rng: &mut StdRng, n: usize, out: &mut String| {
+            for _ in 0..n {
+                if !out.is_empty() {
+                    out.push(' ');
+                }
+                out.push_str(VOCAB[rng.random_range(0..VOCAB.len())]);
+            }
+        };
+        let block = self.block.max(1) as usize;
+        for &id in &row.hash_ids {
+            if left == 0 {
+                break;
+            }
+            let n = left.min(block);
+            let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ id);
+            words(&mut rng, n, &mut out);
+            left -= n;
+        }
+        if left > 0 {
+            let mut rng = StdRng::seed_from_u64(seed ^ UNIQUE ^ (i as u64).rotate_left(20));
+            words(&mut rng, left, &mut out);
+        }
+        out
+    }
+
+    /// Rows sent in `budget_s` seconds of trace time at `speed` (all: `None`).
+    pub fn rows_within(&self, budget_s: Option<f64>, speed: f64) -> usize {
+        match budget_s {
+            None => self.rows.len(),
+            Some(b) => self.rows.partition_point(|r| r.at_s / speed < b),
+        }
+    }
+}
+
+/// A trace ready to replay: its rows, and how its prompts are made.
+pub struct Replay {
+    pub trace: std::sync::Arc<Trace>,
+    /// Tokens the server adds around any prompt, taken off each prompt's end.
+    pub overhead: u32,
+    pub seed: u64,
+}
+
+impl Replay {
+    /// Row `id` (the phase's `id`-th request) as a request: its prompt, output length and send
+    /// time.
+    pub(crate) fn prepare(&self, id: u64, maker: &Maker) -> Prepared {
+        let i = (id % self.trace.rows.len() as u64) as usize;
+        let row = &self.trace.rows[i];
+        let text = self.trace.prompt(i, self.overhead, self.seed);
+        let max_tokens = row.output_len.max(1);
+        Prepared {
+            body: maker.body(&PromptText::Text(text), max_tokens),
+            target: Some(row.input_len),
+            max_tokens,
+            at_s: Some(row.at_s),
+            script: None,
+        }
+    }
+}
+
+/// One load per `--trace-speed`.
+pub fn loads(args: &crate::Args) -> Vec<Load> {
+    args.trace_speed
+        .iter()
+        .map(|&speed| Load::Trace {
+            speed,
+            max_concurrency: args.max_concurrency,
+        })
+        .collect()
+}
+
+/// A trace point's budget: its rows, never past the trace's end (`-n` takes the first rows,
+/// `--duration` the rows due within it at the point's speed). `None` for other loads.
+pub fn budget(replay: Option<&Replay>, args: &crate::Args, load: &Load) -> Option<Budget> {
+    let (Load::Trace { speed, .. }, Some(r)) = (load, replay) else {
+        return None;
+    };
+    let rows = r
+        .trace
+        .rows_within(args.duration.map(|d| d.as_secs_f64()), *speed) as u64;
+    Some(Budget::Requests(
+        args.requests.map_or(rows, |n| n.min(rows)),
+    ))
+}
+
+/// What a trace point replayed, in its summary.
+pub fn describe(args: &crate::Args, load: &Load, s: &mut SummaryRecord) {
+    if let Load::Trace {
+        max_concurrency, ..
+    } = load
+    {
+        s.trace = args.trace.clone();
+        s.trace_rows = Some(s.requests);
+        s.max_concurrency = *max_concurrency;
+    }
+}
+
+impl<W: std::io::Write> crate::run::Run<'_, W> {
+    /// Reads `--trace` and learns how many tokens the server adds around a prompt (a short
+    /// synthetic prompt aligned to its count, less its words), so the rows' lengths hold.
+    pub(crate) async fn replay(&mut self, path: &str) -> anyhow::Result<std::sync::Arc<Replay>> {
+        let trace = read(path, self.args.trace_block).map_err(servbench::cli::usage)?;
+        for note in &trace.notes {
+            servbench::cli::warn(note);
+        }
+        const PROBE: u32 = 64;
+        let stop = self.ctx.stop.clone();
+        let aligned =
+            crate::run::until_stopped(&stop, async { Ok(self.aligner.align(PROBE).await) }).await?;
+        let overhead = PROBE.saturating_sub(aligned.words.len() as u32);
+        if let Some(limit) = self.max_model_len {
+            let over = trace
+                .rows
+                .iter()
+                .filter(|r| u64::from(r.input_len) + u64::from(r.output_len) > u64::from(limit))
+                .count();
+            if over > 0 {
+                servbench::cli::warn(format!(
+                    "{path}: {over} of {} rows need more than the server's max_model_len {limit}: they will fail",
+                    trace.rows.len()
+                ));
+            }
+        }
+        Ok(std::sync::Arc::new(Replay {
+            trace: std::sync::Arc::new(trace),
+            overhead,
+            seed: self.args.seed,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(name: &str, text: &str) -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        let p = p.to_str().unwrap().to_string();
+        (dir, p)
+    }
+
+    #[test]
+    fn mooncake_rows_read_in_seconds_from_the_first() {
+        let (_d, p) = write(
+            "t.jsonl",
+            r#"{"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59]}
+{"timestamp": 27500, "input_length": 600, "output_length": 4, "hash_ids": [46, 99]}
+
+{"timestamp": 30000, "input_length": 10, "output_length": 1}
+"#,
+        );
+        let t = read(&p, 512).unwrap();
+        assert_eq!(t.rows.len(), 3);
+        assert_eq!(t.rows[0].at_s, 0.0);
+        assert!((t.rows[1].at_s - 0.018).abs() < 1e-9);
+        assert!((t.rows[2].at_s - 2.518).abs() < 1e-9);
+        assert_eq!(t.rows[1].hash_ids, vec![46, 99]);
+        assert!(t.rows[2].hash_ids.is_empty());
+        assert!(t.notes.is_empty());
+    }
+
+    #[test]
+    fn bad_rows_name_the_place_and_the_fix() {
+        let cases = [
+            (
+                r#"{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1]}"#,
+                "--trace-block",
+            ),
+            (r#"{"timestamp": 0, "output_length": 4}"#, "input_length"),
+            (
+                r#"{"timestamp": 0, "input_length": 6, "output_length": 4, "hash_ids": ["a"]}"#,
+                "list of integers",
+            ),
+            (
+                r#"{"timestamp": 0, "input_length": -6, "output_length": 4}"#,
+                "not a token count",
+            ),
+            ("a,b\n1,2\n", "no timestamp column"),
+            (
+                "timestamp,input_length,output_length\n1,x,3\n",
+                "not a number",
+            ),
+            ("timestamp,input_length,output_length\n1,2\n", "2 fields"),
+            (
+                "timestamp,input_length,output_length\nyesterday,2,3\n",
+                "neither seconds",
+            ),
+        ];
+        for (text, want) in cases {
+            let (_d, p) = write("bad.txt", text);
+            let e = read(&p, 512).unwrap_err();
+            assert!(e.contains(want) && e.contains("bad.txt:"), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn azure_and_burstgpt_csvs() {
+        let (_d, p) = write(
+            "azure.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n2023-11-16 18:17:04.0319140,3180,8\n",
+        );
+        let t = read(&p, 512).unwrap();
+        assert_eq!(t.rows.len(), 2);
+        assert!(
+            (t.rows[1].at_s - 0.051954).abs() < 1e-6,
+            "{}",
+            t.rows[1].at_s
+        );
+        assert_eq!((t.rows[0].input_len, t.rows[0].output_len), (4808, 10));
+        let (_d, p) = write(
+            "burst.csv",
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,Conversation log\n45,GPT-4,1087,0,1087,API log\n2,ChatGPT,10,20,30,API log\n",
+        );
+        let t = read(&p, 512).unwrap();
+        assert_eq!(t.rows.len(), 2, "the failed row is skipped");
+        assert_eq!(t.rows[0].input_len, 10, "sorted by time");
+        assert_eq!(t.rows[1].at_s, 3.0);
+        assert_eq!(t.notes.len(), 2, "{:?}", t.notes);
+    }
+
+    #[test]
+    fn equal_hash_ids_share_token_prefixes() {
+        let row = |ids: &[u64], input_len| Row {
+            at_s: 0.0,
+            input_len,
+            output_len: 1,
+            hash_ids: ids.to_vec(),
+        };
+        let t = Trace {
+            rows: vec![
+                row(&[1, 2, 3], 40),
+                row(&[1, 2, 4], 36),
+                row(&[1, 5], 20),
+                row(&[], 40),
+                row(&[], 40),
+            ],
+            block: 16,
+            notes: Vec::new(),
+        };
+        let words = |i: usize, overhead| -> Vec<String> {
+            t.prompt(i, overhead, 9)
+                .split(' ')
+                .map(str::to_string)
+                .collect()
+        };
+        let (a, b, c) = (words(0, 0), words(1, 0), words(2, 0));
+        assert_eq!((a.len(), b.len(), c.len()), (40, 36, 20));
+        assert_eq!(a[..32], b[..32], "blocks 1 and 2 shared");
+        assert_ne!(a[32..36], b[32..36], "block 3 differs");
+        assert_eq!(a[..16], c[..16]);
+        assert_ne!(a[16..20], c[16..20]);
+        // A partial block is a prefix of the whole one; the overhead comes off the end.
+        assert_eq!(words(0, 4)[..], a[..36]);
+        assert_eq!(words(0, 40).len(), 1, "never empty");
+        // Rows without ids share nothing with each other.
+        assert_ne!(words(3, 0)[..4], words(4, 0)[..4]);
+        assert_eq!(t.prompt(0, 0, 9), t.prompt(0, 0, 9), "reproducible");
+        assert_ne!(t.prompt(0, 0, 9), t.prompt(0, 0, 10), "seeded");
+    }
+
+    #[test]
+    fn a_time_budget_counts_rows_at_the_played_speed() {
+        let t = Trace {
+            rows: (0..10)
+                .map(|i| Row {
+                    at_s: f64::from(i),
+                    input_len: 1,
+                    output_len: 1,
+                    hash_ids: vec![],
+                })
+                .collect(),
+            block: 512,
+            notes: vec![],
+        };
+        assert_eq!(t.rows_within(None, 1.0), 10);
+        assert_eq!(t.rows_within(Some(3.0), 1.0), 3);
+        assert_eq!(t.rows_within(Some(3.0), 2.0), 6);
+    }
+}

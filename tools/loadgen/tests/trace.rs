@@ -1,0 +1,242 @@
+//! Trace replay (`--trace`) end to end: requests leave at the trace's times (scaled by
+//! `--trace-speed`), with the trace's lengths, and prompts whose equal hash ids share prefixes.
+
+mod server;
+
+use serde_json::{Value, json};
+use server::Behavior;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+use testkit::{check, holds_in_one_of_three};
+
+fn loadgen(args: &[&str]) -> Output {
+    testkit::cmd("loadgen")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run loadgen")
+}
+
+fn run_ok(args: &[&str]) -> Vec<Value> {
+    let out = loadgen(args);
+    assert!(
+        out.status.success(),
+        "loadgen {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    testkit::json_lines(&out.stdout)
+}
+
+fn kinds<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    records.iter().filter(|r| r["kind"] == kind).collect()
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+/// Mooncake-style rows: (timestamp ms, input length, output length, hash ids).
+fn mooncake(rows: &[(u64, u32, u32, &[u64])]) -> String {
+    rows.iter()
+        .map(|(ts, i, o, ids)| {
+            json!({"timestamp": ts, "input_length": i, "output_length": o, "hash_ids": ids})
+                .to_string()
+                + "\n"
+        })
+        .collect()
+}
+
+#[test]
+fn requests_leave_at_the_traces_times_with_its_lengths() {
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "2ms", "--itl", "1ms"]);
+    let dir = tempfile::tempdir().unwrap();
+    // Irregular gaps, out of order in the file, in milliseconds.
+    let trace = write(
+        &dir,
+        "t.jsonl",
+        &mooncake(&[
+            (1000, 30, 3, &[]),
+            (1400, 20, 2, &[]),
+            (1050, 25, 4, &[]),
+            (2600, 40, 1, &[]),
+        ]),
+    );
+    let out = loadgen(&["--url", &url, "--trace", &trace, "--trace-speed", "1,4"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not in time order"), "{err}");
+    let recs = testkit::json_lines(&out.stdout);
+    for (index, speed) in [(0, 1.0), (1, 4.0)] {
+        let mut reqs: Vec<&Value> = kinds(&recs, "request")
+            .into_iter()
+            .filter(|r| r["point"]["index"] == index)
+            .collect();
+        reqs.sort_by_key(|r| r["id"].as_u64());
+        let got: Vec<(f64, u64, u64)> = reqs
+            .iter()
+            .map(|r| {
+                (
+                    r["intended_ms"].as_f64().unwrap(),
+                    r["prompt_tokens"].as_u64().unwrap(),
+                    r["output_tokens"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let want = [(0.0, 30, 3), (50.0, 25, 4), (400.0, 20, 2), (1600.0, 40, 1)];
+        for ((t, i, o), (wt, wi, wo)) in got.iter().zip(want) {
+            // Intended times are the trace's, exactly (the deadlines, not when they went).
+            assert!((t - wt / speed).abs() < 1e-6, "speed {speed}: {got:?}");
+            assert_eq!((*i, *o), (wi, wo), "srv-sim counts the row's lengths");
+        }
+        let s = kinds(&recs, "summary")
+            .into_iter()
+            .find(|s| s["point"]["index"] == index)
+            .unwrap();
+        assert_eq!(s["point"]["trace_speed"], json!(speed));
+        assert_eq!(s["trace_rows"], 4);
+        assert_eq!(s["prompt_len_exact"], 4);
+        assert!(s["trace"].as_str().unwrap().ends_with("t.jsonl"));
+        assert!(s["point"].get("input_len").is_none(), "{s}");
+    }
+}
+
+#[test]
+fn equal_hash_ids_send_equal_prefixes() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(1),
+        itl: Duration::from_millis(1),
+        ..Behavior::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(
+        &dir,
+        "t.jsonl",
+        &mooncake(&[
+            (0, 40, 2, &[7, 8, 9]),
+            (10, 36, 2, &[7, 8, 10]),
+            (20, 20, 2, &[7, 11]),
+            (30, 40, 2, &[]),
+        ]),
+    );
+    run_ok(&[
+        "--url",
+        &srv.url(),
+        "--trace",
+        &trace,
+        "--trace-block",
+        "16",
+    ]);
+    let prompts: Vec<Vec<String>> = srv
+        .captured()
+        .into_iter()
+        .filter(|c| c.path == "/v1/completions" && c.body["stream"] == json!(true))
+        .map(|c| {
+            c.body["prompt"]
+                .as_str()
+                .unwrap()
+                .split(' ')
+                .map(str::to_string)
+                .collect()
+        })
+        .collect();
+    assert_eq!(prompts.len(), 4);
+    let common = |a: &[String], b: &[String]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    // The capture server counts one BOS token more than the words: the last block gives it up.
+    assert_eq!(prompts[0].len(), 39);
+    // (A word drawn alike by chance may lengthen a common run by one or two.)
+    assert!(
+        (32..35).contains(&common(&prompts[0], &prompts[1])),
+        "two blocks shared"
+    );
+    assert!(
+        (16..19).contains(&common(&prompts[0], &prompts[2])),
+        "one block shared"
+    );
+    assert!(
+        common(&prompts[0], &prompts[3]) < 3,
+        "no ids: nothing shared"
+    );
+}
+
+#[test]
+fn azure_csv_times_are_dates_and_bad_traces_name_the_line() {
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "1ms", "--itl", "1ms"]);
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write(
+        &dir,
+        "azure.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,48,3\n2023-11-16 18:17:04.1319600,31,2\n",
+    );
+    let recs = run_ok(&["--url", &url, "--trace", &csv, "--trace-speed", "0.5"]);
+    let reqs = kinds(&recs, "request");
+    assert_eq!(reqs.len(), 2);
+    let t = reqs
+        .iter()
+        .map(|r| r["intended_ms"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(
+        (t - 304.0).abs() < 1e-6,
+        "152 ms apart, played at half speed: {t}"
+    );
+
+    let bad = write(
+        &dir,
+        "bad.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [1]}\n",
+    );
+    let out = loadgen(&["--url", &url, "--trace", &bad]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("bad.jsonl:1:") && err.contains("--trace-block"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    for (args, want) in [
+        (&["--trace", &csv, "-c", "4"][..], "-c"),
+        (&["--trace", &csv, "--input-len", "4"], "--input-len"),
+        (&["--trace", &csv, "--trace-speed", "0"], "positive"),
+        (&["--trace-speed", "2"], "--trace"),
+    ] {
+        let out = loadgen(&[&["--url", &url][..], args].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+/// A trace compressed to 2,000 requests a second: every request leaves within a millisecond
+/// of its row's time (send lag p99 < 1 ms), like the open loop's sends.
+#[test]
+fn compressed_trace_sends_keep_their_times_at_2000_per_second() {
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "0ms", "--itl", "0ms"]);
+    let dir = tempfile::tempdir().unwrap();
+    // 2,000 rows 10 ms apart (20 s of trace) with jitter, played 20x: 2,000 req/s for 1 s.
+    let rows: Vec<(u64, u32, u32, &[u64])> = (0..2000u64)
+        .map(|i| (i * 10 + (i * 7919) % 9, 16, 2, &[][..]))
+        .collect();
+    let trace = write(&dir, "fast.jsonl", &mooncake(&rows));
+    holds_in_one_of_three("trace send lag at 2,000 req/s", || {
+        let recs = run_ok(&[
+            "--url",
+            &url,
+            "--trace",
+            &trace,
+            "--trace-speed",
+            "20",
+            "--no-requests",
+        ]);
+        let s = kinds(&recs, "summary")[0];
+        let p99 = s["send_lag_ms"]["p99"].as_f64().unwrap();
+        let rate = s["requests"].as_f64().unwrap() / s["duration_s"].as_f64().unwrap();
+        check("send lag p99 (ms)", p99, p99 < 1.0)?;
+        check("errors", s["errors"].as_f64().unwrap(), s["errors"] == 0)?;
+        Ok(format!("send lag p99 {p99:.3} ms at {rate:.0} req/s"))
+    });
+}

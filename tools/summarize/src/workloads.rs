@@ -1,0 +1,103 @@
+//! Tables for loadgen's workload modes: conversation points turn by turn (turn 1's cold prompt
+//! against later turns' growing, mostly cached history), and `--find-max` searches (the highest
+//! load that met the SLO, the first that did not).
+
+use crate::points::{Keys, Point, point_name};
+use crate::table::{Cell, Column, Table};
+use servbench::record::SearchRecord;
+
+fn col(name: &str, header: &str) -> Column {
+    Column {
+        name: name.into(),
+        header: header.into(),
+    }
+}
+
+/// One row per turn index of every conversation point (first repeat), or `None` when no point
+/// ran conversations.
+pub fn turns_table(points: &[Point]) -> Option<Table> {
+    let varying = Keys::of(points).varying;
+    let mut table = Table::new(
+        "turns",
+        vec![
+            col("point", "point"),
+            col("turn", "turn"),
+            col("requests", "requests"),
+            col("ttft_p50", "TTFT p50 ms"),
+            col("ttft_p99", "TTFT p99 ms"),
+            col("e2e_p50", "E2E p50 ms"),
+            col("prompt", "prompt tok"),
+            col("cached", "cached tok"),
+        ],
+    );
+    for (group, p) in points.iter().enumerate() {
+        let Some(s) = p.repeats.first().filter(|s| !s.by_turn.is_empty()) else {
+            continue;
+        };
+        let name = point_name(p, &varying);
+        for t in &s.by_turn {
+            table.push(
+                vec![
+                    Cell::Text(name.clone()),
+                    Cell::int(t.turn),
+                    Cell::int(t.requests),
+                    Cell::num(t.ttft_ms.map(|d| d.p50)),
+                    Cell::num(t.ttft_ms.map(|d| d.p99)),
+                    Cell::num(t.e2e_ms.map(|d| d.p50)),
+                    Cell::num(t.prompt_tokens_mean),
+                    Cell::num(t.cached_tokens_mean),
+                ],
+                group,
+            );
+        }
+        let first = s.by_turn.first().and_then(|t| t.ttft_ms.map(|d| d.p50));
+        let later: Vec<f64> = s.by_turn[1..]
+            .iter()
+            .filter_map(|t| t.ttft_ms.map(|d| d.p50))
+            .collect();
+        if let (Some(first), Some(last)) = (first, later.last()) {
+            table.notes.push(format!(
+                "{name}: TTFT p50 {} ms at turn 1, {} ms at turn {} ({} sessions)",
+                crate::table::human(first),
+                crate::table::human(*last),
+                s.by_turn.last().map_or(0, |t| t.turn),
+                s.sessions.unwrap_or(s.by_turn[0].requests)
+            ));
+        }
+    }
+    (!table.rows.is_empty()).then_some(table)
+}
+
+/// loadgen's `--find-max` outcomes.
+pub fn search_table(searches: &[SearchRecord]) -> Table {
+    let mut table = Table::new(
+        "searches",
+        vec![
+            col("var", "varies"),
+            col("slo", "SLO"),
+            col("target", "attainment"),
+            col("probes", "probes"),
+            col("max_passing", "max passing"),
+            col("first_failing", "first failing"),
+            col("stopped_by", "stopped by"),
+        ],
+    );
+    for s in searches {
+        table.push(
+            vec![
+                Cell::Text(s.var.clone()),
+                Cell::Text(s.slo.clone()),
+                Cell::num(Some(s.slo_attainment)),
+                Cell::int(s.probes.len()),
+                Cell::num(s.max_passing),
+                Cell::num(s.first_failing),
+                Cell::Text(s.stopped_by.clone()),
+            ],
+            0,
+        );
+        table
+            .notes
+            .push(format!("search stopped ({}): {}", s.stopped_by, s.reason));
+    }
+    table
+}
