@@ -251,6 +251,13 @@ const EVERY_TOOL: &[(&str, &str)] = &[
         "loadgen --ramp -c 1 --ramp-max 4 --max-error-rate 1 --slo-attainment 0.5 -n 12 --max-tokens 4 --prompts builtin --slo ttft_ms=1000 --no-requests < server.jsonl",
     ),
     (
+        "workloads.jsonl",
+        r#"loadgen --api chat -c 2 -n 3 --turns 2..3 --think-time 1ms --input-len 8 --max-tokens 2 < server.jsonl
+         printf '%s\n' '{"timestamp":0,"input_length":12,"output_length":2,"hash_ids":[1,2]}' '{"timestamp":3,"input_length":13,"output_length":2,"hash_ids":[1,3]}' '{"timestamp":6,"input_length":14,"output_length":2,"hash_ids":[1,4]}' '{"timestamp":9,"input_length":12,"output_length":2,"hash_ids":[1,5]}' '{"timestamp":12,"input_length":13,"output_length":2,"hash_ids":[1,6]}' '{"timestamp":15,"input_length":14,"output_length":2,"hash_ids":[1,7]}' > trace.jsonl
+         loadgen --trace trace.jsonl --trace-block 8 --trace-speed 1,2 < server.jsonl
+         loadgen --find-max concurrency -c 1 --find-max-limit 2 -n 6 --max-tokens 2 --input-len 8 --slo ttft_ms=1000 --slo-attainment 0.5 < server.jsonl"#,
+    ),
+    (
         "kill.jsonl",
         "srv-kill --from server.jsonl
          true & gone=$!; wait $gone; srv-kill --pid $gone || test $? = 1  # nothing matched: a failed kill",
@@ -315,6 +322,7 @@ fn every_record_every_tool_writes_is_typed_with_nothing_outside_the_schema() {
         "request",
         "summary",
         "ramp",
+        "search",
         "coll",
         "coll_run",
         "decode",
@@ -342,6 +350,8 @@ fn every_record_every_tool_writes_is_typed_with_nothing_outside_the_schema() {
         "servers",
         "load points",
         "ramps",
+        "searches",
+        "turns",
         "collectives",
         "decode allreduce budget",
         "gemms",

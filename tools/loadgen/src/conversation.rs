@@ -189,6 +189,7 @@ pub enum Users {
 /// Everything the sessions of a point share.
 #[derive(Clone)]
 pub struct Sessions {
+    pub api: Api,
     pub users: Users,
     pub turns: Turns,
     pub think: Think,
@@ -215,6 +216,7 @@ pub fn source(args: &crate::Args, source: Source) -> anyhow::Result<Source> {
         }
     };
     Ok(Source::Sessions(Arc::new(Sessions {
+        api: args.api,
         users,
         turns,
         think: args.think_time,
@@ -275,7 +277,7 @@ impl Sessions {
             Users::Synthetic(s) => {
                 let n = self.turns.draw(&mut rng, None);
                 (0..n)
-                    .map(|t| s.text(Some((seq << 8) ^ u64::from(t)), self.seed))
+                    .map(|t| s.text(Some((seq << 8) ^ u64::from(t)), None, self.seed))
                     .collect()
             }
             Users::Listed(all, order) => {
@@ -391,7 +393,10 @@ pub(crate) async fn session(
     let Some(script) = req.prepared.script.take() else {
         return;
     };
-    let api = maker.spec.api;
+    let Source::Sessions(sessions) = &maker.source else {
+        return;
+    };
+    let api = sessions.api;
     let max_tokens = req.prepared.max_tokens;
     let mut history = History::default();
     let mut intended = req.intended;
@@ -508,6 +513,7 @@ mod tests {
         let mut syn = Synthetic::new(32, 32, 0, 7);
         syn.resize(32, 7);
         let sessions = Sessions {
+            api: Api::Chat,
             users: Users::Synthetic(Arc::new(syn)),
             turns: Turns::Range(2, 4),
             think: Think::parse("1s..2s").unwrap(),

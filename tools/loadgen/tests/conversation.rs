@@ -169,17 +169,25 @@ fn completions_turns_continue_the_previous_prompt_and_its_reply() {
     ]);
     let bodies = generations(&srv);
     let prompt = |b: &Value| b["prompt"].as_str().unwrap().to_string();
+    // The server counts a BOS token besides the words: 9 words make the 10 tokens asked for.
+    let words = prompt(&bodies[0]).split(' ').count();
+    assert_eq!(words, 9);
     let mut later = 0;
     for b in &bodies {
         let p = prompt(b);
-        // Turn k's prompt begins with turn k-1's whole prompt and the reply to it.
-        if let Some(prev) = bodies.iter().find(|q| {
-            let q = prompt(q);
-            q.len() < p.len() && p.starts_with(&q)
-        }) {
+        // Turn k's prompt begins with turn k-1's whole prompt (the longest earlier prompt it
+        // begins with) and the reply to it.
+        if let Some(prev) = bodies
+            .iter()
+            .filter(|q| {
+                let q = prompt(q);
+                q.len() < p.len() && p.starts_with(&q)
+            })
+            .max_by_key(|q| prompt(q).len())
+        {
             let head = format!("{}{}\n\n", prompt(prev), reply_to(prev, 2));
             assert!(p.starts_with(&head), "{p:?} does not continue {head:?}");
-            assert_eq!(p[head.len()..].split(' ').count(), 10, "a new user turn");
+            assert_eq!(p[head.len()..].split(' ').count(), words, "a new user turn");
             later += 1;
         }
     }
@@ -221,8 +229,10 @@ fn think_time_separates_turns_and_sessions_fill_the_slots() {
         };
         let (one, two) = (turn(1), turn(2));
         let gap = f(two, "intended_ms") - (f(one, "intended_ms") + f(one, "e2e_ms"));
-        // The reply's end (after its last content chunk) plus exactly the think time.
-        assert!((150.0..400.0).contains(&gap), "think gap {gap} ms");
+        // The reply's end (after its last content chunk) plus exactly the think time. (A closed
+        // loop's first sends may precede the point's start by its 1 ms head start, where their
+        // intended_ms reads 0: hence the slack below 150.)
+        assert!((148.5..400.0).contains(&gap), "think gap {gap} ms");
         spans.push((
             f(one, "intended_ms"),
             f(two, "intended_ms") + f(two, "e2e_ms"),

@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 use std::process::Stdio;
+use testkit::{check, holds_in_one_of_three};
 
 fn loadgen(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
     let out = testkit::cmd("loadgen")
@@ -35,66 +36,76 @@ fn find_max_rate_lands_within_its_precision_of_a_known_capacity() {
         "10",
     ]);
     let capacity = 100.0;
-    let (code, recs, err) = loadgen(&[
-        "--url",
-        &url,
-        "--find-max",
-        "rate",
-        "-r",
-        "30",
-        "--arrival",
-        "constant",
-        "--duration",
-        "2s",
-        "--input-len",
-        "8",
-        "--max-tokens",
-        "6",
-        // 15 ms of slack over the 40 ms TTFT: a queue that grows for 2 s passes it quickly.
-        "--slo",
-        "ttft_ms=55",
-        "--find-max-precision",
-        "0.05",
-        "--no-requests",
-    ]);
-    assert_eq!(code, Some(0), "{err}");
-    let search = kinds(&recs, "search");
-    assert_eq!(search.len(), 1, "{err}");
-    let s = search[0];
-    assert_eq!(s["var"], "rate_rps");
-    assert_eq!(s["stopped_by"], "converged", "{s}");
-    let lo = s["max_passing"].as_f64().unwrap();
-    let hi = s["first_failing"].as_f64().unwrap();
-    assert!(hi <= lo * 1.05 + 1e-9, "bracket within 5%: {lo}..{hi}");
-    assert!(
-        (lo - capacity).abs() <= 0.05 * capacity,
-        "max passing {lo} req/s is not within 5% of the capacity {capacity}: {s}"
-    );
-    // Every probe was a normal point with its summary; the probes' points are those points.
-    let summaries = kinds(&recs, "summary");
-    let points: Vec<u64> = s["probes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|p| {
-            p["points"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_u64().unwrap())
-        })
-        .collect();
-    assert_eq!(points.len(), summaries.len());
-    for (i, p) in points.iter().enumerate() {
-        assert_eq!(summaries[i]["point"]["index"].as_u64(), Some(*p));
-        assert!(summaries[i]["goodput_req_s"].is_number());
-    }
-    assert!(err.contains("find-max stopped (converged)"), "{err}");
+    // Whether the search lands there rests on latencies a loaded machine can disturb: a
+    // timing claim, held in one of three runs.
+    holds_in_one_of_three("--find-max rate against a capacity of 100 req/s", || {
+        let (code, recs, err) = loadgen(&[
+            "--url",
+            &url,
+            "--find-max",
+            "rate",
+            "-r",
+            "30",
+            "--arrival",
+            "constant",
+            "--duration",
+            "2s",
+            "--input-len",
+            "8",
+            "--max-tokens",
+            "6",
+            // 30 ms of slack over the 40 ms TTFT: past the capacity by 2%, the queue that grows
+            // for 2 s takes more than a tenth of the requests past it.
+            "--slo",
+            "ttft_ms=70",
+            "--find-max-precision",
+            "0.05",
+            "--no-requests",
+        ]);
+        assert_eq!(code, Some(0), "{err}");
+        let search = kinds(&recs, "search");
+        assert_eq!(search.len(), 1, "{err}");
+        let s = search[0];
+        assert_eq!(s["var"], "rate_rps");
+        // Every probe was a normal point with its summary; the probes' points are those.
+        let summaries = kinds(&recs, "summary");
+        let points: Vec<u64> = s["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| {
+                p["points"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap())
+            })
+            .collect();
+        assert_eq!(points.len(), summaries.len());
+        for (i, p) in points.iter().enumerate() {
+            assert_eq!(summaries[i]["point"]["index"].as_u64(), Some(*p));
+            assert!(summaries[i]["goodput_req_s"].is_number());
+        }
+        check("converged", 0.0, s["stopped_by"] == "converged")?;
+        let lo = s["max_passing"].as_f64().unwrap_or(0.0);
+        let hi = s["first_failing"].as_f64().unwrap_or(0.0);
+        assert!(hi <= lo * 1.05 + 1e-9, "bracket within 5%: {lo}..{hi}");
+        check(
+            "max passing req/s within 5% of 100",
+            lo,
+            (lo - capacity).abs() <= 0.05 * capacity,
+        )?;
+        Ok(format!(
+            "{lo} req/s met the SLO, {hi} did not, in {} probes",
+            points.len()
+        ))
+    });
 }
 
 #[test]
 fn find_max_concurrency_finds_the_slots() {
-    // 4 slots: a 5th request in flight waits a whole request (30 ms) for its first token.
+    // 4 slots: a 5th request in flight waits a whole request (30 ms) for its first token, so
+    // about one request in five misses a 42 ms TTFT objective.
     let (_sim, url) = testkit::srv_sim(&[
         "--ttft",
         "20ms",
@@ -103,30 +114,34 @@ fn find_max_concurrency_finds_the_slots() {
         "--max-running-requests",
         "4",
     ]);
-    let (code, recs, err) = loadgen(&[
-        "--url",
-        &url,
-        "--find-max",
-        "concurrency",
-        "-c",
-        "1",
-        "-n",
-        "60",
-        "--input-len",
-        "8",
-        "--max-tokens",
-        "3",
-        "--slo",
-        "ttft_ms=35",
-        "--slo-attainment",
-        "0.99",
-        "--no-requests",
-    ]);
-    assert_eq!(code, Some(0), "{err}");
-    let s = kinds(&recs, "search")[0];
-    assert_eq!(s["var"], "concurrency");
-    assert_eq!(s["max_passing"], 4.0, "{s}");
-    assert_eq!(s["first_failing"], 5.0, "{s}");
+    holds_in_one_of_three("--find-max concurrency against 4 slots", || {
+        let (code, recs, err) = loadgen(&[
+            "--url",
+            &url,
+            "--find-max",
+            "concurrency",
+            "-c",
+            "1",
+            "-n",
+            "100",
+            "--input-len",
+            "8",
+            "--max-tokens",
+            "3",
+            "--slo",
+            "ttft_ms=42",
+            "--slo-attainment",
+            "0.95",
+            "--no-requests",
+        ]);
+        assert_eq!(code, Some(0), "{err}");
+        let s = kinds(&recs, "search")[0];
+        assert_eq!(s["var"], "concurrency");
+        let lo = s["max_passing"].as_f64().unwrap_or(0.0);
+        check("max passing concurrency", lo, lo == 4.0)?;
+        assert_eq!(s["first_failing"], 5.0, "{s}");
+        Ok(format!("{} probes", s["probes"].as_array().unwrap().len()))
+    });
 }
 
 #[test]

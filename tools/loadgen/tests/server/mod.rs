@@ -52,6 +52,11 @@ pub struct Behavior {
     /// The token count the server answers (/tokenize and usage) for a real count: a server
     /// that counts wrong.
     pub counts: fn(u32) -> u32,
+    /// The word each token of the reply to a request is (conversations trace replies back).
+    pub reply: fn(&serde_json::Value) -> String,
+    /// `usage.prompt_tokens_details.cached_tokens` the final usage chunk reports, from the
+    /// prompt tokens (None: not reported, as most servers by default).
+    pub cached: fn(u32) -> Option<u32>,
 }
 
 impl Default for Behavior {
@@ -70,6 +75,8 @@ impl Default for Behavior {
             done: true,
             finish_reason: false,
             counts: |n| n,
+            reply: |_| "tok".to_string(),
+            cached: |_| None,
         }
     }
 }
@@ -290,7 +297,7 @@ fn serve_conn(
             }
             let here = k.min(max - sent);
             sent += here;
-            let text = vec!["tok"; here as usize].join(" ");
+            let text = vec![(b.reply)(&body); here as usize].join(" ");
             let usage = match b.usage {
                 Usage::PerChunk => format!(
                     r#","usage":{{"prompt_tokens":{prompt_tokens},"completion_tokens":{sent}}}"#
@@ -339,8 +346,11 @@ fn serve_conn(
             chunk(
                 &mut w,
                 &format!(
-                    r#"{{"choices":[],"usage":{{"prompt_tokens":{prompt_tokens},"completion_tokens":{sent},"total_tokens":{}}}}}"#,
-                    prompt_tokens + sent
+                    r#"{{"choices":[],"usage":{{"prompt_tokens":{prompt_tokens},"completion_tokens":{sent},"total_tokens":{}{}}}}}"#,
+                    prompt_tokens + sent,
+                    (b.cached)(prompt_tokens).map_or(String::new(), |c| format!(
+                        r#","prompt_tokens_details":{{"cached_tokens":{c}}}"#
+                    ))
                 ),
             )?;
         }
