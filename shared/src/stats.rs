@@ -499,6 +499,7 @@ impl PointStats {
             },
             trace: None,
             trace_rows: None,
+            ranks: None,
             hist,
             extra: Default::default(),
         }

@@ -258,6 +258,15 @@ const EVERY_TOOL: &[(&str, &str)] = &[
          loadgen --find-max concurrency -c 1 --find-max-limit 2 -n 6 --max-tokens 2 --input-len 8 --slo ttft_ms=1000 --slo-attainment 0.5 < server.jsonl"#,
     ),
     (
+        "ranks.jsonl",
+        "loadgen --rank 1 --world 2 -c 3 -n 9 --max-tokens 4 --input-len 16 < server.jsonl & one=$!
+         loadgen --rank 0 --world 2 -c 3 -n 9 --max-tokens 4 --input-len 16 < server.jsonl
+         wait $one
+         loadgen --rank 1 --world 2 -r 50 -n 6 --max-tokens 4 --input-len 16 --rank-output each < server.jsonl & one=$!
+         loadgen --rank 0 --world 2 -r 50 -n 6 --max-tokens 4 --input-len 16 --rank-output each < server.jsonl
+         wait $one",
+    ),
+    (
         "kill.jsonl",
         "srv-kill --from server.jsonl
          true & gone=$!; wait $gone; srv-kill --pid $gone || test $? = 1  # nothing matched: a failed kill",
@@ -292,6 +301,11 @@ fn every_record_every_tool_writes_is_typed_with_nothing_outside_the_schema() {
     let mut script = String::from(
         "trap 'srv-kill --from server.jsonl --missing-ok >/dev/null 2>&1 || true' EXIT\n",
     );
+    // Where rank 0 of the loadgen jobs listens (the variable stands for --coordinator).
+    script.push_str(&format!(
+        "export LOADGEN_COORDINATOR=127.0.0.1:{}\n",
+        testkit::free_port()
+    ));
     for (file, commands) in EVERY_TOOL {
         script.push_str(&format!("{{\n{commands}\n}} > {file}\n"));
     }

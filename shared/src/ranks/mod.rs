@@ -79,6 +79,10 @@ pub fn detect(
     env: impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<Detected> {
     let coordinator = flags.coordinator.clone().or_else(|| env(coordinator_env));
+    if flags.world == Some(1) && flags.rank.is_none_or(|r| r == 0) {
+        // `--world 1` alone: run as a job of one whatever a launcher says.
+        return Ok(Detected::Single);
+    }
     if flags.rank.is_some() || flags.world.is_some() {
         let (Some(rank), Some(world)) = (flags.rank, flags.world) else {
             return Err(diag::usage(
@@ -120,7 +124,7 @@ fn identity(
     }
     let Some(coordinator) = coordinator else {
         return Err(diag::usage(format!(
-            "running as rank {rank} of {world} (from {from}) needs --coordinator HOST:PORT: where rank 0 listens, reachable from every rank"
+            "running as rank {rank} of {world} (from {from}) needs --coordinator HOST:PORT: where rank 0 listens, reachable from every rank (or --world 1 to run alone)"
         )));
     };
     Ok(Detected::Rank(Identity {

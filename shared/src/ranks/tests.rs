@@ -74,6 +74,15 @@ fn flags_then_the_tools_variables_then_the_launchers() {
         coordinator: None,
     };
     assert_eq!(d(&single, &[]).unwrap(), Detected::Single);
+    // `--world 1` alone opts out of a launcher's job (a plain run inside an sbatch script).
+    let alone = Flags {
+        world: Some(1),
+        ..Default::default()
+    };
+    let batch = [("SLURM_PROCID", "0"), ("SLURM_NTASKS", "4")];
+    assert_eq!(d(&alone, &batch).unwrap(), Detected::Single);
+    let err = d(&Flags::default(), &batch).unwrap_err().to_string();
+    assert!(err.contains("--world 1"), "{err}");
     // Out of range, half given, not a number: usage errors naming the source.
     let bad = Flags {
         rank: Some(3),

@@ -125,6 +125,10 @@ pub struct SummaryRecord {
     /// Trace replay: rows of the trace the point sent (within `-n` or `--duration`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_rows: Option<u64>,
+    /// The point was loaded by several processes (loadgen ranks under mpirun, srun or
+    /// `--rank`): this rank's part of it, or, in rank 0's merged summary, the whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<RankPart>,
     /// Metric name (`ttft_ms`, ...) to HdrHistogram V2+deflate, base64; values in microseconds.
     #[serde(default)]
     pub hist: BTreeMap<String, String>,
@@ -132,6 +136,36 @@ pub struct SummaryRecord {
     pub extra: Extra,
 }
 record_kind!(SummaryRecord, "summary", Summary);
+
+/// A point loaded by several processes: one rank's part (its summary carries `rank` and `host`
+/// labels), or rank 0's merge of every rank's summary (`merged`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RankPart {
+    /// Processes that loaded the point together.
+    pub world: u32,
+    /// This is rank 0's exact merge of every rank's summary of the point (histograms added):
+    /// the point's result. Readers that have the per-rank summaries use those instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub merged: bool,
+    /// This rank's part of the point's concurrency (closed loop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_concurrency: Option<u32>,
+    /// This rank's part of the point's request rate (open loop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_rate_rps: Option<f64>,
+    /// When the point started, ms since the Unix epoch: on this rank's clock (merged: rank 0's
+    /// clock, the earliest rank corrected by its offset).
+    pub start_unix_ms: f64,
+    /// This rank's clock minus rank 0's (measured at the rendezvous, NTP-style).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_ms: Option<f64>,
+    /// Round trip of the exchange that measured the offset: the offset is good to half of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_rtt_ms: Option<f64>,
+    /// Merged: latest minus earliest start across the ranks, each corrected by its clock offset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_spread_ms: Option<f64>,
+}
 
 /// Why a sweep point stopped early (`stopped_by` of a `summary`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,6 +176,9 @@ pub enum PointStop {
     /// The server stopped accepting connections (it crashed or was killed): what finished
     /// before is kept, nothing after it was sent.
     ServerDown,
+    /// Another rank of the job died, went silent or failed: the point stopped on every rank
+    /// (`stop_reason` names the rank).
+    RankFailed,
     /// A reason written by a newer tool.
     #[serde(other)]
     Other,

@@ -230,6 +230,7 @@ fn summary() -> impl Strategy<Value = Record> {
                 },
                 trace: (!partial).then(|| "mooncake.jsonl".into()),
                 trace_rows: (!partial).then_some(12031),
+                ranks: None,
                 hist: [("ttft_ms".to_string(), "HISTFAAAAB".to_string())]
                     .into_iter()
                     .collect(),

@@ -220,6 +220,8 @@ pub enum Ended {
     Stopped,
     /// The server is gone (see [`Health`]): why, in words.
     ServerDown(String),
+    /// Another rank of the job died or failed (see [`crate::ranks`]): which, and why.
+    RankFailed(String),
 }
 
 /// Connections failing for this long, with nothing else finishing in between, is a server

@@ -1,6 +1,8 @@
 //! `--find-max rate|concurrency`: runs the probes [`crate::search`] asks for, each a normal
 //! point (its records written like any other), and ends with one `search` record. A stop or a
 //! server gone down ends the search like a point: the record says so and keeps what was found.
+//! As ranks of several, every rank runs its share of each probe and decides on the merged
+//! figures (the same on every rank); rank 0 alone writes the `search` record.
 
 use crate::dispatch::Ended;
 use crate::pacing::Load;
@@ -122,10 +124,15 @@ impl<W: Write> Run<'_, W> {
                 let so_far = search::bracket(&probes);
                 let (by, why) = match &p.ended {
                     Ended::ServerDown(why) => ("server_down", why.clone()),
+                    Ended::RankFailed(why) => ("rank_failed", why.clone()),
                     _ => ("interrupted", "interrupted during a probe".to_string()),
                 };
                 (by.to_string(), why, so_far.0, so_far.1)
             }
+        };
+        // One search for the whole job: every rank decided on the same merged figures.
+        let Some(labels) = self.job_labels() else {
+            return cut.map_or(Ok(()), |p| self.check_point(&p));
         };
         let mut point = key;
         point.concurrency = None;
@@ -133,7 +140,7 @@ impl<W: Write> Run<'_, W> {
         let record = SearchRecord {
             v: servbench::record::SCHEMA_VERSION,
             ts: now_ts(),
-            labels: self.labels.clone(),
+            labels,
             point,
             var: var.field().to_string(),
             slo: self

@@ -16,6 +16,8 @@ pub mod pacing;
 pub mod probe;
 pub mod progress;
 pub mod ramp;
+pub mod ramp_run;
+pub mod ranks;
 pub mod run;
 pub mod search;
 pub mod setup;
@@ -232,6 +234,9 @@ pub struct Args {
     /// Runtime worker threads, 1 to 1024 (default: available cores, at most 8)
     #[arg(long)]
     pub threads: Option<usize>,
+
+    #[command(flatten)]
+    pub ranks: ranks::RankArgs,
 
     #[command(flatten)]
     pub common: CommonArgs,

@@ -15,15 +15,13 @@ use crate::limits;
 use crate::pacing::Load;
 use crate::probe::{self, Aligner, Model};
 use crate::progress::{Progress, cpu_seconds};
-use crate::ramp::{Rules, Verdict};
+use crate::ranks::{Hooks, Ranks};
 use crate::workload;
 use crate::{Args, Warmup};
 use anyhow::Context as _;
 use servbench::cli::{self, Exit};
 use servbench::jsonl::RecordWriter;
-use servbench::record::{
-    ErrorClass, Labels, PointKey, PointStop, RampLevel, RampRecord, SummaryRecord, now_ts,
-};
+use servbench::record::{ErrorClass, Labels, PointKey, PointStop, SummaryRecord};
 use servbench::stats::PointStats;
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -41,7 +39,9 @@ pub fn run<W: Write>(
 ) -> anyhow::Result<Exit> {
     limits::validate(&args)?;
     limits::fit_open_files(&mut args, servbench::rlimit::raise_nofile_limit())?;
-    let flusher = match (args.flush_cache, setup.engine) {
+    // Of several ranks, rank 0 alone empties the cache, before the point's common start.
+    let flushes = args.flush_cache && setup.ranks.as_ref().is_none_or(|r| r.rank() == 0);
+    let flusher = match (flushes, setup.engine) {
         (false, _) => None,
         (true, Some(engine)) => Some(Flusher::new(engine)),
         (true, None) => {
@@ -105,7 +105,12 @@ pub fn run<W: Write>(
             warm: BTreeSet::new(),
             replay: None,
             max_model_len,
+            ranks: setup.ranks,
         };
+        // Each rank draws its own prompts and arrivals; the aligner's shared prefix stays common.
+        if let Some(r) = &run.ranks {
+            run.args.seed = r.seed();
+        }
         let exit = run.all().await?;
         // The runtime (and with it the signal handling) lives on while upstream drains.
         if let Some(upstream) = setup.upstream {
@@ -153,6 +158,8 @@ pub(crate) struct Run<'a, W: Write> {
     pub(crate) replay: Option<Arc<crate::trace::Replay>>,
     /// The server's context length, where /v1/models says.
     pub(crate) max_model_len: Option<u32>,
+    /// This process as one rank of several, when it is.
+    pub(crate) ranks: Option<Ranks>,
 }
 
 /// What a point's requests are made of.
@@ -266,7 +273,17 @@ impl<W: Write> Run<'_, W> {
         Ok(Exit::Ok)
     }
 
-    fn warn_once(&mut self, message: String) {
+    /// Labels for a record of the whole job (a ramp's, a search's): `None` on a rank other than
+    /// 0, which writes none (every rank decided the same from the merged figures).
+    pub(crate) fn job_labels(&self) -> Option<Labels> {
+        match &self.ranks {
+            Some(r) if r.rank() != 0 => None,
+            Some(_) => Some(Ranks::job_labels(&self.labels)),
+            None => Some(self.labels.clone()),
+        }
+    }
+
+    pub(crate) fn warn_once(&mut self, message: String) {
         if self.warned.insert(message.clone()) {
             cli::warn(message);
         }
@@ -341,6 +358,7 @@ impl<W: Write> Run<'_, W> {
                     p.summary.point.index, p.summary.requests, p.summary.ok
                 )));
             }
+            Ended::RankFailed(why) => return Err(cli::failure(why.clone())),
             Ended::Completed => {}
         }
         if p.summary.ok > 0 || p.summary.requests == 0 {
@@ -422,15 +440,19 @@ impl<W: Write> Run<'_, W> {
         });
         let ctx = self.ctx.clone();
         let seed = self.args.arrival_seed(&key);
+        // One rank of several takes its share of the point (`total` names the point).
+        let total = load;
+        let (load, budget) = self.ranks.part(&total, self.budget(&total));
         if let Some(w) = self.args.warmup {
             let budget = match w {
                 Warmup::Requests(n) => Budget::Requests(n),
                 Warmup::Time(d) => Budget::Time(d),
             };
             if !matches!(budget, Budget::Requests(0)) {
+                self.ranks.start_together(&total).await?;
                 let warmup = Phase {
                     load,
-                    budget,
+                    budget: self.ranks.part(&total, budget).1,
                     arrival_seed: seed ^ 0xa11,
                     maker: maker.clone(),
                 };
@@ -441,27 +463,25 @@ impl<W: Write> Run<'_, W> {
                     if ctx.stop.is_aborted() {
                         return Err(stopped(&ctx.stop));
                     }
-                    let mut summary = self.summary(&PointStats::new(), key, &ended, 0.0, &load);
+                    let ended = self.ranks.failure().unwrap_or(ended);
+                    let mut summary = self.summary(&PointStats::new(), key, &ended, 0.0, &total);
                     self.describe(&mut summary, work);
                     summary.cache_flushed = cache_flushed;
-                    self.out.emit(&summary)?;
-                    return Ok(PointOutcome {
-                        summary,
-                        ended,
-                        first_failure: None,
-                        good: 0,
-                    });
+                    return self.finish_point(summary, ended, None, 0, &load).await;
                 }
             }
         }
-        if let Some(n) = load.slots() {
+        if let Some(n) = load
+            .slots()
+            .filter(|_| !matches!(budget, Budget::Requests(0)))
+        {
             // Bounded by --timeout per connection, and given up at a stop.
             tokio::select! {
                 _ = ctx.pool.prewarm(n as usize, self.args.timeout) => {}
                 _ = ctx.stop.wait() => {}
             }
         }
-        let budget = self.budget(&load);
+        self.ranks.start_together(&total).await?;
         let cpu_before = cpu_seconds();
         let mut stats = PointStats::new();
         let mut first_failure = None;
@@ -522,17 +542,36 @@ impl<W: Write> Run<'_, W> {
             return Err(stopped(&ctx.stop));
         }
         let cpu = cpu_seconds() - cpu_before;
-        let mut summary = self.summary(&stats, key, &ended, cpu, &load);
+        let ended = self.ranks.failure().unwrap_or(ended);
+        let mut summary = self.summary(&stats, key, &ended, cpu, &total);
         self.describe(&mut summary, work);
         summary.cache_flushed = cache_flushed;
         let cold = self.touch_groups(stats.requests, work);
         summary.prefix_hit_rate_expected = self.expected_hit_rate(stats.requests, cold, work);
-        self.out.emit(&summary)?;
+        self.finish_point(summary, ended, first_failure, stats.good, &load)
+            .await
+    }
+
+    /// Writes the point's summary (as one rank of several: its part, then the merged one
+    /// decides how the point ended on every rank).
+    async fn finish_point(
+        &mut self,
+        summary: SummaryRecord,
+        ended: Ended,
+        first_failure: Option<(ErrorClass, String)>,
+        good: u64,
+        share: &Load,
+    ) -> anyhow::Result<PointOutcome> {
+        let slo = self.args.slo.as_ref();
+        let (summary, ended, good) = self
+            .ranks
+            .finish(summary, (ended, good), share, slo, self.out)
+            .await?;
         Ok(PointOutcome {
             summary,
             ended,
             first_failure,
-            good: stats.good,
+            good,
         })
     }
 
@@ -553,6 +592,10 @@ impl<W: Write> Run<'_, W> {
                 s.stopped_by = Some(PointStop::ServerDown);
                 s.stop_reason = Some(why.clone());
             }
+            Ended::RankFailed(why) => {
+                s.stopped_by = Some(PointStop::RankFailed);
+                s.stop_reason = Some(why.clone());
+            }
         }
         s.client_cpu_s = Some(cpu);
         s.model = Some(self.model.clone());
@@ -570,113 +613,6 @@ impl<W: Write> Run<'_, W> {
         crate::conversation::describe(&self.args, &mut s);
         crate::trace::describe(&self.args, load, &mut s);
         s
-    }
-
-    /// `--ramp`: doubles the concurrency until a rule stops it; writes the `ramp` record (also
-    /// when a stop or a server gone down ends it, which then ends the run as for a point).
-    async fn ramp(&mut self, index: &mut u32, key: PointKey, work: &Work) -> anyhow::Result<()> {
-        let first = self
-            .args
-            .concurrency
-            .as_ref()
-            .and_then(|c| c.first().copied())
-            .unwrap_or(1);
-        let rules = Rules {
-            max_error_rate: self.args.max_error_rate,
-            slo_attainment: self.args.slo_attainment,
-            min_gain: self.args.min_gain,
-            max_concurrency: self.args.ramp_max,
-        };
-        let mut levels: Vec<RampLevel> = Vec::new();
-        let mut concurrency = first;
-        let (stopped_by, reason, cut) = loop {
-            let mut tok_s = 0.0;
-            let mut req_s = 0.0;
-            let (mut requests, mut errors, mut good) = (0u64, 0u64, 0.0f64);
-            let mut cut: Option<PointOutcome> = None;
-            for repeat in 0..self.args.repeat {
-                let mut k = key.clone();
-                k.index = *index;
-                k.repeat = repeat;
-                *index += 1;
-                let p = self.point(k, Load::Closed { concurrency }, work).await?;
-                if p.ended == Ended::Completed {
-                    self.check_point(&p)?;
-                }
-                let s = &p.summary;
-                tok_s += s.output_tok_s / f64::from(self.args.repeat);
-                req_s += s.req_s / f64::from(self.args.repeat);
-                requests += s.requests;
-                errors += s.errors;
-                good += s.goodput_req_s.unwrap_or(0.0) * s.duration_s;
-                if p.ended != Ended::Completed {
-                    cut = Some(p);
-                    break;
-                }
-            }
-            let error_rate = if requests > 0 {
-                errors as f64 / requests as f64
-            } else {
-                0.0
-            };
-            let slo_attainment = self.args.slo.as_ref().map(|_| {
-                if requests > 0 {
-                    (good / requests as f64).min(1.0)
-                } else {
-                    0.0
-                }
-            });
-            levels.push(RampLevel {
-                concurrency,
-                output_tok_s: tok_s,
-                req_s,
-                error_rate,
-                slo_attainment,
-            });
-            match cut.as_ref().map(|p| &p.ended) {
-                Some(Ended::ServerDown(why)) => {
-                    break ("server_down".to_string(), why.clone(), cut);
-                }
-                Some(_) => {
-                    break (
-                        "interrupted".to_string(),
-                        format!("interrupted at concurrency {concurrency}"),
-                        cut,
-                    );
-                }
-                None => {}
-            }
-            match rules.judge(&levels) {
-                Verdict::Next(next) => concurrency = next,
-                Verdict::Stop { rule, reason } => break (rule.to_string(), reason, None),
-            }
-        };
-        let best = rules.best(&levels);
-        let record = RampRecord {
-            v: servbench::record::SCHEMA_VERSION,
-            ts: now_ts(),
-            labels: self.labels.clone(),
-            point: key,
-            best_concurrency: best.map(|l| l.concurrency),
-            best_output_tok_s: best.map(|l| l.output_tok_s),
-            levels,
-            stopped_by,
-            reason,
-            extra: Default::default(),
-        };
-        cli::info(format!(
-            "ramp stopped ({}): {}; best concurrency {}",
-            record.stopped_by,
-            record.reason,
-            record
-                .best_concurrency
-                .map_or("none".to_string(), |c| c.to_string())
-        ));
-        self.out.emit(&record)?;
-        match cut {
-            Some(p) => self.check_point(&p),
-            None => Ok(()),
-        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! What a run starts from besides its flags: the target (`--url`, or the `server` record on
 //! stdin, whose records pass on unchanged), its TLS trust, the server's engine, the labels, and
-//! the binary's Ctrl-C/SIGTERM handling. [`main`] resolves these for the binary; a library
+//! the binary's Ctrl-C/SIGTERM handling. Rank 0 of several resolves the target here too and
+//! tells the other ranks ([`crate::ranks`]). [`main`] resolves these for the binary; a library
 //! caller builds a [`Setup`] itself.
 
 use crate::dispatch::Stop;
@@ -13,13 +14,58 @@ use servbench::jsonl::{self, BackgroundPassThrough, Disposition, RecordWriter};
 use servbench::record::{Labels, Record, inherit_labels};
 
 /// Entry point from main: the target from `--url` or the `server` record on stdin, records to
-/// stdout, Ctrl-C/SIGTERM as the stop.
+/// stdout, Ctrl-C/SIGTERM as the stop. One rank of several runs through [`crate::ranks`].
 pub fn main(args: Args) -> anyhow::Result<Exit> {
     limits::validate(&args)?;
+    if let Some(ranks) = crate::ranks::join(&args)? {
+        return crate::ranks::main(args, ranks);
+    }
     let mut out = RecordWriter::stdout();
-    let own = args.common.labels();
+    let up = upstream(&args, &mut out)?;
+    let setup = Setup {
+        target: target(&args, &up.url, up.from)?,
+        engine: up.engine,
+        labels: up.labels_with(args.common.labels()),
+        stop: Stop::new(),
+        signals: true,
+        watch_stdout: true,
+        upstream: up.background,
+        ranks: None,
+    };
+    run(args, setup, &mut out)
+}
+
+/// Where the target comes from, found before the run.
+pub(crate) struct Upstream {
+    pub url: String,
+    /// The labels of the upstream `server` record that named the target.
+    pub server_labels: Option<Labels>,
+    /// Where `url` came from, for messages.
+    pub from: &'static str,
+    /// `--engine`, else the server record's.
+    pub engine: Option<&'static EnginePreset>,
+    /// Upstream records still being passed on (with `--url`).
+    pub background: Option<BackgroundPassThrough>,
+}
+
+impl Upstream {
+    /// The records' labels: `own`, over the server record's.
+    pub fn labels_with(&self, own: Labels) -> Labels {
+        match &self.server_labels {
+            Some(server) => inherit_labels(server, &own),
+            None => own,
+        }
+    }
+}
+
+/// `--url`, else the first `server` record on stdin, else the default; upstream records pass
+/// on to `out` first, unchanged.
+pub(crate) fn upstream<W: std::io::Write>(
+    args: &Args,
+    out: &mut RecordWriter<W>,
+) -> anyhow::Result<Upstream> {
     // Upstream records go through first, unchanged; a `server` record names the target.
-    let mut upstream: Option<(String, Labels, String)> = None;
+    let mut found: Option<(String, Labels, String)> = None;
     let mut servers = 0;
     // With --url, upstream records still pass on, on a thread of their own: loadgen does not
     // wait for an upstream that may never close (an SSH session's stdin).
@@ -28,11 +74,11 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
         None => None,
     };
     if args.url.is_none() {
-        jsonl::pass_through(args.common.strict, &mut out, |line| {
+        jsonl::pass_through(args.common.strict, out, |line| {
             if let Record::Server(s) = &line.record {
                 servers += 1;
-                if upstream.is_none() {
-                    upstream = Some((s.url.clone(), s.labels.clone(), s.engine.clone()));
+                if found.is_none() {
+                    found = Some((s.url.clone(), s.labels.clone(), s.engine.clone()));
                 }
             }
             Disposition::Forward
@@ -44,8 +90,8 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
         }
     }
     let mut engine = args.engine.and_then(|e| servbench::engines::engine(e.name));
-    let (url, labels, from) = match (&args.url, upstream) {
-        (Some(url), _) => (url.clone(), own, "--url"),
+    let (url, server_labels, from) = match (&args.url, found) {
+        (Some(url), _) => (url.clone(), None, "--url"),
         (None, Some((url, up, recorded))) => {
             if engine.is_none() {
                 engine = servbench::engines::engine(&recorded);
@@ -55,24 +101,21 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
                     )));
                 }
             }
-            (url, inherit_labels(&up, &own), "the server record's url")
+            (url, Some(up), "the server record's url")
         }
-        (None, None) => ("http://127.0.0.1:8000".to_string(), own, "the default url"),
+        (None, None) => ("http://127.0.0.1:8000".to_string(), None, "the default url"),
     };
-    let setup = Setup {
-        target: target(&args, &url, from)?,
+    Ok(Upstream {
+        url,
+        server_labels,
+        from,
         engine,
-        labels,
-        stop: Stop::new(),
-        signals: true,
-        watch_stdout: true,
-        upstream: background,
-    };
-    run(args, setup, &mut out)
+        background,
+    })
 }
 
 /// The target with `--header` and `--api-key`; `from` names where `url` came from.
-fn target(args: &Args, url: &str, from: &str) -> anyhow::Result<Target> {
+pub(crate) fn target(args: &Args, url: &str, from: &str) -> anyhow::Result<Target> {
     let mut headers = Vec::new();
     for (k, v) in &args.headers {
         let name = hyper::header::HeaderName::from_bytes(k.as_bytes())
@@ -122,6 +165,8 @@ pub struct Setup {
     pub watch_stdout: bool,
     /// Upstream records still being passed on; waited for after the last point.
     pub upstream: Option<BackgroundPassThrough>,
+    /// This process is one rank of a job of several ([`crate::ranks`]).
+    pub ranks: Option<crate::ranks::Ranks>,
 }
 
 impl Setup {
@@ -135,6 +180,7 @@ impl Setup {
             signals: false,
             watch_stdout: false,
             upstream: None,
+            ranks: None,
         }
     }
 }

@@ -275,13 +275,16 @@ pub struct Replay {
     /// Tokens the server adds around any prompt, taken off each prompt's end.
     pub overhead: u32,
     pub seed: u64,
+    /// As rank `.0` of `.1`: this process sends rows `.0`, `.0 + .1`, ... (alone: `(0, 1)`).
+    pub rows_of: (u64, u64),
 }
 
 impl Replay {
     /// Row `id` (the phase's `id`-th request) as a request: its prompt, output length and send
     /// time.
     pub(crate) fn prepare(&self, id: u64, maker: &Maker) -> Prepared {
-        let i = (id % self.trace.rows.len() as u64) as usize;
+        let (rank, world) = self.rows_of;
+        let i = ((rank + id * world.max(1)) % self.trace.rows.len() as u64) as usize;
         let row = &self.trace.rows[i];
         let text = self.trace.prompt(i, self.overhead, self.seed);
         let max_tokens = row.output_len.max(1);
@@ -358,10 +361,16 @@ impl<W: std::io::Write> crate::run::Run<'_, W> {
                 ));
             }
         }
+        // Ranks share the job's seed here: a hash id names the same words on every rank.
+        let (seed, rows_of) = match &self.ranks {
+            Some(r) => (r.job_seed(), (r.rank() as u64, r.world() as u64)),
+            None => (self.args.seed, (0, 1)),
+        };
         Ok(std::sync::Arc::new(Replay {
             trace: std::sync::Arc::new(trace),
             overhead,
-            seed: self.args.seed,
+            seed,
+            rows_of,
         }))
     }
 }

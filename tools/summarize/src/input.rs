@@ -132,6 +132,9 @@ pub struct Inputs {
     pub malformed: u64,
     pub request_lines: u64,
     pub summary_lines: u64,
+    /// loadgen rank 0's merged summaries (`ranks.merged`), held until every source is read:
+    /// used only for a point whose per-rank records are not among the inputs.
+    rank_merged: Vec<(String, Box<SummaryRecord>)>,
 }
 
 /// How many malformed lines to describe before only counting them (as the shared reader does).
@@ -156,6 +159,7 @@ pub fn load(sources: &[Source], strict: bool, slo: Option<&Slo>) -> anyhow::Resu
         };
         load_one(&source.name(), reader, strict, slo, &mut inputs)?;
     }
+    settle_rank_merges(&mut inputs)?;
     warn_lookalikes(&inputs);
     Ok(inputs)
 }
@@ -280,36 +284,13 @@ fn add_record(
             inputs.request_lines += 1;
             add_request(inputs, *r, slo, source);
         }
+        Record::Summary(s) if s.ranks.as_ref().is_some_and(|r| r.merged) => {
+            inputs.summary_lines += 1;
+            inputs.rank_merged.push((source.to_string(), s));
+        }
         Record::Summary(s) => {
             inputs.summary_lines += 1;
-            let stats = PointStats::from_summary(&s).map_err(|e| {
-                cli::usage(format!(
-                    "summary record of point {} has a bad histogram: {e}",
-                    s.point.index
-                ))
-            })?;
-            let key = AccKey {
-                labels: s.labels.clone(),
-                params: Params::of(&s.point),
-                repeat: s.point.repeat,
-            };
-            let acc = inputs.points.entry(key).or_default();
-            note_source(acc, source);
-            acc.partial |= s.partial;
-            if s.stopped_by == Some(PointStop::ServerDown) && acc.server_down.is_none() {
-                acc.server_down = Some(
-                    s.stop_reason
-                        .clone()
-                        .unwrap_or_else(|| "server down".into()),
-                );
-            }
-            match &mut acc.from_summaries {
-                Some(existing) => existing.merge(&stats),
-                None => acc.from_summaries = Some(stats),
-            }
-            if acc.first_summary.is_none() {
-                acc.first_summary = Some(s);
-            }
+            add_summary(inputs, s, source)?;
         }
         Record::Coll(c) => inputs.coll.push(c),
         Record::CollRun(c) => inputs.coll_runs.push(c),
@@ -327,6 +308,59 @@ fn add_record(
             *inputs.ignored.entry(name).or_default() += 1;
         }
         other => *inputs.ignored.entry(other.kind().to_string()).or_default() += 1,
+    }
+    Ok(())
+}
+
+/// One `summary` record into its point's accumulator.
+fn add_summary(inputs: &mut Inputs, s: Box<SummaryRecord>, source: &str) -> anyhow::Result<()> {
+    let stats = PointStats::from_summary(&s).map_err(|e| {
+        cli::usage(format!(
+            "summary record of point {} has a bad histogram: {e}",
+            s.point.index
+        ))
+    })?;
+    let key = AccKey {
+        labels: s.labels.clone(),
+        params: Params::of(&s.point),
+        repeat: s.point.repeat,
+    };
+    let acc = inputs.points.entry(key).or_default();
+    note_source(acc, source);
+    acc.partial |= s.partial;
+    if s.stopped_by == Some(PointStop::ServerDown) && acc.server_down.is_none() {
+        acc.server_down = Some(
+            s.stop_reason
+                .clone()
+                .unwrap_or_else(|| "server down".into()),
+        );
+    }
+    match &mut acc.from_summaries {
+        Some(existing) => existing.merge(&stats),
+        None => acc.from_summaries = Some(stats),
+    }
+    if acc.first_summary.is_none() {
+        acc.first_summary = Some(s);
+    }
+    Ok(())
+}
+
+/// A merged summary of loadgen ranks stands for its point only when none of the ranks' own
+/// records of that point were read: beside them, it would count every request twice.
+fn settle_rank_merges(inputs: &mut Inputs) -> anyhow::Result<()> {
+    for (source, s) in std::mem::take(&mut inputs.rank_merged) {
+        let params = Params::of(&s.point);
+        let covered = inputs.points.keys().any(|k| {
+            k.labels.contains_key("rank")
+                && k.params == params
+                && k.repeat == s.point.repeat
+                && s.labels
+                    .iter()
+                    .all(|(name, v)| k.labels.get(name) == Some(v))
+        });
+        if !covered {
+            add_summary(inputs, s, &source)?;
+        }
     }
     Ok(())
 }

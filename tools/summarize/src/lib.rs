@@ -54,7 +54,7 @@ impl Default for Config {
             format: Format::Text,
             cols: None,
             by: Vec::new(),
-            merge_labels: vec!["host".to_string()],
+            merge_labels: vec!["host".to_string(), "rank".to_string()],
             slo: None,
             compare: None,
             compare_by: None,

@@ -38,8 +38,12 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     by: Vec<String>,
     /// Labels ignored when matching points, so measurements of one point from several hosts
-    /// merge (histograms exactly); `--merge-label none` keeps every label apart
-    #[arg(long = "merge-label", value_delimiter = ',', default_value = "host")]
+    /// or loadgen ranks merge (histograms exactly); `--merge-label none` keeps every label apart
+    #[arg(
+        long = "merge-label",
+        value_delimiter = ',',
+        default_value = "host,rank"
+    )]
     merge_labels: Vec<String>,
     /// Goodput SLO for points rebuilt from requests: ttft_ms=500,tpot_ms=50
     #[arg(long, value_parser = Slo::parse)]

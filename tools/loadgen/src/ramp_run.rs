@@ -1,0 +1,132 @@
+//! `--ramp`'s run loop: doubles the concurrency, each level a normal point (as one rank of
+//! several, judged on the merged figures), until a rule of [`crate::ramp`] stops it; ends with
+//! one `ramp` record.
+
+use crate::dispatch::Ended;
+use crate::pacing::Load;
+use crate::ramp::{Rules, Verdict};
+use crate::run::{PointOutcome, Run, Work};
+use servbench::cli;
+use servbench::record::{PointKey, RampLevel, RampRecord, now_ts};
+use std::io::Write;
+
+impl<W: Write> Run<'_, W> {
+    /// `--ramp`: doubles the concurrency until a rule stops it; writes the `ramp` record (also
+    /// when a stop or a server gone down ends it, which then ends the run as for a point).
+    pub(crate) async fn ramp(
+        &mut self,
+        index: &mut u32,
+        key: PointKey,
+        work: &Work,
+    ) -> anyhow::Result<()> {
+        let first = self
+            .args
+            .concurrency
+            .as_ref()
+            .and_then(|c| c.first().copied())
+            .unwrap_or(1);
+        let rules = Rules {
+            max_error_rate: self.args.max_error_rate,
+            slo_attainment: self.args.slo_attainment,
+            min_gain: self.args.min_gain,
+            max_concurrency: self.args.ramp_max,
+        };
+        let mut levels: Vec<RampLevel> = Vec::new();
+        let mut concurrency = first;
+        let (stopped_by, reason, cut) = loop {
+            let mut tok_s = 0.0;
+            let mut req_s = 0.0;
+            let (mut requests, mut errors, mut good) = (0u64, 0u64, 0.0f64);
+            let mut cut: Option<PointOutcome> = None;
+            for repeat in 0..self.args.repeat {
+                let mut k = key.clone();
+                k.index = *index;
+                k.repeat = repeat;
+                *index += 1;
+                let p = self.point(k, Load::Closed { concurrency }, work).await?;
+                if p.ended == Ended::Completed {
+                    self.check_point(&p)?;
+                }
+                let s = &p.summary;
+                tok_s += s.output_tok_s / f64::from(self.args.repeat);
+                req_s += s.req_s / f64::from(self.args.repeat);
+                requests += s.requests;
+                errors += s.errors;
+                good += s.goodput_req_s.unwrap_or(0.0) * s.duration_s;
+                if p.ended != Ended::Completed {
+                    cut = Some(p);
+                    break;
+                }
+            }
+            let error_rate = if requests > 0 {
+                errors as f64 / requests as f64
+            } else {
+                0.0
+            };
+            let slo_attainment = self.args.slo.as_ref().map(|_| {
+                if requests > 0 {
+                    (good / requests as f64).min(1.0)
+                } else {
+                    0.0
+                }
+            });
+            levels.push(RampLevel {
+                concurrency,
+                output_tok_s: tok_s,
+                req_s,
+                error_rate,
+                slo_attainment,
+            });
+            match cut.as_ref().map(|p| &p.ended) {
+                Some(Ended::ServerDown(why)) => {
+                    break ("server_down".to_string(), why.clone(), cut);
+                }
+                Some(Ended::RankFailed(why)) => {
+                    break ("rank_failed".to_string(), why.clone(), cut);
+                }
+                Some(_) => {
+                    break (
+                        "interrupted".to_string(),
+                        format!("interrupted at concurrency {concurrency}"),
+                        cut,
+                    );
+                }
+                None => {}
+            }
+            match rules.judge(&levels) {
+                Verdict::Next(next) => concurrency = next,
+                Verdict::Stop { rule, reason } => break (rule.to_string(), reason, None),
+            }
+        };
+        let best = rules.best(&levels);
+        // One decision for the whole job: every rank judged the same merged figures, rank 0 writes it.
+        let Some(labels) = self.job_labels() else {
+            return cut.map_or(Ok(()), |p| self.check_point(&p));
+        };
+        let record = RampRecord {
+            v: servbench::record::SCHEMA_VERSION,
+            ts: now_ts(),
+            labels,
+            point: key,
+            best_concurrency: best.map(|l| l.concurrency),
+            best_output_tok_s: best.map(|l| l.output_tok_s),
+            levels,
+            stopped_by,
+            reason,
+            extra: Default::default(),
+        };
+        cli::info(format!(
+            "ramp stopped ({}): {}; best concurrency {}",
+            record.stopped_by,
+            record.reason,
+            record
+                .best_concurrency
+                .map_or("none".to_string(), |c| c.to_string())
+        ));
+        self.out.emit(&record)?;
+        match cut {
+            Some(p) => self.check_point(&p),
+            None => Ok(()),
+        }
+    }
+}

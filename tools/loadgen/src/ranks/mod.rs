@@ -1,0 +1,628 @@
+//! loadgen from many machines at once, under the launchers people already run (mpirun, srun)
+//! or started by hand (`--rank R --world N --coordinator HOST:PORT`). Each process is one rank
+//! and takes its share of every point: `-c 256` over 4 ranks is 64 each (a remainder goes to
+//! the first ranks), `-r 100` is 25 req/s each from an arrival stream of its own (independent
+//! Poisson streams add up to a Poisson stream at the asked rate; constant arrivals are
+//! interleaved by starting rank r r/rate later), `-n` and `--warmup` counts are split the same
+//! way, and each rank draws from a seed of its own derived from `--seed`.
+//!
+//! Points are synchronized through rank 0 ([`link`]): every rank says it is ready, rank 0
+//! names an instant a moment ahead on its clock, and each rank starts then on its own clock
+//! corrected by the offset measured at the rendezvous. After a point each rank sends rank 0
+//! its summary; rank 0 merges them exactly (the shared statistics, as summarize merges), writes
+//! the merged summary and sends it back, so every rank goes on (or stops a ramp) on the same
+//! merged figures. A rank that dies or goes silent fails the point on every rank, naming it.
+//!
+//! The hooks in `run.rs` are few: [`Ranks::share`] for a point's load, [`Ranks::start_together`]
+//! before each phase, [`Ranks::merge`] after the point's summary.
+
+pub mod link;
+
+use crate::Args;
+use crate::dispatch::{Budget, Ended, Stop};
+use crate::pacing::{Arrival, Load};
+use crate::run::{self, Setup};
+use clap::ValueEnum;
+use link::{Inbound, Link, tag};
+use serde::{Deserialize, Serialize};
+use servbench::cli::{self, Exit};
+use servbench::jsonl::RecordWriter;
+use servbench::ranks::clock::{self, Offset};
+use servbench::ranks::{self as shared, Detected};
+use servbench::record::{Labels, PointStop, RankPart, SummaryRecord, inherit_labels};
+use servbench::stats::{PointStats, Slo};
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// Where the ranks' records go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum RankOutput {
+    /// Every rank's records on rank 0's stdout, each line whole (launchers merge the ranks'
+    /// stdouts and could cut long lines into each other).
+    #[default]
+    Rank0,
+    /// Each rank's records on its own stdout (one file per rank: `srun --output=run-%t.jsonl`,
+    /// one SSH session per host); rank 0's also holds the merged summaries.
+    Each,
+}
+
+/// The flags of a job of several loadgens.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Several machines (mpirun, srun, or by hand)")]
+pub struct RankArgs {
+    /// This process's rank in a job started by hand (with --world and --coordinator); mpirun
+    /// and srun say it themselves
+    #[arg(long)]
+    pub rank: Option<usize>,
+    /// Processes in the job started by hand; --world 1 runs alone even under a launcher
+    #[arg(long)]
+    pub world: Option<usize>,
+    /// HOST:PORT where rank 0 listens and the other ranks join, reachable from every rank
+    #[arg(long, env = "LOADGEN_COORDINATOR")]
+    pub coordinator: Option<String>,
+    /// Where the ranks' records go: rank0 (all on rank 0's stdout) or each (every rank on its own)
+    #[arg(long, value_enum, default_value = "rank0")]
+    pub rank_output: RankOutput,
+    /// How long rank 0 waits for every rank to join (and the others for rank 0)
+    #[arg(long, default_value = "120s", value_parser = servbench::cli::parse_duration)]
+    pub rank_timeout: Duration,
+}
+
+/// How far ahead of now rank 0 sets a start: long enough for the word to reach every rank.
+const START_AHEAD_MS: f64 = 100.0;
+
+/// This process as one rank of a job.
+pub struct Ranks {
+    link: Arc<Link>,
+    inbox: UnboundedReceiver<Inbound>,
+    stop: Stop,
+    clock: Offset,
+    output: RankOutput,
+    job_seed: u64,
+    /// Synchronizations so far (both ends count them, so a message out of step is caught).
+    seq: u64,
+    /// When this rank started its last phase (unix ms, own clock, less a planned offset).
+    started_unix_ms: f64,
+}
+
+/// What rank 0 tells every rank before the first point.
+#[derive(Serialize, Deserialize)]
+struct Job {
+    url: String,
+    from: String,
+    /// The upstream `server` record's labels, which every rank's records inherit.
+    labels: Option<Labels>,
+}
+
+/// Joins the job when this process is one rank of several (flags, or mpirun's, a PMI
+/// launcher's or srun's variables); `None` when it runs alone.
+pub fn join(args: &Args) -> anyhow::Result<Option<Ranks>> {
+    let a = &args.ranks;
+    let flags = shared::Flags {
+        rank: a.rank,
+        world: a.world,
+        coordinator: a.coordinator.clone(),
+    };
+    let env = |k: &str| std::env::var(k).ok();
+    let Detected::Rank(id) = shared::detect(&flags, &[], "LOADGEN_COORDINATOR", env)? else {
+        return Ok(None);
+    };
+    let stop = Stop::new();
+    let forward = a.rank_output == RankOutput::Rank0;
+    let c = link::connect(
+        &id,
+        fingerprint(args),
+        a.rank_timeout,
+        stop.clone(),
+        forward,
+    )
+    .map_err(|e| link::join_error(id.rank, e))?;
+    Ok(Some(Ranks {
+        link: c.link,
+        inbox: c.inbox,
+        stop,
+        clock: c.clock,
+        output: a.rank_output,
+        job_seed: args.seed,
+        seq: 0,
+        started_unix_ms: 0.0,
+    }))
+}
+
+/// What the ranks must agree on: every flag but the rank flags, `--label` and `--threads`.
+fn fingerprint(args: &Args) -> u64 {
+    let mut a = args.clone();
+    a.ranks = RankArgs {
+        rank_output: a.ranks.rank_output,
+        ..RankArgs::default()
+    };
+    a.common.labels.clear();
+    a.threads = None;
+    format!("{a:?}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        })
+}
+
+/// loadgen's main as one rank: rank 0 takes the target from `--url` or stdin (passing
+/// upstream records on) and tells the others; then every rank runs the sweep.
+pub fn main(args: Args, ranks: Ranks) -> anyhow::Result<Exit> {
+    let link = ranks.link.clone();
+    let result = match rank_main(args, ranks) {
+        // A rank that failed or vanished stopped this one: say that, not "interrupted".
+        Err(e) if e.downcast_ref::<cli::Interrupted>().is_some() => match link.failed() {
+            Some(why) => Err(cli::failure(why)),
+            None => Err(e),
+        },
+        other => other,
+    };
+    if let Err(e) = &result
+        && link.failed().is_none()
+        && !matches!(e.downcast_ref::<servbench::jsonl::OutputError>(), Some(o) if o.is_closed())
+    {
+        link.fail(format!("{} failed: {e:#}", link.name(link.rank)));
+    }
+    link.finish(link::finish_wait(Duration::from_secs(5)));
+    result
+}
+
+fn rank_main(args: Args, mut ranks: Ranks) -> anyhow::Result<Exit> {
+    let mut out = RecordWriter::stdout();
+    let rank = ranks.rank();
+    // Only rank 0 empties the server's cache (before the point's common start): its engine.
+    let (job, background, engine) = if rank == 0 {
+        let up = crate::setup::upstream(&args, &mut out)?;
+        let job = Job {
+            url: up.url,
+            from: up.from.to_string(),
+            labels: up.server_labels,
+        };
+        ranks.link.broadcast(tag::JOB, &serde_json::to_vec(&job)?)?;
+        (job, up.background, up.engine)
+    } else {
+        let (_, body) = ranks.blocking_expect(tag::JOB)?;
+        (serde_json::from_slice::<Job>(&body)?, None, None)
+    };
+    let own = args.common.labels();
+    let mut labels = match &job.labels {
+        Some(up) => inherit_labels(up, &own),
+        None => own,
+    };
+    labels.insert("rank".into(), rank.to_string());
+    labels.entry("host".into()).or_insert_with(shared::hostname);
+    let from = if rank == 0 {
+        job.from.clone()
+    } else {
+        format!("{} (from rank 0)", job.from)
+    };
+    let gathered = (rank != 0 && ranks.output == RankOutput::Rank0).then(|| ranks.link.clone());
+    let setup = Setup {
+        target: crate::setup::target(&args, &job.url, &from)?,
+        engine,
+        labels,
+        stop: ranks.stop.clone(),
+        signals: true,
+        watch_stdout: gathered.is_none(),
+        upstream: background,
+        ranks: Some(ranks),
+    };
+    match gathered {
+        Some(link) => run::run(args, setup, &mut RecordWriter::new(link::Sink::new(link))),
+        None => run::run(args, setup, &mut out),
+    }
+}
+
+impl Ranks {
+    pub fn rank(&self) -> usize {
+        self.link.rank
+    }
+
+    pub fn world(&self) -> usize {
+        self.link.world
+    }
+
+    /// The job's `--seed`, the same on every rank.
+    pub fn job_seed(&self) -> u64 {
+        self.job_seed
+    }
+
+    /// This rank's seed, derived from the job's.
+    pub fn seed(&self) -> u64 {
+        shared::rank_seed(self.job_seed, self.rank())
+    }
+
+    /// The first failure of the job noticed here (a rank gone or failed), naming the rank.
+    pub fn failed(&self) -> Option<String> {
+        self.link.failed()
+    }
+
+    /// This rank's part of a point's load and budget (see [`share_of`]).
+    pub fn share(&self, load: &Load, budget: Budget) -> (Load, Budget) {
+        share_of(load, budget, self.world(), self.rank())
+    }
+
+    /// Waits until every rank is ready, then until the instant rank 0 names (on this rank's
+    /// clock, corrected by its offset; for constant arrivals rank r goes r/rate later, so the
+    /// ranks' sends interleave). `total` is the point's whole load.
+    pub async fn start_together(&mut self, total: &Load) -> anyhow::Result<()> {
+        self.seq += 1;
+        let seq = self.seq;
+        let at_ms = if self.rank() == 0 {
+            for _ in 1..self.world() {
+                self.expect_seq(tag::READY, seq).await?;
+            }
+            let at = clock::unix_ms() + START_AHEAD_MS;
+            let mut body = seq.to_le_bytes().to_vec();
+            body.extend_from_slice(&at.to_le_bytes());
+            self.link.broadcast(tag::START, &body)?;
+            at
+        } else {
+            self.link.send(0, tag::READY, &seq.to_le_bytes())?;
+            let body = self.expect_seq(tag::START, seq).await?;
+            let at = f64::from_le_bytes(body[8..16].try_into()?);
+            at + self.clock.offset_ms
+        };
+        let planned_ms = match *total {
+            Load::Open {
+                rate_rps,
+                arrival: Arrival::Constant,
+                ..
+            } => self.rank() as f64 * 1000.0 / rate_rps,
+            _ => 0.0,
+        };
+        wait_until_unix(at_ms + planned_ms, &self.stop).await;
+        self.started_unix_ms = clock::unix_ms() - planned_ms;
+        self.check()
+    }
+
+    /// Adds this rank's part to its summary of a point (`share` is its load).
+    pub fn annotate(&self, s: &mut SummaryRecord, share: &Load) {
+        let (c, r) = match *share {
+            Load::Closed { concurrency } => (Some(concurrency), None),
+            Load::Open { rate_rps, .. } => (None, Some(rate_rps)),
+            Load::Trace { .. } => (None, None),
+        };
+        s.ranks = Some(RankPart {
+            world: self.world() as u32,
+            merged: false,
+            share_concurrency: c,
+            share_rate_rps: r,
+            start_unix_ms: self.started_unix_ms,
+            clock_offset_ms: Some(self.clock.offset_ms),
+            clock_rtt_ms: Some(self.clock.rtt_ms),
+            start_spread_ms: None,
+        });
+        s.seed = Some(self.seed());
+    }
+
+    /// After a point: rank 0 gathers every rank's summary, merges them, writes the merged
+    /// summary to `out` and sends it back; the others send theirs and receive it. Every rank
+    /// returns the merged summary and how the point ended by it.
+    pub async fn merge<W: Write>(
+        &mut self,
+        own: SummaryRecord,
+        slo: Option<&Slo>,
+        out: &mut RecordWriter<W>,
+    ) -> anyhow::Result<(SummaryRecord, Ended)> {
+        self.check()?;
+        self.seq += 1;
+        let seq = self.seq;
+        let merged = if self.rank() == 0 {
+            let mut parts = vec![own];
+            for _ in 1..self.world() {
+                let body = self.expect_seq(tag::SUMMARY, seq).await?;
+                parts.push(serde_json::from_slice(&body[8..])?);
+            }
+            let merged = merge_parts(&parts, slo, self.job_seed)?;
+            out.emit(&merged)?;
+            let mut body = seq.to_le_bytes().to_vec();
+            body.extend_from_slice(&serde_json::to_vec(&merged)?);
+            self.link.broadcast(tag::MERGED, &body)?;
+            merged
+        } else {
+            let mut body = seq.to_le_bytes().to_vec();
+            body.extend_from_slice(&serde_json::to_vec(&own)?);
+            self.link.send(0, tag::SUMMARY, &body)?;
+            let body = self.expect_seq(tag::MERGED, seq).await?;
+            serde_json::from_slice(&body[8..])?
+        };
+        let ended = ended_by(&merged);
+        Ok((merged, ended))
+    }
+
+    /// Labels for a record of the whole job (rank 0's ramp record): without `rank` and `host`.
+    pub fn job_labels(labels: &Labels) -> Labels {
+        let mut l = labels.clone();
+        l.remove("rank");
+        l.remove("host");
+        l
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        match self.link.failed() {
+            Some(why) => Err(cli::failure(why)),
+            None => Ok(()),
+        }
+    }
+
+    /// The next message, which must be `t` for synchronization `seq`; returns its body
+    /// (sequence number included). A lost rank or this run's stop ends the wait.
+    async fn expect_seq(&mut self, t: u8, seq: u64) -> anyhow::Result<Vec<u8>> {
+        let (from, body) = tokio::select! {
+            m = self.inbox.recv() => match m {
+                Some(Inbound::Msg { from, tag: got, body }) if got == t => (from, body),
+                Some(Inbound::Msg { from, tag: got, .. }) => {
+                    return Err(self.out_of_step(from, format!("message {got} where {t} was due")));
+                }
+                Some(Inbound::Lost(why)) => return Err(cli::failure(why)),
+                None => return Err(cli::failure("the connections to the other ranks are gone")),
+            },
+            _ = self.stop.wait() => {
+                return Err(match self.link.failed() {
+                    Some(why) => cli::failure(why),
+                    None => cli::Interrupted.into(),
+                });
+            }
+        };
+        let got = body
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
+        if got != Some(seq) {
+            return Err(self.out_of_step(from, format!("step {got:?} where {seq} was due")));
+        }
+        Ok(body)
+    }
+
+    fn out_of_step(&self, from: usize, what: String) -> anyhow::Error {
+        let msg = format!("{} is out of step: {what}", self.link.name(from));
+        self.link.fail(msg.clone());
+        cli::failure(msg)
+    }
+
+    /// Before the runtime starts: the next message, which must be `t`.
+    fn blocking_expect(&mut self, t: u8) -> anyhow::Result<(usize, Vec<u8>)> {
+        match self.inbox.blocking_recv() {
+            Some(Inbound::Msg {
+                from,
+                tag: got,
+                body,
+            }) if got == t => Ok((from, body)),
+            Some(Inbound::Msg { from, tag: got, .. }) => {
+                Err(self.out_of_step(from, format!("message {got} where {t} was due")))
+            }
+            Some(Inbound::Lost(why)) => Err(cli::failure(why)),
+            None => Err(cli::failure("the connections to the other ranks are gone")),
+        }
+    }
+}
+
+/// What the run asks of its ranks at each point, whether it has any (`None`: it runs alone,
+/// and each hook is the plain behaviour).
+pub(crate) trait Hooks {
+    /// This process's part of a point: the whole one alone, its share as one rank of several.
+    fn part(&self, total: &Load, budget: Budget) -> (Load, Budget);
+    /// As one rank of several: wait for the others and start at the agreed instant.
+    async fn start_together(&mut self, total: &Load) -> anyhow::Result<()>;
+    /// A rank of the job died or failed: how that ended the phase.
+    fn failure(&self) -> Option<Ended>;
+    /// Writes the point's summary; as one rank of several, with its part of the job, then
+    /// the merged summary (rank 0 writes it), how the point ended by it and its requests that
+    /// met every `--slo` (so a search decides the same on every rank).
+    async fn finish<W: Write>(
+        &mut self,
+        summary: SummaryRecord,
+        ended: (Ended, u64),
+        share: &Load,
+        slo: Option<&Slo>,
+        out: &mut RecordWriter<W>,
+    ) -> anyhow::Result<(SummaryRecord, Ended, u64)>;
+}
+
+impl Hooks for Option<Ranks> {
+    fn part(&self, total: &Load, budget: Budget) -> (Load, Budget) {
+        match self {
+            Some(r) => r.share(total, budget),
+            None => (*total, budget),
+        }
+    }
+
+    async fn start_together(&mut self, total: &Load) -> anyhow::Result<()> {
+        match self {
+            Some(r) => r.start_together(total).await,
+            None => Ok(()),
+        }
+    }
+
+    fn failure(&self) -> Option<Ended> {
+        self.as_ref()?.failed().map(Ended::RankFailed)
+    }
+
+    async fn finish<W: Write>(
+        &mut self,
+        mut summary: SummaryRecord,
+        (ended, good): (Ended, u64),
+        share: &Load,
+        slo: Option<&Slo>,
+        out: &mut RecordWriter<W>,
+    ) -> anyhow::Result<(SummaryRecord, Ended, u64)> {
+        let Some(r) = self else {
+            out.emit(&summary)?;
+            return Ok((summary, ended, good));
+        };
+        r.annotate(&mut summary, share);
+        out.emit(&summary)?;
+        let (merged, ended) = r.merge(summary, slo, out).await?;
+        // Read back from the merged summary, the same on every rank.
+        let good = PointStats::from_summary(&merged)
+            .map_err(cli::failure)?
+            .good;
+        Ok((merged, ended, good))
+    }
+}
+
+/// Rank `rank`'s part of a point's load and budget over `world` ranks: concurrency, request
+/// counts and an open loop's cap split with the remainder on the first ranks, the rate split
+/// evenly, a time budget kept. A rank whose concurrency share is 0 sends nothing.
+pub fn share_of(load: &Load, budget: Budget, world: usize, rank: usize) -> (Load, Budget) {
+    let part = |n: u64| shared::share(n, world, rank);
+    let budget = match budget {
+        Budget::Requests(n) => Budget::Requests(part(n)),
+        time => time,
+    };
+    match *load {
+        Load::Closed { concurrency } => {
+            let c = part(u64::from(concurrency)) as u32;
+            let budget = if c == 0 { Budget::Requests(0) } else { budget };
+            (Load::Closed { concurrency: c }, budget)
+        }
+        Load::Open {
+            rate_rps,
+            arrival,
+            max_concurrency,
+        } => {
+            // At least one slot each: a cap of 0 would stall the rank's whole stream.
+            let cap = max_concurrency.map(|m| (part(u64::from(m)) as u32).max(1));
+            let share = Load::Open {
+                rate_rps: rate_rps / world.max(1) as f64,
+                arrival,
+                max_concurrency: cap,
+            };
+            (share, budget)
+        }
+        Load::Trace {
+            speed,
+            max_concurrency,
+        } => {
+            // The rows go round the ranks by index (the replay's stride), all at the trace's times.
+            let cap = max_concurrency.map(|m| (part(u64::from(m)) as u32).max(1));
+            let share = Load::Trace {
+                speed,
+                max_concurrency: cap,
+            };
+            (share, budget)
+        }
+    }
+}
+
+/// Rank 0's merge of every rank's summary of a point: the shared statistics' exact merge
+/// (what summarize does with the same summaries), then the figures only the parts know.
+pub fn merge_parts(
+    parts: &[SummaryRecord],
+    slo: Option<&Slo>,
+    job_seed: u64,
+) -> anyhow::Result<SummaryRecord> {
+    let first = &parts[0];
+    let mut stats = PointStats::new();
+    for p in parts {
+        stats.merge(&PointStats::from_summary(p).map_err(cli::failure)?);
+    }
+    let partial = parts.iter().any(|p| p.partial);
+    let labels = Ranks::job_labels(&first.labels);
+    let mut m = stats.to_summary(first.point.clone(), labels, partial, slo);
+    if let Some((i, p)) = parts
+        .iter()
+        .enumerate()
+        .find(|(_, p)| p.stopped_by.is_some())
+    {
+        m.stopped_by = p.stopped_by;
+        let why = p.stop_reason.clone().unwrap_or_else(|| "stopped".into());
+        m.stop_reason = Some(format!("rank {i}: {why}"));
+    }
+    let cpu: Vec<f64> = parts.iter().filter_map(|p| p.client_cpu_s).collect();
+    m.client_cpu_s = (cpu.len() == parts.len()).then(|| cpu.iter().sum());
+    m.model = first.model.clone();
+    m.api = first.api.clone();
+    m.seed = Some(job_seed);
+    m.arrival = first.arrival.clone();
+    m.max_concurrency = first.max_concurrency;
+    describe_merged(&mut m, parts);
+    // Each start on rank 0's clock: own reading less its measured offset.
+    let starts: Vec<f64> = parts
+        .iter()
+        .filter_map(|p| p.ranks.as_ref())
+        .map(|r| r.start_unix_ms - r.clock_offset_ms.unwrap_or(0.0))
+        .collect();
+    let earliest = starts.iter().copied().fold(f64::INFINITY, f64::min);
+    let latest = starts.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    m.ranks = Some(RankPart {
+        world: parts.len() as u32,
+        merged: true,
+        start_unix_ms: if earliest.is_finite() { earliest } else { 0.0 },
+        start_spread_ms: (starts.len() == parts.len()).then_some(latest - earliest),
+        ..RankPart::default()
+    });
+    Ok(m)
+}
+
+/// The workload's fields of a merged summary: what every rank asked alike (rank 0's; its
+/// `cache_flushed` too, the one rank that empties the cache), counts summed, the expected prefix
+/// hit rate weighted by requests. Per-turn figures stay in the ranks' own summaries (their
+/// percentiles cannot be merged from the summaries).
+fn describe_merged(m: &mut SummaryRecord, parts: &[SummaryRecord]) {
+    let first = &parts[0];
+    m.stream = first.stream;
+    m.temperature = first.temperature;
+    m.top_p = first.top_p;
+    m.extra_body = first.extra_body.clone();
+    m.prefix_groups = first.prefix_groups;
+    m.prefix_len = first.prefix_len;
+    m.cache_flushed = first.cache_flushed;
+    m.turns = first.turns.clone();
+    m.think_time = first.think_time.clone();
+    m.trace = first.trace.clone();
+    let sum = |f: fn(&SummaryRecord) -> Option<u64>| -> Option<u64> {
+        parts.iter().map(f).try_fold(0, |a, x| Some(a + x?))
+    };
+    m.sessions = sum(|p| p.sessions);
+    m.trace_rows = sum(|p| p.trace_rows);
+    m.by_turn = Vec::new();
+    let requests: u64 = parts.iter().map(|p| p.requests).sum();
+    m.prefix_hit_rate_expected = parts
+        .iter()
+        .map(|p| p.prefix_hit_rate_expected.map(|h| h * p.requests as f64))
+        .try_fold(0.0, |a, x| Some(a + x?))
+        .map(|w| {
+            if requests > 0 {
+                w / requests as f64
+            } else {
+                0.0
+            }
+        });
+}
+
+/// How a point ended, by its merged summary: the same on every rank.
+fn ended_by(merged: &SummaryRecord) -> Ended {
+    let why = || merged.stop_reason.clone().unwrap_or_default();
+    match merged.stopped_by {
+        Some(PointStop::ServerDown) => Ended::ServerDown(why()),
+        Some(PointStop::Interrupted) => Ended::Stopped,
+        Some(PointStop::RankFailed) => Ended::RankFailed(why()),
+        _ => Ended::Completed,
+    }
+}
+
+/// Waits until the wall clock reads `at_ms`: the runtime timer to within 1.5 ms, then
+/// yielding until the instant (as the dispatcher waits for a send). A stop ends the wait.
+async fn wait_until_unix(at_ms: f64, stop: &Stop) {
+    const COARSE: Duration = Duration::from_micros(1500);
+    let ahead = at_ms - clock::unix_ms();
+    if ahead <= 0.0 {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(ahead / 1000.0);
+    if let Some(coarse) = deadline.checked_sub(COARSE) {
+        tokio::select! {
+            _ = tokio::time::sleep_until(coarse.into()) => {}
+            _ = stop.wait() => return,
+        }
+    }
+    while Instant::now() < deadline && !stop.is_stopped() {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[cfg(test)]
+mod tests;

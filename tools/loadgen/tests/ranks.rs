@@ -1,0 +1,491 @@
+//! loadgen as several ranks of one job, 3 on this machine: started by hand (`--rank`,
+//! `--world`, `--coordinator`) and under a real Open MPI `mpirun`, against srv-sim in its
+//! fixed-latency mode. The server must see the total asked for (not one rank's, not three
+//! times it), the ranks must start each point together, the merged percentiles must be a
+//! single loadgen's at the same load, and a rank that dies must fail the point everywhere,
+//! naming it, without a hang.
+
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use testkit::{Guard, check, holds_in_one_of_three, json_lines, wait_output};
+
+const WORLD: usize = 3;
+
+fn of_kind<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    records.iter().filter(|r| r["kind"] == kind).collect()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// One rank started by hand in a process group of its own, stdout and stderr piped; `stdin`
+/// a file for rank 0 (else nothing).
+fn rank(r: usize, coordinator: &str, args: &[&str], stdin: Option<&std::path::Path>) -> Guard {
+    use std::os::unix::process::CommandExt;
+    let mut c = testkit::cmd("loadgen");
+    c.args(["--rank", &r.to_string(), "--world", &WORLD.to_string()])
+        .args(["--coordinator", coordinator])
+        .args(args)
+        .stdin(match stdin {
+            Some(path) => Stdio::from(std::fs::File::open(path).unwrap()),
+            None => Stdio::null(),
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    Guard {
+        child: c.spawn().expect("spawn a rank"),
+    }
+}
+
+/// Starts all ranks (rank 0 last, as a launcher might) and collects their outputs.
+fn job(args: &[&str], stdin: Option<&std::path::Path>, limit: Duration) -> Vec<Output> {
+    let coordinator = format!("127.0.0.1:{}", testkit::free_port());
+    let mut guards: Vec<Guard> = (1..WORLD)
+        .map(|r| rank(r, &coordinator, args, None))
+        .collect();
+    guards.insert(0, rank(0, &coordinator, args, stdin));
+    guards
+        .iter_mut()
+        .map(|g| wait_output(&mut g.child, limit))
+        .collect()
+}
+
+/// One of srv-sim's metrics, summed over its label sets.
+fn metric(url: &str, name: &str) -> f64 {
+    let addr = url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).expect("reach srv-sim");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits until the server has requests in flight (the point began), at most 30 s.
+fn wait_for_load(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(url, "vllm:num_requests_running") == 0.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the ranks never loaded the server"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The per-rank summaries (by rank) and the merged one, from rank 0's stream.
+fn summaries(records: &[Value]) -> (Vec<Value>, Value) {
+    let all = of_kind(records, "summary");
+    let merged: Vec<&Value> = all
+        .iter()
+        .copied()
+        .filter(|s| s["ranks"]["merged"] == true)
+        .collect();
+    assert_eq!(merged.len(), 1, "one merged summary: {all:?}");
+    let mut parts: Vec<Value> = all
+        .into_iter()
+        .filter(|s| s["ranks"]["merged"] != true)
+        .cloned()
+        .collect();
+    parts.sort_by_key(|s| s["labels"]["rank"].as_str().unwrap().to_string());
+    (parts, merged[0].clone())
+}
+
+/// Latest minus earliest start of the ranks (one machine: one clock).
+fn start_spread_ms(parts: &[Value]) -> f64 {
+    let starts: Vec<f64> = parts
+        .iter()
+        .map(|s| s["ranks"]["start_unix_ms"].as_f64().unwrap())
+        .collect();
+    let max = starts.iter().copied().fold(f64::MIN, f64::max);
+    let min = starts.iter().copied().fold(f64::MAX, f64::min);
+    max - min
+}
+
+/// Stops the server a `server` record names when the test ends, however it ends.
+struct KillAtEnd(std::path::PathBuf);
+
+impl Drop for KillAtEnd {
+    fn drop(&mut self) {
+        let _ = testkit::cmd("srv-kill")
+            .arg("--from")
+            .arg(&self.0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+#[test]
+fn three_ranks_by_hand_give_the_server_the_total_concurrency_and_start_together() {
+    // Rank 0 takes the target from srv-launch's record on stdin; the others learn it from rank 0.
+    let dir = tempfile::tempdir().unwrap();
+    let server = dir.path().join("server.jsonl");
+    let launched = testkit::cmd("srv-launch")
+        .args(["sim", "--", "--ttft", "20ms", "--itl", "5ms"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(launched.status.success(), "{}", stderr(&launched));
+    std::fs::write(&server, &launched.stdout).unwrap();
+    let _kill = KillAtEnd(server.clone());
+    let url = json_lines(&launched.stdout)[0]["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    holds_in_one_of_three("3 ranks, c=7", || {
+        let args = [
+            "-c",
+            "7",
+            "--duration",
+            "3s",
+            "--max-tokens",
+            "40",
+            "--input-len",
+            "16",
+            "--label",
+            "run=ranks",
+        ];
+        let sampler = {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                wait_for_load(&url);
+                std::thread::sleep(Duration::from_millis(800));
+                let mut seen: Vec<f64> = (0..15)
+                    .map(|_| {
+                        std::thread::sleep(Duration::from_millis(80));
+                        metric(&url, "vllm:num_requests_running")
+                    })
+                    .collect();
+                seen.sort_by(f64::total_cmp);
+                seen[seen.len() / 2]
+            })
+        };
+        let outs = job(&args, Some(&server), Duration::from_secs(60));
+        for (r, o) in outs.iter().enumerate() {
+            assert!(o.status.success(), "rank {r}: {}", stderr(o));
+        }
+        // Rank 0 writes every rank's records (whole lines); the others write none.
+        for o in &outs[1..] {
+            assert!(
+                o.stdout.is_empty(),
+                "{}",
+                String::from_utf8_lossy(&o.stdout)
+            );
+        }
+        let records = json_lines(&outs[0].stdout);
+        assert_eq!(records[0]["kind"], "server", "upstream records first");
+        let (parts, merged) = summaries(&records);
+        assert_eq!(parts.len(), WORLD);
+        let shares: Vec<u64> = parts
+            .iter()
+            .map(|s| s["ranks"]["share_concurrency"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            shares,
+            vec![3, 2, 2],
+            "the remainder goes to the first ranks"
+        );
+        for (r, s) in parts.iter().enumerate() {
+            assert_eq!(s["labels"]["rank"], r.to_string());
+            assert_eq!(
+                s["labels"]["engine"], "sim",
+                "the server's labels reach every rank"
+            );
+            assert_eq!(s["labels"]["run"], "ranks");
+            assert!(s["labels"]["host"].is_string());
+            assert_eq!(
+                s["point"]["concurrency"], 7,
+                "every part names the whole point"
+            );
+            assert_eq!(s["ranks"]["world"], 3);
+        }
+        let seeds: std::collections::BTreeSet<u64> =
+            parts.iter().map(|s| s["seed"].as_u64().unwrap()).collect();
+        assert_eq!(seeds.len(), WORLD, "a seed of its own per rank");
+        let requests: u64 = parts.iter().map(|s| s["requests"].as_u64().unwrap()).sum();
+        assert_eq!(merged["requests"].as_u64().unwrap(), requests);
+        assert_eq!(of_kind(&records, "request").len() as u64, requests);
+        assert!(merged["labels"].get("rank").is_none(), "{merged}");
+        assert_eq!(merged["labels"]["engine"], "sim");
+
+        let running = sampler.join().unwrap();
+        let spread = start_spread_ms(&parts);
+        let merged_spread = merged["ranks"]["start_spread_ms"].as_f64().unwrap();
+        check(
+            "server's running requests",
+            running,
+            (running - 7.0).abs() <= 7.0 * 0.02,
+        )?;
+        check("start spread (ms)", spread, spread <= 5.0)?;
+        check(
+            "merged start spread (ms)",
+            merged_spread,
+            merged_spread <= 5.0,
+        )?;
+        Ok(format!(
+            "server saw {running} running; starts within {spread:.3} ms (merged says {merged_spread:.3})"
+        ))
+    });
+}
+
+#[test]
+fn three_ranks_under_mpirun_give_the_server_the_total_rate() {
+    let mpirun = testkit::setup_env("SERVBENCH_MPIRUN", "openmpi");
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "5ms", "--itl", "2ms"]);
+    holds_in_one_of_three("3 ranks under mpirun, 150 req/s", || {
+        let coordinator = format!("127.0.0.1:{}", testkit::free_port());
+        let mut c = Command::new(&mpirun);
+        c.args(["--oversubscribe", "--bind-to", "none", "-np", "3"])
+            .arg(testkit::bin("loadgen"))
+            .args(["--url", &url, "--coordinator", &coordinator])
+            .args(["-r", "150", "--arrival", "constant", "--duration", "4s"])
+            .args(["--max-tokens", "4", "--input-len", "16"])
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut mpi = Guard::spawn(c);
+        // The server's own count of finished requests over 2 s in the middle of the point.
+        wait_for_load(&url);
+        std::thread::sleep(Duration::from_millis(800));
+        let (n0, t0) = (metric(&url, "vllm:request_success_total"), Instant::now());
+        std::thread::sleep(Duration::from_secs(2));
+        let (n1, t1) = (metric(&url, "vllm:request_success_total"), Instant::now());
+        let rate = (n1 - n0) / (t1 - t0).as_secs_f64();
+        let out = wait_output(&mut mpi.child, Duration::from_secs(60));
+        assert!(out.status.success(), "{}", stderr(&out));
+        // Every line whole, though three processes' records went through mpirun's stdout.
+        let records = json_lines(&out.stdout);
+        let (parts, merged) = summaries(&records);
+        assert_eq!(parts.len(), WORLD);
+        for s in &parts {
+            assert_eq!(s["ranks"]["share_rate_rps"], 50.0, "{s}");
+            assert_eq!(s["point"]["rate_rps"], 150.0);
+        }
+        let asked = merged["requests"].as_f64().unwrap();
+        check(
+            "requests sent (150 req/s for 4 s)",
+            asked,
+            (asked - 600.0).abs() <= 12.0,
+        )?;
+        check(
+            "server's rate (req/s)",
+            rate,
+            (rate - 150.0).abs() <= 150.0 * 0.02,
+        )?;
+        let spread = start_spread_ms(&parts);
+        check("start spread (ms)", spread, spread <= 5.0)?;
+        Ok(format!(
+            "server finished {rate:.1} req/s; {asked} sent; starts within {spread:.3} ms"
+        ))
+    });
+}
+
+#[test]
+fn merged_percentiles_are_a_single_loadgens_at_the_same_load() {
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "30ms", "--itl", "4ms"]);
+    let args = [
+        "--url",
+        &url,
+        "-c",
+        "6",
+        "-n",
+        "90",
+        "--max-tokens",
+        "16",
+        "--input-len",
+        "16",
+    ];
+    holds_in_one_of_three("3 ranks vs one loadgen", || {
+        let single = testkit::cmd("loadgen")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(single.status.success(), "{}", stderr(&single));
+        let single = json_lines(&single.stdout);
+        let one = of_kind(&single, "summary")[0].clone();
+        let outs = job(&args, None, Duration::from_secs(60));
+        for (r, o) in outs.iter().enumerate() {
+            assert!(o.status.success(), "rank {r}: {}", stderr(o));
+        }
+        let records = json_lines(&outs[0].stdout);
+        let (_, merged) = summaries(&records);
+        assert_eq!(merged["requests"], 90);
+        assert_eq!(merged["ok"], 90);
+
+        // summarize reads the ranks' stream to the merged summary's figures exactly (the
+        // merged line itself is not counted again beside the ranks' own records).
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ranks.jsonl");
+        std::fs::write(&file, &outs[0].stdout).unwrap();
+        let table = testkit::cmd("summarize")
+            .arg(&file)
+            .args([
+                "--format",
+                "json",
+                "--cols",
+                "requests,ttft_p50,ttft_p99,tpot_p50",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(table.status.success(), "{}", stderr(&table));
+        let report: Value = serde_json::from_slice(&table.stdout).unwrap();
+        let row = &report["tables"][0]["rows"][0];
+        assert_eq!(row["requests"], 90, "{report}");
+        assert_eq!(row["ttft_p50"], merged["ttft_ms"]["p50"], "{report}");
+        assert_eq!(row["ttft_p99"], merged["ttft_ms"]["p99"], "{report}");
+        assert_eq!(row["tpot_p50"], merged["tpot_ms"]["p50"], "{report}");
+
+        // The merged summary alone (the ranks' records elsewhere) stands for the point.
+        let alone = dir.path().join("merged.jsonl");
+        std::fs::write(&alone, format!("{merged}\n")).unwrap();
+        let table = testkit::cmd("summarize")
+            .arg(&alone)
+            .args(["--format", "json", "--cols", "requests,ttft_p50"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&table.stdout).unwrap();
+        let row = &report["tables"][0]["rows"][0];
+        assert_eq!(row["requests"], 90, "{report}");
+        assert_eq!(row["ttft_p50"], merged["ttft_ms"]["p50"], "{report}");
+
+        let mut figures = Vec::new();
+        for (metric, q) in [("ttft_ms", "p50"), ("ttft_ms", "p90"), ("tpot_ms", "p50")] {
+            let a = one[metric][q].as_f64().unwrap();
+            let b = merged[metric][q].as_f64().unwrap();
+            // Noise: srv-sim's own lateness on a shared box, 1 ms or 5%.
+            let noise = (a * 0.05).max(1.0);
+            check(
+                &format!("{metric} {q}: 3 ranks vs one"),
+                b - a,
+                (b - a).abs() <= noise,
+            )?;
+            figures.push(format!("{metric} {q} {a:.3} vs {b:.3}"));
+        }
+        Ok(figures.join(", "))
+    });
+}
+
+#[test]
+fn a_killed_rank_fails_the_point_on_every_rank_naming_it() {
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "10ms", "--itl", "5ms"]);
+    let coordinator = format!("127.0.0.1:{}", testkit::free_port());
+    let args = [
+        "--url",
+        &url,
+        "-c",
+        "6",
+        "--duration",
+        "60s",
+        "--max-tokens",
+        "8",
+    ];
+    let mut guards: Vec<Guard> = (0..WORLD)
+        .map(|r| rank(r, &coordinator, &args, None))
+        .collect();
+    wait_for_load(&url);
+    let victim = guards[2].pid();
+    // SAFETY: kill(2) on the rank this test started.
+    unsafe {
+        libc::kill(victim as i32, libc::SIGKILL);
+    }
+    let started = Instant::now();
+    // Nothing hangs: the others end long before the point's 60 s.
+    let outs: Vec<Output> = guards[..2]
+        .iter_mut()
+        .map(|g| wait_output(&mut g.child, Duration::from_secs(20)))
+        .collect();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    let named = format!("rank 2 (pid {victim} on ");
+    for (r, o) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(1), "rank {r}: {}", stderr(o));
+        let err = stderr(o);
+        assert!(
+            err.contains(&named) && err.contains("closed its connection"),
+            "rank {r}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "one error line: {err}");
+    }
+    // Rank 0 kept what was measured: partial summaries that say why.
+    let records = json_lines(&outs[0].stdout);
+    let summaries = of_kind(&records, "summary");
+    assert!(!summaries.is_empty(), "{records:?}");
+    for s in summaries {
+        assert_eq!(s["partial"], true, "{s}");
+        assert_eq!(s["stopped_by"], "rank_failed", "{s}");
+        assert!(s["stop_reason"].as_str().unwrap().contains(&named), "{s}");
+    }
+    assert!(!of_kind(&records, "request").is_empty());
+}
+
+#[test]
+fn a_rank_gone_silent_is_given_up_after_ten_seconds() {
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "10ms", "--itl", "5ms"]);
+    let coordinator = format!("127.0.0.1:{}", testkit::free_port());
+    let args = [
+        "--url",
+        &url,
+        "-c",
+        "3",
+        "--duration",
+        "60s",
+        "--max-tokens",
+        "8",
+    ];
+    let mut guards: Vec<Guard> = (0..WORLD)
+        .map(|r| rank(r, &coordinator, &args, None))
+        .collect();
+    wait_for_load(&url);
+    let stopped = guards[1].pid();
+    // SAFETY: SIGSTOP to the rank this test started; its guard kills it at the end.
+    unsafe {
+        libc::kill(stopped as i32, libc::SIGSTOP);
+    }
+    let out = wait_output(&mut guards[0].child, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("rank 1 (pid {stopped} on "))
+            && err.contains("sent nothing for 10 s"),
+        "{err}"
+    );
+    let other = wait_output(&mut guards[2].child, Duration::from_secs(30));
+    assert_eq!(other.status.code(), Some(1), "{}", stderr(&other));
+}
+
+#[test]
+fn ranks_started_with_other_arguments_are_refused_by_rank_0() {
+    let coordinator = format!("127.0.0.1:{}", testkit::free_port());
+    let url = "http://127.0.0.1:9";
+    let mut r0 = rank(0, &coordinator, &["--url", url, "-c", "4"], None);
+    let mut r1 = rank(1, &coordinator, &["--url", url, "-c", "8"], None);
+    let mut r2 = rank(
+        2,
+        &coordinator,
+        &["--url", url, "-c", "4", "--label", "mine=yes"],
+        None,
+    );
+    let out = wait_output(&mut r0.child, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("rank 1 was started with different arguments"),
+        "{err}"
+    );
+    for g in [&mut r1, &mut r2] {
+        let o = wait_output(&mut g.child, Duration::from_secs(30));
+        assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
+    }
+}
