@@ -188,6 +188,7 @@ fn multi_host_load_runs_loadgen_on_every_host_and_summarize_merges_them() {
     // The loopback sshd twice, spelled two ways: two "hosts" with their own labels.
     let second = format!("127.0.0.1:{port}");
     let hosts = format!("{target},{second}");
+    let rank0_port = free_port().to_string();
     let out = run_script(
         "multi-host-load.sh",
         &[
@@ -209,6 +210,7 @@ fn multi_host_load_runs_loadgen_on_every_host_and_summarize_merges_them() {
         &[
             ("LOADGEN", loadgen.to_str().unwrap()),
             ("SSH_OPTS", &ssh_opts),
+            ("PORT", &rank0_port),
         ],
     );
     assert!(out.status.success(), "{}", stderr(&out));
@@ -220,20 +222,37 @@ fn multi_host_load_runs_loadgen_on_every_host_and_summarize_merges_them() {
     files.sort();
     assert_eq!(files.len(), 2, "{files:?}");
     let mut hosts_seen = Vec::new();
+    let mut merged = Vec::new();
     for f in &files {
         let records = json_lines(&std::fs::read(f).unwrap());
         let summaries = of_kind(&records, "summary");
-        assert_eq!(summaries.len(), 1, "{f:?}");
-        assert_eq!(summaries[0]["ok"], 6);
-        assert_eq!(of_kind(&records, "request").len(), 6);
-        hosts_seen.push(summaries[0]["labels"]["host"].as_str().unwrap().to_string());
+        // The point's load is split: -c 2 -n 6 over two hosts is 1 and 3 requests each.
+        let own: Vec<&&Value> = summaries
+            .iter()
+            .filter(|s| s["ranks"]["merged"] != true)
+            .collect();
+        assert_eq!(own.len(), 1, "{f:?}");
+        assert_eq!(own[0]["ok"], 3);
+        assert_eq!(own[0]["ranks"]["share_concurrency"], 1);
+        assert_eq!(of_kind(&records, "request").len(), 3);
+        hosts_seen.push(own[0]["labels"]["host"].as_str().unwrap().to_string());
+        merged.extend(
+            summaries
+                .iter()
+                .filter(|s| s["ranks"]["merged"] == true)
+                .map(|s| (*s).clone()),
+        );
     }
     hosts_seen.sort();
     let mut want = vec![target.clone(), second.clone()];
     want.sort();
     assert_eq!(hosts_seen, want);
+    // Rank 0 (the first host) also wrote the point's merged summary: the whole point.
+    assert_eq!(merged.len(), 1, "{merged:?}");
+    assert_eq!(merged[0]["ok"], 6);
 
-    // summarize merges the two hosts' point into one row of 12 requests.
+    // summarize merges the two hosts' point into one row of 6 requests (the merged summary
+    // beside the hosts' own records is not counted again).
     let merged = testkit::cmd("summarize")
         .args(&files)
         .args(["--format", "json", "--cols", "conc,requests,ok"])
@@ -245,19 +264,21 @@ fn multi_host_load_runs_loadgen_on_every_host_and_summarize_merges_them() {
     let rows = &report["tables"][0]["rows"];
     assert_eq!(
         rows,
-        &serde_json::json!([{"conc": 2, "requests": 12, "ok": 12}]),
+        &serde_json::json!([{"conc": 2, "requests": 6, "ok": 6}]),
         "{report}"
     );
 
-    // A host that cannot be reached: named, non-zero, and the reachable host's records kept.
+    // A host that cannot be reached: named, non-zero, and the reachable host's loadgen, left
+    // without its rank 0, says so and ends within --rank-timeout instead of waiting forever.
     let dead = format!("127.0.0.1:{}", free_port());
     let outdir = dir.path().join("with-a-dead-host");
+    let started = std::time::Instant::now();
     let out = run_script(
         "multi-host-load.sh",
         &[
             "-o",
             outdir.to_str().unwrap(),
-            &format!("{second},{dead}"),
+            &format!("{dead},{second}"),
             "--",
             "--url",
             &url,
@@ -265,10 +286,13 @@ fn multi_host_load_runs_loadgen_on_every_host_and_summarize_merges_them() {
             "2",
             "--max-tokens",
             "2",
+            "--rank-timeout",
+            "3s",
         ],
         &[
             ("LOADGEN", loadgen.to_str().unwrap()),
             ("SSH_OPTS", &ssh_opts),
+            ("PORT", &rank0_port),
         ],
     );
     let err = stderr(&out);
@@ -277,9 +301,133 @@ fn multi_host_load_runs_loadgen_on_every_host_and_summarize_merges_them() {
         err.contains(&format!("multi-host-load: error: {dead}: ")),
         "{err}"
     );
-    let kept = outdir.join(format!("{}.jsonl", second.replace(':', "_")));
-    let records = json_lines(&std::fs::read(kept).unwrap());
-    assert_eq!(of_kind(&records, "summary")[0]["ok"], 2);
+    assert!(
+        err.contains(&format!("multi-host-load: error: {second}: "))
+            && err.contains("rank 1 cannot reach rank 0"),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30), "{err}");
+}
+
+/// scripts/sbatch-load.sh as written, with stand-ins for what only a Slurm cluster has:
+/// `scontrol show hostnames` (this machine) and `srun` (SLURM_NTASKS copies of the command,
+/// each told its SLURM_PROCID, their outputs merged as srun merges them into the job's file).
+#[test]
+fn sbatch_load_splits_the_load_over_the_tasks_srun_starts() {
+    let (_sim, url) = sim();
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("slurm");
+    std::fs::create_dir(&fake).unwrap();
+    let write = |name: &str, text: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        let p = fake.join(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    write("scontrol", "#!/usr/bin/env bash\necho 127.0.0.1\n");
+    write(
+        "srun",
+        "#!/usr/bin/env bash\nrc=0; pids=()\nfor ((i = 0; i < SLURM_NTASKS; i++)); do SLURM_PROCID=$i \"$@\" & pids+=($!); done\nfor p in \"${pids[@]}\"; do wait \"$p\" || rc=$?; done\nexit $rc\n",
+    );
+    let path = format!(
+        "{}:{}:{}",
+        fake.display(),
+        bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let port = free_port().to_string();
+    let out = Command::new("bash")
+        .arg(script("sbatch-load.sh"))
+        .args([
+            "-c",
+            "3",
+            "-n",
+            "9",
+            "--max-tokens",
+            "4",
+            "--input-len",
+            "16",
+        ])
+        .env("PATH", path)
+        .env("URL", &url)
+        .env("PORT", &port)
+        .env("SLURM_JOB_NODELIST", "node[1-3]")
+        .env("SLURM_NTASKS", "3")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let records = json_lines(&out.stdout);
+    let summaries = of_kind(&records, "summary");
+    assert_eq!(
+        summaries.len(),
+        4,
+        "3 ranks' and the merged one: {summaries:?}"
+    );
+    for s in &summaries {
+        if s["ranks"]["merged"] == true {
+            assert_eq!(s["ok"], 9, "{s}");
+        } else {
+            assert_eq!(s["ok"], 3, "{s}");
+            assert_eq!(s["ranks"]["share_concurrency"], 1, "{s}");
+        }
+    }
+    assert_eq!(of_kind(&records, "request").len(), 9);
+}
+
+/// scripts/mpirun-load.sh as written, under the real Open MPI mpirun, three ranks here.
+#[test]
+fn mpirun_load_runs_the_ranks_under_mpirun_and_rank_0_writes_them_all() {
+    let mpirun = testkit::setup_env("SERVBENCH_MPIRUN", "openmpi");
+    let (_sim, url) = sim();
+    let port = free_port().to_string();
+    // Our binaries first on PATH, then mpirun from where the setup found it.
+    let mpi_dir = std::path::Path::new(&mpirun)
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    let path = format!(
+        "{}:{mpi_dir}:{}",
+        bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = run_script(
+        "mpirun-load.sh",
+        &[
+            "localhost:3",
+            "--",
+            "--url",
+            &url,
+            "-r",
+            "30",
+            "-n",
+            "12",
+            "--max-tokens",
+            "4",
+            "--input-len",
+            "16",
+        ],
+        &[
+            ("PORT", &port),
+            ("MPIRUN_ARGS", "--oversubscribe --bind-to none"),
+            ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
+            ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+            ("PATH", &path),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let records = json_lines(&out.stdout);
+    let summaries = of_kind(&records, "summary");
+    assert_eq!(summaries.len(), 4, "{summaries:?}");
+    let merged: Vec<&&Value> = summaries
+        .iter()
+        .filter(|s| s["ranks"]["merged"] == true)
+        .collect();
+    assert_eq!(merged.len(), 1);
+    assert_eq!(merged[0]["ok"], 12);
+    assert_eq!(merged[0]["point"]["rate_rps"], 30.0);
+    assert_eq!(of_kind(&records, "request").len(), 12);
 }
 
 /// srv-sim's `vllm:num_requests_running`, from its /metrics (a plain HTTP/1.0 GET).

@@ -69,9 +69,12 @@ Examples:
   loadgen --trace mooncake_trace.jsonl --trace-speed 2
   loadgen --find-max rate -r 4 --slo ttft_ms=500,tpot_ms=50 --duration 30s
   srv-launch sim | loadgen -c 1,8 --prompts builtin | srv-kill
+  mpirun --host a,b,c -np 3 loadgen --coordinator a:29500 --url http://gpu1:8000 -c 256 | summarize
 
 Records (stdout, JSON lines): one `request` per finished request (--no-requests to omit),
 one `summary` per sweep point, one `ramp` per --ramp, one `search` per --find-max. Progress goes to stderr (a terminal only).
+Under mpirun or srun (or --rank/--world) each process takes its share of every point; rank 0
+writes every rank's records and each point's merged summary.
 Exit: 0 ok, 1 every request of a point failed or the server went down (partial summary
 written), 2 bad usage, 130 interrupted (partial summary written).";
 
@@ -236,8 +239,8 @@ pub struct Args {
     pub threads: Option<usize>,
 
     #[command(flatten)]
-    pub ranks: ranks::RankArgs,
+    pub common: CommonArgs,
 
     #[command(flatten)]
-    pub common: CommonArgs,
+    pub ranks: ranks::RankArgs,
 }
