@@ -28,7 +28,8 @@ pub struct RampRecord {
     /// The workload of the ramp (`concurrency` absent: it is what varies).
     pub point: PointKey,
     pub levels: Vec<RampLevel>,
-    /// `error_rate`, `saturated`, `slo`, `max_concurrency` (the cap was reached) or `interrupted`.
+    /// `error_rate`, `saturated`, `slo`, `max_concurrency` (the cap was reached), `interrupted`,
+    /// `server_down` or `rank_failed` (a loadgen rank of several).
     pub stopped_by: String,
     /// One line: why, with the figures that decided it.
     pub reason: String,

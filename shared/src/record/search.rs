@@ -50,7 +50,7 @@ pub struct SearchRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_failing: Option<f64>,
     /// `converged`, `limit` (the highest load allowed still passed), `none_passed` (the lowest
-    /// tried failed), `interrupted` or `server_down`.
+    /// tried failed), `interrupted`, `server_down` or `rank_failed` (a loadgen rank of several).
     pub stopped_by: String,
     /// One line: the outcome with the figures.
     pub reason: String,

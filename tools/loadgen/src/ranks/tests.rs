@@ -26,6 +26,10 @@ fn shares_of_a_point_add_up_to_the_point() {
                             max_concurrency,
                             ..
                         } => (rate_rps, max_concurrency, req),
+                        Load::Trace {
+                            speed,
+                            max_concurrency,
+                        } => (speed, max_concurrency, req),
                     }
                 })
                 .collect()
@@ -61,5 +65,18 @@ fn shares_of_a_point_add_up_to_the_point() {
     assert_eq!(
         parts(open(3.0, Some(1)), n(7), 2)[1],
         (1.5, Some(1), Some(3))
+    );
+    // A trace's rows go round the ranks (7 rows: 3, 2, 2), each at the trace's speed.
+    let trace = Load::Trace {
+        speed: 2.0,
+        max_concurrency: Some(5),
+    };
+    assert_eq!(
+        parts(trace, n(7), 3),
+        vec![
+            (2.0, Some(2), Some(3)),
+            (2.0, Some(2), Some(2)),
+            (2.0, Some(1), Some(2))
+        ]
     );
 }
