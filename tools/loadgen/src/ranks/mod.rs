@@ -463,20 +463,38 @@ impl Hooks for Option<Ranks> {
     }
 }
 
-/// Rank `rank`'s part of a point's load and budget over `world` ranks: concurrency, request
-/// counts and an open loop's cap split with the remainder on the first ranks, the rate split
-/// evenly, a time budget kept. A rank whose concurrency share is 0 sends nothing.
+/// Rank `rank`'s part of a point's load and budget over `world` ranks: concurrency and an
+/// open loop's cap split with the remainder on the first ranks; a closed loop's request count
+/// split in proportion to the ranks' slots (so the ranks finish together and the point sends
+/// all it asked, also with fewer slots than ranks), an open loop's and a trace's evenly; the
+/// rate split evenly, a time budget kept. A rank whose concurrency share is 0 sends nothing.
 pub fn share_of(load: &Load, budget: Budget, world: usize, rank: usize) -> (Load, Budget) {
     let part = |n: u64| shared::share(n, world, rank);
-    let budget = match budget {
+    let even = match budget {
         Budget::Requests(n) => Budget::Requests(part(n)),
         time => time,
     };
     match *load {
         Load::Closed { concurrency } => {
-            let c = part(u64::from(concurrency)) as u32;
-            let budget = if c == 0 { Budget::Requests(0) } else { budget };
-            (Load::Closed { concurrency: c }, budget)
+            let total = u64::from(concurrency);
+            let c = part(total);
+            let budget = match budget {
+                _ if c == 0 => Budget::Requests(0),
+                // Slots of the ranks before this one, and to its end: the parts telescope to n.
+                Budget::Requests(n) => {
+                    let before: u64 = (0..rank).map(|r| shared::share(total, world, r)).sum();
+                    let at =
+                        |slots: u64| (u128::from(n) * u128::from(slots) / u128::from(total)) as u64;
+                    Budget::Requests(at(before + c) - at(before))
+                }
+                time => time,
+            };
+            (
+                Load::Closed {
+                    concurrency: c as u32,
+                },
+                budget,
+            )
         }
         Load::Open {
             rate_rps,
@@ -490,7 +508,7 @@ pub fn share_of(load: &Load, budget: Budget, world: usize, rank: usize) -> (Load
                 arrival,
                 max_concurrency: cap,
             };
-            (share, budget)
+            (share, even)
         }
         Load::Trace {
             speed,
@@ -502,7 +520,7 @@ pub fn share_of(load: &Load, budget: Budget, world: usize, rank: usize) -> (Load
                 speed,
                 max_concurrency: cap,
             };
-            (share, budget)
+            (share, even)
         }
     }
 }

@@ -39,12 +39,31 @@ fn shares_of_a_point_add_up_to_the_point() {
         parts(closed(256), n(1000), 4),
         vec![(64.0, None, Some(250)); 4]
     );
+    // Requests follow the slots: 4, 3, 3 slots take 40, 30, 30 of 100 (they finish together).
     assert_eq!(
         parts(closed(10), n(100), 3),
         vec![
-            (4.0, None, Some(34)),
-            (3.0, None, Some(33)),
-            (3.0, None, Some(33))
+            (4.0, None, Some(40)),
+            (3.0, None, Some(30)),
+            (3.0, None, Some(30))
+        ]
+    );
+    assert_eq!(
+        parts(closed(7), n(90), 3),
+        vec![
+            (3.0, None, Some(38)),
+            (2.0, None, Some(26)),
+            (2.0, None, Some(26))
+        ]
+    );
+    // Fewer slots than ranks: the point still sends every request it asked for (regression:
+    // -c 1 -n 6 over 3 ranks sent 2).
+    assert_eq!(
+        parts(closed(1), n(6), 3),
+        vec![
+            (1.0, None, Some(6)),
+            (0.0, None, Some(0)),
+            (0.0, None, Some(0))
         ]
     );
     // Fewer slots than ranks: the last rank has none and sends nothing, even for a time budget.
