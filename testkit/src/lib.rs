@@ -340,3 +340,61 @@ pub fn matched_pids(kill: &serde_json::Value) -> Vec<u32> {
         .map(|m| m["pid"].as_u64().expect("matched pid") as u32)
         .collect()
 }
+
+/// Checks the records of a `loadgen --turns 3` run of `sessions` sessions against a real
+/// engine that counts prompts and reports cached tokens: every turn recorded once with its
+/// session and index, each turn's prompt holding the previous turn's prompt and reply plus a
+/// new message (the server counted more than both), and each later turn finding the earlier
+/// ones in the prefix cache (more than half the previous prompt, more than the turn before);
+/// the summary's per-turn figures grow the same way.
+pub fn check_conversation(records: &[serde_json::Value], sessions: u64) {
+    use serde_json::Value;
+    let u = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"));
+    let of_kind = |k: &str| -> Vec<&Value> { records.iter().filter(|r| r["kind"] == k).collect() };
+    let requests = of_kind("request");
+    assert_eq!(requests.len() as u64, 3 * sessions, "{records:?}");
+    let mut turns = std::collections::BTreeMap::new();
+    for r in &requests {
+        assert!(r.get("error").is_none(), "{r}");
+        turns.insert((u(&r["session"]), u(&r["turn"])), *r);
+    }
+    assert_eq!(
+        turns.len(),
+        requests.len(),
+        "one record per session and turn"
+    );
+    for s in 0..sessions {
+        for t in 2..=3 {
+            let (prev, this) = (turns[&(s, t - 1)], turns[&(s, t)]);
+            let (p0, out0, p1) = (
+                u(&prev["prompt_tokens"]),
+                u(&prev["output_tokens"]),
+                u(&this["prompt_tokens"]),
+            );
+            assert!(
+                p1 > p0 + out0,
+                "turn {t} holds turn {}: {prev} {this}",
+                t - 1
+            );
+            let cached = u(&this["cached_tokens"]);
+            assert!(2 * cached > p0 && cached <= p0 + out0, "{prev} {this}");
+            assert!(cached > u(&prev["cached_tokens"]), "{prev} {this}");
+        }
+    }
+    let s = of_kind("summary")[0];
+    assert_eq!(s["turns"], "3", "{s}");
+    assert_eq!(u(&s["sessions"]), sessions, "{s}");
+    let by_turn = s["by_turn"].as_array().unwrap();
+    assert_eq!(by_turn.len(), 3, "{s}");
+    let mean = |t: &Value, f: &str| t[f].as_f64().unwrap();
+    for w in by_turn.windows(2) {
+        assert!(
+            mean(&w[1], "prompt_tokens_mean") > mean(&w[0], "prompt_tokens_mean"),
+            "{s}"
+        );
+        assert!(
+            mean(&w[1], "cached_tokens_mean") > mean(&w[0], "cached_tokens_mean"),
+            "{s}"
+        );
+    }
+}

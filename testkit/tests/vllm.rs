@@ -924,3 +924,50 @@ fn flush_cache_and_prefix_groups_on_the_real_vllm() {
     let (code, _, err) = srv_kill(&[], Some(&r));
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// A 3-turn conversation (`--turns 3`) on the real vLLM, chat and completions: each turn
+/// resends the history, vLLM counts it (prompt tokens grow by the reply and a new message) and
+/// reports its prefix cache serving the earlier turns (`--enable-prompt-tokens-details`:
+/// `usage.prompt_tokens_details.cached_tokens`; its CPU build caches whole 128-token blocks).
+#[test]
+fn three_turn_conversation_on_the_real_vllm_resends_the_history() {
+    let _one = one_engine_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let _leftovers = Leftovers(dir.path().join("server.jsonl"));
+    let port = free_port();
+    let mut args = ENGINE_ARGS.to_vec();
+    args.push("--enable-prompt-tokens-details");
+    let (r, _) = launch(dir.path(), port, &args);
+    let url = format!("http://127.0.0.1:{port}");
+    let hits = || {
+        let (_, page) = http(&url, "GET", "/metrics", None);
+        metric(&page, "vllm:prefix_cache_hits_total")
+    };
+    for api in ["chat", "completions"] {
+        let before = hits();
+        let records = loadgen(
+            &url,
+            &[
+                "--api",
+                api,
+                "-c",
+                "2",
+                "-n",
+                "2",
+                "--turns",
+                "3",
+                "--input-len",
+                "200",
+                "--max-tokens",
+                "4",
+            ],
+        );
+        testkit::check_conversation(&records, 2);
+        // Turn 1 of each session is exactly on target as vLLM counts it.
+        let s = of_kind(&records, "summary")[0];
+        assert_eq!(u(&s["prompt_len_exact"]), 2, "{api}: {s}");
+        assert!(hits() > before, "{api}: vLLM's prefix cache counted no hit");
+    }
+    let (code, _, err) = srv_kill(&[], Some(&r));
+    assert_eq!(code, Some(0), "{err}");
+}

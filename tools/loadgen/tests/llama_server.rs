@@ -1,7 +1,7 @@
 //! `--flush-cache` on a real engine: llama.cpp's llama-server (scripts/setup/llama-server.sh, a
 //! tiny random-weights GGUF), launched by srv-launch, its server record telling loadgen the
 //! engine. With `--slot-save-path` every slot is erased before each point; without it the
-//! server refuses, and loadgen says so once, with the fix.
+//! server refuses, and loadgen says so once, with the fix. And conversations (`--turns`) on it.
 
 use serde_json::Value;
 use testkit::{json_lines, setup_env, sh};
@@ -57,4 +57,25 @@ fn flush_cache_erases_llama_server_slots_before_each_point() {
     let s = summaries(&records);
     assert_eq!(s.len(), 2);
     assert!(s.iter().all(|s| s["cache_flushed"] == false), "{s:?}");
+}
+
+/// A 3-turn conversation on the real llama-server, chat and completions: each turn resends the
+/// history, llama-server counts it (prompt tokens grow by the reply and a new message) and
+/// reports the slot's cache serving the earlier turns (`prompt_tokens_details.cached_tokens`).
+/// One slot and one session at a time: which slot llama-server gives a turn is its own choice,
+/// and a turn sent to another session's slot finds nothing cached.
+#[test]
+fn three_turn_conversation_on_llama_server_resends_the_history() {
+    for api in ["chat", "completions"] {
+        let (records, _) = pipeline(
+            "--parallel 1",
+            &format!("--api {api} -c 1 -n 2 --turns 3 --input-len 40 --max-tokens 4"),
+        );
+        testkit::check_conversation(&records, 2);
+        assert!(
+            records
+                .iter()
+                .any(|r| r["kind"] == "kill" && r["ok"] == true)
+        );
+    }
 }
