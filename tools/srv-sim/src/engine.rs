@@ -8,11 +8,14 @@
 //! Two timings:
 //! - [`Timing::Modelled`]: a step loop with continuous batching. Each step admits waiting requests
 //!   (FCFS) while the running limit and the KV-token budget allow, spends the per-step token budget
-//!   on decode tokens first and chunked prefill after, and lasts what the [`CostModel`] says.
+//!   on decode tokens first and chunked prefill after, and lasts what the [`CostModel`] says. KV is
+//!   taken as tokens are computed; when a decode step finds no room, the most recently admitted
+//!   request is preempted as vLLM does (its KV dropped, back to the head of the queue, its prompt
+//!   and tokens so far prefilled again when it resumes).
 //! - [`Timing::Fixed`]: each request has its own schedule, first chunk at arrival + TTFT, then one
 //!   chunk every ITL; with ITL 0 every token is available at once.
 
-use crate::metrics::Metrics;
+use crate::metrics::{MetricNames, Metrics};
 use crate::tokens::{splitmix64, unit};
 use futures_util::task::AtomicWaker;
 use servbench::presets::StepWork;
@@ -119,6 +122,8 @@ pub struct EngineConfig {
     /// At most this many requests run at once; the rest wait in FCFS order.
     pub max_running: Option<u32>,
     pub seed: u64,
+    /// Whose metric names (and histogram buckets) `/metrics` shows.
+    pub names: MetricNames,
 }
 
 /// The HTTP side's handle: submit requests, read metrics.
@@ -132,7 +137,7 @@ impl Engine {
     /// Starts the engine thread; it ends when every handle is dropped.
     pub fn start(config: EngineConfig) -> Engine {
         let (tx, rx) = std::sync::mpsc::channel();
-        let metrics = Arc::new(Mutex::new(Metrics::default()));
+        let metrics = Arc::new(Mutex::new(Metrics::new(config.names)));
         let m = metrics.clone();
         std::thread::Builder::new()
             .name("srv-sim-engine".into())
@@ -165,7 +170,6 @@ impl Engine {
                     cost,
                     max_step_tokens,
                     kv_cache_tokens,
-                    kv_reserved: 0,
                     spec,
                     max_running: config.max_running.map_or(usize::MAX, |n| n as usize),
                     waiting: VecDeque::new(),
@@ -378,9 +382,39 @@ impl FixedLoop {
 struct Running {
     req: Req,
     prefilled: u32,
-    /// Prompt tokens to prefill (at least one: an empty prompt still runs one forward pass).
+    /// Tokens to prefill: the prompt (at least one: an empty prompt still runs one forward
+    /// pass), or after a preemption the prompt and every token generated before it.
     prompt_work: u32,
-    kv_reserved: u64,
+    /// KV-cache tokens the request holds now: what it prefilled and decoded since admission.
+    kv: u64,
+}
+
+impl Running {
+    fn new(sub: Submit) -> Running {
+        let prompt_work = sub.prompt_tokens.max(1);
+        // Cached tokens are prefilled already and held in the KV cache like computed ones; at
+        // least one token is always computed.
+        let prefilled = sub.cached.min(prompt_work - 1);
+        Running {
+            req: Req::new(sub),
+            prefilled,
+            prompt_work,
+            kv: u64::from(prefilled),
+        }
+    }
+
+    fn decoding(&self) -> bool {
+        self.prefilled >= self.prompt_work
+    }
+
+    /// Preempted (recompute, as vLLM): the KV is dropped; on resumption the prompt and the
+    /// tokens generated so far are prefilled again, and the step that finishes that samples the
+    /// next token. What the client already has stays sent.
+    fn preempt(&mut self) {
+        self.kv = 0;
+        self.prefilled = 0;
+        self.prompt_work = self.req.sub.prompt_tokens.max(1) + self.req.published;
+    }
 }
 
 struct StepLoop {
@@ -389,10 +423,11 @@ struct StepLoop {
     cost: Box<dyn CostModel>,
     max_step_tokens: u32,
     kv_cache_tokens: u64,
-    kv_reserved: u64,
     spec: Option<Spec>,
     max_running: usize,
-    waiting: VecDeque<Submit>,
+    /// New requests, and preempted ones back at the head.
+    waiting: VecDeque<Running>,
+    /// In admission order: the last is the first preempted.
     running: Vec<Running>,
     rng: u64,
 }
@@ -424,12 +459,12 @@ impl StepLoop {
                 let mut m = metrics.lock().unwrap_or_else(|e| e.into_inner());
                 for s in inbox.drain(..) {
                     m.prompt_tokens += u64::from(s.prompt_tokens);
-                    self.waiting.push_back(s);
+                    self.waiting.push_back(Running::new(s));
                 }
                 self.drop_cancelled(&mut m);
                 self.admit();
-                m.running = self.running.len() as u64;
-                m.waiting = self.waiting.len() as u64;
+                self.preempt_for_decode(&mut m);
+                self.gauges(&mut m);
             }
             let (plan, shape) = self.plan();
             if plan.is_empty() {
@@ -442,53 +477,91 @@ impl StepLoop {
             }
             let now = Instant::now();
             let mut m = metrics.lock().unwrap_or_else(|e| e.into_inner());
-            m.engine_steps += 1;
             m.late(secs(now.saturating_duration_since(deadline)));
             self.apply(&plan, now, &mut m);
+            m.step_done();
             // Absolute deadlines: the next step starts when this one was due to end.
             step_start = Some(deadline);
         }
     }
 
     fn drop_cancelled(&mut self, m: &mut Metrics) {
-        let before = self.running.len();
-        let mut freed = 0;
-        self.running.retain(|r| {
-            let keep = !r.req.cancelled();
-            if !keep {
-                freed += r.kv_reserved;
-            }
-            keep
-        });
-        self.kv_reserved -= freed;
-        m.aborted += (before - self.running.len()) as u64;
-        self.waiting
-            .retain(|s| !s.progress.cancelled.load(Ordering::Relaxed));
+        let before = self.running.len() + self.waiting.len();
+        self.running.retain(|r| !r.req.cancelled());
+        self.waiting.retain(|r| !r.req.cancelled());
+        m.aborted += (before - self.running.len() - self.waiting.len()) as u64;
     }
 
-    /// FCFS admission: the head of the queue waits until a slot and its KV reservation fit.
+    fn kv_used(&self) -> u64 {
+        self.running.iter().map(|r| r.kv).sum()
+    }
+
+    /// KV slots a decoding request may write this step: its verify tokens (1 + drafts), as
+    /// vLLM allocates lookahead slots, but never past the tokens it still has to generate.
+    fn decode_need(&self, r: &Running) -> u64 {
+        let verify = 1 + self.spec.map_or(0, |s| s.tokens);
+        u64::from(verify.min(r.req.total() - r.req.published))
+    }
+
+    /// FCFS admission: the head of the queue waits until a slot is free and its prompt (and its
+    /// first token) fits in the KV cache beside what the running requests hold or were promised
+    /// (a prompt still being prefilled counts whole) and their next decode tokens, so an
+    /// admission does not preempt at once.
     fn admit(&mut self) {
+        let mut used: u64 = self
+            .running
+            .iter()
+            .map(|r| {
+                if r.decoding() {
+                    r.kv + self.decode_need(r)
+                } else {
+                    r.kv.max(u64::from(r.prompt_work) + 1)
+                }
+            })
+            .sum();
         while self.running.len() < self.max_running {
-            let Some(s) = self.waiting.front() else { break };
-            // Reserve the prompt and every token the request may generate (no preemption).
-            let need = u64::from(s.prompt_tokens) + u64::from(s.progress.total);
-            if self.kv_reserved + need > self.kv_cache_tokens && !self.running.is_empty() {
+            let Some(r) = self.waiting.front() else { break };
+            let need = u64::from(r.prompt_work) + 1;
+            if used + need > self.kv_cache_tokens && !self.running.is_empty() {
                 break;
             }
-            let Some(s) = self.waiting.pop_front() else {
+            let Some(r) = self.waiting.pop_front() else {
                 break;
             };
-            self.kv_reserved += need;
-            let prompt_work = s.prompt_tokens.max(1);
-            // Cached tokens are prefilled already; at least one token is always computed.
-            let prefilled = s.cached.min(prompt_work - 1);
-            self.running.push(Running {
-                req: Req::new(s),
-                prefilled,
-                prompt_work,
-                kv_reserved: need,
-            });
+            used += need;
+            self.running.push(r);
         }
+    }
+
+    /// Before a step: when the decoding requests' next tokens do not fit, preempt the most
+    /// recently admitted request until they do (one request alone always fits: the HTTP side
+    /// refuses a prompt + max_tokens over the budget).
+    fn preempt_for_decode(&mut self, m: &mut Metrics) {
+        while self.running.len() > 1 {
+            let need: u64 = self
+                .running
+                .iter()
+                .filter(|r| r.decoding())
+                .map(|r| self.decode_need(r))
+                .sum();
+            if self.kv_used() + need <= self.kv_cache_tokens {
+                break;
+            }
+            let Some(mut victim) = self.running.pop() else {
+                break;
+            };
+            victim.preempt();
+            m.preemptions += 1;
+            self.waiting.push_front(victim);
+        }
+    }
+
+    fn gauges(&self, m: &mut Metrics) {
+        let used = self.kv_used();
+        m.kv_used_tokens = used;
+        m.kv_usage = used as f64 / self.kv_cache_tokens.max(1) as f64;
+        m.running = self.running.len() as u64;
+        m.waiting = self.waiting.len() as u64;
     }
 
     fn draw(&mut self) -> f64 {
@@ -504,7 +577,7 @@ impl StepLoop {
         let drafts = self.spec.map_or(0, |s| s.tokens);
         for i in 0..self.running.len() {
             let r = &self.running[i];
-            if r.prefilled < r.prompt_work {
+            if !r.decoding() {
                 continue;
             }
             let remaining = r.req.total() - r.req.published;
@@ -526,14 +599,28 @@ impl StepLoop {
             plan.push((i, Work::Decode(emitted.min(remaining))));
         }
         let mut budget = self.max_step_tokens.saturating_sub(shape.tokens());
+        // Prefill takes only the KV left after this step's decode tokens.
+        let decode_kv: u64 = plan
+            .iter()
+            .map(|&(_, w)| match w {
+                Work::Decode(n) => u64::from(n),
+                Work::Prefill(_) => 0,
+            })
+            .sum();
+        let mut kv_free = self
+            .kv_cache_tokens
+            .saturating_sub(self.kv_used() + decode_kv);
         for (i, r) in self.running.iter().enumerate() {
-            if budget == 0 {
+            if budget == 0 || kv_free == 0 {
                 break;
             }
-            if r.prefilled >= r.prompt_work {
+            if r.decoding() {
                 continue;
             }
-            let chunk = (r.prompt_work - r.prefilled).min(budget);
+            let chunk = (r.prompt_work - r.prefilled)
+                .min(budget)
+                .min(u32::try_from(kv_free).unwrap_or(u32::MAX));
+            kv_free -= u64::from(chunk);
             budget -= chunk;
             shape.seqs += 1;
             shape.work.prefill_tokens += chunk;
@@ -551,37 +638,24 @@ impl StepLoop {
             match work {
                 Work::Prefill(n) => {
                     r.prefilled += n;
+                    r.kv += u64::from(n);
                     if r.prefilled >= r.prompt_work {
-                        // The step that finishes the prompt samples the first token.
+                        // The step that finishes the prompt samples the first token (after a
+                        // preemption: the next one).
                         r.req.publish(1, now, m);
+                        r.kv += 1;
                     }
                 }
                 Work::Decode(n) => {
                     if let Some(spec) = self.spec {
-                        m.spec_drafts += 1;
-                        m.spec_draft_tokens += u64::from(spec.tokens);
-                        m.spec_accepted_tokens += u64::from(n.saturating_sub(1));
+                        m.spec_step(spec.tokens, n.saturating_sub(1));
                     }
                     r.req.publish(n, now, m);
+                    r.kv += u64::from(n);
                 }
             }
         }
-        let mut freed = 0;
-        self.running.retain(|r| {
-            let done = r.req.published >= r.req.total();
-            if done {
-                freed += r.kv_reserved;
-            }
-            !done
-        });
-        self.kv_reserved -= freed;
-        let used: u64 = self
-            .running
-            .iter()
-            .map(|r| u64::from(r.prefilled + r.req.published))
-            .sum();
-        m.kv_usage = used as f64 / self.kv_cache_tokens.max(1) as f64;
-        m.running = self.running.len() as u64;
-        m.waiting = self.waiting.len() as u64;
+        self.running.retain(|r| r.req.published < r.req.total());
+        self.gauges(m);
     }
 }

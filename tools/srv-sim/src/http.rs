@@ -306,6 +306,7 @@ async fn handle(app: &Arc<App>, fd: RawFd, req: Request<Incoming>) -> Response<S
                         let c = c.lock().unwrap_or_else(|p| p.into_inner());
                         (m.prefix_queries, m.prefix_hits, m.prefix_resets) =
                             (c.queries, c.hits, c.resets);
+                        m.prefix_last_hit_rate = c.last_hit_rate;
                     }
                     m
                 })

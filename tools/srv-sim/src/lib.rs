@@ -138,6 +138,9 @@ pub struct Config {
     /// Speculative decoding: probability each draft token is accepted (the chain stops at the first rejection)
     #[arg(long, value_name = "A", default_value_t = 0.7)]
     pub spec_accept: f64,
+    /// Whose names /metrics uses: vllm (vllm:..., counters) or sglang (sglang:..., its buckets, spec figures as gauges)
+    #[arg(long, value_enum, value_name = "ENGINE", default_value = "vllm")]
+    pub metrics_names: metrics::MetricNames,
     #[command(flatten)]
     pub faults: Faults,
     /// Turn prefix caching off (vLLM's spelling; on by default, as in vLLM)
@@ -405,6 +408,7 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
                 timing,
                 max_running: config.max_running(),
                 seed: config.seed ^ u64::from(replica),
+                names: config.metrics_names,
             })
         })
         .collect();

@@ -1,8 +1,21 @@
 //! The engine's counters, gauges and histograms, rendered as Prometheus text under vLLM's metric
 //! names (`vllm:num_requests_running`, `vllm:time_to_first_token_seconds`, ...) so scrapers built
-//! for vLLM read srv-sim unchanged. The engine thread writes them once per step; `/metrics` reads.
+//! for vLLM read srv-sim unchanged, or under SGLang's (`--metrics-names sglang`: its names, its
+//! histogram buckets, its speculative figures as gauges only). Every figure is the truth of the
+//! engine's model: KV usage is the tokens running requests hold, preemptions are the engine's.
+//! The engine thread writes them once per step; `/metrics` reads.
 
 use std::fmt::Write as _;
+
+/// Whose names `/metrics` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum MetricNames {
+    /// vLLM's (`vllm:`), counters with `_total`, speculative decoding as counters.
+    #[default]
+    Vllm,
+    /// SGLang's (`sglang:`), speculative decoding as windowed gauges only.
+    Sglang,
+}
 
 /// vLLM's TTFT buckets (vllm/v1/metrics/loggers.py).
 pub const TTFT_BUCKETS: &[f64] = &[
@@ -19,6 +32,23 @@ pub const E2E_BUCKETS: &[f64] = &[
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
     480.0, 960.0, 1920.0, 7680.0,
 ];
+/// SGLang's default TTFT buckets (python/sglang/srt/metrics/collector.py).
+pub const SGLANG_TTFT_BUCKETS: &[f64] = &[
+    0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0,
+    400.0,
+];
+/// SGLang's default inter-token latency buckets.
+pub const SGLANG_ITL_BUCKETS: &[f64] = &[
+    0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080,
+    0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0,
+];
+/// SGLang's default end-to-end latency buckets.
+pub const SGLANG_E2E_BUCKETS: &[f64] = &[
+    0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0,
+    400.0, 600.0, 1200.0, 1800.0, 2400.0,
+];
+/// Decode steps SGLang's speculative gauges average over (its decode log interval).
+pub const SPEC_GAUGE_WINDOW_STEPS: u64 = 40;
 
 /// A Prometheus histogram (cumulative buckets are computed when rendering).
 #[derive(Debug, Clone)]
@@ -77,10 +107,14 @@ impl Histogram {
 /// Everything `/metrics` shows.
 #[derive(Debug, Clone)]
 pub struct Metrics {
+    pub names: MetricNames,
     pub running: u64,
     pub waiting: u64,
     /// Fraction of the KV-cache token budget in use (0..1).
     pub kv_usage: f64,
+    /// KV-cache tokens held by running requests.
+    pub kv_used_tokens: u64,
+    pub preemptions: u64,
     pub prompt_tokens: u64,
     pub generation_tokens: u64,
     pub finished_length: u64,
@@ -89,16 +123,33 @@ pub struct Metrics {
     pub spec_drafts: u64,
     pub spec_draft_tokens: u64,
     pub spec_accepted_tokens: u64,
+    /// Drafts whose token at position i was accepted (vLLM's `..._per_pos_total{position}`).
+    pub spec_accepted_per_pos: Vec<u64>,
+    /// SGLang's gauges: accepted length and rate over the last [`SPEC_GAUGE_WINDOW_STEPS`].
+    pub spec_accept_length: f64,
+    pub spec_accept_rate: f64,
+    spec_window: SpecWindow,
     /// Prefix cache: prompt tokens looked up, tokens found cached, resets on request.
     pub prefix_queries: u64,
     pub prefix_hits: u64,
     pub prefix_resets: u64,
+    /// The latest request's cached share of its prompt (SGLang's `cache_hit_rate`).
+    pub prefix_last_hit_rate: f64,
     pub ttft: Histogram,
     pub itl: Histogram,
     pub e2e: Histogram,
     /// How late the engine published tokens against its own schedule (srv-sim's own metric).
     pub lateness: Histogram,
     pub max_lateness_s: f64,
+}
+
+/// The speculative figures of the decode steps since the gauges were last set.
+#[derive(Debug, Clone, Copy, Default)]
+struct SpecWindow {
+    steps: u64,
+    drafts: u64,
+    draft_tokens: u64,
+    accepted: u64,
 }
 
 /// Buckets for srv-sim's schedule-lateness histogram (seconds).
@@ -108,10 +159,24 @@ pub const LATENESS_BUCKETS: &[f64] = &[
 
 impl Default for Metrics {
     fn default() -> Metrics {
+        Metrics::new(MetricNames::Vllm)
+    }
+}
+
+impl Metrics {
+    /// Empty metrics with the histogram buckets of `names`' engine.
+    pub fn new(names: MetricNames) -> Metrics {
+        let (ttft, itl, e2e) = match names {
+            MetricNames::Vllm => (TTFT_BUCKETS, ITL_BUCKETS, E2E_BUCKETS),
+            MetricNames::Sglang => (SGLANG_TTFT_BUCKETS, SGLANG_ITL_BUCKETS, SGLANG_E2E_BUCKETS),
+        };
         Metrics {
+            names,
             running: 0,
             waiting: 0,
             kv_usage: 0.0,
+            kv_used_tokens: 0,
+            preemptions: 0,
             prompt_tokens: 0,
             generation_tokens: 0,
             finished_length: 0,
@@ -120,19 +185,22 @@ impl Default for Metrics {
             spec_drafts: 0,
             spec_draft_tokens: 0,
             spec_accepted_tokens: 0,
+            spec_accepted_per_pos: Vec::new(),
+            spec_accept_length: 0.0,
+            spec_accept_rate: 0.0,
+            spec_window: SpecWindow::default(),
             prefix_queries: 0,
             prefix_hits: 0,
             prefix_resets: 0,
-            ttft: Histogram::new(TTFT_BUCKETS),
-            itl: Histogram::new(ITL_BUCKETS),
-            e2e: Histogram::new(E2E_BUCKETS),
+            prefix_last_hit_rate: 0.0,
+            ttft: Histogram::new(ttft),
+            itl: Histogram::new(itl),
+            e2e: Histogram::new(e2e),
             lateness: Histogram::new(LATENESS_BUCKETS),
             max_lateness_s: 0.0,
         }
     }
-}
 
-impl Metrics {
     /// Records how late (seconds) a publication came against its scheduled time.
     pub fn late(&mut self, seconds: f64) {
         self.lateness.observe(seconds);
@@ -140,170 +208,323 @@ impl Metrics {
             self.max_lateness_s = seconds;
         }
     }
+
+    /// One request's verify step: `drafts` draft tokens, of which the first `accepted` were.
+    pub fn spec_step(&mut self, drafts: u32, accepted: u32) {
+        self.spec_drafts += 1;
+        self.spec_draft_tokens += u64::from(drafts);
+        self.spec_accepted_tokens += u64::from(accepted);
+        if self.spec_accepted_per_pos.len() < drafts as usize {
+            self.spec_accepted_per_pos.resize(drafts as usize, 0);
+        }
+        for pos in &mut self.spec_accepted_per_pos[..accepted as usize] {
+            *pos += 1;
+        }
+        let w = &mut self.spec_window;
+        w.drafts += 1;
+        w.draft_tokens += u64::from(drafts);
+        w.accepted += u64::from(accepted);
+    }
+
+    /// An engine step ended: SGLang's gauges are set every [`SPEC_GAUGE_WINDOW_STEPS`] steps
+    /// that verified drafts, from those steps only.
+    pub fn step_done(&mut self) {
+        self.engine_steps += 1;
+        let w = &mut self.spec_window;
+        if w.drafts == 0 {
+            return;
+        }
+        w.steps += 1;
+        if w.steps >= SPEC_GAUGE_WINDOW_STEPS {
+            // SGLang: accept length = tokens per verify (accepted + the bonus token).
+            self.spec_accept_length = (w.accepted + w.drafts) as f64 / w.drafts as f64;
+            self.spec_accept_rate = w.accepted as f64 / w.draft_tokens.max(1) as f64;
+            *w = SpecWindow::default();
+        }
+    }
+}
+
+/// One metric family's samples, one per engine.
+struct Families<'a> {
+    out: String,
+    engines: &'a [Metrics],
+    labels: Vec<String>,
+}
+
+impl Families<'_> {
+    fn family(&mut self, name: &str, kind: &str, help: &str, value: &dyn Fn(&Metrics) -> String) {
+        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (m, l) in self.engines.iter().zip(&self.labels) {
+            let _ = writeln!(self.out, "{name}{{{l}}} {}", value(m));
+        }
+    }
+
+    /// A family with one sample per engine and value of `extra` labels.
+    fn labelled(&mut self, name: &str, help: &str, rows: &dyn Fn(&Metrics) -> Vec<(String, u64)>) {
+        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (m, l) in self.engines.iter().zip(&self.labels) {
+            for (extra, v) in rows(m) {
+                let _ = writeln!(self.out, "{name}{{{l},{extra}}} {v}");
+            }
+        }
+    }
+
+    fn histogram(&mut self, name: &str, help: &str, get: fn(&Metrics) -> &Histogram) {
+        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (m, l) in self.engines.iter().zip(&self.labels) {
+            get(m).render(&mut self.out, name, l);
+        }
+    }
 }
 
 /// Prometheus text exposition for every engine (data-parallel replicas are `engine="0"`,
-/// `"1"`, ...), each metric family written once with one sample per engine.
+/// `"1"`, ... under vLLM's names, `dp_rank="0"`, ... under SGLang's), each metric family
+/// written once with one sample per engine, under the engines' names ([`Metrics::names`]).
 pub fn render(engines: &[Metrics], model: &str, spec_decoding: bool) -> String {
+    let names = engines.first().map_or(MetricNames::Vllm, |m| m.names);
     let model = model.replace('\\', "\\\\").replace('"', "\\\"");
-    let labels: Vec<String> = (0..engines.len())
-        .map(|i| format!("model_name=\"{model}\",engine=\"{i}\""))
+    let labels = (0..engines.len())
+        .map(|i| match names {
+            MetricNames::Vllm => format!("model_name=\"{model}\",engine=\"{i}\""),
+            MetricNames::Sglang => format!("model_name=\"{model}\",dp_rank=\"{i}\""),
+        })
         .collect();
-    let mut out = String::with_capacity(8192 * engines.len());
-    let family = |out: &mut String,
-                  name: &str,
-                  kind: &str,
-                  help: &str,
-                  value: &dyn Fn(&Metrics) -> String| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (m, l) in engines.iter().zip(&labels) {
-            let _ = writeln!(out, "{name}{{{l}}} {}", value(m));
-        }
+    let mut f = Families {
+        out: String::with_capacity(8192 * engines.len()),
+        engines,
+        labels,
     };
-    family(
-        &mut out,
-        "vllm:num_requests_running",
-        "gauge",
-        "Number of requests in model execution batches.",
-        &|m| m.running.to_string(),
-    );
-    family(
-        &mut out,
-        "vllm:num_requests_waiting",
-        "gauge",
-        "Number of requests waiting to be processed.",
-        &|m| m.waiting.to_string(),
-    );
-    family(
-        &mut out,
-        "vllm:kv_cache_usage_perc",
-        "gauge",
-        "KV-cache usage. 1 means 100 percent usage.",
-        &|m| format!("{:?}", m.kv_usage),
-    );
-    family(
-        &mut out,
-        "vllm:prompt_tokens_total",
-        "counter",
-        "Number of prefill tokens processed.",
-        &|m| m.prompt_tokens.to_string(),
-    );
-    family(
-        &mut out,
-        "vllm:generation_tokens_total",
-        "counter",
-        "Number of generation tokens processed.",
-        &|m| m.generation_tokens.to_string(),
-    );
-    family(
-        &mut out,
-        "vllm:prefix_cache_queries_total",
-        "counter",
-        "Prefix cache queries, in terms of number of queried tokens.",
-        &|m| m.prefix_queries.to_string(),
-    );
-    family(
-        &mut out,
-        "vllm:prefix_cache_hits_total",
-        "counter",
-        "Prefix cache hits, in terms of number of cached tokens.",
-        &|m| m.prefix_hits.to_string(),
-    );
-    family(
-        &mut out,
-        "vllm:num_preemptions_total",
-        "counter",
-        "Cumulative number of preemption from the engine.",
-        &|_| "0".into(),
-    );
-    let _ = writeln!(
-        out,
-        "# HELP vllm:request_success_total Count of successfully processed requests.\n\
-         # TYPE vllm:request_success_total counter"
-    );
-    for (m, l) in engines.iter().zip(&labels) {
-        let _ = writeln!(
-            out,
-            "vllm:request_success_total{{{l},finished_reason=\"length\"}} {}\n\
-             vllm:request_success_total{{{l},finished_reason=\"stop\"}} 0\n\
-             vllm:request_success_total{{{l},finished_reason=\"abort\"}} {}",
-            m.finished_length, m.aborted
-        );
+    match names {
+        MetricNames::Vllm => vllm(&mut f, spec_decoding),
+        MetricNames::Sglang => sglang(&mut f, spec_decoding),
     }
-    if spec_decoding {
-        family(
-            &mut out,
-            "vllm:spec_decode_num_drafts_total",
-            "counter",
-            "Number of spec decoding drafts.",
-            &|m| m.spec_drafts.to_string(),
-        );
-        family(
-            &mut out,
-            "vllm:spec_decode_num_draft_tokens_total",
-            "counter",
-            "Number of draft tokens.",
-            &|m| m.spec_draft_tokens.to_string(),
-        );
-        family(
-            &mut out,
-            "vllm:spec_decode_num_accepted_tokens_total",
-            "counter",
-            "Number of accepted tokens.",
-            &|m| m.spec_accepted_tokens.to_string(),
-        );
-    }
-    type Family = (&'static str, &'static str, fn(&Metrics) -> &Histogram);
-    let histograms: [Family; 4] = [
-        (
-            "vllm:time_to_first_token_seconds",
-            "Histogram of time to first token in seconds.",
-            |m| &m.ttft,
-        ),
-        (
-            "vllm:inter_token_latency_seconds",
-            "Histogram of inter-token latency in seconds.",
-            |m| &m.itl,
-        ),
-        (
-            "vllm:e2e_request_latency_seconds",
-            "Histogram of e2e request latency in seconds.",
-            |m| &m.e2e,
-        ),
-        (
-            "srv_sim:schedule_lateness_seconds",
-            "How late srv-sim's engine published tokens against its own schedule.",
-            |m| &m.lateness,
-        ),
-    ];
-    for (name, help, get) in histograms {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (m, l) in engines.iter().zip(&labels) {
-            get(m).render(&mut out, name, l);
-        }
-    }
-    family(
-        &mut out,
+    f.histogram(
+        "srv_sim:schedule_lateness_seconds",
+        "How late srv-sim's engine published tokens against its own schedule.",
+        |m| &m.lateness,
+    );
+    f.family(
         "srv_sim:schedule_lateness_max_seconds",
         "gauge",
         "Largest lateness of the engine against its own schedule.",
         &|m| format!("{:?}", m.max_lateness_s),
     );
-    family(
-        &mut out,
+    f.family(
         "srv_sim:prefix_cache_resets_total",
         "counter",
         "Times the prefix cache was emptied (/reset_prefix_cache, /flush_cache).",
         &|m| m.prefix_resets.to_string(),
     );
-    family(
-        &mut out,
+    f.family(
         "srv_sim:engine_steps_total",
         "counter",
         "Engine steps (schedule events in fixed-latency mode).",
         &|m| m.engine_steps.to_string(),
     );
-    out
+    f.out
+}
+
+fn vllm(f: &mut Families, spec_decoding: bool) {
+    f.family(
+        "vllm:num_requests_running",
+        "gauge",
+        "Number of requests in model execution batches.",
+        &|m| m.running.to_string(),
+    );
+    f.family(
+        "vllm:num_requests_waiting",
+        "gauge",
+        "Number of requests waiting to be processed.",
+        &|m| m.waiting.to_string(),
+    );
+    f.family(
+        "vllm:kv_cache_usage_perc",
+        "gauge",
+        "KV-cache usage. 1 means 100 percent usage.",
+        &|m| format!("{:?}", m.kv_usage),
+    );
+    f.family(
+        "vllm:prompt_tokens_total",
+        "counter",
+        "Number of prefill tokens processed.",
+        &|m| m.prompt_tokens.to_string(),
+    );
+    f.family(
+        "vllm:generation_tokens_total",
+        "counter",
+        "Number of generation tokens processed.",
+        &|m| m.generation_tokens.to_string(),
+    );
+    f.family(
+        "vllm:prefix_cache_queries_total",
+        "counter",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        &|m| m.prefix_queries.to_string(),
+    );
+    f.family(
+        "vllm:prefix_cache_hits_total",
+        "counter",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        &|m| m.prefix_hits.to_string(),
+    );
+    f.family(
+        "vllm:num_preemptions_total",
+        "counter",
+        "Cumulative number of preemption from the engine.",
+        &|m| m.preemptions.to_string(),
+    );
+    f.labelled(
+        "vllm:request_success_total",
+        "Count of successfully processed requests.",
+        &|m| {
+            vec![
+                ("finished_reason=\"length\"".into(), m.finished_length),
+                ("finished_reason=\"stop\"".into(), 0),
+                ("finished_reason=\"abort\"".into(), m.aborted),
+            ]
+        },
+    );
+    if spec_decoding {
+        f.family(
+            "vllm:spec_decode_num_drafts_total",
+            "counter",
+            "Number of spec decoding drafts.",
+            &|m| m.spec_drafts.to_string(),
+        );
+        f.family(
+            "vllm:spec_decode_num_draft_tokens_total",
+            "counter",
+            "Number of draft tokens.",
+            &|m| m.spec_draft_tokens.to_string(),
+        );
+        f.family(
+            "vllm:spec_decode_num_accepted_tokens_total",
+            "counter",
+            "Number of accepted tokens.",
+            &|m| m.spec_accepted_tokens.to_string(),
+        );
+        f.labelled(
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+            "Accepted tokens per draft position.",
+            &|m| {
+                m.spec_accepted_per_pos
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &n)| (format!("position=\"{i}\""), n))
+                    .collect()
+            },
+        );
+    }
+    f.histogram(
+        "vllm:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        |m| &m.ttft,
+    );
+    f.histogram(
+        "vllm:inter_token_latency_seconds",
+        "Histogram of inter-token latency in seconds.",
+        |m| &m.itl,
+    );
+    f.histogram(
+        "vllm:e2e_request_latency_seconds",
+        "Histogram of e2e request latency in seconds.",
+        |m| &m.e2e,
+    );
+}
+
+fn sglang(f: &mut Families, spec_decoding: bool) {
+    f.family(
+        "sglang:num_running_reqs",
+        "gauge",
+        "The number of running requests.",
+        &|m| m.running.to_string(),
+    );
+    f.family(
+        "sglang:num_queue_reqs",
+        "gauge",
+        "The number of requests in the waiting queue.",
+        &|m| m.waiting.to_string(),
+    );
+    f.family("sglang:token_usage", "gauge", "The token usage.", &|m| {
+        format!("{:?}", m.kv_usage)
+    });
+    f.family(
+        "sglang:num_used_tokens",
+        "gauge",
+        "The number of used tokens.",
+        &|m| m.kv_used_tokens.to_string(),
+    );
+    f.family(
+        "sglang:prompt_tokens_total",
+        "counter",
+        "Number of prefill tokens processed.",
+        &|m| m.prompt_tokens.to_string(),
+    );
+    f.family(
+        "sglang:generation_tokens_total",
+        "counter",
+        "Number of generation tokens processed.",
+        &|m| m.generation_tokens.to_string(),
+    );
+    f.family(
+        "sglang:cached_tokens_total",
+        "counter",
+        "Number of cached prompt tokens.",
+        &|m| m.prefix_hits.to_string(),
+    );
+    f.family(
+        "sglang:cache_hit_rate",
+        "gauge",
+        "The prefix cache hit rate.",
+        &|m| format!("{:?}", m.prefix_last_hit_rate),
+    );
+    f.family(
+        "sglang:num_requests_total",
+        "counter",
+        "Number of requests processed.",
+        &|m| (m.finished_length + m.aborted).to_string(),
+    );
+    f.family(
+        "sglang:num_aborted_requests_total",
+        "counter",
+        "Number of requests aborted.",
+        &|m| m.aborted.to_string(),
+    );
+    f.family(
+        "sglang:num_retracted_requests_total",
+        "counter",
+        "Number of retracted (preempted) requests.",
+        &|m| m.preemptions.to_string(),
+    );
+    if spec_decoding {
+        f.family(
+            "sglang:spec_accept_length",
+            "gauge",
+            "The average acceptance length of speculative decoding.",
+            &|m| format!("{:?}", m.spec_accept_length),
+        );
+        f.family(
+            "sglang:spec_accept_rate",
+            "gauge",
+            "The average acceptance rate of speculative decoding.",
+            &|m| format!("{:?}", m.spec_accept_rate),
+        );
+    }
+    f.histogram(
+        "sglang:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        |m| &m.ttft,
+    );
+    f.histogram(
+        "sglang:inter_token_latency_seconds",
+        "Histogram of inter-token latency in seconds.",
+        |m| &m.itl,
+    );
+    f.histogram(
+        "sglang:e2e_request_latency_seconds",
+        "Histogram of End-to-end request latency in seconds",
+        |m| &m.e2e,
+    );
 }
 
 #[cfg(test)]

@@ -59,6 +59,9 @@ pub struct PrefixCache {
     pub hits: u64,
     /// Times the cache was emptied on request.
     pub resets: u64,
+    /// Cached over prompt tokens of the latest request (SGLang's `cache_hit_rate` gauge is the
+    /// latest prefill batch's).
+    pub last_hit_rate: f64,
 }
 
 impl PrefixCache {
@@ -72,6 +75,7 @@ impl PrefixCache {
             queries: 0,
             hits: 0,
             resets: 0,
+            last_hit_rate: 0.0,
         }
     }
 
@@ -87,6 +91,7 @@ impl PrefixCache {
         let usable = prompt_tokens.saturating_sub(1) / BLOCK_TOKENS;
         let cached = found.min(usable) * BLOCK_TOKENS;
         self.hits += u64::from(cached);
+        self.last_hit_rate = f64::from(cached) / f64::from(prompt_tokens.max(1));
         for &b in blocks {
             self.touch(b);
         }
