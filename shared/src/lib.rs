@@ -12,12 +12,14 @@
 //! - [`engines`]: how each inference engine is launched and checked for readiness;
 //! - [`rlimit`]: this process's resource limits (open files);
 //! - [`ranks`]: processes of one job on many machines: rank detection (flags, mpirun, srun),
-//!   the coordinator rendezvous, framed messages, clock offsets.
+//!   the coordinator rendezvous, framed messages, clock offsets;
+//! - [`telemetry`]: the server's `/metrics` and its GPUs over a point, in one vocabulary.
 //!
 //! Modules use each other one way only (no circle): `jsonl` uses `record` and `diag`; `stats`
-//! uses `record`; `presets` uses `record` and `jsonl` (measured collective curves); `exec` uses
-//! `procs` and `diag`; `kill` uses `exec` and `procs`; `ranks` uses `diag`; `cli` (exit codes
-//! for every module's errors) may use any of them, and no module uses `cli`.
+//! uses `record`; `presets` uses `record` and `jsonl` (measured collective curves); `telemetry`
+//! uses `record` and `exec`; `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`;
+//! `ranks` uses `diag`; `cli` (exit codes for every module's errors) may use any of them, and no
+//! module uses `cli`.
 
 pub mod cli;
 pub mod diag;
@@ -31,3 +33,4 @@ pub mod ranks;
 pub mod record;
 pub mod rlimit;
 pub mod stats;
+pub mod telemetry;

@@ -18,6 +18,7 @@ mod search;
 mod server;
 mod sim_plan;
 mod summary;
+mod telemetry;
 
 pub use coll::*;
 pub use device_limits::*;
@@ -30,6 +31,7 @@ pub use search::*;
 pub use server::*;
 pub use sim_plan::*;
 pub use summary::*;
+pub use telemetry::*;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-use super::{Extra, Labels, current_version, record_kind};
+use super::{Extra, Labels, ServerEnv, current_version, record_kind};
 use serde::{Deserialize, Serialize};
 
 /// A running server, written by `srv-launch` once it is ready; `loadgen` targets it and
@@ -44,6 +44,12 @@ pub struct ServerRecord {
     /// The `--name` the server was launched with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The exact argv that was run (`command` is it as one shell line): the full flag set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub argv: Vec<String>,
+    /// The engine's version and the host's GPUs, driver, CUDA, kernel, CPU and name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<ServerEnv>,
     #[serde(flatten)]
     pub extra: Extra,
 }

@@ -1,4 +1,4 @@
-use super::{Dist, Extra, Labels, PointKey, current_version, record_kind};
+use super::{Dist, Extra, GpuStats, Labels, PointKey, ServerStats, current_version, record_kind};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -64,9 +64,20 @@ pub struct SummaryRecord {
     /// Successful requests whose output token count differed from `max_tokens`.
     #[serde(default)]
     pub output_len_mismatch: u64,
-    /// CPU seconds the client spent on this point (user + system), where known.
+    /// CPU seconds the client spent on this point (user + system), where known; the
+    /// telemetry threads' own CPU is not in it (see `telemetry_cpu_s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_cpu_s: Option<f64>,
+    /// CPU seconds loadgen's scraping and GPU sampling spent on this point (their own threads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry_cpu_s: Option<f64>,
+    /// The server's own view of the point, from its `/metrics` (absent with `--no-metrics` or
+    /// a server without them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerStats>,
+    /// The server's GPUs during the point, one entry per GPU it uses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuStats>,
     /// Model the requests named (`loadgen --model`, or the server's first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,

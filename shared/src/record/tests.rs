@@ -84,6 +84,17 @@ fn server() -> impl Strategy<Value = Record> {
                 served_model: Some("llama-3.1-8b".into()),
                 gpus: (port % 2 == 0).then(|| "0,1".to_string()),
                 name: None,
+                argv: vec!["srv-sim".into(), "--port".into(), port.to_string()],
+                env: (port % 3 == 0).then(|| ServerEnv {
+                    engine_version: Some("0.1.0".into()),
+                    gpu_model: Some("NVIDIA H100 80GB HBM3".into()),
+                    gpu_count: Some(2),
+                    driver_version: Some("550.54.15".into()),
+                    cuda_version: Some("12.4".into()),
+                    kernel: Some("6.1.0-18-amd64".into()),
+                    cpu_model: Some("AMD EPYC 9654".into()),
+                    hostname: Some("gpu1".into()),
+                }),
                 extra,
             })
         },
@@ -199,6 +210,61 @@ fn summary() -> impl Strategy<Value = Record> {
                 prompt_len_targeted: 10,
                 output_len_mismatch: 0,
                 client_cpu_s: Some(0.01),
+                telemetry_cpu_s: Some(0.001),
+                server: partial.then(|| ServerStats {
+                    engine: "vllm".into(),
+                    scrapes: 4,
+                    gauge_samples: 2,
+                    running: Some(GaugeStats {
+                        mean: 3.5,
+                        max: 4.0,
+                    }),
+                    kv_usage: Some(GaugeStats {
+                        mean: 0.5,
+                        max: 0.97,
+                    }),
+                    preemptions: Some(3),
+                    prefix_hit_rate: Some(0.25),
+                    prefix_queried_tokens: Some(100),
+                    spec: Some(SpecStats {
+                        acceptance_rate: 0.7,
+                        draft_acceptance: 0.511,
+                        mean_accepted_len: 2.533,
+                        draft_len: 3.0,
+                        per_position: vec![0.7, 0.7, 0.7],
+                        drafts: Some(300),
+                        from: "counters".into(),
+                    }),
+                    prompt_tokens: Some(100),
+                    generation_tokens: Some(900),
+                    ttft_ms: Some(BucketDist {
+                        n: 10,
+                        mean: 12.0,
+                        p50: 10.0,
+                        p90: 20.0,
+                        p99: 25.0,
+                    }),
+                    counter_reset: true,
+                    ..Default::default()
+                }),
+                gpus: if partial {
+                    Vec::new()
+                } else {
+                    vec![GpuStats {
+                        index: 1,
+                        name: Some("NVIDIA H100 80GB HBM3".into()),
+                        samples: 5,
+                        util_pct: Some(GaugeStats {
+                            mean: 55.0,
+                            max: 99.0,
+                        }),
+                        power_w: Some(GaugeStats {
+                            mean: 300.5,
+                            max: 650.0,
+                        }),
+                        ..Default::default()
+                    }]
+                },
                 model: Some("llama".into()),
                 api: Some("chat".into()),
                 seed: Some(7),

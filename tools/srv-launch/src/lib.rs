@@ -446,6 +446,8 @@ fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRec
         served_model: served,
         gpus: cfg.gpus.clone(),
         name: cfg.name.clone(),
+        argv: plan.argv.clone(),
+        env: None,
         extra: servbench::record::Extra::new(),
     })
 }

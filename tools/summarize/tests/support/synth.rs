@@ -410,6 +410,8 @@ pub fn lifecycle_lines(labels: &Labels) -> Vec<String> {
         served_model: Some("llama-3.1-8b".into()),
         gpus: None,
         name: None,
+        argv: Vec::new(),
+        env: None,
         extra: Default::default(),
     };
     let kill = KillRecord {

@@ -1,0 +1,153 @@
+//! What the server and its GPUs were doing during a point (the `server` and `gpus` objects of a
+//! `summary`), and the environment a server ran in (the `env` object of a `server` record).
+//! Names are ours, the same for every engine: [`crate::telemetry::vocab`] maps each engine's.
+
+use serde::{Deserialize, Serialize};
+
+/// A gauge sampled during a point: its mean and largest sample.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct GaugeStats {
+    pub mean: f64,
+    pub max: f64,
+}
+
+/// A server-side latency histogram over a point: the deltas of its buckets, read as
+/// percentiles by linear interpolation inside a bucket (as Prometheus' `histogram_quantile`),
+/// so a percentile is only as fine as the engine's buckets. Milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct BucketDist {
+    pub n: u64,
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+}
+
+/// Speculative decoding over a point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct SpecStats {
+    /// The chance a draft token is accepted when every draft token before it was (the
+    /// speculative-decoding papers' α: a step then yields 1 + α + … + α^k tokens). Exact from
+    /// per-position counters (vLLM); otherwise solved from the mean accepted length and the
+    /// draft length, which assumes each token is accepted with the same chance.
+    pub acceptance_rate: f64,
+    /// Accepted draft tokens over draft tokens: what vLLM logs as its "draft acceptance rate"
+    /// and SGLang exports as `spec_accept_rate`.
+    pub draft_acceptance: f64,
+    /// Tokens per verify step, the bonus token included: 1 + accepted / drafts (vLLM's "mean
+    /// acceptance length", SGLang's `spec_accept_length`).
+    pub mean_accepted_len: f64,
+    /// Draft tokens per verify step (k).
+    pub draft_len: f64,
+    /// Acceptance of each draft position given the positions before it (vLLM only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_position: Vec<f64>,
+    /// Verify steps in the point (counters only; SGLang's gauges do not tell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drafts: Option<u64>,
+    /// `counters` (deltas over the point, exact) or `gauges` (SGLang's windowed gauges,
+    /// averaged over the samples taken in the point).
+    pub from: String,
+}
+
+/// The server's own view of one point, from its Prometheus `/metrics` scraped at the point's
+/// start and end and every `--scrape-interval` in between. Counters are deltas over the point
+/// (exactly windowed); gauges are the samples taken while the point ran. A figure the engine
+/// does not export is absent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ServerStats {
+    /// Whose names the server used: `vllm`, `sglang`, `llamacpp`, `tgi`, `trtllm`.
+    pub engine: String,
+    /// Scrapes that answered during the point (start and end included).
+    pub scrapes: u64,
+    /// Gauge samples taken while the point ran (between its first and last scrape).
+    pub gauge_samples: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<GaugeStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<GaugeStats>,
+    /// KV-cache usage, 0 to 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_usage: Option<GaugeStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemptions: Option<u64>,
+    /// Prefix-cache hits over queries in the point (tokens), not the engine's own window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_hit_rate: Option<f64>,
+    /// The tokens the hit rate is over (vLLM's queries; SGLang's prompt tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_queried_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<SpecStats>,
+    /// Prompt and generated tokens the server counted in the point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation_tokens: Option<u64>,
+    /// Requests the server finished in the point, and those it counted as aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<BucketDist>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itl_ms: Option<BucketDist>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2e_ms: Option<BucketDist>,
+    /// A counter went down during the point (the server restarted): its delta is then its
+    /// value at the end, as Prometheus' `rate` takes it, and the figures are suspect.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub counter_reset: bool,
+}
+
+/// One GPU over one point: nvidia-smi's (or a DCGM exporter's) samples taken while it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct GpuStats {
+    /// The GPU's index on its host (nvidia-smi's `index`, DCGM's `gpu` label).
+    pub index: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub samples: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub util_pct: Option<GaugeStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_used_mib: Option<GaugeStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_w: Option<GaugeStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_clock_mhz: Option<GaugeStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temp_c: Option<GaugeStats>,
+    /// PCIe traffic (DCGM's `DCGM_FI_PROF_PCIE_{RX,TX}_BYTES`; nvidia-smi's query has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_rx_bytes_s: Option<GaugeStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_tx_bytes_s: Option<GaugeStats>,
+}
+
+/// What people change between runs and forget, recorded once by `srv-launch` on the server's
+/// host. A field it could not learn is absent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ServerEnv {
+    /// The engine's own version (`/version`, `/server_info`, `/props`, `/info`, or the
+    /// program's `--version`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_version: Option<String>,
+    /// Model of the GPUs the server was given (the first of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_count: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_version: Option<String>,
+    /// `uname -r`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+}

@@ -1,0 +1,17 @@
+//! Server-side truth for a load point: the server's Prometheus `/metrics` and its GPUs, read in
+//! one vocabulary whatever the engine.
+//!
+//! - [`vocab`]: the table mapping each engine's metric names (vLLM, SGLang, llama.cpp, TGI,
+//!   TensorRT-LLM; srv-sim speaks vLLM's or SGLang's) and a DCGM exporter's GPU fields to ours;
+//! - [`prom`]: the exposition text parsed (with a maintained crate) and read through the table;
+//! - [`window`]: one point's scrapes and GPU samples turned into the `server` and `gpus`
+//!   objects of its summary (counters differenced, gauges averaged, buckets to percentiles).
+//!
+//! Layering: uses `record` (the objects it fills) and `exec::gpu` (nvidia-smi's readings).
+
+pub mod prom;
+pub mod vocab;
+pub mod window;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,383 @@
+//! One vocabulary across engines: [`TABLE`] maps each engine's Prometheus names to our figures
+//! ([`Figure`]), with how each is read. srv-sim speaks vLLM's names by default and SGLang's with
+//! `--metrics-names sglang`, so it is read through those rows. [`GPU_TABLE`] does the same for
+//! a DCGM exporter's GPU fields.
+//!
+//! Quirks the table encodes (from each engine's source, see shared/reference/engine-endpoints.md):
+//! - vLLM's counters are scraped with `_total` (Python's prometheus_client adds it); its
+//!   speculative figures are counters, per draft position too.
+//! - SGLang's speculative figures are gauges only (`spec_accept_length`, `spec_accept_rate`),
+//!   set over its own window of decode steps: they are sampled, never differenced. Its prefix
+//!   cache has a windowed gauge (`cache_hit_rate`, not used) and a counter of cached tokens,
+//!   which over its prompt-token counter gives the hit rate. A preemption is a "retraction";
+//!   versions name the counter differently, so both names are rows.
+//! - llama.cpp's `n_busy_slots_per_decode` and `n_tokens_max` are declared counters but are an
+//!   average and a high-water mark: not read. It has no latency histograms, no KV, prefix or
+//!   speculative figures.
+//! - TGI has no token counters: its token-length histograms' `_sum` deltas are the tokens; no
+//!   TTFT histogram.
+//! - TensorRT-LLM's `trtllm-serve` serves Prometheus text at `/prometheus/metrics` (its
+//!   `/metrics` is JSON); names as its docs list them, not checked against a running server.
+
+/// Whose names a server's `/metrics` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Engine {
+    Vllm,
+    Sglang,
+    LlamaCpp,
+    Tgi,
+    Trtllm,
+}
+
+impl Engine {
+    pub const ALL: [Engine; 5] = [
+        Engine::Vllm,
+        Engine::Sglang,
+        Engine::LlamaCpp,
+        Engine::Tgi,
+        Engine::Trtllm,
+    ];
+
+    /// The name in records (`server.engine`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Vllm => "vllm",
+            Engine::Sglang => "sglang",
+            Engine::LlamaCpp => "llamacpp",
+            Engine::Tgi => "tgi",
+            Engine::Trtllm => "trtllm",
+        }
+    }
+
+    /// The prefix of its metric names, by which a scrape is recognised.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Engine::Vllm => "vllm:",
+            Engine::Sglang => "sglang:",
+            Engine::LlamaCpp => "llamacpp:",
+            Engine::Tgi => "tgi_",
+            Engine::Trtllm => "trtllm_",
+        }
+    }
+}
+
+/// Our figures, the same for every engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Figure {
+    Running,
+    Waiting,
+    KvUsage,
+    Preemptions,
+    /// Prompt tokens looked up in the prefix cache, and those found there.
+    PrefixQueries,
+    PrefixHits,
+    PromptTokens,
+    GenerationTokens,
+    /// Requests finished (every reason), and those aborted.
+    Requests,
+    Aborted,
+    /// Verify steps, draft tokens, accepted draft tokens, accepted per draft position.
+    SpecDrafts,
+    SpecDraftTokens,
+    SpecAccepted,
+    SpecAcceptedPerPos,
+    /// Windowed gauges (SGLang): tokens per verify step, accepted over draft tokens.
+    SpecAcceptLength,
+    SpecAcceptRate,
+    TtftSeconds,
+    ItlSeconds,
+    E2eSeconds,
+}
+
+/// How a source is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// Sampled during the point: mean and max.
+    Gauge,
+    /// Differenced over the point; samples of every label set summed.
+    Counter,
+    /// A counter split by the value of this label (vLLM's `position`).
+    CounterBy(&'static str),
+    /// Buckets differenced over the point.
+    Histogram,
+    /// A histogram's `_sum`, differenced: a counter the engine does not export otherwise.
+    HistogramSum,
+}
+
+/// One engine's name for one of our figures.
+#[derive(Debug, Clone, Copy)]
+pub struct Source {
+    pub engine: Engine,
+    pub figure: Figure,
+    /// The family name as scraped (`_bucket`/`_sum`/`_count` not included for histograms).
+    pub name: &'static str,
+    pub read: Read,
+    /// Only the samples whose label has this value (vLLM's `finished_reason="abort"`).
+    pub only: Option<(&'static str, &'static str)>,
+}
+
+const fn row(engine: Engine, figure: Figure, name: &'static str, read: Read) -> Source {
+    Source {
+        engine,
+        figure,
+        name,
+        read,
+        only: None,
+    }
+}
+
+use Engine::*;
+use Figure::*;
+use Read::*;
+
+/// Every engine's name for each of our figures. An engine may have several rows for one
+/// figure (names that changed between versions): the first present in a scrape is read.
+pub const TABLE: &[Source] = &[
+    // vLLM (v1 engine); srv-sim by default.
+    row(Vllm, Running, "vllm:num_requests_running", Gauge),
+    row(Vllm, Waiting, "vllm:num_requests_waiting", Gauge),
+    row(Vllm, KvUsage, "vllm:kv_cache_usage_perc", Gauge),
+    row(Vllm, KvUsage, "vllm:gpu_cache_usage_perc", Gauge),
+    row(Vllm, Preemptions, "vllm:num_preemptions_total", Counter),
+    row(
+        Vllm,
+        PrefixQueries,
+        "vllm:prefix_cache_queries_total",
+        Counter,
+    ),
+    row(Vllm, PrefixHits, "vllm:prefix_cache_hits_total", Counter),
+    row(Vllm, PromptTokens, "vllm:prompt_tokens_total", Counter),
+    row(
+        Vllm,
+        GenerationTokens,
+        "vllm:generation_tokens_total",
+        Counter,
+    ),
+    row(Vllm, Requests, "vllm:request_success_total", Counter),
+    Source {
+        engine: Vllm,
+        figure: Aborted,
+        name: "vllm:request_success_total",
+        read: Counter,
+        only: Some(("finished_reason", "abort")),
+    },
+    row(
+        Vllm,
+        SpecDrafts,
+        "vllm:spec_decode_num_drafts_total",
+        Counter,
+    ),
+    row(
+        Vllm,
+        SpecDraftTokens,
+        "vllm:spec_decode_num_draft_tokens_total",
+        Counter,
+    ),
+    row(
+        Vllm,
+        SpecAccepted,
+        "vllm:spec_decode_num_accepted_tokens_total",
+        Counter,
+    ),
+    row(
+        Vllm,
+        SpecAcceptedPerPos,
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+        CounterBy("position"),
+    ),
+    row(
+        Vllm,
+        TtftSeconds,
+        "vllm:time_to_first_token_seconds",
+        Histogram,
+    ),
+    row(
+        Vllm,
+        ItlSeconds,
+        "vllm:inter_token_latency_seconds",
+        Histogram,
+    ),
+    // Before 0.11 vLLM had no inter-token histogram; its per-token one is the same figure.
+    row(
+        Vllm,
+        ItlSeconds,
+        "vllm:time_per_output_token_seconds",
+        Histogram,
+    ),
+    row(
+        Vllm,
+        E2eSeconds,
+        "vllm:e2e_request_latency_seconds",
+        Histogram,
+    ),
+    // SGLang; srv-sim --metrics-names sglang.
+    row(Sglang, Running, "sglang:num_running_reqs", Gauge),
+    row(Sglang, Waiting, "sglang:num_queue_reqs", Gauge),
+    row(Sglang, KvUsage, "sglang:token_usage", Gauge),
+    row(
+        Sglang,
+        Preemptions,
+        "sglang:num_retracted_requests_total",
+        Counter,
+    ),
+    row(
+        Sglang,
+        Preemptions,
+        "sglang:num_retracted_reqs_total",
+        Counter,
+    ),
+    // SGLang's hit rate is over prompt tokens: cached tokens / prompt tokens.
+    row(Sglang, PrefixQueries, "sglang:prompt_tokens_total", Counter),
+    row(Sglang, PrefixHits, "sglang:cached_tokens_total", Counter),
+    row(Sglang, PromptTokens, "sglang:prompt_tokens_total", Counter),
+    row(
+        Sglang,
+        GenerationTokens,
+        "sglang:generation_tokens_total",
+        Counter,
+    ),
+    row(Sglang, Requests, "sglang:num_requests_total", Counter),
+    row(
+        Sglang,
+        Aborted,
+        "sglang:num_aborted_requests_total",
+        Counter,
+    ),
+    row(Sglang, SpecAcceptLength, "sglang:spec_accept_length", Gauge),
+    row(Sglang, SpecAcceptRate, "sglang:spec_accept_rate", Gauge),
+    row(
+        Sglang,
+        TtftSeconds,
+        "sglang:time_to_first_token_seconds",
+        Histogram,
+    ),
+    row(
+        Sglang,
+        ItlSeconds,
+        "sglang:inter_token_latency_seconds",
+        Histogram,
+    ),
+    row(
+        Sglang,
+        E2eSeconds,
+        "sglang:e2e_request_latency_seconds",
+        Histogram,
+    ),
+    // llama.cpp's llama-server with --metrics.
+    row(LlamaCpp, Running, "llamacpp:requests_processing", Gauge),
+    row(LlamaCpp, Waiting, "llamacpp:requests_deferred", Gauge),
+    row(
+        LlamaCpp,
+        PromptTokens,
+        "llamacpp:prompt_tokens_total",
+        Counter,
+    ),
+    row(
+        LlamaCpp,
+        GenerationTokens,
+        "llamacpp:tokens_predicted_total",
+        Counter,
+    ),
+    // TGI.
+    row(Tgi, Running, "tgi_batch_current_size", Gauge),
+    row(Tgi, Waiting, "tgi_queue_size", Gauge),
+    row(Tgi, PromptTokens, "tgi_request_input_length", HistogramSum),
+    row(
+        Tgi,
+        GenerationTokens,
+        "tgi_request_generated_tokens",
+        HistogramSum,
+    ),
+    row(Tgi, Requests, "tgi_request_success", Counter),
+    row(Tgi, E2eSeconds, "tgi_request_duration", Histogram),
+    // TensorRT-LLM's trtllm-serve (/prometheus/metrics).
+    row(Trtllm, Running, "trtllm_num_requests_running", Gauge),
+    row(Trtllm, Waiting, "trtllm_num_requests_waiting", Gauge),
+    row(Trtllm, KvUsage, "trtllm_kv_cache_utilization", Gauge),
+    row(Trtllm, Requests, "trtllm_request_success_total", Counter),
+    row(
+        Trtllm,
+        SpecDraftTokens,
+        "trtllm_spec_decode_num_draft_tokens",
+        Counter,
+    ),
+    row(
+        Trtllm,
+        SpecAccepted,
+        "trtllm_spec_decode_num_accepted_tokens",
+        Counter,
+    ),
+    row(
+        Trtllm,
+        SpecAcceptLength,
+        "trtllm_spec_decode_acceptance_length",
+        Gauge,
+    ),
+    row(
+        Trtllm,
+        TtftSeconds,
+        "trtllm_time_to_first_token_seconds",
+        Histogram,
+    ),
+    row(
+        Trtllm,
+        ItlSeconds,
+        "trtllm_time_per_output_token_seconds",
+        Histogram,
+    ),
+    row(
+        Trtllm,
+        E2eSeconds,
+        "trtllm_e2e_request_latency_seconds",
+        Histogram,
+    ),
+];
+
+/// The rows of `engine`.
+pub fn rows(engine: Engine) -> impl Iterator<Item = &'static Source> {
+    TABLE.iter().filter(move |s| s.engine == engine)
+}
+
+/// Our GPU figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GpuFigure {
+    UtilPct,
+    MemUsedMib,
+    PowerW,
+    SmClockMhz,
+    TempC,
+    PcieRxBytesS,
+    PcieTxBytesS,
+}
+
+/// A DCGM exporter's field for each GPU figure (gauges, labelled `gpu="N"`; `modelName` names
+/// the GPU). Its PCIe fields are bytes per second.
+pub const GPU_TABLE: &[(GpuFigure, &str)] = &[
+    (GpuFigure::UtilPct, "DCGM_FI_DEV_GPU_UTIL"),
+    (GpuFigure::MemUsedMib, "DCGM_FI_DEV_FB_USED"),
+    (GpuFigure::PowerW, "DCGM_FI_DEV_POWER_USAGE"),
+    (GpuFigure::SmClockMhz, "DCGM_FI_DEV_SM_CLOCK"),
+    (GpuFigure::TempC, "DCGM_FI_DEV_GPU_TEMP"),
+    (GpuFigure::PcieRxBytesS, "DCGM_FI_PROF_PCIE_RX_BYTES"),
+    (GpuFigure::PcieTxBytesS, "DCGM_FI_PROF_PCIE_TX_BYTES"),
+];
+
+/// DCGM's "no value" sentinels are huge integers near 2^63 (`9223372036854775794`).
+pub fn dcgm_blank(v: f64) -> bool {
+    !v.is_finite() || v >= 9.2e18
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_engine_has_rows_under_its_own_prefix() {
+        for e in Engine::ALL {
+            assert!(rows(e).count() > 3, "{e:?}");
+            for r in rows(e) {
+                assert!(r.name.starts_with(e.prefix()), "{} under {e:?}", r.name);
+            }
+        }
+    }
+}
