@@ -116,3 +116,26 @@ for c in 1 64 256; do
     printf '%-44s %s\n' "https c=$c client CPU-s per 1M output tokens" "$per_m"
   done
 done
+
+# 6. Scraping the server's /metrics (the default, every 1 s) against --no-metrics, and at 10x
+#    the default rate: CPU per million output tokens and open-loop send lag side by side.
+start_server --ttft 0ms --itl 0ms
+for c in 64 1024; do
+  for mode in "--no-metrics" "--scrape-interval 1s" "--scrape-interval 100ms"; do
+    # shellcheck disable=SC2086 # the mode is two words on purpose
+    lg -c "$c" --duration "${SECS}s" --warmup 2s --max-tokens 256 --input-len 32 $mode
+    summ '"\(.client_cpu_s) \(.output_tokens) \(.telemetry_cpu_s // 0)"' | while read -r cpu out tcpu; do
+      printf '%-44s %s\n' "c=$c $mode CPU-s per 1M tokens" \
+        "$(awk -v a="$cpu" -v b="$out" -v t="$tcpu" 'BEGIN { printf "%.2f client, %.3f scraping", a / b * 1e6, t / b * 1e6 }')"
+    done
+  done
+done
+start_server --ttft 5ms --itl 1ms
+for mode in "--no-metrics" "--scrape-interval 1s" "--scrape-interval 100ms"; do
+  # shellcheck disable=SC2086
+  lg -r 5000 --arrival constant --duration "${SECS}s" --max-tokens 8 --input-len 16 $mode
+  summ '"\(.send_lag_ms.p50) \(.send_lag_ms.p99)"' | while read -r p50 p99; do
+    printf '%-44s %s\n' "r=5000 $mode send lag p50 / p99 (us)" \
+      "$(awk -v a="$p50" -v b="$p99" 'BEGIN { printf "%.0f / %.0f", a * 1000, b * 1000 }')"
+  done
+done

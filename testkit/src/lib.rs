@@ -398,3 +398,71 @@ pub fn check_conversation(records: &[serde_json::Value], sessions: u64) {
         );
     }
 }
+
+/// A stand-in for nvidia-smi (nvidia-smi is not ours, and this machine has no GPU): two GPUs
+/// with fixed figures, answering the telemetry query (`--query-gpu=index,name,utilization.gpu,
+/// ...`, `-i` selecting GPUs), the inventory query (`index,name,driver_version`) and the bare
+/// banner with its CUDA version, as nvidia-smi prints them. GPU 0 is busy, GPU 1 idle with no
+/// power reading (`[N/A]`, as some boards report).
+pub const FAKE_NVIDIA_SMI: &str = r#"#!/bin/sh
+gpus() {
+  echo "0, NVIDIA H100 80GB HBM3, 87, 71234, 512.5, 1980, 61"
+  echo "1, NVIDIA H100 80GB HBM3, 3, 1024, [N/A], 345, 35"
+}
+case "$*" in
+  *--query-gpu=index,name,utilization.gpu,memory.used,power.draw,clocks.sm,temperature.gpu*)
+    sel=$(echo "$*" | sed -n 's/.* -i \([0-9,]*\).*/\1/p')
+    gpus | while IFS= read -r line; do
+      i=${line%%,*}
+      case ",$sel," in ,,|*",$i,"*) echo "$line" ;; esac
+    done ;;
+  *--query-gpu=index,name,driver_version*)
+    echo "0, NVIDIA H100 80GB HBM3, 550.54.15"
+    echo "1, NVIDIA H100 80GB HBM3, 550.54.15" ;;
+  "")
+    echo "| NVIDIA-SMI 550.54.15      Driver Version: 550.54.15      CUDA Version: 12.4     |" ;;
+  *) echo "stand-in nvidia-smi: unexpected arguments: $*" >&2; exit 2 ;;
+esac
+"#;
+
+/// [`FAKE_NVIDIA_SMI`] written as `DIR/bin/nvidia-smi` in a fresh temporary directory; put
+/// [`FakeNvidiaSmi::bin`] first on PATH (so a real GPU machine's nvidia-smi is never asked), or
+/// name [`FakeNvidiaSmi::program`] where PATH cannot be set (over SSH).
+pub struct FakeNvidiaSmi {
+    pub dir: tempfile::TempDir,
+}
+
+impl FakeNvidiaSmi {
+    pub fn new() -> FakeNvidiaSmi {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("bin")).expect("bin dir");
+        let smi = dir.path().join("bin/nvidia-smi");
+        std::fs::write(&smi, FAKE_NVIDIA_SMI).expect("write the stand-in nvidia-smi");
+        std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        FakeNvidiaSmi { dir }
+    }
+
+    pub fn bin(&self) -> PathBuf {
+        self.dir.path().join("bin")
+    }
+
+    pub fn program(&self) -> String {
+        self.bin().join("nvidia-smi").to_string_lossy().into_owned()
+    }
+
+    /// PATH with the stand-in first.
+    pub fn path(&self) -> String {
+        format!(
+            "{}:{}",
+            self.bin().display(),
+            std::env::var("PATH").unwrap_or_default()
+        )
+    }
+}
+
+impl Default for FakeNvidiaSmi {
+    fn default() -> FakeNvidiaSmi {
+        FakeNvidiaSmi::new()
+    }
+}

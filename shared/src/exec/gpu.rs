@@ -55,11 +55,14 @@ pub struct GpuReading {
 pub const TELEMETRY_QUERY: &str =
     "index,name,utilization.gpu,memory.used,power.draw,clocks.sm,temperature.gpu";
 
-/// Samples the GPUs `indices` (all when empty) once; `None` where there is no nvidia-smi.
+/// Samples the GPUs `indices` (all when empty) once with `program` (`nvidia-smi`, or its path
+/// where it is not on PATH); `None` where there is no such program.
 pub fn sample<E: Exec + ?Sized>(
     exec: &E,
+    program: &str,
     indices: &[u32],
 ) -> Result<Option<Vec<GpuReading>>, ExecError> {
+    let smi = super::shell_quote(program);
     let select = if indices.is_empty() {
         String::new()
     } else {
@@ -67,8 +70,8 @@ pub fn sample<E: Exec + ?Sized>(
         format!(" -i {}", list.join(","))
     };
     let out = exec.run(&format!(
-        "command -v nvidia-smi >/dev/null 2>&1 || exit 99; \
-         nvidia-smi --query-gpu={TELEMETRY_QUERY} --format=csv,noheader,nounits{select}"
+        "command -v {smi} >/dev/null 2>&1 || exit 99; \
+         {smi} --query-gpu={TELEMETRY_QUERY} --format=csv,noheader,nounits{select}"
     ))?;
     if out.status != 0 {
         return Ok(None);

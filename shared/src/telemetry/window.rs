@@ -61,6 +61,11 @@ impl Window {
         self.engine
     }
 
+    /// A figure's value in the point's first scrape.
+    pub fn start_value(&self, f: Figure) -> Option<f64> {
+        self.start.get(f)
+    }
+
     /// A scrape taken while the point ran: its gauges count.
     pub fn sample(&mut self, r: Reading) {
         self.scrapes += 1;

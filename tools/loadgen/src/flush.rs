@@ -27,6 +27,21 @@ impl Flusher {
         }
     }
 
+    /// The run's flusher: none without `--flush-cache`; an error when the engine is unknown.
+    pub fn for_run(
+        flush_cache: bool,
+        engine: Option<&'static EnginePreset>,
+    ) -> anyhow::Result<Option<Flusher>> {
+        match (flush_cache, engine) {
+            (false, _) => Ok(None),
+            (true, Some(engine)) => Ok(Some(Flusher::new(engine))),
+            (true, None) => Err(servbench::cli::usage(format!(
+                "--flush-cache needs the server's engine: pass --engine {} (or pipe srv-launch's server record)",
+                servbench::engines::names().join("|")
+            ))),
+        }
+    }
+
     /// Empties the cache. `Ok(true)`: done; `Ok(false)`: this server cannot, and `warn` was
     /// called with why (once per run: later calls return false quietly).
     pub async fn flush(

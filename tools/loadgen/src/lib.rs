@@ -22,12 +22,13 @@ pub mod run;
 pub mod search;
 pub mod setup;
 pub mod sse;
+pub mod telemetry;
 pub mod tls;
 pub mod trace;
 pub mod workload;
 
 use clap::Parser;
-use servbench::cli::CommonArgs;
+use servbench::cli::{CommonArgs, SshArgs};
 use std::time::Duration;
 pub use workload::Api;
 
@@ -237,6 +238,47 @@ pub struct Args {
     /// Runtime worker threads, 1 to 1024 (default: available cores, at most 8)
     #[arg(long)]
     pub threads: Option<usize>,
+
+    /// The server's Prometheus metrics, scraped during every point (default: the server URL's /metrics)
+    #[arg(long, value_name = "URL", help_heading = "Server telemetry")]
+    pub metrics_url: Option<String>,
+    /// Do not scrape the server's metrics
+    #[arg(
+        long,
+        conflicts_with = "metrics_url",
+        help_heading = "Server telemetry"
+    )]
+    pub no_metrics: bool,
+    /// How often metrics are scraped and GPUs sampled while a point runs
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = servbench::cli::parse_duration, help_heading = "Server telemetry")]
+    pub scrape_interval: Duration,
+    /// Sample GPUs with nvidia-smi on this host: localhost or [user@]host[:port] (default: the server record's host)
+    #[arg(long, value_name = "HOST", help_heading = "Server telemetry")]
+    pub gpu_host: Option<String>,
+    /// nvidia-smi to run on the GPU host, where it is not on PATH
+    #[arg(
+        long,
+        value_name = "PROGRAM",
+        default_value = "nvidia-smi",
+        help_heading = "Server telemetry"
+    )]
+    pub nvidia_smi: String,
+    /// GPU indices to sample, e.g. 0,1 (default: the server record's gpus, else every GPU)
+    #[arg(long, value_name = "LIST", help_heading = "Server telemetry")]
+    pub gpus: Option<String>,
+    /// Read the GPUs from a DCGM exporter's /metrics instead of nvidia-smi (e.g. http://gpu1:9400/metrics)
+    #[arg(
+        long,
+        value_name = "URL",
+        conflicts_with = "gpu_host",
+        help_heading = "Server telemetry"
+    )]
+    pub gpu_metrics: Option<String>,
+    /// No GPU telemetry
+    #[arg(long, conflicts_with_all = ["gpu_host", "gpu_metrics"], help_heading = "Server telemetry")]
+    pub no_gpu: bool,
+    #[command(flatten)]
+    pub ssh: SshArgs,
 
     #[command(flatten)]
     pub common: CommonArgs,

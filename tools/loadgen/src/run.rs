@@ -16,6 +16,7 @@ use crate::pacing::Load;
 use crate::probe::{self, Aligner, Model};
 use crate::progress::{Progress, cpu_seconds};
 use crate::ranks::{Hooks, Ranks};
+use crate::telemetry::{self, PointTelemetry, Telemetry};
 use crate::workload;
 use crate::{Args, Warmup};
 use anyhow::Context as _;
@@ -39,17 +40,17 @@ pub fn run<W: Write>(
 ) -> anyhow::Result<Exit> {
     limits::validate(&args)?;
     limits::fit_open_files(&mut args, servbench::rlimit::raise_nofile_limit())?;
-    // Of several ranks, rank 0 alone empties the cache, before the point's common start.
-    let flushes = args.flush_cache && setup.ranks.as_ref().is_none_or(|r| r.rank() == 0);
-    let flusher = match (flushes, setup.engine) {
-        (false, _) => None,
-        (true, Some(engine)) => Some(Flusher::new(engine)),
-        (true, None) => {
-            return Err(cli::usage(format!(
-                "--flush-cache needs the server's engine: pass --engine {} (or pipe srv-launch's server record)",
-                servbench::engines::names().join("|")
-            )));
-        }
+    // Of several ranks, rank 0 alone empties the cache (before the point's common start) and
+    // watches the server: one server, one view of it.
+    let first = setup.ranks.as_ref().is_none_or(|r| r.rank() == 0);
+    let flusher = Flusher::for_run(args.flush_cache && first, setup.engine)?;
+    let telemetry = match first {
+        true => Telemetry::start(telemetry::plan(
+            &args,
+            &setup.target,
+            setup.server.as_ref(),
+        )?),
+        false => None,
     };
     let threads = args
         .threads
@@ -106,6 +107,7 @@ pub fn run<W: Write>(
             replay: None,
             max_model_len,
             ranks: setup.ranks,
+            telemetry,
         };
         // Each rank draws its own prompts and arrivals; the aligner's shared prefix stays common.
         if let Some(r) = &run.ranks {
@@ -150,6 +152,8 @@ pub(crate) struct Run<'a, W: Write> {
     first_errors: BTreeSet<ErrorClass>,
     pub(crate) aligner: Aligner,
     flusher: Option<Flusher>,
+    /// The server's metrics and GPUs, read on a thread of their own.
+    telemetry: Option<Telemetry>,
     /// Warnings already given (each once per run).
     warned: BTreeSet<String>,
     /// Prefix groups sent since the cache was last emptied, by (group, prefix words).
@@ -481,6 +485,9 @@ impl<W: Write> Run<'_, W> {
                 _ = ctx.stop.wait() => {}
             }
         }
+        if let Some(t) = &self.telemetry {
+            t.begin().await;
+        }
         self.ranks.start_together(&total).await?;
         let cpu_before = cpu_seconds();
         let mut stats = PointStats::new();
@@ -541,13 +548,21 @@ impl<W: Write> Run<'_, W> {
         if ctx.stop.is_aborted() {
             return Err(stopped(&ctx.stop));
         }
-        let cpu = cpu_seconds() - cpu_before;
+        let tele = match &self.telemetry {
+            Some(t) => t.end(stats.output_tokens).await,
+            None => PointTelemetry::default(),
+        };
+        let cpu = cpu_seconds() - cpu_before - tele.cpu_s;
         let ended = self.ranks.failure().unwrap_or(ended);
         let mut summary = self.summary(&stats, key, &ended, cpu, &total);
         self.describe(&mut summary, work);
         summary.cache_flushed = cache_flushed;
         let cold = self.touch_groups(stats.requests, work);
         summary.prefix_hit_rate_expected = self.expected_hit_rate(stats.requests, cold, work);
+        if self.telemetry.is_some() {
+            summary.telemetry_cpu_s = Some(tele.cpu_s);
+        }
+        (summary.server, summary.gpus) = (tele.server, tele.gpus);
         self.finish_point(summary, ended, first_failure, stats.good, &load)
             .await
     }

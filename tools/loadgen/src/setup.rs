@@ -11,7 +11,7 @@ use crate::{Args, limits};
 use servbench::cli::{self, Exit};
 use servbench::engines::EnginePreset;
 use servbench::jsonl::{self, BackgroundPassThrough, Disposition, RecordWriter};
-use servbench::record::{Labels, Record, inherit_labels};
+use servbench::record::{Labels, Record, ServerRecord, inherit_labels};
 
 /// Entry point from main: the target from `--url` or the `server` record on stdin, records to
 /// stdout, Ctrl-C/SIGTERM as the stop. One rank of several runs through [`crate::ranks`].
@@ -31,6 +31,7 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
         watch_stdout: true,
         upstream: up.background,
         ranks: None,
+        server: up.server,
     };
     run(args, setup, &mut out)
 }
@@ -46,6 +47,8 @@ pub(crate) struct Upstream {
     pub engine: Option<&'static EnginePreset>,
     /// Upstream records still being passed on (with `--url`).
     pub background: Option<BackgroundPassThrough>,
+    /// The `server` record that named the target: where its GPUs are, for telemetry.
+    pub server: Option<ServerRecord>,
 }
 
 impl Upstream {
@@ -65,7 +68,7 @@ pub(crate) fn upstream<W: std::io::Write>(
     out: &mut RecordWriter<W>,
 ) -> anyhow::Result<Upstream> {
     // Upstream records go through first, unchanged; a `server` record names the target.
-    let mut found: Option<(String, Labels, String)> = None;
+    let mut found: Option<ServerRecord> = None;
     let mut servers = 0;
     // With --url, upstream records still pass on, on a thread of their own: loadgen does not
     // wait for an upstream that may never close (an SSH session's stdin).
@@ -78,7 +81,7 @@ pub(crate) fn upstream<W: std::io::Write>(
             if let Record::Server(s) = &line.record {
                 servers += 1;
                 if found.is_none() {
-                    found = Some((s.url.clone(), s.labels.clone(), s.engine.clone()));
+                    found = Some(s.clone());
                 }
             }
             Disposition::Forward
@@ -90,18 +93,23 @@ pub(crate) fn upstream<W: std::io::Write>(
         }
     }
     let mut engine = args.engine.and_then(|e| servbench::engines::engine(e.name));
-    let (url, server_labels, from) = match (&args.url, found) {
+    let (url, server_labels, from) = match (&args.url, &found) {
         (Some(url), _) => (url.clone(), None, "--url"),
-        (None, Some((url, up, recorded))) => {
+        (None, Some(s)) => {
+            let recorded = &s.engine;
             if engine.is_none() {
-                engine = servbench::engines::engine(&recorded);
+                engine = servbench::engines::engine(recorded);
                 if engine.is_none() && args.flush_cache {
                     return Err(cli::usage(format!(
                         "--flush-cache: the server record's engine '{recorded}' has no preset; pass --engine NAME"
                     )));
                 }
             }
-            (url, Some(up), "the server record's url")
+            (
+                s.url.clone(),
+                Some(s.labels.clone()),
+                "the server record's url",
+            )
         }
         (None, None) => ("http://127.0.0.1:8000".to_string(), None, "the default url"),
     };
@@ -111,6 +119,7 @@ pub(crate) fn upstream<W: std::io::Write>(
         from,
         engine,
         background,
+        server: found.filter(|_| args.url.is_none()),
     })
 }
 
@@ -167,6 +176,8 @@ pub struct Setup {
     pub upstream: Option<BackgroundPassThrough>,
     /// This process is one rank of a job of several ([`crate::ranks`]).
     pub ranks: Option<crate::ranks::Ranks>,
+    /// The `server` record loaded: where its GPUs are, for telemetry.
+    pub server: Option<ServerRecord>,
 }
 
 impl Setup {
@@ -181,6 +192,7 @@ impl Setup {
             watch_stdout: false,
             upstream: None,
             ranks: None,
+            server: None,
         }
     }
 }

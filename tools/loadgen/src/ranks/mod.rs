@@ -172,8 +172,9 @@ pub fn main(args: Args, ranks: Ranks) -> anyhow::Result<Exit> {
 fn rank_main(args: Args, mut ranks: Ranks) -> anyhow::Result<Exit> {
     let mut out = RecordWriter::stdout();
     let rank = ranks.rank();
-    // Only rank 0 empties the server's cache (before the point's common start): its engine.
-    let (job, background, engine) = if rank == 0 {
+    // Only rank 0 empties the server's cache (before the point's common start) and watches the
+    // server (its engine, its server record).
+    let (job, background, engine, server) = if rank == 0 {
         let up = crate::setup::upstream(&args, &mut out)?;
         let job = Job {
             url: up.url,
@@ -181,10 +182,10 @@ fn rank_main(args: Args, mut ranks: Ranks) -> anyhow::Result<Exit> {
             labels: up.server_labels,
         };
         ranks.link.broadcast(tag::JOB, &serde_json::to_vec(&job)?)?;
-        (job, up.background, up.engine)
+        (job, up.background, up.engine, up.server)
     } else {
         let (_, body) = ranks.blocking_expect(tag::JOB)?;
-        (serde_json::from_slice::<Job>(&body)?, None, None)
+        (serde_json::from_slice::<Job>(&body)?, None, None, None)
     };
     let own = args.common.labels();
     let mut labels = match &job.labels {
@@ -208,6 +209,7 @@ fn rank_main(args: Args, mut ranks: Ranks) -> anyhow::Result<Exit> {
         watch_stdout: gathered.is_none(),
         upstream: background,
         ranks: Some(ranks),
+        server,
     };
     match gathered {
         Some(link) => run::run(args, setup, &mut RecordWriter::new(link::Sink::new(link))),
@@ -588,6 +590,10 @@ fn describe_merged(m: &mut SummaryRecord, parts: &[SummaryRecord]) {
     m.prefix_groups = first.prefix_groups;
     m.prefix_len = first.prefix_len;
     m.cache_flushed = first.cache_flushed;
+    // Rank 0 alone watched the server and its GPUs.
+    m.server = first.server.clone();
+    m.gpus = first.gpus.clone();
+    m.telemetry_cpu_s = first.telemetry_cpu_s;
     m.turns = first.turns.clone();
     m.think_time = first.think_time.clone();
     m.trace = first.trace.clone();

@@ -1,0 +1,463 @@
+//! The server's side of every point, off the hot path: one thread of its own (with its own
+//! single-threaded runtime and connection) scrapes the server's Prometheus `/metrics` when a
+//! point starts, every `--scrape-interval` while it runs and when it ends, and samples the
+//! server's GPUs (nvidia-smi here or over SSH, or a DCGM exporter) at the same instants. No
+//! request task, dispatcher or runtime worker of the load ever waits for it: a point only
+//! waits for its first scrape before it starts and its last after it ends. The thread's own
+//! CPU time is measured and kept out of `client_cpu_s`.
+
+use crate::http::{Pool, Target};
+use bytes::Bytes;
+use servbench::cli;
+use servbench::exec::{self, Exec, SshOptions, gpu};
+use servbench::record::{GpuStats, ServerStats};
+use servbench::telemetry::prom::{self, Reading};
+use servbench::telemetry::vocab::{Engine, Figure};
+use servbench::telemetry::window::{GpuWindow, Window};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// Where the GPUs are read.
+#[derive(Debug, Clone)]
+pub enum GpuSource {
+    /// nvidia-smi on this host (`localhost`) or over SSH; `indices` empty means every GPU.
+    NvidiaSmi {
+        host: String,
+        /// The program (`nvidia-smi`, or a path).
+        program: String,
+        ssh: SshOptions,
+        indices: Vec<u32>,
+        /// Say so when there is no nvidia-smi (asked for, or the server names its GPUs).
+        expected: bool,
+    },
+    /// A DCGM exporter's `/metrics`.
+    Dcgm { url: Target, indices: Vec<u32> },
+}
+
+/// What to read during each point.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The server's metrics: a base URL's target and the path (`/metrics`); `None`: off.
+    pub metrics: Option<(Target, String)>,
+    pub gpus: Option<GpuSource>,
+    pub interval: Duration,
+    /// Longest one scrape may take.
+    pub timeout: Duration,
+}
+
+/// One point's server-side figures.
+#[derive(Debug, Clone, Default)]
+pub struct PointTelemetry {
+    pub server: Option<ServerStats>,
+    pub gpus: Vec<GpuStats>,
+    /// CPU seconds the telemetry thread spent during the point.
+    pub cpu_s: f64,
+}
+
+enum Cmd {
+    Begin(oneshot::Sender<()>),
+    /// Ends the point; the client counted this many output tokens (the last scrape waits a
+    /// moment for the server's counter to reach them).
+    End(u64, oneshot::Sender<PointTelemetry>),
+}
+
+/// The telemetry thread's handle; dropping it ends the thread.
+pub struct Telemetry {
+    tx: Option<mpsc::Sender<Cmd>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Telemetry {
+    /// Starts the thread; `None` when the plan reads nothing.
+    pub fn start(plan: Plan) -> Option<Telemetry> {
+        if plan.metrics.is_none() && plan.gpus.is_none() {
+            return None;
+        }
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("loadgen-telemetry".into())
+            .spawn(move || Scraper::new(plan).serve(rx))
+            .ok()?;
+        Some(Telemetry {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Takes the point's first scrape and GPU sample; returns once they are in.
+    pub async fn begin(&self) {
+        let (tx, rx) = oneshot::channel();
+        if let Some(t) = &self.tx
+            && t.send(Cmd::Begin(tx)).is_ok()
+        {
+            let _ = rx.await;
+        }
+    }
+
+    /// Takes the point's last scrape and returns its figures.
+    pub async fn end(&self, client_output_tokens: u64) -> PointTelemetry {
+        let (tx, rx) = oneshot::channel();
+        match &self.tx {
+            Some(t) if t.send(Cmd::End(client_output_tokens, tx)).is_ok() => {
+                rx.await.unwrap_or_default()
+            }
+            _ => PointTelemetry::default(),
+        }
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu_s() -> f64 {
+    // SAFETY: clock_gettime fills the timespec we own.
+    unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        if libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) != 0 {
+            return 0.0;
+        }
+        ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+    }
+}
+
+/// An open point on the thread.
+struct Open {
+    window: Option<Window>,
+    gpus: GpuWindow,
+    cpu_at_start: f64,
+}
+
+/// The thread's state: connections, and what was already said once.
+struct Scraper {
+    plan: Plan,
+    runtime: Option<tokio::runtime::Runtime>,
+    metrics: Option<Pool>,
+    dcgm: Option<Pool>,
+    exec: Option<Box<dyn Exec>>,
+    engine: Option<Engine>,
+    /// Notes already given (a server without metrics is noted once, not every point).
+    noted_metrics: bool,
+    noted_gpus: bool,
+    gpu_failed: bool,
+    /// The GPUs were read once before the first point (connecting over SSH, finding
+    /// nvidia-smi), so that happens outside any point and a missing one is said at once.
+    gpu_probed: bool,
+}
+
+impl Scraper {
+    fn new(plan: Plan) -> Scraper {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok();
+        let metrics = plan.metrics.as_ref().map(|(t, _)| Pool::new(t.clone()));
+        let dcgm = match &plan.gpus {
+            Some(GpuSource::Dcgm { url, .. }) => Some(Pool::new(url.clone())),
+            _ => None,
+        };
+        Scraper {
+            plan,
+            runtime,
+            metrics,
+            dcgm,
+            exec: None,
+            engine: None,
+            noted_metrics: false,
+            noted_gpus: false,
+            gpu_failed: false,
+            gpu_probed: false,
+        }
+    }
+
+    fn serve(mut self, rx: mpsc::Receiver<Cmd>) {
+        let mut open: Option<Open> = None;
+        let mut next = Instant::now();
+        loop {
+            let cmd = match &open {
+                None => match rx.recv() {
+                    Ok(c) => c,
+                    Err(_) => return,
+                },
+                Some(_) => match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                    Ok(c) => c,
+                    Err(RecvTimeoutError::Timeout) => {
+                        if let Some(o) = &mut open {
+                            self.sample(o);
+                        }
+                        // Regular instants; a slow scrape skips the ones it overran.
+                        let now = Instant::now();
+                        while next <= now {
+                            next += self.plan.interval;
+                        }
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return,
+                },
+            };
+            match cmd {
+                Cmd::Begin(reply) => {
+                    if !std::mem::replace(&mut self.gpu_probed, true) {
+                        self.gpu_sample();
+                    }
+                    let cpu_at_start = thread_cpu_s();
+                    let window = self.scrape().map(|(engine, r)| Window::start(engine, r));
+                    open = Some(Open {
+                        window,
+                        gpus: GpuWindow::default(),
+                        cpu_at_start,
+                    });
+                    next = Instant::now() + self.plan.interval;
+                    let _ = reply.send(());
+                }
+                Cmd::End(expected, reply) => {
+                    let Some(o) = open.take() else {
+                        let _ = reply.send(PointTelemetry::default());
+                        continue;
+                    };
+                    let _ = reply.send(self.finish(o, expected));
+                }
+            }
+        }
+    }
+
+    /// A scrape and a GPU sample while the point runs.
+    fn sample(&mut self, o: &mut Open) {
+        if let Some(w) = &mut o.window
+            && let Some((engine, r)) = self.scrape()
+            && engine == w.engine()
+        {
+            w.sample(r);
+        }
+        if let Some(g) = self.gpu_sample() {
+            o.gpus.add(&g);
+        }
+    }
+
+    fn finish(&mut self, o: Open, expected: u64) -> PointTelemetry {
+        let server = o.window.map(|w| {
+            // The server may count a request's last tokens a moment after the client has
+            // them: the last scrape waits (at most a second) until its counter has them too.
+            let deadline = Instant::now() + Duration::from_secs(1);
+            let mut last = self.scrape().map(|(_, r)| r);
+            while let Some(r) = &last
+                && r.get(Figure::GenerationTokens).is_some()
+                && generated(&w, r) < expected
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(50));
+                last = self.scrape().map(|(_, r)| r).or(last);
+            }
+            w.finish(last)
+        });
+        PointTelemetry {
+            server,
+            gpus: o.gpus.finish(),
+            cpu_s: thread_cpu_s() - o.cpu_at_start,
+        }
+    }
+
+    /// One GET within the plan's timeout: status and body, or a failure in words.
+    fn get(&self, pool: &Pool, path: &str) -> Result<(u16, Bytes), String> {
+        let runtime = self.runtime.as_ref().ok_or("no runtime for scraping")?;
+        runtime
+            .block_on(pool.exchange(hyper::Method::GET, path, Bytes::new(), self.plan.timeout))
+            .map_err(|f| f.message)
+    }
+
+    /// The server's metrics now, read in its engine's names; `None` (noted once) when there
+    /// are none to read.
+    fn scrape(&mut self) -> Option<(Engine, Reading)> {
+        let pool = self.metrics.as_ref()?;
+        let path = self.plan.metrics.as_ref()?.1.clone();
+        let url = format!("{}{path}", pool.target.url.trim_end_matches('/'));
+        let text = match self.get(pool, &path) {
+            Ok((200, body)) => String::from_utf8_lossy(&body).into_owned(),
+            Ok((status, _)) => return self.note_metrics(format!("{url} answered HTTP {status}")),
+            Err(e) => return self.note_metrics(format!("{url}: {e}")),
+        };
+        let parsed = match prom::parse(&text) {
+            Ok(p) => p,
+            // trtllm-serve's /metrics is JSON; its Prometheus text is at /prometheus/metrics.
+            Err(_) if path == "/metrics" && text.trim_start().starts_with(['{', '[']) => {
+                if let Some((_, p)) = &mut self.plan.metrics {
+                    *p = "/prometheus/metrics".into();
+                }
+                return self.scrape();
+            }
+            Err(e) => return self.note_metrics(format!("{url}: {e}")),
+        };
+        let engine = match self.engine.or_else(|| parsed.engine()) {
+            Some(e) => e,
+            None => {
+                return self.note_metrics(format!(
+                    "{url} has no metric names servbench knows (vllm:, sglang:, llamacpp:, tgi_, trtllm_)"
+                ));
+            }
+        };
+        self.engine = Some(engine);
+        Some((engine, parsed.read(engine)))
+    }
+
+    fn note_metrics<T>(&mut self, why: String) -> Option<T> {
+        if !std::mem::replace(&mut self.noted_metrics, true) {
+            cli::info(format!(
+                "note: no server metrics: {why}; summaries have no `server` object \
+                 (--metrics-url to point elsewhere, --no-metrics to skip)"
+            ));
+        }
+        None
+    }
+
+    /// The GPUs now, only those the server uses.
+    fn gpu_sample(&mut self) -> Option<Vec<gpu::GpuReading>> {
+        if self.gpu_failed {
+            return None;
+        }
+        match self.plan.gpus.clone()? {
+            GpuSource::Dcgm { url, indices } => {
+                let pool = self.dcgm.as_ref()?;
+                let path = url.prefix.clone();
+                let got = self.get(pool, if path.is_empty() { "/metrics" } else { "" });
+                match got.map(|(s, b)| (s, prom::parse(&String::from_utf8_lossy(&b)))) {
+                    Ok((200, Ok(x))) => Some(only(x.dcgm_gpus(), &indices)),
+                    Ok((s, _)) => {
+                        self.note_gpus(format!("{}: HTTP {s} or not Prometheus text", url.url))
+                    }
+                    Err(e) => self.note_gpus(format!("{}: {e}", url.url)),
+                }
+            }
+            GpuSource::NvidiaSmi {
+                host,
+                program,
+                ssh,
+                indices,
+                expected,
+            } => {
+                if self.exec.is_none() {
+                    match exec::connect(Some(&host), &ssh) {
+                        Ok(e) => self.exec = Some(e),
+                        Err(e) => {
+                            self.gpu_failed = true;
+                            return self.note_gpus(format!("{host}: {e}"));
+                        }
+                    }
+                }
+                match gpu::sample(self.exec.as_deref()?, &program, &indices) {
+                    Ok(Some(g)) => Some(g),
+                    Ok(None) => {
+                        self.gpu_failed = true;
+                        if expected {
+                            self.note_gpus(format!("no {program} on {host}"))
+                        } else {
+                            None
+                        }
+                    }
+                    Err(e) => self.note_gpus(format!("{host}: {e}")),
+                }
+            }
+        }
+    }
+
+    fn note_gpus<T>(&mut self, why: String) -> Option<T> {
+        if !std::mem::replace(&mut self.noted_gpus, true) {
+            cli::info(format!(
+                "note: no GPU telemetry: {why}; summaries have no `gpus` (--no-gpu to skip)"
+            ));
+        }
+        None
+    }
+}
+
+/// The server's generated tokens since the window opened.
+fn generated(w: &Window, r: &Reading) -> u64 {
+    let now = r.get(Figure::GenerationTokens).unwrap_or(0.0);
+    (now - w.start_value(Figure::GenerationTokens).unwrap_or(0.0)).max(0.0) as u64
+}
+
+fn only(gpus: Vec<gpu::GpuReading>, indices: &[u32]) -> Vec<gpu::GpuReading> {
+    gpus.into_iter()
+        .filter(|g| indices.is_empty() || indices.contains(&g.index))
+        .collect()
+}
+
+/// What to read, from the flags, the target and the upstream `server` record: the target's
+/// `/metrics` unless `--metrics-url` or `--no-metrics`; the GPUs of `--gpu-metrics` (DCGM),
+/// of `--gpu-host`, or of the record's host (its `gpus` only), or of this host when the server
+/// is on loopback; none for srv-sim (it has no GPUs) unless asked, nor with `--no-gpu`.
+pub fn plan(
+    args: &crate::Args,
+    target: &Target,
+    server: Option<&servbench::record::ServerRecord>,
+) -> anyhow::Result<Plan> {
+    let parse = |flag: &str, url: &str| {
+        Target::parse(url, Vec::new()).map_err(|e| cli::usage(format!("{flag} {e}")))
+    };
+    let metrics = match (&args.metrics_url, args.no_metrics) {
+        (_, true) => None,
+        (Some(url), false) => Some((parse("--metrics-url", url)?, String::new())),
+        (None, false) => Some((target.clone(), "/metrics".to_string())),
+    };
+    let indices = match &args.gpus {
+        Some(list) => {
+            let i = gpu::indices_of(Some(list));
+            if i.is_empty() {
+                return Err(cli::usage(format!(
+                    "--gpus {list}: expected GPU indices like 0,1"
+                )));
+            }
+            i
+        }
+        None => gpu::indices_of(server.and_then(|s| s.gpus.as_deref())),
+    };
+    let nvidia_smi = |host: &str, expected: bool| GpuSource::NvidiaSmi {
+        host: host.to_string(),
+        program: args.nvidia_smi.clone(),
+        ssh: args.ssh.options(),
+        indices: indices.clone(),
+        expected,
+    };
+    let gpus = if args.no_gpu {
+        None
+    } else if let Some(url) = &args.gpu_metrics {
+        Some(GpuSource::Dcgm {
+            url: parse("--gpu-metrics", url)?,
+            indices: indices.clone(),
+        })
+    } else if let Some(host) = &args.gpu_host {
+        Some(nvidia_smi(host, true))
+    } else {
+        match server {
+            Some(s) if s.engine == "sim" => None,
+            Some(s) => Some(nvidia_smi(&s.host, s.gpus.is_some())),
+            None if loopback(&target.authority) => Some(nvidia_smi("localhost", false)),
+            None => None,
+        }
+    };
+    Ok(Plan {
+        metrics,
+        gpus,
+        interval: args.scrape_interval.max(Duration::from_millis(10)),
+        timeout: args.timeout.min(Duration::from_secs(5)),
+    })
+}
+
+/// Whether `host:port` names this machine.
+fn loopback(authority: &str) -> bool {
+    let host = authority
+        .rsplit_once(':')
+        .map_or(authority, |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}

@@ -1,0 +1,309 @@
+//! The server's side of every point: srv-sim's `/metrics` read in both name flavours
+//! (speculative acceptance, KV usage and preemption, token counts against the client's), a
+//! server without metrics noted once, and GPU telemetry from a stand-in nvidia-smi here, over
+//! the loopback sshd, and from a DCGM exporter's text.
+
+use serde_json::Value;
+use std::process::Stdio;
+use testkit::{FakeNvidiaSmi, Guard};
+
+/// Llama-3.1-8B on an A100-80G: ~8 ms decode steps.
+const PRESET: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
+
+fn sim(extra: &[&str]) -> (Guard, String) {
+    testkit::srv_sim(&[PRESET, extra].concat())
+}
+
+fn loadgen_with(
+    args: &[&str],
+    env: &[(&str, &str)],
+    stdin: Option<&str>,
+) -> (Option<i32>, Vec<Value>, String) {
+    use std::io::Write;
+    let mut c = testkit::cmd("loadgen");
+    c.args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("run loadgen");
+    let mut input = child.stdin.take().unwrap();
+    if let Some(s) = stdin {
+        input.write_all(s.as_bytes()).unwrap();
+    }
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        testkit::json_lines(&out.stdout),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn loadgen(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
+    loadgen_with(args, &[], None)
+}
+
+fn summaries(records: &[Value]) -> Vec<&Value> {
+    records.iter().filter(|r| r["kind"] == "summary").collect()
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn speculative_acceptance_reads_the_same_in_both_name_flavours() {
+    for names in ["vllm", "sglang"] {
+        let (_sim, url) = sim(&[
+            "--spec-tokens",
+            "3",
+            "--spec-accept",
+            "0.7",
+            "--metrics-names",
+            names,
+        ]);
+        let (code, recs, err) = loadgen(&[
+            "--url",
+            &url,
+            "-c",
+            "4",
+            "--duration",
+            "3s",
+            "--input-len",
+            "32",
+            "--max-tokens",
+            "64",
+            "--no-requests",
+            "--scrape-interval",
+            "100ms",
+        ]);
+        assert_eq!(code, Some(0), "{err}");
+        let s = summaries(&recs)[0];
+        let server = &s["server"];
+        assert_eq!(server["engine"], names, "{s}");
+        let spec = &server["spec"];
+        let alpha = f(&spec["acceptance_rate"]);
+        let len = f(&spec["mean_accepted_len"]);
+        assert!((alpha - 0.70).abs() <= 0.03, "{names}: acceptance {alpha}");
+        assert!(
+            (len - 2.533).abs() <= 0.1,
+            "{names}: mean accepted length {len}"
+        );
+        assert_eq!(
+            spec["from"],
+            if names == "vllm" {
+                "counters"
+            } else {
+                "gauges"
+            }
+        );
+        // The server counted exactly the client's tokens (srv-sim counts words, as the client).
+        assert_eq!(server["generation_tokens"], s["output_tokens"], "{s}");
+        assert_eq!(server["prompt_tokens"], s["prompt_tokens"], "{s}");
+        assert!(f(&server["running"]["max"]) <= 4.0);
+        assert!(s["telemetry_cpu_s"].as_f64().is_some());
+        assert!(f(&server["ttft_ms"]["mean"]) > 0.0);
+    }
+}
+
+#[test]
+fn a_small_kv_budget_fills_and_preempts_at_high_concurrency_only() {
+    let (_sim, url) = sim(&["--kv-cache-tokens", "2000"]);
+    let (code, recs, err) = loadgen(&[
+        "--url",
+        &url,
+        "-c",
+        "1,32",
+        "--duration",
+        "2s",
+        "--input-len",
+        "64",
+        "--max-tokens",
+        "128",
+        "--no-requests",
+        "--scrape-interval",
+        "50ms",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let s = summaries(&recs);
+    let (one, many) = (&s[0]["server"], &s[1]["server"]);
+    assert_eq!(one["preemptions"], 0, "{one}");
+    assert!(f(&one["kv_usage"]["max"]) < 0.2, "{one}");
+    assert!(many["preemptions"].as_u64().unwrap() > 0, "{many}");
+    assert!(f(&many["kv_usage"]["max"]) >= 0.95, "{many}");
+    assert!(f(&many["waiting"]["max"]) > 0.0, "{many}");
+}
+
+#[test]
+fn a_server_without_metrics_is_noted_once_and_is_no_error() {
+    let (_sim, url) = sim(&["--ttft", "5ms", "--itl", "1ms"]);
+    let missing = format!("{url}/no-metrics-here");
+    let (code, recs, err) = loadgen(&[
+        "--url",
+        &url,
+        "-c",
+        "1,2",
+        "-n",
+        "4",
+        "--max-tokens",
+        "4",
+        "--metrics-url",
+        &missing,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(err.matches("note: no server metrics").count(), 1, "{err}");
+    assert!(err.contains("HTTP 404"), "{err}");
+    for s in summaries(&recs) {
+        assert!(s.get("server").is_none(), "{s}");
+    }
+    // --no-metrics: not even a note.
+    let (code, recs, err) = loadgen(&["--url", &url, "-n", "2", "--no-metrics"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("note:"), "{err}");
+    assert!(summaries(&recs)[0].get("server").is_none());
+}
+
+/// The GPU entries of a summary, by index.
+fn gpus(s: &Value) -> Vec<(u64, f64)> {
+    s["gpus"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no gpus in {s}"))
+        .iter()
+        .map(|g| (g["index"].as_u64().unwrap(), f(&g["util_pct"]["mean"])))
+        .collect()
+}
+
+#[test]
+fn gpu_telemetry_from_a_stand_in_nvidia_smi_here_and_over_ssh() {
+    let smi = FakeNvidiaSmi::new();
+    let (_sim, url) = sim(&[]);
+    let common = [
+        "--url",
+        &url,
+        "--duration",
+        "600ms",
+        "--max-tokens",
+        "16",
+        "--no-requests",
+        "--scrape-interval",
+        "100ms",
+    ];
+    // Here: the stand-in first on PATH; only GPU 1.
+    let path = smi.path();
+    let (code, recs, err) = loadgen_with(
+        &[&common[..], &["--gpu-host", "localhost", "--gpus", "1"]].concat(),
+        &[("PATH", &path)],
+        None,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let s = summaries(&recs)[0];
+    assert_eq!(gpus(s), vec![(1, 3.0)], "{s}");
+    let g = &s["gpus"][0];
+    assert_eq!(g["name"], "NVIDIA H100 80GB HBM3");
+    assert!(g.get("power_w").is_none(), "[N/A] is no reading: {g}");
+    assert_eq!(f(&g["sm_clock_mhz"]["max"]), 345.0);
+    assert!(g["samples"].as_u64().unwrap() >= 2, "{g}");
+
+    // Over SSH: the host and GPUs named by the upstream server record.
+    let sshd = testkit::sshd();
+    let record = serde_json::json!({
+        "kind": "server", "v": 1, "ts": "2026-12-01T00:00:00.000Z", "labels": {},
+        "engine": "vllm", "host": sshd.target, "pid": 1, "pgid": 1, "start_ticks": 1,
+        "port": 8000, "url": url, "command": "vllm serve m", "log": "/tmp/x.log",
+        "ready_s": 1.0, "gpus": "0"
+    });
+    let program = smi.program();
+    let (code, recs, err) = loadgen_with(
+        &[
+            &common[2..],
+            &[
+                "--identity",
+                &sshd.key,
+                "--known-hosts",
+                &sshd.known_hosts,
+                "--nvidia-smi",
+                &program,
+            ],
+        ]
+        .concat(),
+        &[],
+        Some(&format!("{record}\n")),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let s = summaries(&recs)[0];
+    assert_eq!(gpus(s), vec![(0, 87.0)], "{s}");
+    assert_eq!(f(&s["gpus"][0]["power_w"]["mean"]), 512.5);
+}
+
+#[test]
+fn a_missing_nvidia_smi_is_noted_when_asked_for_and_silent_otherwise() {
+    let (_sim, url) = sim(&["--ttft", "5ms", "--itl", "1ms"]);
+    let empty = tempfile::tempdir().unwrap();
+    let path = format!("{}:/usr/bin:/bin", empty.path().display());
+    let args = ["--url", &url, "-c", "1,2", "-n", "3", "--max-tokens", "4"];
+    let (code, recs, err) = loadgen_with(
+        &[&args[..], &["--gpu-host", "localhost"]].concat(),
+        &[("PATH", &path)],
+        None,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(err.matches("note: no GPU telemetry").count(), 1, "{err}");
+    assert!(summaries(&recs)[0].get("gpus").is_none());
+    // A loopback URL samples this host's GPUs if it has any, and says nothing if not.
+    let (code, _, err) = loadgen_with(&args, &[("PATH", &path)], None);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("GPU"), "{err}");
+}
+
+#[test]
+fn gpu_telemetry_from_a_dcgm_exporter() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("metrics"),
+        "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n\
+         # TYPE DCGM_FI_DEV_GPU_UTIL gauge\n\
+         DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-a\",device=\"nvidia0\",modelName=\"NVIDIA H200\",Hostname=\"g\"} 64\n\
+         DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-b\",device=\"nvidia1\",modelName=\"NVIDIA H200\",Hostname=\"g\"} 12\n\
+         # TYPE DCGM_FI_PROF_PCIE_RX_BYTES gauge\n\
+         DCGM_FI_PROF_PCIE_RX_BYTES{gpu=\"1\",UUID=\"GPU-b\",device=\"nvidia1\",modelName=\"NVIDIA H200\",Hostname=\"g\"} 2500000\n",
+    )
+    .unwrap();
+    let port = testkit::free_port();
+    let mut c = std::process::Command::new("python3");
+    c.args([
+        "-m",
+        "http.server",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--directory",
+    ])
+    .arg(dir.path())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let _exporter = Guard::spawn(c);
+    assert!(testkit::wait_port(port, std::time::Duration::from_secs(20)));
+    let (_sim, url) = sim(&[]);
+    let dcgm = format!("http://127.0.0.1:{port}/metrics");
+    let (code, recs, err) = loadgen(&[
+        "--url",
+        &url,
+        "--duration",
+        "500ms",
+        "--max-tokens",
+        "16",
+        "--no-requests",
+        "--scrape-interval",
+        "100ms",
+        "--gpu-metrics",
+        &dcgm,
+        "--gpus",
+        "1",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let s = summaries(&recs)[0];
+    assert_eq!(gpus(s), vec![(1, 12.0)], "{s}");
+    assert_eq!(f(&s["gpus"][0]["pcie_rx_bytes_s"]["mean"]), 2_500_000.0);
+    assert_eq!(s["gpus"][0]["name"], "NVIDIA H200");
+}
