@@ -8,7 +8,7 @@ mod synth;
 
 use servbench::record::Labels;
 use std::io::Write;
-use synth::{ServerModel, Sweep, coll_lines, lifecycle_lines, sweep_lines};
+use synth::{ServerModel, ServerView, Sweep, coll_lines, lifecycle_lines, sweep_lines};
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs
@@ -283,6 +283,91 @@ fn main() {
                 short_output_every: Some(5),
                 ..clean.clone()
             },
+        ),
+    );
+
+    // The server's view (loadgen's `server` and `gpus`) of a healthy sweep: no note.
+    let viewed = ServerModel {
+        server: Some(ServerView::default()),
+        ..clean.clone()
+    };
+    write(&dir, "clean_server.jsonl", &sweep_lines(&base, &viewed));
+    let with_view = |view: ServerView| ServerModel {
+        server: Some(view),
+        ..clean.clone()
+    };
+
+    // Speculative acceptance 0.75 at C=1, 0.06 less per doubling: 0.57 at C=8.
+    write(
+        &dir,
+        "spec_acceptance_falls.jsonl",
+        &sweep_lines(
+            &base,
+            &ServerModel {
+                saturate_at: 2.0,
+                ..with_view(ServerView {
+                    spec: (0.75, 0.06),
+                    ..ServerView::default()
+                })
+            },
+        ),
+    );
+
+    // Flat past C=8, and the KV cache full with preemptions from C=16.
+    write(
+        &dir,
+        "kv_full_preempting.jsonl",
+        &sweep_lines(
+            &Sweep {
+                concurrency: vec![1, 2, 4, 8, 16, 32],
+                ..base.clone()
+            },
+            &ServerModel {
+                saturate_at: 8.0,
+                ..with_view(ServerView {
+                    kv_full_from: Some(16),
+                    ..ServerView::default()
+                })
+            },
+        ),
+    );
+
+    // The GPUs 20% busy at C=1.
+    write(
+        &dir,
+        "gpu_idle_single_stream.jsonl",
+        &sweep_lines(
+            &base,
+            &with_view(ServerView {
+                gpu_util_c1: 20.0,
+                ..ServerView::default()
+            }),
+        ),
+    );
+
+    // The engine sees a fifth of the client's TTFT: the rest is spent before it.
+    write(
+        &dir,
+        "server_ttft_below_client.jsonl",
+        &sweep_lines(
+            &base,
+            &with_view(ServerView {
+                ttft_share: 0.2,
+                ..ServerView::default()
+            }),
+        ),
+    );
+
+    // The server counts 5% more output tokens than the client received.
+    write(
+        &dir,
+        "token_counts_disagree.jsonl",
+        &sweep_lines(
+            &base,
+            &with_view(ServerView {
+                token_excess: 0.05,
+                ..ServerView::default()
+            }),
         ),
     );
 

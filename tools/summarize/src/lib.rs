@@ -6,6 +6,7 @@
 pub mod compare;
 pub mod compute;
 pub mod efficiency;
+pub mod env_diff;
 pub mod input;
 pub mod metrics;
 pub mod notes;
@@ -13,6 +14,7 @@ pub mod plot;
 pub mod points;
 pub mod report;
 pub mod runs;
+pub mod server_notes;
 pub mod table;
 pub mod workloads;
 
@@ -149,8 +151,8 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
 /// Runs summarize, writing the report to `out`: load, tabulate (or compare), note, plot.
 pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
     if let Some((base, new)) = &config.compare {
-        let table = compare_files(base, new, config)?;
-        return write_text(out, &table::render(&[table], config.format));
+        let tables = compare_files(base, new, config)?;
+        return write_text(out, &table::render(&tables, config.format));
     }
     let (inputs, points) = load_points(&config.sources, config)?;
     report_ignored(&inputs);
@@ -185,8 +187,9 @@ pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
     write_text(out, &text)
 }
 
-/// `--compare BASE NEW`: each file read on its own, then matched point by point.
-fn compare_files(base: &Source, new: &Source, config: &Config) -> anyhow::Result<Table> {
+/// `--compare BASE NEW`: each file read on its own, then matched point by point; the
+/// differences of the two servers' environments above, where both have server records.
+fn compare_files(base: &Source, new: &Source, config: &Config) -> anyhow::Result<Vec<Table>> {
     let (base_inputs, base_points) = load_points(std::slice::from_ref(base), config)?;
     let (new_inputs, new_points) = load_points(std::slice::from_ref(new), config)?;
     report_ignored(&base_inputs);
@@ -198,13 +201,17 @@ fn compare_files(base: &Source, new: &Source, config: &Config) -> anyhow::Result
             empty.name()
         )));
     }
-    Ok(compare::compare_sides(
+    let mut tables: Vec<Table> = env_diff::table(&base_inputs.servers, &new_inputs.servers)
+        .into_iter()
+        .collect();
+    tables.push(compare::compare_sides(
         &base_points,
         &new_points,
         &base.name(),
         &new.name(),
         &config.compare_metrics,
-    ))
+    ));
+    Ok(tables)
 }
 
 fn write_text(out: &mut impl Write, text: &str) -> anyhow::Result<Exit> {

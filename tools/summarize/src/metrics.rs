@@ -143,10 +143,16 @@ pub enum Scalar {
     Ok,
     Errors,
     DurationS,
+    /// The server's own figures (loadgen's `server` and `gpus` objects).
+    KvMaxPct,
+    Preemptions,
+    SpecAcceptance,
+    PrefixHitPct,
+    GpuUtilPct,
 }
 
 impl Scalar {
-    const ALL: [Scalar; 11] = [
+    const ALL: [Scalar; 16] = [
         Scalar::ReqS,
         Scalar::OutputTokS,
         Scalar::TotalTokS,
@@ -158,6 +164,11 @@ impl Scalar {
         Scalar::Ok,
         Scalar::Errors,
         Scalar::DurationS,
+        Scalar::KvMaxPct,
+        Scalar::Preemptions,
+        Scalar::SpecAcceptance,
+        Scalar::PrefixHitPct,
+        Scalar::GpuUtilPct,
     ];
 
     fn name(self) -> &'static str {
@@ -173,6 +184,11 @@ impl Scalar {
             Scalar::Ok => "ok",
             Scalar::Errors => "errors",
             Scalar::DurationS => "duration_s",
+            Scalar::KvMaxPct => "kv_max",
+            Scalar::Preemptions => "preemptions",
+            Scalar::SpecAcceptance => "spec_accept",
+            Scalar::PrefixHitPct => "prefix_hit",
+            Scalar::GpuUtilPct => "gpu_util",
         }
     }
 
@@ -189,6 +205,11 @@ impl Scalar {
             Scalar::Ok => "ok",
             Scalar::Errors => "errors",
             Scalar::DurationS => "duration s",
+            Scalar::KvMaxPct => "KV max %",
+            Scalar::Preemptions => "preempt",
+            Scalar::SpecAcceptance => "spec accept",
+            Scalar::PrefixHitPct => "prefix hit %",
+            Scalar::GpuUtilPct => "GPU util %",
         }
     }
 }
@@ -222,6 +243,11 @@ impl Metric {
     pub const LAG_P99: Metric = Metric::Dist(DistName::Lag, Stat::P99);
     pub const TPC: Metric = Metric::Scalar(Scalar::TokensPerChunk);
     pub const ERRORS: Metric = Metric::Scalar(Scalar::Errors);
+    pub const KV_MAX: Metric = Metric::Scalar(Scalar::KvMaxPct);
+    pub const PREEMPTIONS: Metric = Metric::Scalar(Scalar::Preemptions);
+    pub const SPEC_ACCEPT: Metric = Metric::Scalar(Scalar::SpecAcceptance);
+    pub const PREFIX_HIT: Metric = Metric::Scalar(Scalar::PrefixHitPct);
+    pub const GPU_UTIL: Metric = Metric::Scalar(Scalar::GpuUtilPct);
 
     /// `tok_s`, `ttft_p99`, `itl_mean`, ...
     pub fn name(&self) -> String {
@@ -267,13 +293,14 @@ impl Metric {
     pub fn is_count(&self) -> bool {
         matches!(
             self,
-            Metric::Scalar(Scalar::Requests | Scalar::Ok | Scalar::Errors)
+            Metric::Scalar(Scalar::Requests | Scalar::Ok | Scalar::Errors | Scalar::Preemptions)
         )
     }
 
     pub fn better(&self) -> Better {
         match self {
-            Metric::Scalar(Scalar::Errors) | Metric::Dist(..) => Better::Lower,
+            Metric::Scalar(Scalar::Errors | Scalar::Preemptions | Scalar::KvMaxPct)
+            | Metric::Dist(..) => Better::Lower,
             Metric::Scalar(_) => Better::Higher,
         }
     }
@@ -296,6 +323,19 @@ impl Metric {
                 Scalar::Ok => Some(s.ok as f64),
                 Scalar::Errors => Some(s.errors as f64),
                 Scalar::DurationS => Some(s.duration_s),
+                Scalar::KvMaxPct => Some(s.server.as_ref()?.kv_usage?.max * 100.0),
+                Scalar::Preemptions => s.server.as_ref()?.preemptions.map(|n| n as f64),
+                Scalar::SpecAcceptance => Some(s.server.as_ref()?.spec.as_ref()?.acceptance_rate),
+                Scalar::PrefixHitPct => Some(s.server.as_ref()?.prefix_hit_rate? * 100.0),
+                // Mean over the point and over the server's GPUs.
+                Scalar::GpuUtilPct => {
+                    let utils: Vec<f64> = s
+                        .gpus
+                        .iter()
+                        .filter_map(|g| Some(g.util_pct?.mean))
+                        .collect();
+                    (!utils.is_empty()).then(|| utils.iter().sum::<f64>() / utils.len() as f64)
+                }
             },
             Metric::Dist(d, st) => d.of(s).map(|dist| st.of(dist)),
         }

@@ -7,6 +7,7 @@
 use crate::metrics::{DistName, Metric, Stat};
 use crate::points::{Keys, Point, point_name};
 use crate::runs::{self, run_of, without_run};
+use crate::server_notes;
 use crate::table::human;
 use servbench::stats::knee::KneeRule;
 use std::collections::BTreeMap;
@@ -47,6 +48,11 @@ pub fn all(points: &[Point]) -> Vec<String> {
         runs::too_few_requests,
         runs::spec_gain_collapses,
         runs::across_runs,
+        server_notes::spec_acceptance_falls,
+        server_notes::kv_full_preempting,
+        server_notes::gpu_idle_single_stream,
+        server_notes::server_ttft_below_client,
+        server_notes::token_counts_disagree,
     ] {
         out.extend(f(points, &keys));
     }
@@ -69,6 +75,17 @@ pub fn by_name() -> Vec<(&'static str, NoteFn)> {
         ("too_few_requests", runs::too_few_requests),
         ("spec_gain_collapses", runs::spec_gain_collapses),
         ("across_runs", runs::across_runs),
+        ("spec_acceptance_falls", server_notes::spec_acceptance_falls),
+        ("kv_full_preempting", server_notes::kv_full_preempting),
+        (
+            "gpu_idle_single_stream",
+            server_notes::gpu_idle_single_stream,
+        ),
+        (
+            "server_ttft_below_client",
+            server_notes::server_ttft_below_client,
+        ),
+        ("token_counts_disagree", server_notes::token_counts_disagree),
     ]
 }
 

@@ -5,7 +5,7 @@
 
 use crate::input::{Inputs, Params};
 use crate::metrics::Metric;
-use servbench::record::{Labels, SummaryRecord};
+use servbench::record::{GpuStats, Labels, ServerStats, SummaryRecord};
 use servbench::stats::{MeanCi, PointStats, Slo};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -98,6 +98,10 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
         from_requests: bool,
         slo: Option<Slo>,
         model: Option<String>,
+        /// The server's and GPUs' view loadgen recorded (the first host's, when several
+        /// loaded the same server: they watched the same one).
+        server: Option<ServerStats>,
+        gpus: Vec<GpuStats>,
     }
     let mut grouped: BTreeMap<(Labels, Params), BTreeMap<u32, Slot>> = BTreeMap::new();
     for (key, acc) in &inputs.points {
@@ -134,6 +138,12 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
                         from_requests: acc.from_requests.is_some(),
                         slo: slot_slo,
                         model: acc.first_summary.as_ref().and_then(|s| s.model.clone()),
+                        server: acc.first_summary.as_ref().and_then(|s| s.server.clone()),
+                        gpus: acc
+                            .first_summary
+                            .as_ref()
+                            .map(|s| s.gpus.clone())
+                            .unwrap_or_default(),
                     },
                 );
             }
@@ -150,12 +160,15 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
             repeats: repeats
                 .iter()
                 .map(|(&rep, s)| {
-                    s.stats.to_summary(
+                    let mut summary = s.stats.to_summary(
                         params.to_point(rep),
                         labels.clone(),
                         s.partial,
                         s.slo.as_ref(),
-                    )
+                    );
+                    summary.server.clone_from(&s.server);
+                    summary.gpus.clone_from(&s.gpus);
+                    summary
                 })
                 .collect(),
             labels,

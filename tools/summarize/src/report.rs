@@ -57,7 +57,8 @@ impl Col {
 }
 
 /// The metrics shown by default, in order (columns with no value anywhere are dropped).
-pub const DEFAULT_METRICS: [Metric; 10] = [
+/// The server's figures come last and only where loadgen read them.
+pub const DEFAULT_METRICS: [Metric; 15] = [
     Metric::REQ_S,
     Metric::TOK_S,
     Metric::TTFT_P50,
@@ -68,6 +69,11 @@ pub const DEFAULT_METRICS: [Metric; 10] = [
     Metric::TPC,
     Metric::ERRORS,
     Metric::LAG_P99,
+    Metric::KV_MAX,
+    Metric::PREEMPTIONS,
+    Metric::SPEC_ACCEPT,
+    Metric::PREFIX_HIT,
+    Metric::GPU_UTIL,
 ];
 
 /// The group keys of the points: `by` when given, else every varying key except the load

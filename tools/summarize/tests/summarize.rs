@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use summarize::efficiency::{self, Roofline};
 use summarize::input;
 use summarize::points::{self, Point};
-use summarize::{Config, compare, notes};
+use summarize::{Config, compare, notes, server_notes};
 use synth::{TS, coll_lines};
 
 fn fixture(name: &str) -> PathBuf {
@@ -215,6 +215,42 @@ fn each_note_fires_on_its_fixture_and_stays_silent_on_a_clean_run() {
         // Notes name the points involved.
         assert!(fired.iter().all(|n| n.contains("C=")), "{name}: {fired:?}");
     }
+}
+
+#[test]
+fn the_servers_view_gets_columns_and_no_note_when_healthy() {
+    let ps = points("clean_server.jsonl");
+    assert_eq!(notes::all(&ps), Vec::<String>::new(), "a healthy server");
+    let text = stdout(&summarize(&["clean_server.jsonl"]));
+    for header in ["KV max %", "preempt", "spec accept", "GPU util %"] {
+        assert!(text.contains(header), "{header} missing:\n{text}");
+    }
+    // No server figures, no server columns.
+    let text = stdout(&summarize(&["clean.jsonl"]));
+    assert!(!text.contains("KV max"), "{text}");
+}
+
+#[test]
+fn server_notes_say_what_they_saw() {
+    let ps = points("spec_acceptance_falls.jsonl");
+    let text = notes::all(&ps).join(" ");
+    assert!(text.contains("0.75 at C=1 to 0.57 at C=8"), "{text}");
+    assert!(text.contains("each stream decodes"), "{text}");
+    let ps = points("kv_full_preempting.jsonl");
+    let text = server_notes::kv_full_preempting(&ps, &points::Keys::of(&ps)).join(" ");
+    assert!(
+        text.contains(
+            "KV cache full at C=16 (max 99%, 32 preemptions) where output throughput flattens"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("C=8 "), "{text}");
+    let ps = points("gpu_idle_single_stream.jsonl");
+    let text = notes::all(&ps).join(" ");
+    assert!(text.contains("mean 20% over 2 GPU(s)"), "{text}");
+    let ps = points("token_counts_disagree.jsonl");
+    let text = notes::all(&ps).join(" ");
+    assert!(text.contains("output: server 1344, client 1280"), "{text}");
 }
 
 #[test]
@@ -729,4 +765,60 @@ fn compare_on_real_runs_finds_the_faster_server_and_calls_a_rerun_noise() {
     assert!(repeats.iter().all(|p| p.repeats.len() == 3));
     let text = stdout(&summarize(&["loadgen_repeats.jsonl"]));
     assert!(text.contains(" ± "), "{text}");
+}
+
+#[test]
+fn compare_shows_what_changed_in_the_servers_environment_above_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = |driver: &str, flags: &[&str]| {
+        let mut argv = vec!["vllm", "serve", "m", "--port", "8000"];
+        argv.extend_from_slice(flags);
+        serde_json::json!({
+            "kind": "server", "v": 1, "ts": TS, "labels": {}, "engine": "vllm", "model": "m",
+            "host": "gpu1", "pid": 7, "pgid": 7, "start_ticks": 1, "port": 8000,
+            "url": "http://127.0.0.1:8000", "command": argv.join(" "), "log": "/tmp/l",
+            "ready_s": 30.0, "argv": argv,
+            "env": {"engine_version": "0.11.0", "gpu_model": "NVIDIA H100 80GB HBM3",
+                    "gpu_count": 8, "driver_version": driver, "cuda_version": "12.4",
+                    "kernel": "6.1.0", "cpu_model": "AMD EPYC 9654", "hostname": "gpu1"}
+        })
+        .to_string()
+    };
+    let write = |name: &str, server: String, fixture: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("{server}\n{}", read(fixture))).unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    let base = write(
+        "base.jsonl",
+        server("550.54.15", &["--max-num-seqs", "256"]),
+        "compare_base.jsonl",
+    );
+    let new = write(
+        "new.jsonl",
+        server("560.35.03", &["--max-num-seqs", "512", "--enforce-eager"]),
+        "compare_faster.jsonl",
+    );
+    let text = stdout(&summarize(&["--compare", &base, &new]));
+    let env_at = text.find("# environment differences").expect(&text);
+    let cmp_at = text.find("# comparison").expect(&text);
+    assert!(env_at < cmp_at, "{text}");
+    let env = &text[env_at..cmp_at];
+    assert!(
+        env.contains("driver") && env.contains("550.54.15") && env.contains("560.35.03"),
+        "{env}"
+    );
+    assert!(env.contains("--max-num-seqs 256"), "{env}");
+    assert!(env.contains("--enforce-eager --max-num-seqs 512"), "{env}");
+    assert!(
+        !env.contains("CUDA") && !env.contains("--port"),
+        "unchanged: {env}"
+    );
+    // Without server records there is no such table.
+    let text = stdout(&summarize(&[
+        "--compare",
+        fixture("compare_base.jsonl").to_str().unwrap(),
+        fixture("compare_faster.jsonl").to_str().unwrap(),
+    ]));
+    assert!(!text.contains("environment"), "{text}");
 }

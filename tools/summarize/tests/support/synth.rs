@@ -11,8 +11,9 @@
 #![allow(dead_code)]
 
 use servbench::record::{
-    CollRecord, CollRunRecord, Dist, ErrorClass, KillRecord, KilledProcess, Labels, PointKey,
-    RequestError, RequestRecord, ServerRecord, TokenSource, to_line_with_kind,
+    BucketDist, CollRecord, CollRunRecord, Dist, ErrorClass, GaugeStats, GpuStats, KillRecord,
+    KilledProcess, Labels, PointKey, RequestError, RequestRecord, ServerRecord, ServerStats,
+    SpecStats, SummaryRecord, TokenSource, to_line_with_kind,
 };
 use servbench::stats::PointStats;
 
@@ -76,6 +77,94 @@ pub struct ServerModel {
     /// Per-request overhead added to TTFT for outputs at or below this length, ms (to build a
     /// server where shorter outputs are slower).
     pub short_output_penalty: Option<(u32, f64)>,
+    /// The server's own view loadgen would have scraped (summaries' `server` and `gpus`).
+    pub server: Option<ServerView>,
+}
+
+/// What the simulated server's `/metrics` and GPUs say about each point.
+#[derive(Debug, Clone)]
+pub struct ServerView {
+    /// Speculative acceptance (α, 3 draft tokens) at C=1, and what it loses per doubling.
+    pub spec: (f64, f64),
+    /// From this concurrency on the KV cache is full and the scheduler preempts.
+    pub kv_full_from: Option<u32>,
+    /// Mean GPU utilization at C=1, %; it climbs 10 points per doubling, up to 97.
+    pub gpu_util_c1: f64,
+    /// The engine's mean TTFT as a share of the client's.
+    pub ttft_share: f64,
+    /// The server counts this share more output tokens than the client.
+    pub token_excess: f64,
+}
+
+impl Default for ServerView {
+    fn default() -> Self {
+        ServerView {
+            spec: (0.7, 0.0),
+            kv_full_from: None,
+            gpu_util_c1: 70.0,
+            ttft_share: 0.95,
+            token_excess: 0.0,
+        }
+    }
+}
+
+impl ServerView {
+    /// The `server` and `gpus` objects of a point at concurrency `conc` with client summary `s`.
+    pub fn fill(&self, conc: u32, s: &mut SummaryRecord) {
+        let doublings = f64::from(conc.max(1)).log2();
+        let full = self.kv_full_from.is_some_and(|f| conc >= f);
+        let alpha = (self.spec.0 - self.spec.1 * doublings).clamp(0.0, 1.0);
+        let accepted: f64 = (1..=3).map(|i| alpha.powi(i)).sum();
+        let gauge = |mean: f64, max: f64| Some(GaugeStats { mean, max });
+        let kv = if full {
+            0.99
+        } else {
+            (0.05 + 0.1 * doublings).min(0.9)
+        };
+        s.server = Some(ServerStats {
+            engine: "vllm".into(),
+            scrapes: 12,
+            gauge_samples: 10,
+            running: gauge(f64::from(conc) * 0.95, f64::from(conc)),
+            waiting: gauge(0.0, 0.0),
+            kv_usage: gauge(kv * 0.8, kv),
+            preemptions: Some(if full { u64::from(conc) * 2 } else { 0 }),
+            spec: Some(SpecStats {
+                acceptance_rate: alpha,
+                draft_acceptance: accepted / 3.0,
+                mean_accepted_len: 1.0 + accepted,
+                draft_len: 3.0,
+                per_position: vec![alpha; 3],
+                drafts: Some(s.output_tokens / 3),
+                from: "counters".into(),
+            }),
+            prompt_tokens: Some(s.prompt_tokens),
+            generation_tokens: Some(
+                (s.output_tokens as f64 * (1.0 + self.token_excess)).round() as u64
+            ),
+            requests: Some(s.ok),
+            aborted: Some(0),
+            ttft_ms: s.ttft_ms.map(|d| BucketDist {
+                n: d.n,
+                mean: d.mean * self.ttft_share,
+                p50: d.p50 * self.ttft_share,
+                p90: d.p90 * self.ttft_share,
+                p99: d.p99 * self.ttft_share,
+            }),
+            ..ServerStats::default()
+        });
+        let util = (self.gpu_util_c1 + 10.0 * doublings).min(97.0);
+        s.gpus = (0..2)
+            .map(|index| GpuStats {
+                index,
+                name: Some("NVIDIA H100 80GB HBM3".into()),
+                samples: 10,
+                util_pct: gauge(util, (util + 3.0).min(100.0)),
+                power_w: gauge(200.0 + 4.0 * util, 250.0 + 4.0 * util),
+                ..GpuStats::default()
+            })
+            .collect();
+    }
 }
 
 impl Default for ServerModel {
@@ -94,6 +183,7 @@ impl Default for ServerModel {
             prompt_off_every: None,
             short_output_every: None,
             short_output_penalty: None,
+            server: None,
         }
     }
 }
@@ -304,6 +394,9 @@ pub fn sweep_lines(sweep: &Sweep, model: &ServerModel) -> Vec<String> {
                     let partial = sweep.partial_last && done == total;
                     let mut s = stats.to_summary(point, sweep.labels.clone(), partial, None);
                     s.ts = TS.to_string();
+                    if let Some(view) = &model.server {
+                        view.fill(concurrency.unwrap_or(1), &mut s);
+                    }
                     lines.push(to_line_with_kind(&s).expect("records serialize"));
                 }
             }
