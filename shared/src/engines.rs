@@ -51,7 +51,13 @@ pub struct EnginePreset {
     pub cache_reset: Option<CacheReset>,
     /// What that endpoint needs (a flag, an environment variable), or what to do without one.
     pub cache_reset_hint: Option<&'static str>,
+    /// Where it tells its version: (HTTP path, JSON field), tried in order
+    /// (shared/reference/workloads-and-telemetry.md §8).
+    pub version: &'static [(&'static str, &'static str)],
 }
+
+/// Where a `--cmd` server may tell its version (vLLM's and srv-sim's shape).
+pub const CMD_VERSION: &[(&str, &str)] = &[("/version", "version")];
 
 pub const ENGINES: &[EnginePreset] = &[
     EnginePreset {
@@ -69,6 +75,7 @@ pub const ENGINES: &[EnginePreset] = &[
         needs_model: true,
         cache_reset: Some(CacheReset::Post("/flush_cache")),
         cache_reset_hint: Some("SGLang refuses it (400) while requests run"),
+        version: &[("/server_info", "version"), ("/get_server_info", "version")],
     },
     EnginePreset {
         name: "vllm",
@@ -87,6 +94,7 @@ pub const ENGINES: &[EnginePreset] = &[
         cache_reset_hint: Some(
             "vLLM serves it only when started with VLLM_SERVER_DEV_MODE=1 in its environment",
         ),
+        version: &[("/version", "version")],
     },
     EnginePreset {
         name: "llama-cpp",
@@ -105,6 +113,7 @@ pub const ENGINES: &[EnginePreset] = &[
         cache_reset_hint: Some(
             "llama-server erases slots only when started with --slot-save-path DIR; its host-memory prompt cache (--cache-ram) may outlive an erase, start it with --cache-ram 0 to be sure",
         ),
+        version: &[("/props", "build_info")],
     },
     EnginePreset {
         name: "trtllm",
@@ -121,6 +130,7 @@ pub const ENGINES: &[EnginePreset] = &[
         needs_model: true,
         cache_reset: None,
         cache_reset_hint: Some("restart the server, or turn its KV-cache block reuse off"),
+        version: &[("/version", "version")],
     },
     EnginePreset {
         name: "sim",
@@ -137,6 +147,7 @@ pub const ENGINES: &[EnginePreset] = &[
         needs_model: false,
         cache_reset: Some(CacheReset::Post("/reset_prefix_cache")),
         cache_reset_hint: None,
+        version: &[("/version", "version")],
     },
 ];
 

@@ -157,6 +157,26 @@ pub fn redact_secrets(command: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// An argv with the values of secret-looking arguments replaced by [`REDACTED`], word by word
+/// as [`redact_secrets`] does a command line (`--api-key X` masks the next word).
+pub fn redact_argv(argv: &[String]) -> Vec<String> {
+    let mut mask_next = false;
+    argv.iter()
+        .map(|a| {
+            if std::mem::take(&mut mask_next) {
+                return REDACTED.to_string();
+            }
+            if let Some(flag) = a.strip_prefix('-') {
+                let flag = flag.trim_start_matches('-');
+                if !flag.contains('=') && is_secret_name(flag) {
+                    mask_next = true;
+                }
+            }
+            redact_secrets(a).into_owned()
+        })
+        .collect()
+}
+
 /// A snapshot of a host's processes, and which of them is the one that took it.
 #[derive(Debug, Clone, Default)]
 pub struct ProcTable {
@@ -495,6 +515,32 @@ mod tests {
             start_ticks: 150,
         }]);
         assert_eq!(pids(spec.members(&proven, &known)), vec![11, 12]);
+    }
+
+    #[test]
+    fn secrets_in_argv_are_redacted_word_by_word() {
+        let argv: Vec<String> = [
+            "vllm",
+            "serve",
+            "m",
+            "--api-key",
+            "k1",
+            "--token=k2",
+            "HF_TOKEN=k3",
+            "--max-tokens",
+            "9",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let r = redact_argv(&argv);
+        assert!(
+            !r.iter()
+                .any(|w| w.contains("k1") || w.contains("k2") || w.contains("k3")),
+            "{r:?}"
+        );
+        assert_eq!(r[8], "9");
+        assert_eq!(r.len(), argv.len());
     }
 
     #[test]

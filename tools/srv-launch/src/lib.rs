@@ -4,6 +4,7 @@
 //! `servbench::procs` and `servbench::kill`, the same code srv-kill runs. `main.rs` parses
 //! [`Args`] and calls [`run`].
 
+mod env;
 mod ready;
 
 use anyhow::Result;
@@ -446,8 +447,14 @@ fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRec
         served_model: served,
         gpus: cfg.gpus.clone(),
         name: cfg.name.clone(),
-        argv: plan.argv.clone(),
-        env: None,
+        argv: procs::redact_argv(&plan.argv),
+        env: Some(env::gather(
+            exec,
+            &plan.url,
+            engines::engine(&plan.engine).map_or(engines::CMD_VERSION, |e| e.version),
+            &plan.argv[0],
+            cfg.gpus.as_deref(),
+        )),
         extra: servbench::record::Extra::new(),
     })
 }

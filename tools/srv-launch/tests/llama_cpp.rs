@@ -58,6 +58,12 @@ fn llama_server_launches_serves_completions_and_chat_and_is_killed() {
     assert!(command.ends_with("-t 1 -c 2048 --parallel 2"), "{command}");
     let url = r["url"].as_str().unwrap();
     let pid = r["pid"].as_u64().unwrap() as u32;
+    // The environment: llama-server's own version is its /props build_info.
+    assert!(
+        !r["env"]["engine_version"].as_str().unwrap_or("").is_empty(),
+        "{r}"
+    );
+    assert!(r["env"]["kernel"].is_string(), "{r}");
 
     let (status, body) = post(
         url,
@@ -100,8 +106,9 @@ fn llama_server_in_the_pipeline_srv_launch_loadgen_completions_and_chat_srv_kill
     let model = setup_env("SERVBENCH_TINY_GGUF", "llama-server");
     let out = sh(&format!(
         "srv-launch llama-cpp --bin {server} --model {model} --label run=llama -- -t 1 -c 2048 --parallel 2 \
-         | loadgen --api completions -c 1,2 -n 4 --max-tokens 8 --input-len 24 \
-         | loadgen --api chat -c 1 -n 3 --max-tokens 4 --input-len 24 \
+           --metrics --no-cache-prompt \
+         | loadgen --api completions -c 1,2 -n 4 --max-tokens 8 --input-len 24 --scrape-interval 20ms \
+         | loadgen --api chat -c 1 -n 3 --max-tokens 4 --input-len 24 --scrape-interval 20ms \
          | srv-kill"
     ));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -128,7 +135,24 @@ fn llama_server_in_the_pipeline_srv_launch_loadgen_completions_and_chat_srv_kill
         assert_eq!(s["labels"]["run"], "llama");
         // llama-server sends one token per chunk.
         assert_eq!(s["tokens_per_chunk"], 1.0, "{s}");
+        // Its /metrics (--metrics), read under our names: the server counted the client's
+        // tokens within 1% (prompt caching off: llama.cpp does not count cached prompt tokens).
+        let server = &s["server"];
+        assert_eq!(server["engine"], "llamacpp", "{s}");
+        for (theirs, ours) in [
+            ("generation_tokens", "output_tokens"),
+            ("prompt_tokens", "prompt_tokens"),
+        ] {
+            let (a, b) = (server[theirs].as_f64().unwrap(), s[ours].as_f64().unwrap());
+            assert!((a - b).abs() <= 0.01 * b, "{theirs} {a} vs {ours} {b}: {s}");
+        }
     }
+    assert!(
+        summaries
+            .iter()
+            .any(|s| s["server"]["running"]["max"].as_f64() >= Some(1.0)),
+        "llama-server's running-requests gauge sampled in some point: {summaries:?}"
+    );
     assert_eq!(summaries[0]["api"], "completions");
     assert_eq!(summaries[2]["api"], "chat");
     let requests = records.iter().filter(|r| r["kind"] == "request").count();
