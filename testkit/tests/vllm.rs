@@ -594,6 +594,40 @@ fn vllm_pipeline_launch_sweep_builtin_prompts_kill_summarize_leaves_nothing_runn
         .collect();
     assert_eq!(of_kind(&sweep, "summary").len(), 2);
     check_exact_run(&sweep, 16);
+    // The server's side of each point, from vLLM's own /metrics (loadgen scrapes it by
+    // default): its figures under our names, and its token counters agree with the client's
+    // within 1% (exactly, on this engine).
+    for s in of_kind(&sweep, "summary") {
+        let server = &s["server"];
+        assert_eq!(server["engine"], "vllm", "{s}");
+        for (theirs, ours) in [
+            ("generation_tokens", "output_tokens"),
+            ("prompt_tokens", "prompt_tokens"),
+        ] {
+            let (a, b) = (server[theirs].as_f64().unwrap(), s[ours].as_f64().unwrap());
+            assert!((a - b).abs() <= 0.01 * b, "{theirs} {a} vs {ours} {b}: {s}");
+        }
+        assert_eq!(server["requests"], s["ok"], "{s}");
+        assert_eq!(server["preemptions"], 0, "{s}");
+        assert!(server["prefix_hit_rate"].is_number(), "{s}");
+        for h in ["ttft_ms", "itl_ms", "e2e_ms"] {
+            assert!(server[h]["mean"].as_f64().unwrap() > 0.0, "{h}: {s}");
+        }
+        assert_eq!(server["ttft_ms"]["n"], s["ok"], "{s}");
+    }
+    // The environment srv-launch recorded: vLLM's /version, and the flags it was given.
+    assert!(
+        !r["env"]["engine_version"].as_str().unwrap_or("").is_empty(),
+        "{r}"
+    );
+    assert!(
+        r["argv"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--max-model-len"),
+        "{r}"
+    );
     // The built-in prompts: each runs to its own max_tokens (forced: no early EOS).
     let builtin: Vec<&Value> = of_kind(&records, "request")
         .into_iter()
