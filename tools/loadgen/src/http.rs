@@ -10,7 +10,6 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use servbench::cli;
 use servbench::record::ErrorClass;
 use std::sync::Mutex;
 use std::time::Duration;

@@ -152,12 +152,13 @@ fn flush_cache_calls_the_engine_endpoint_before_each_point() {
         "1",
     ]);
     assert!(!err.contains("flush"), "{err}");
-    // Per point: the reset, then the warmup request, then the point's three.
+    // Per point: the reset, then the warmup request, then the point's three (telemetry's
+    // /metrics scrapes aside).
     let order: Vec<String> = srv
         .captured()
         .into_iter()
         .map(|c| c.path)
-        .filter(|p| p != "/v1/models" && p != "/tokenize")
+        .filter(|p| p != "/v1/models" && p != "/tokenize" && p != "/metrics")
         .collect();
     let reset = "/reset_prefix_cache".to_string();
     let generate = "/v1/completions".to_string();

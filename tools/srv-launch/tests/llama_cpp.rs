@@ -107,8 +107,8 @@ fn llama_server_in_the_pipeline_srv_launch_loadgen_completions_and_chat_srv_kill
     let out = sh(&format!(
         "srv-launch llama-cpp --bin {server} --model {model} --label run=llama -- -t 1 -c 2048 --parallel 2 \
            --metrics --no-cache-prompt \
-         | loadgen --api completions -c 1,2 -n 4 --max-tokens 8 --input-len 24 --scrape-interval 20ms \
-         | loadgen --api chat -c 1 -n 3 --max-tokens 4 --input-len 24 --scrape-interval 20ms \
+         | loadgen --api completions -c 1,2 -n 8 --max-tokens 32 --input-len 24 --scrape-interval 10ms \
+         | loadgen --api chat -c 1 -n 3 --max-tokens 4 --input-len 24 --scrape-interval 10ms \
          | srv-kill"
     ));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -147,6 +147,7 @@ fn llama_server_in_the_pipeline_srv_launch_loadgen_completions_and_chat_srv_kill
             assert!((a - b).abs() <= 0.01 * b, "{theirs} {a} vs {ours} {b}: {s}");
         }
     }
+    // Points of ~8 x 32 tokens (over 100 ms on this model) against a 10 ms scrape interval.
     assert!(
         summaries
             .iter()
@@ -156,7 +157,7 @@ fn llama_server_in_the_pipeline_srv_launch_loadgen_completions_and_chat_srv_kill
     assert_eq!(summaries[0]["api"], "completions");
     assert_eq!(summaries[2]["api"], "chat");
     let requests = records.iter().filter(|r| r["kind"] == "request").count();
-    assert_eq!(requests, 4 + 4 + 3);
+    assert_eq!(requests, 8 + 8 + 3);
     let kill = records
         .iter()
         .find(|r| r["kind"] == "kill")

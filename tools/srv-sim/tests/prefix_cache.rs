@@ -100,3 +100,22 @@ fn cached_tokens_skip_prefill() {
         Ok(format!("cold {cold:.1} ms, warm {warm:.1} ms"))
     });
 }
+
+/// Under `--metrics-names sglang` the same hits are `sglang:cached_tokens_total`, over
+/// `sglang:prompt_tokens_total` (SGLang's ratio), and `sglang:cache_hit_rate` is the latest
+/// request's share.
+#[test]
+fn sglang_names_count_cached_tokens_and_the_latest_hit_rate() {
+    let sim = start(&["--ttft", "1ms", "--itl", "0", "--metrics-names", "sglang"]);
+    post(sim.port, "/v1/completions", &body(&prompt(100, 20, 0), 2));
+    post(sim.port, "/v1/completions", &body(&prompt(100, 20, 1), 2));
+    let (status, text) = get(sim.port, "/metrics");
+    assert_eq!(status, 200);
+    assert!(!text.contains("vllm:"), "{text}");
+    assert_eq!(metric(&text, "sglang:cached_tokens_total"), 96.0);
+    assert_eq!(metric(&text, "sglang:prompt_tokens_total"), 240.0);
+    assert_eq!(metric(&text, "sglang:cache_hit_rate"), 0.8);
+    assert_eq!(post(sim.port, "/flush_cache", "").status, 200);
+    let (_, text) = get(sim.port, "/metrics");
+    assert_eq!(metric(&text, "srv_sim:prefix_cache_resets_total"), 1.0);
+}

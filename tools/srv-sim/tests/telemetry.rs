@@ -78,6 +78,65 @@ fn a_small_kv_budget_preempts_and_every_request_still_completes() {
     assert_eq!(metric(&text, "vllm:num_preemptions_total"), 0.0);
 }
 
+/// Polls `name` every 5 ms while `work` runs; returns its largest value and `work`'s result.
+fn max_while<T>(port: u16, name: &'static str, work: impl FnOnce() -> T) -> (f64, T) {
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let w = watching.clone();
+    let watcher = std::thread::spawn(move || {
+        let mut max: f64 = 0.0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while w.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+            let (_, text) = get(port, "/metrics");
+            max = max.max(metric(&text, name));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        max
+    });
+    let out = work();
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    (watcher.join().unwrap(), out)
+}
+
+/// A cached prefix skips prefill but its blocks are KV the request holds: a 200-token prompt
+/// with 192 tokens cached, decoding 200 tokens in a 1,000-token budget, reaches 0.4 usage (not
+/// 0.21, as if only the computed tokens were held).
+#[test]
+fn cached_prefix_tokens_are_held_in_the_kv_cache() {
+    let sim = start(&args(&["--kv-cache-tokens", "1000"]));
+    assert_eq!(concurrent(sim.port, 1, 200, 1), vec![1]);
+    let (max_usage, tokens) = max_while(sim.port, "vllm:kv_cache_usage_perc", || {
+        concurrent(sim.port, 1, 200, 200)
+    });
+    assert_eq!(tokens, vec![200]);
+    let (_, text) = get(sim.port, "/metrics");
+    assert_eq!(metric(&text, "vllm:prefix_cache_hits_total"), 192.0);
+    assert!(
+        (0.35..=0.401).contains(&max_usage),
+        "max KV usage {max_usage}"
+    );
+}
+
+/// Prefix caching and preemption together: 8 prompts of 40 equal words (32 tokens cached for
+/// every request after the first) in a budget too small for their 100 output tokens each.
+#[test]
+fn preemption_with_cached_prefixes_still_completes_every_request() {
+    let sim = start(&args(&["--kv-cache-tokens", "400"]));
+    let (max_usage, tokens) = max_while(sim.port, "vllm:kv_cache_usage_perc", || {
+        concurrent(sim.port, 8, 40, 100)
+    });
+    assert_eq!(tokens, vec![100; 8]);
+    let (_, text) = get(sim.port, "/metrics");
+    assert_eq!(metric(&text, "vllm:prefix_cache_hits_total"), 7.0 * 32.0);
+    assert!(metric(&text, "vllm:num_preemptions_total") > 0.0, "{text}");
+    assert_eq!(metric(&text, "vllm:generation_tokens_total"), 800.0);
+    assert_eq!(metric(&text, "vllm:prompt_tokens_total"), 320.0);
+    assert!(
+        (0.95..=1.0).contains(&max_usage),
+        "max KV usage {max_usage}"
+    );
+    assert_eq!(metric(&text, "vllm:kv_cache_usage_perc"), 0.0);
+}
+
 /// Value of the sample of `name` whose labels contain `label`.
 fn labelled(text: &str, name: &str, label: &str) -> f64 {
     text.lines()
