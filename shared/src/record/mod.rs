@@ -323,4 +323,6 @@ pub struct Dist {
 }
 
 #[cfg(test)]
+mod telemetry_tests;
+#[cfg(test)]
 mod tests;
