@@ -262,6 +262,19 @@ impl Health {
             )
         })
     }
+
+    /// At the end of a phase: the last requests (at least [`DOWN_MIN_FAILURES`]) all failed to
+    /// connect and nothing answered since, so the server is gone even though the phase ran
+    /// out before [`DOWN_AFTER`].
+    pub fn down_at_end(&self) -> Option<String> {
+        let (_, first) = self.since.as_ref()?;
+        (self.failures >= DOWN_MIN_FAILURES).then(|| {
+            format!(
+                "server down: the point's last {} requests all failed to connect; first: {first}",
+                self.failures
+            )
+        })
+    }
 }
 
 impl Context {
@@ -341,6 +354,9 @@ impl Context {
             }
         }
         let _ = dispatcher.await;
+        if down.is_none() && !stopped_by_run {
+            down = health.down_at_end();
+        }
         match down {
             Some(why) => Ended::ServerDown(why),
             None if stopped_by_run => Ended::Stopped,
@@ -632,4 +648,37 @@ pub(crate) async fn execute(
         }
     };
     (o, dispatched, cancelled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused() -> Failure {
+        Failure::new(ErrorClass::Connect, "Connection refused")
+    }
+
+    /// A server is down after DOWN_AFTER of nothing but connect failures; any other outcome
+    /// (here an HTTP error: something answered) starts the watch again; a point that ends
+    /// on a run of them ends with the server down.
+    #[test]
+    fn the_server_is_down_only_after_a_run_of_connect_failures() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut h = Health::default();
+        assert!(h.observe(Some(&refused()), at(0)).is_none());
+        assert!(h.observe(Some(&refused()), at(1000)).is_none());
+        let answered = Failure::new(ErrorClass::Http5xx, "HTTP 503");
+        assert!(h.observe(Some(&answered), at(1500)).is_none());
+        assert!(h.down_at_end().is_none());
+        assert!(h.observe(Some(&refused()), at(1600)).is_none());
+        assert!(h.observe(Some(&refused()), at(2600)).is_none());
+        assert!(h.down_at_end().is_none(), "two are not a pattern");
+        let why = h.observe(Some(&refused()), at(3600)).expect("down");
+        assert!(why.starts_with("server down: every connection failed for 2.0 s (3 attempts"));
+        assert!(why.ends_with("first: Connection refused"), "{why}");
+        assert!(h.down_at_end().is_some());
+        assert!(h.observe(None, at(3700)).is_none());
+        assert!(h.down_at_end().is_none(), "a success: it is back");
+    }
 }
