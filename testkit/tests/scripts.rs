@@ -158,6 +158,84 @@ fn sshd_setup_exports_the_variables_the_tools_read() {
     assert_eq!(of_kind(&records, "coll")[0]["ranks"], 2);
 }
 
+/// The GPU check is one command for a machine this project has not had: where it cannot run
+/// (no nvidia-smi, a driver that lists no GPU, no PyTorch with CUDA to set figures beside) it
+/// says so in one line and exits 2 before building or measuring anything, and leaves no
+/// output folder. PATH holds only the tools the script reaches before its checks.
+#[test]
+fn bench_gpu_without_a_gpu_or_pytorch_says_why_in_one_line_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let which = |tool: &str| {
+        let out = Command::new("bash")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    for tool in ["dirname", "grep", "head"] {
+        std::os::unix::fs::symlink(which(tool), bin.join(tool)).unwrap();
+    }
+    // A real Python with its site-packages off (-S -I): no torch, whatever this box has.
+    let python = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    let python = String::from_utf8(python.stdout).unwrap().trim().to_string();
+    let bare_python = dir.path().join("python");
+    std::fs::write(&bare_python, format!("#!/bin/sh\nexec {python} -S -I \"$@\"\n")).unwrap();
+    let smi = bin.join("nvidia-smi");
+    let run = |smi_script: Option<&str>| {
+        match smi_script {
+            Some(text) => std::fs::write(&smi, format!("#!/bin/sh\n{text}\n")).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(&smi);
+            }
+        }
+        for exe in [&smi, &bare_python] {
+            if exe.exists() {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+        }
+        let out = Command::new(which("bash"))
+            .arg(script("bench-gpu.sh"))
+            .env("PATH", &bin)
+            .env("PYTHON", &bare_python)
+            .env("OUT", dir.path().join("out"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(out.stdout.is_empty() && !dir.path().join("out").exists());
+        err
+    };
+    let err = run(None);
+    assert!(
+        err.contains("no NVIDIA GPU here (nvidia-smi not found)")
+            && err.contains("scripts/bench-compute.sh"),
+        "{err}"
+    );
+    let err = run(Some(
+        "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'; exit 9",
+    ));
+    assert!(
+        err.contains("nvidia-smi lists no GPU (NVIDIA-SMI has failed")
+            && err.contains("check the driver"),
+        "{err}"
+    );
+    let err = run(Some(
+        "[ \"$1\" = -L ] && echo 'GPU 0: NVIDIA H200 (UUID: GPU-0)'",
+    ));
+    assert!(
+        err.contains("no PyTorch with CUDA in ") && err.contains("PYTHON=/path/to/python"),
+        "{err}"
+    );
+}
+
 /// srv-sim on a free port, in fixed-latency mode.
 fn sim() -> (Guard, String) {
     let port = free_port();

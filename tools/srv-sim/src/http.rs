@@ -68,29 +68,31 @@ pub struct App {
     crashing: AtomicBool,
 }
 
+/// What [`App::new`] is built from: the engines and the flags that shape every answer.
+pub struct AppConfig {
+    pub engines: Vec<Engine>,
+    pub limits: Limits,
+    pub ready_at: Instant,
+    pub faults: Faults,
+    pub seed: u64,
+    pub chunk_cap: u32,
+    pub kv_cache_tokens: Option<u64>,
+    pub spec_decoding: bool,
+}
+
 impl App {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        engines: Vec<Engine>,
-        limits: Limits,
-        ready_at: Instant,
-        faults: Faults,
-        seed: u64,
-        chunk_cap: u32,
-        kv_cache_tokens: Option<u64>,
-        spec_decoding: bool,
-    ) -> App {
-        let model_json = Value::String(limits.served_model.clone()).to_string();
+    pub fn new(c: AppConfig) -> App {
+        let model_json = Value::String(c.limits.served_model.clone()).to_string();
         App {
-            engines,
-            limits,
+            engines: c.engines,
+            limits: c.limits,
             model_json,
-            ready_at,
-            faults,
-            seed,
-            chunk_cap: chunk_cap.max(1),
-            kv_cache_tokens,
-            spec_decoding,
+            ready_at: c.ready_at,
+            faults: c.faults,
+            seed: c.seed,
+            chunk_cap: c.chunk_cap.max(1),
+            kv_cache_tokens: c.kv_cache_tokens,
+            spec_decoding: c.spec_decoding,
             body_timeout: None,
             prefix: Vec::new(),
             tls: None,

@@ -21,7 +21,7 @@ pub mod tokens;
 use anyhow::Context as _;
 use cost::{PlanInputs, Roofline};
 use engine::{Engine, EngineConfig, Spec, Timing};
-use http::{App, Faults};
+use http::{App, AppConfig, Faults};
 use servbench::cli::{self, Exit};
 use servbench::presets::{self, Comm, Deployment, Layout, MeasuredCurve};
 use servbench::record::SimPlanRecord;
@@ -412,24 +412,24 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
             })
         })
         .collect();
-    let mut app = App::new(
+    let mut app = App::new(AppConfig {
         engines,
-        api::Limits {
+        limits: api::Limits {
             served_model: served,
             max_model_len: config.max_model_len,
             default_max_tokens: config.default_max_tokens,
         },
-        Instant::now() + config.startup,
-        config.faults.clone(),
-        config.seed,
-        if config.fixed_latency() {
+        ready_at: Instant::now() + config.startup,
+        faults: config.faults.clone(),
+        seed: config.seed,
+        chunk_cap: if config.fixed_latency() {
             config.tokens_per_chunk
         } else {
             u32::MAX
         },
         kv_cache_tokens,
-        spec.is_some(),
-    );
+        spec_decoding: spec.is_some(),
+    });
     let idle = (!config.idle_timeout.is_zero()).then_some(config.idle_timeout);
     app.body_timeout = idle;
     if !config.no_enable_prefix_caching {

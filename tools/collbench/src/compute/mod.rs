@@ -266,23 +266,25 @@ pub fn measure_batch(
         Some(model) => {
             let sequence = dev.time_sequence(&step_order(&shapes), cfg.step_iters)?;
             Some(step_record(
-                cfg, model, batch, &shapes, &gemms, &sequence, &device, backend,
+                cfg,
+                model,
+                batch,
+                (&shapes, &gemms, &sequence),
+                (&device, backend),
             ))
         }
     };
     Ok(Measured { gemms, step })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The step's record from its shapes, their timings and the back-to-back sequence's samples,
+/// on the device and backend named.
 fn step_record(
     cfg: &GemmConfig,
     model: &ModelCard,
     batch: u32,
-    shapes: &[GemmShape],
-    gemms: &[GemmRecord],
-    sequence: &[f64],
-    device: &str,
-    backend: &str,
+    (shapes, gemms, sequence): (&[GemmShape], &[GemmRecord], &[f64]),
+    (device, backend): (&str, &str),
 ) -> GemmStepRecord {
     let dtype = cfg.dtype;
     let per_step = |f: &dyn Fn(&GemmShape) -> f64| -> f64 {
