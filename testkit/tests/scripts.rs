@@ -184,7 +184,11 @@ fn bench_gpu_without_a_gpu_or_pytorch_says_why_in_one_line_and_exits_2() {
         .unwrap();
     let python = String::from_utf8(python.stdout).unwrap().trim().to_string();
     let bare_python = dir.path().join("python");
-    std::fs::write(&bare_python, format!("#!/bin/sh\nexec {python} -S -I \"$@\"\n")).unwrap();
+    std::fs::write(
+        &bare_python,
+        format!("#!/bin/sh\nexec {python} -S -I \"$@\"\n"),
+    )
+    .unwrap();
     let smi = bin.join("nvidia-smi");
     let run = |smi_script: Option<&str>| {
         match smi_script {
