@@ -548,9 +548,11 @@ impl<W: Write> Run<'_, W> {
         if ctx.stop.is_aborted() {
             return Err(stopped(&ctx.stop));
         }
+        // As one rank of several, rank 0 ends the server's window once every rank has finished
+        // (in the merge).
         let tele = match &self.telemetry {
-            Some(t) => t.end(stats.output_tokens).await,
-            None => PointTelemetry::default(),
+            Some(t) if self.ranks.is_none() => t.end(stats.output_tokens).await,
+            _ => PointTelemetry::default(),
         };
         let cpu = cpu_seconds() - cpu_before - tele.cpu_s;
         let ended = self.ranks.failure().unwrap_or(ended);
@@ -559,7 +561,7 @@ impl<W: Write> Run<'_, W> {
         summary.cache_flushed = cache_flushed;
         let cold = self.touch_groups(stats.requests, work);
         summary.prefix_hit_rate_expected = self.expected_hit_rate(stats.requests, cold, work);
-        if self.telemetry.is_some() {
+        if self.telemetry.is_some() && self.ranks.is_none() {
             summary.telemetry_cpu_s = Some(tele.cpu_s);
         }
         (summary.server, summary.gpus) = (tele.server, tele.gpus);
@@ -580,7 +582,14 @@ impl<W: Write> Run<'_, W> {
         let slo = self.args.slo.as_ref();
         let (summary, ended, good) = self
             .ranks
-            .finish(summary, (ended, good), share, slo, self.out)
+            .finish(
+                summary,
+                (ended, good),
+                share,
+                slo,
+                self.out,
+                self.telemetry.as_ref(),
+            )
             .await?;
         Ok(PointOutcome {
             summary,

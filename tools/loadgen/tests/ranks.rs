@@ -743,3 +743,40 @@ fn flush_cache_as_ranks_is_rank_0s_alone_before_the_common_start() {
         assert_eq!(s["cache_flushed"], flushed, "{s}");
     }
 }
+
+/// One server, one view of it: rank 0 alone scrapes srv-sim's /metrics, and the merged summary
+/// carries its window, whose token counts are the whole job's (every rank's requests).
+#[test]
+fn rank_0_alone_watches_the_server_and_the_merged_summary_carries_it() {
+    let _one = one_job();
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "2ms", "--itl", "1ms"]);
+    let records = job_ok(&[
+        "--url",
+        &url,
+        "-c",
+        "3",
+        "-n",
+        "12",
+        "--input-len",
+        "16",
+        "--max-tokens",
+        "8",
+        "--no-gpu",
+    ]);
+    let (parts, merged) = summaries(&records);
+    assert!(parts[0].get("server").is_some(), "{}", parts[0]);
+    for s in &parts[1..] {
+        assert!(s.get("server").is_none(), "only rank 0 scrapes: {s}");
+    }
+    let server = &merged["server"];
+    assert_eq!(server["engine"], "vllm", "{merged}");
+    assert_eq!(
+        server["generation_tokens"], merged["output_tokens"],
+        "{merged}"
+    );
+    assert_eq!(merged["output_tokens"], 96, "{merged}");
+    assert_eq!(
+        merged["telemetry_cpu_s"], parts[0]["telemetry_cpu_s"],
+        "{merged}"
+    );
+}

@@ -307,3 +307,49 @@ fn gpu_telemetry_from_a_dcgm_exporter() {
     assert_eq!(f(&s["gpus"][0]["pcie_rx_bytes_s"]["mean"]), 2_500_000.0);
     assert_eq!(s["gpus"][0]["name"], "NVIDIA H200");
 }
+
+/// The prefix cache as the server counted it over each point equals the hit rate the prefix
+/// groups promise (the cache emptied before each point), under vLLM's counters and SGLang's
+/// (cached over prompt tokens) alike.
+#[test]
+fn the_servers_prefix_hit_rate_matches_the_prefix_groups_in_both_name_flavours() {
+    for names in ["vllm", "sglang"] {
+        let (_sim, url) = sim(&["--metrics-names", names]);
+        let (code, recs, err) = loadgen(&[
+            "--url",
+            &url,
+            "--engine",
+            "sim",
+            "--flush-cache",
+            "-c",
+            "1,4",
+            "-n",
+            "16",
+            "--input-len",
+            "256",
+            "--prefix-groups",
+            "4",
+            "--prefix-len",
+            "192",
+            "--max-tokens",
+            "4",
+            "--no-requests",
+        ]);
+        assert_eq!(code, Some(0), "{err}");
+        let points = summaries(&recs);
+        assert_eq!(points.len(), 2);
+        for s in points {
+            let expected = f(&s["prefix_hit_rate_expected"]);
+            let measured = f(&s["server"]["prefix_hit_rate"]);
+            assert!(expected > 0.5, "{s}");
+            assert!(
+                (measured - expected).abs() < 0.02,
+                "{names}: server {measured} vs expected {expected}: {s}"
+            );
+            assert_eq!(
+                s["server"]["prefix_queried_tokens"], s["prompt_tokens"],
+                "{s}"
+            );
+        }
+    }
+}

@@ -22,6 +22,7 @@ use crate::Args;
 use crate::dispatch::{Budget, Ended, Stop};
 use crate::pacing::{Arrival, Load};
 use crate::run::{self, Setup};
+use crate::telemetry::Telemetry;
 use clap::ValueEnum;
 use link::{Inbound, Link, tag};
 use serde::{Deserialize, Serialize};
@@ -308,16 +309,46 @@ impl Ranks {
         own: SummaryRecord,
         slo: Option<&Slo>,
         out: &mut RecordWriter<W>,
+        telemetry: Option<&Telemetry>,
     ) -> anyhow::Result<(SummaryRecord, Ended)> {
-        self.check()?;
+        // A rank's own part is written whatever happens to the others (rank 0's once the
+        // others are in, with the server's window).
+        if self.rank() != 0 {
+            out.emit(&own)?;
+        }
+        if let Err(e) = self.check() {
+            if self.rank() == 0 {
+                out.emit(&own)?;
+            }
+            return Err(e);
+        }
         self.seq += 1;
         let seq = self.seq;
         let merged = if self.rank() == 0 {
             let mut parts = vec![own];
+            let mut gathered = Ok(());
             for _ in 1..self.world() {
-                let body = self.expect_seq(tag::SUMMARY, seq).await?;
-                parts.push(serde_json::from_slice(&body[8..])?);
+                match self.expect_seq(tag::SUMMARY, seq).await.and_then(|body| {
+                    serde_json::from_slice(&body[8..]).map_err(anyhow::Error::from)
+                }) {
+                    Ok(part) => parts.push(part),
+                    Err(e) => {
+                        gathered = Err(e);
+                        break;
+                    }
+                }
             }
+            // Every rank has finished: the server's window of the job's point ends now, on the
+            // job's tokens; rank 0's own summary carries it (and the merged one from it).
+            if let (Some(t), Ok(())) = (telemetry, &gathered) {
+                let tele = t.end(parts.iter().map(|p| p.output_tokens).sum()).await;
+                let own = &mut parts[0];
+                (own.server, own.gpus) = (tele.server, tele.gpus);
+                own.telemetry_cpu_s = Some(tele.cpu_s);
+            }
+            // Rank 0's own part is kept even when another rank failed.
+            out.emit(&parts[0])?;
+            gathered?;
             let merged = merge_parts(&parts, slo, self.job_seed)?;
             out.emit(&merged)?;
             let mut body = seq.to_le_bytes().to_vec();
@@ -420,6 +451,7 @@ pub(crate) trait Hooks {
         share: &Load,
         slo: Option<&Slo>,
         out: &mut RecordWriter<W>,
+        telemetry: Option<&Telemetry>,
     ) -> anyhow::Result<(SummaryRecord, Ended, u64)>;
 }
 
@@ -449,14 +481,14 @@ impl Hooks for Option<Ranks> {
         share: &Load,
         slo: Option<&Slo>,
         out: &mut RecordWriter<W>,
+        telemetry: Option<&Telemetry>,
     ) -> anyhow::Result<(SummaryRecord, Ended, u64)> {
         let Some(r) = self else {
             out.emit(&summary)?;
             return Ok((summary, ended, good));
         };
         r.annotate(&mut summary, share);
-        out.emit(&summary)?;
-        let (merged, ended) = r.merge(summary, slo, out).await?;
+        let (merged, ended) = r.merge(summary, slo, out, telemetry).await?;
         // Read back from the merged summary, the same on every rank.
         let good = PointStats::from_summary(&merged)
             .map_err(cli::failure)?
