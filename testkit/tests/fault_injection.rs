@@ -122,6 +122,51 @@ fn one_line_that_is_not_utf8_is_a_malformed_line_in_every_tool() {
             "{tool}: the next line goes on"
         );
     }
+    // loadgen reads its server record after the bad line and runs; summarize tabulates what
+    // follows it: each warns with the place and goes on.
+    let bytes = std::fs::read(dir.path().join("in.jsonl")).unwrap();
+    let launched = sh("srv-launch sim -- --ttft 1ms --itl 0");
+    assert!(launched.status.success(), "{}", stderr(&launched));
+    let with_server = dir.path().join("with_server.jsonl");
+    std::fs::write(
+        &with_server,
+        [bytes.clone(), launched.stdout.clone()].concat(),
+    )
+    .unwrap();
+    let load = sh(&format!(
+        "loadgen -n 2 --max-tokens 2 --input-len 16 < {}",
+        with_server.display()
+    ));
+    let kill = testkit::cmd("srv-kill")
+        .args(["--grace", "2s"])
+        .stdin(std::fs::File::open(&with_server).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(kill.status.code(), Some(0), "{}", stderr(&kill));
+    let err = stderr(&load);
+    assert_eq!(load.status.code(), Some(0), "loadgen: {err}");
+    assert!(
+        err.contains("loadgen: warning: skipping malformed line: stdin:1: not valid UTF-8"),
+        "loadgen: {err}"
+    );
+    let records = json_lines(&load.stdout);
+    assert_eq!(records[0]["text"], "kept", "loadgen: the next line goes on");
+    let summary: Vec<&Value> = records.iter().filter(|r| r["kind"] == "summary").collect();
+    assert_eq!(summary.len(), 1, "loadgen ran: {err}");
+    assert_eq!(summary[0]["ok"], 2, "{}", summary[0]);
+    let run = dir.path().join("run.jsonl");
+    std::fs::write(&run, [bytes, load.stdout].concat()).unwrap();
+    let table = sh(&format!("summarize < {}", run.display()));
+    let err = stderr(&table);
+    assert_eq!(table.status.code(), Some(0), "summarize: {err}");
+    assert!(
+        err.contains("summarize: warning: skipping malformed line: stdin:1: not valid UTF-8"),
+        "summarize: {err}"
+    );
+    assert!(
+        String::from_utf8_lossy(&table.stdout).contains("# load points"),
+        "summarize tabulated the rest"
+    );
     // srv-launch forwards upstream records while it works, through the same reader.
     let out = sh(&format!(
         "srv-launch sim -- --ttft 1ms --itl 0 < {file} | srv-kill --grace 2s"

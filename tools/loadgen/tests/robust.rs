@@ -354,3 +354,51 @@ fn a_stream_without_finish_reason_or_done_is_incomplete() {
         );
     }
 }
+
+/// A server's error message reaches the terminal through loadgen's warnings: its control
+/// characters are escaped (no cleared screen, retitled terminal, bell or faked line), while the
+/// request record keeps the message whole, as data.
+#[test]
+fn a_servers_error_body_is_escaped_before_it_reaches_stderr() {
+    let srv = server::start(Behavior {
+        ttft: Duration::from_millis(1),
+        itl: Duration::from_millis(1),
+        fault: |_| server::Fault::Hostile,
+        ..Behavior::default()
+    });
+    let out = loadgen(
+        &["--url", &srv.url(), "-n", "2", "--max-tokens", "2"],
+        Duration::from_secs(20),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "every request failed: {stderr}");
+    assert!(
+        !out.stderr
+            .iter()
+            .any(|b| (*b < 0x20 && *b != b'\n') || *b == 0x7f),
+        "control characters reach the terminal: {stderr:?}"
+    );
+    assert!(
+        stderr.contains("HTTP 500: \\x1b[2J\\x1b]0;owned\\x07boom"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr
+            .lines()
+            .any(|l| l.starts_with("loadgen: error: fake")),
+        "a faked line: {stderr}"
+    );
+    let recs = testkit::json_lines(&out.stdout);
+    let reqs = kinds(&recs, "request");
+    assert_eq!(reqs.len(), 2);
+    for r in reqs {
+        assert_eq!(r["error"]["class"], "http_5xx", "{r}");
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("\u{1b}[2J\u{1b}]0;owned\u{7}boom"),
+            "{r}"
+        );
+    }
+}

@@ -224,13 +224,16 @@ pub fn load_one(
             add_request(inputs, request, slo, name);
             continue;
         }
-        let parsed =
-            line_text(bytes).and_then(|text| Record::parse(text).map_err(|e| e.to_string()));
-        match parsed {
-            Ok(record) => {
+        // A record whose content is unusable (a summary's histogram that does not decode) is
+        // a malformed line like one that does not parse: named by its place, and skipped.
+        let added = line_text(bytes)
+            .and_then(|text| Record::parse(text).map_err(|e| e.to_string()))
+            .and_then(|record| {
                 warn_newer(&mut warned_version, record.version(), name, line_no);
-                add_record(inputs, record, slo, name)?
-            }
+                add_record(inputs, record, slo, name)
+            });
+        match added {
+            Ok(()) => {}
             Err(reason) => {
                 let text = String::from_utf8_lossy(bytes);
                 let msg = format!("{name}:{line_no}: {reason} (line: {})", excerpt(&text, 60));
@@ -273,18 +276,21 @@ fn add_request(inputs: &mut Inputs, mut r: RequestRecord, slo: Option<&Slo>, sou
         .add_request(&r, slo);
 }
 
+/// One parsed record into `inputs`; `Err`: why its content is unusable.
 fn add_record(
     inputs: &mut Inputs,
     record: Record,
     slo: Option<&Slo>,
     source: &str,
-) -> anyhow::Result<()> {
+) -> Result<(), String> {
     match record {
         Record::Request(r) => {
             inputs.request_lines += 1;
             add_request(inputs, *r, slo, source);
         }
         Record::Summary(s) if s.ranks.as_ref().is_some_and(|r| r.merged) => {
+            // Checked now, where its line is known; used (or not) once every source is read.
+            PointStats::from_summary(&s).map_err(|e| bad_histogram(&s, e))?;
             inputs.summary_lines += 1;
             inputs.rank_merged.push((source.to_string(), s));
         }
@@ -312,14 +318,16 @@ fn add_record(
     Ok(())
 }
 
-/// One `summary` record into its point's accumulator.
-fn add_summary(inputs: &mut Inputs, s: Box<SummaryRecord>, source: &str) -> anyhow::Result<()> {
-    let stats = PointStats::from_summary(&s).map_err(|e| {
-        cli::usage(format!(
-            "summary record of point {} has a bad histogram: {e}",
-            s.point.index
-        ))
-    })?;
+fn bad_histogram(s: &SummaryRecord, e: impl std::fmt::Display) -> String {
+    format!(
+        "summary record of point {} has a bad histogram: {e}",
+        s.point.index
+    )
+}
+
+/// One `summary` record into its point's accumulator; `Err`: its histograms do not decode.
+fn add_summary(inputs: &mut Inputs, s: Box<SummaryRecord>, source: &str) -> Result<(), String> {
+    let stats = PointStats::from_summary(&s).map_err(|e| bad_histogram(&s, e))?;
     let key = AccKey {
         labels: s.labels.clone(),
         params: Params::of(&s.point),
@@ -359,7 +367,8 @@ fn settle_rank_merges(inputs: &mut Inputs) -> anyhow::Result<()> {
                     .all(|(name, v)| k.labels.get(name) == Some(v))
         });
         if !covered {
-            add_summary(inputs, s, &source)?;
+            // Its histograms were checked when it was read.
+            add_summary(inputs, s, &source).map_err(|e| cli::usage(format!("{source}: {e}")))?;
         }
     }
     Ok(())

@@ -31,7 +31,13 @@ pub enum Fault {
     ErrorEvent,
     Reset,
     Stall,
+    /// HTTP 500 whose plain-text body carries terminal control sequences and a fake line.
+    Hostile,
 }
+
+/// What [`Fault::Hostile`] answers: clears the screen, retitles the terminal, rings the bell
+/// and fakes a line of loadgen's own.
+pub const HOSTILE_MESSAGE: &str = "\u{1b}[2J\u{1b}]0;owned\u{7}boom\nloadgen: error: fake";
 
 #[derive(Clone)]
 pub struct Behavior {
@@ -264,6 +270,14 @@ fn serve_conn(
                 &mut w,
                 &format!("{code} Oops"),
                 serde_json::json!({"error": {"message": format!("injected {code}")}}),
+            )?;
+            continue;
+        }
+        if fault == Fault::Hostile {
+            write!(
+                w,
+                "HTTP/1.1 500 Oops\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{HOSTILE_MESSAGE}",
+                HOSTILE_MESSAGE.len()
             )?;
             continue;
         }
