@@ -1,6 +1,6 @@
 //! Flags several tools take, as clap structs to flatten into each tool's own.
 
-use super::parse::{parse_duration, parse_label};
+use super::parse::{parse_label, parse_positive_duration};
 use crate::exec::SshOptions;
 use crate::record::Labels;
 use std::path::PathBuf;
@@ -37,7 +37,7 @@ pub struct SshArgs {
     #[arg(long)]
     pub accept_new_host: bool,
     /// Give up connecting to an SSH host after this long
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_positive_duration)]
     pub connect_timeout: Duration,
 }
 

@@ -15,7 +15,8 @@ pub use crate::diag::{
 };
 pub use args::{CommonArgs, SshArgs};
 pub use parse::{
-    DoubleStep, f64_list, parse_duration, parse_label, parse_list, parse_size, u32_list,
+    DoubleStep, MAX_DURATION, f64_list, parse_duration, parse_label, parse_list,
+    parse_positive_duration, parse_size, u32_list,
 };
 
 use crate::exec::ExecError;

@@ -13,17 +13,36 @@ pub fn parse_label(s: &str) -> Result<(String, String), String> {
     }
 }
 
-/// `500ms`, `30s`, `15m`, `1h 30m`; a bare number is seconds.
+/// The longest duration any flag takes: beyond it a deadline computed from now could overflow
+/// the clock (a panic), and no benchmark waits that long.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// `500ms`, `30s`, `15m`, `1h 30m`; a bare number is seconds. At most [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
-    if let Ok(secs) = t.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Ok(Duration::from_secs_f64(secs));
+    let d = if let Ok(secs) = t.parse::<f64>() {
+        if !(secs.is_finite() && secs >= 0.0) {
+            return Err(format!("'{s}' is not a duration"));
         }
-        return Err(format!("'{s}' is not a duration"));
+        Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
+    } else {
+        humantime::parse_duration(t)
+            .map_err(|e| format!("'{s}' is not a duration ({e}); examples: 500ms, 30s, 15m"))?
+    };
+    if d > MAX_DURATION {
+        return Err(format!(
+            "'{s}' is longer than a year, the most any duration takes"
+        ));
     }
-    humantime::parse_duration(t)
-        .map_err(|e| format!("'{s}' is not a duration ({e}); examples: 500ms, 30s, 15m"))
+    Ok(d)
+}
+
+/// [`parse_duration`] for a limit that cannot be zero (a timeout of 0 fails everything).
+pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("'{s}': must be more than 0")),
+        d => Ok(d),
+    }
 }
 
 /// `1,2,4,8` or a doubling range `1..256` (1,2,4,...,256; the end is included when reached by
@@ -138,6 +157,32 @@ mod tests {
         assert_eq!(parse_duration("2.5").unwrap(), Duration::from_millis(2500));
         assert!(parse_duration("soon").unwrap_err().contains("examples"));
         assert!(parse_duration("-1").is_err());
+    }
+
+    /// Huge durations (a bare 1e30, u64::MAX seconds) are refused instead of panicking here
+    /// or when a deadline is computed from them; a timeout of 0 is refused.
+    #[test]
+    fn durations_beyond_a_year_and_zero_timeouts_are_refused() {
+        for huge in ["1e30", "18446744073709551615s", "400days"] {
+            let e = parse_duration(huge).unwrap_err();
+            assert!(e.contains("longer than a year"), "{huge}: {e}");
+        }
+        assert_eq!(parse_duration("365days").unwrap(), MAX_DURATION);
+        assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
+        assert!(
+            parse_positive_duration("0s")
+                .unwrap_err()
+                .contains("more than 0")
+        );
+        assert!(
+            parse_positive_duration("0")
+                .unwrap_err()
+                .contains("more than 0")
+        );
+        assert_eq!(
+            parse_positive_duration("1ms").unwrap(),
+            Duration::from_millis(1)
+        );
     }
 
     #[test]

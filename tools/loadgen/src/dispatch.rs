@@ -457,7 +457,18 @@ impl Dispatcher {
             let (intended, permit) = match next_send(&load, prev, draw) {
                 Some(t) => {
                     prev = Some(t);
-                    let deadline = self.start + Duration::from_secs_f64(t);
+                    // A send beyond any duration (a trace's far timestamp at a slow speed)
+                    // never comes: the point ends there instead of the clock overflowing.
+                    let Some(deadline) = Duration::try_from_secs_f64(t)
+                        .ok()
+                        .filter(|d| *d <= servbench::cli::MAX_DURATION)
+                        .map(|d| self.start + d)
+                    else {
+                        servbench::cli::warn(format!(
+                            "request {id} would leave {t:.3e} s into the point, beyond a year: the point ends before it"
+                        ));
+                        break;
+                    };
                     if end.is_some_and(|e| deadline >= e) || !self.wait_until(deadline).await {
                         break;
                     }

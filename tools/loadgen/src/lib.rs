@@ -227,7 +227,7 @@ pub struct Args {
     #[arg(long, value_parser = servbench::stats::Slo::parse)]
     pub slo: Option<servbench::stats::Slo>,
     /// Per-request time limit
-    #[arg(long, default_value = "600s", value_parser = servbench::cli::parse_duration)]
+    #[arg(long, default_value = "600s", value_parser = servbench::cli::parse_positive_duration)]
     pub timeout: Duration,
     /// After Ctrl-C/SIGTERM, how long in-flight requests may finish
     #[arg(long, default_value = "5s", value_parser = servbench::cli::parse_duration)]

@@ -22,6 +22,11 @@ pub fn validate(a: &Args) -> anyhow::Result<()> {
             "--rate values must be positive requests per second",
         ));
     }
+    if let Some(&r) = a.rate.iter().flatten().find(|&&r| r < MIN_RATE) {
+        return Err(cli::usage(format!(
+            "--rate {r:e}: at least {MIN_RATE} requests per second (one each 1000 s)"
+        )));
+    }
     if a.concurrency.as_ref().is_some_and(|c| c.contains(&0)) || a.max_concurrency == Some(0) {
         return Err(cli::usage("concurrency must be at least 1"));
     }
@@ -45,6 +50,9 @@ pub fn validate(a: &Args) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The slowest `--rate`: below it the first send is so far off that its time overflows.
+const MIN_RATE: f64 = 0.001;
 
 /// Unique words each synthetic prompt has after its shared prefix (see `workload`).
 const UNIQUE_TOKENS: u32 = 8;

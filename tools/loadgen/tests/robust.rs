@@ -402,3 +402,71 @@ fn a_servers_error_body_is_escaped_before_it_reaches_stderr() {
         );
     }
 }
+
+/// Durations and rates whose deadlines would overflow the clock (a panic, and exit 0 when it
+/// happened on a worker thread) or that fail every request (a 0 s timeout) are refused in one
+/// line naming the flag, exit 2, before any load.
+#[test]
+fn hostile_durations_and_rates_are_refused_in_one_line_instead_of_panicking() {
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "1ms", "--itl", "1ms"]);
+    for (args, says) in [
+        (vec!["--timeout", "0s"], "'0s': must be more than 0"),
+        (vec!["--timeout", "1e30"], "longer than a year"),
+        (
+            vec!["--grace", "18446744073709551615s"],
+            "longer than a year",
+        ),
+        (
+            vec!["--rate", "0.5,1e-300"],
+            "--rate 1e-300: at least 0.001",
+        ),
+    ] {
+        let mut all = vec!["--url", &url, "-n", "2", "--max-tokens", "2"];
+        all.extend(&args);
+        let out = loadgen(&all, Duration::from_secs(20));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing measured");
+    }
+}
+
+/// A trace row whose time, at the given speed, is beyond a year never leaves: the point ends
+/// before it with a warning naming the request, instead of a panic computing its deadline.
+#[test]
+fn a_trace_row_beyond_a_year_ends_the_point_with_a_warning() {
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "1ms", "--itl", "1ms"]);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("far.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"timestamp\":0,\"input_length\":16,\"output_length\":2}\n\
+         {\"timestamp\":1000000000000000,\"input_length\":16,\"output_length\":2}\n",
+    )
+    .unwrap();
+    let out = loadgen(
+        &[
+            "--url",
+            &url,
+            "--trace",
+            trace.to_str().unwrap(),
+            "--trace-speed",
+            "0.001",
+        ],
+        Duration::from_secs(20),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("request 1 would leave") && stderr.contains("beyond a year"),
+        "{stderr}"
+    );
+    let recs = testkit::json_lines(&out.stdout);
+    let s = kinds(&recs, "summary")[0];
+    assert_eq!(
+        (s["requests"].as_u64(), s["ok"].as_u64()),
+        (Some(1), Some(1)),
+        "{s}"
+    );
+}

@@ -10,7 +10,7 @@ mod ready;
 use anyhow::Result;
 use clap::Parser;
 use ready::{Check, check, model_matches};
-use servbench::cli::{self, CommonArgs, Exit, SshArgs, parse_duration, parse_label};
+use servbench::cli::{self, CommonArgs, Exit, SshArgs, parse_label};
 use servbench::engines::{self, EnginePreset, LaunchParams};
 use servbench::exec::{self, Detached, Exec, shell_join};
 use servbench::jsonl::{BackgroundPassThrough, RecordWriter};
@@ -108,7 +108,7 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<String>,
     /// Give up waiting for readiness after this long
-    #[arg(long, value_name = "DUR", default_value = "15m", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "15m", value_parser = servbench::cli::parse_positive_duration)]
     pub timeout: Duration,
     /// Run it on this host over SSH: [user@]addr[:port]
     #[arg(long, value_name = "[USER@]ADDR[:PORT]")]

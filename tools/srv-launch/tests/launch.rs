@@ -341,6 +341,27 @@ fn a_missing_engine_program_and_bad_usage_are_exit_2() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("srv-launch sim | loadgen"));
 }
 
+/// `--timeout 0s` started a server, gave up at once and left it running: a zero (or a huge)
+/// timeout is refused before anything starts, in one line.
+#[test]
+fn a_zero_or_huge_timeout_is_refused_before_any_server_starts() {
+    for (value, says) in [
+        ("0s", "must be more than 0"),
+        ("1e30", "longer than a year"),
+    ] {
+        let out = cmd("srv-launch")
+            .args(["sim", "--timeout", value])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{value}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{value}: {stderr}");
+        assert!(stderr.contains(says), "{value}: {stderr}");
+        assert!(out.stdout.is_empty(), "{value}: no server record");
+    }
+}
+
 #[test]
 fn engine_choices_are_the_engine_table() {
     let names = servbench::engines::names();
