@@ -316,8 +316,11 @@ impl Context {
         let stopped = self.stop.wait();
         let aborted = self.stop.wait_aborted();
         tokio::pin!(stopped, aborted);
+        // Set when in-flight requests are told to cancel. A local flag, not the channel's value:
+        // `watch::send` stores nothing once every request has dropped its receiver, and a
+        // finished `aborted` polled again panics.
+        let mut cancelled = false;
         loop {
-            let cancelled = cancel_tx.borrow().is_some();
             tokio::select! {
                 msg = rx.recv() => match msg {
                     Some(f) => {
@@ -346,10 +349,12 @@ impl Context {
                 _ = &mut aborted, if !cancelled => {
                     stopped_by_run = true;
                     halt.stop();
-                    let _ = cancel_tx.send(Some("cancelled at once: nobody reads loadgen's output any more"));
+                    cancelled = true;
+                    cancel_tx.send_replace(Some("cancelled at once: nobody reads loadgen's output any more"));
                 }
                 _ = sleep_until_some(cancel_at.map(|(t, _)| t)), if !cancelled => {
-                    let _ = cancel_tx.send(cancel_at.map(|(_, why)| why));
+                    cancelled = true;
+                    cancel_tx.send_replace(cancel_at.map(|(_, why)| why));
                 }
             }
         }

@@ -470,3 +470,28 @@ fn a_trace_row_beyond_a_year_ends_the_point_with_a_warning() {
         "{s}"
     );
 }
+/// The reader leaving just as a short point's last requests finish: the abort then finds every
+/// request gone (nobody left to hear the cancel), and loadgen used to poll its finished abort
+/// again and panic ("`async fn` resumed after completion"). Repeated to meet that moment.
+#[test]
+fn a_reader_leaving_as_the_last_requests_finish_never_panics() {
+    let srv = server::start(Behavior::default());
+    for round in 0..20 {
+        let mut child = testkit::cmd("loadgen")
+            .args(["--url", &srv.url(), "-c", "4", "-n", "8", "--warmup", "0"])
+            .args(["--max-tokens", "2", "--input-len", "8"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        let mut reader = BufReader::new(child.stdout.take().unwrap());
+        reader.read_line(&mut first).unwrap();
+        drop(reader);
+        let out = testkit::wait_output(&mut child, Duration::from_secs(30));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "round {round}: {err}");
+        assert_eq!(out.status.code(), Some(0), "round {round}: {err}");
+    }
+}
