@@ -165,21 +165,7 @@ fn three_ranks_by_hand_give_the_server_the_total_concurrency_and_start_together(
             "--label",
             "run=ranks",
         ];
-        let sampler = {
-            let url = url.clone();
-            std::thread::spawn(move || {
-                wait_for_load(&url);
-                std::thread::sleep(Duration::from_millis(800));
-                let mut seen: Vec<f64> = (0..15)
-                    .map(|_| {
-                        std::thread::sleep(Duration::from_millis(80));
-                        metric(&url, "vllm:num_requests_running")
-                    })
-                    .collect();
-                seen.sort_by(f64::total_cmp);
-                seen[seen.len() / 2]
-            })
-        };
+        let sampler = running_sampler(&url);
         let outs = job(&args, Some(&server), Duration::from_secs(60));
         for (r, o) in outs.iter().enumerate() {
             assert!(o.status.success(), "rank {r}: {}", stderr(o));
@@ -248,35 +234,100 @@ fn three_ranks_by_hand_give_the_server_the_total_concurrency_and_start_together(
     });
 }
 
-#[test]
-fn three_ranks_under_mpirun_give_the_server_the_total_rate() {
-    let _one = one_job();
+/// How a job's ranks are started.
+#[derive(Clone, Copy, Debug)]
+enum Launcher {
+    /// `--rank`, `--world`, `--coordinator` on each process.
+    ByHand,
+    /// A real Open MPI `mpirun -np 3` (the ranks learn who they are from its variables).
+    Mpirun,
+}
+
+/// `mpirun -np 3 loadgen --coordinator ... ARGS`, started; and the coordinator it names.
+fn mpirun(args: &[&str]) -> (Guard, String) {
     let mpirun = testkit::setup_env("SERVBENCH_MPIRUN", "openmpi");
-    let (_sim, url) = testkit::srv_sim(&["--ttft", "5ms", "--itl", "2ms"]);
-    holds_in_one_of_three("3 ranks under mpirun, 150 req/s", || {
-        let coordinator = format!("127.0.0.1:{}", testkit::free_port());
-        let mut c = Command::new(&mpirun);
-        c.args(["--oversubscribe", "--bind-to", "none", "-np", "3"])
-            .arg(testkit::bin("loadgen"))
-            .args(["--url", &url, "--coordinator", &coordinator])
-            .args(["-r", "150", "--arrival", "constant", "--duration", "4s"])
-            .args(["--max-tokens", "4", "--input-len", "16"])
-            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut mpi = Guard::spawn(c);
-        // The server's own count of finished requests over 2 s in the middle of the point.
+    let coordinator = format!("127.0.0.1:{}", testkit::free_port());
+    let mut c = Command::new(&mpirun);
+    c.args(["--oversubscribe", "--bind-to", "none", "-np", "3"])
+        .arg(testkit::bin("loadgen"))
+        .args(["--coordinator", &coordinator])
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    (Guard::spawn(c), coordinator)
+}
+
+/// Runs a job of 3 ranks to its end, each rank to success: every rank's records (rank 0's
+/// stdout, or mpirun's, which is rank 0's).
+fn run_job(how: Launcher, args: &[&str]) -> Vec<Value> {
+    match how {
+        Launcher::ByHand => job_ok(args),
+        Launcher::Mpirun => {
+            let (mut mpi, _) = mpirun(args);
+            let out = wait_output(&mut mpi.child, Duration::from_secs(60));
+            assert!(out.status.success(), "{}", stderr(&out));
+            json_lines(&out.stdout)
+        }
+    }
+}
+
+/// The server's finished requests per second over 2 s in the middle of the point.
+fn rate_sampler(url: &str) -> std::thread::JoinHandle<f64> {
+    let url = url.to_string();
+    std::thread::spawn(move || {
         wait_for_load(&url);
         std::thread::sleep(Duration::from_millis(800));
         let (n0, t0) = (metric(&url, "vllm:request_success_total"), Instant::now());
         std::thread::sleep(Duration::from_secs(2));
         let (n1, t1) = (metric(&url, "vllm:request_success_total"), Instant::now());
-        let rate = (n1 - n0) / (t1 - t0).as_secs_f64();
-        let out = wait_output(&mut mpi.child, Duration::from_secs(60));
-        assert!(out.status.success(), "{}", stderr(&out));
-        // Every line whole, though three processes' records went through mpirun's stdout.
-        let records = json_lines(&out.stdout);
+        (n1 - n0) / (t1 - t0).as_secs_f64()
+    })
+}
+
+/// The median of the server's running requests over 1.2 s in the middle of the point.
+fn running_sampler(url: &str) -> std::thread::JoinHandle<f64> {
+    let url = url.to_string();
+    std::thread::spawn(move || {
+        wait_for_load(&url);
+        std::thread::sleep(Duration::from_millis(800));
+        let mut seen: Vec<f64> = (0..15)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(80));
+                metric(&url, "vllm:num_requests_running")
+            })
+            .collect();
+        seen.sort_by(f64::total_cmp);
+        seen[seen.len() / 2]
+    })
+}
+
+/// 150 req/s over 3 ranks (50 each): the server finishes 150 req/s, within 2%.
+fn total_rate(how: Launcher) {
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "5ms", "--itl", "2ms"]);
+    holds_in_one_of_three(&format!("3 ranks {how:?}, 150 req/s"), || {
+        let sampler = rate_sampler(&url);
+        // Constant arrivals: the rate is exact, so 2% measures loadgen, not Poisson noise.
+        let records = run_job(
+            how,
+            &[
+                "--url",
+                &url,
+                "-r",
+                "150",
+                "--arrival",
+                "constant",
+                "--duration",
+                "4s",
+                "--max-tokens",
+                "4",
+                "--input-len",
+                "16",
+            ],
+        );
+        let rate = sampler.join().unwrap();
+        // Every line whole, though three processes' records went through one stdout.
         let (parts, merged) = summaries(&records);
         assert_eq!(parts.len(), WORLD);
         for s in &parts {
@@ -300,6 +351,103 @@ fn three_ranks_under_mpirun_give_the_server_the_total_rate() {
             "server finished {rate:.1} req/s; {asked} sent; starts within {spread:.3} ms"
         ))
     });
+}
+
+#[test]
+fn three_ranks_under_mpirun_give_the_server_the_total_rate() {
+    let _one = one_job();
+    total_rate(Launcher::Mpirun);
+}
+
+#[test]
+fn three_ranks_by_hand_give_the_server_the_total_rate() {
+    let _one = one_job();
+    total_rate(Launcher::ByHand);
+}
+
+#[test]
+fn three_ranks_under_mpirun_give_the_server_the_total_concurrency() {
+    let _one = one_job();
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "20ms", "--itl", "5ms"]);
+    holds_in_one_of_three("3 ranks under mpirun, c=7", || {
+        let sampler = running_sampler(&url);
+        let records = run_job(
+            Launcher::Mpirun,
+            &[
+                "--url",
+                &url,
+                "-c",
+                "7",
+                "--duration",
+                "3s",
+                "--max-tokens",
+                "40",
+                "--input-len",
+                "16",
+            ],
+        );
+        let running = sampler.join().unwrap();
+        let (parts, merged) = summaries(&records);
+        let shares: Vec<u64> = parts
+            .iter()
+            .map(|s| s["ranks"]["share_concurrency"].as_u64().unwrap())
+            .collect();
+        assert_eq!(shares, vec![3, 2, 2]);
+        check(
+            "server's running requests",
+            running,
+            (running - 7.0).abs() <= 7.0 * 0.02,
+        )?;
+        let spread = start_spread_ms(&parts);
+        let merged_spread = merged["ranks"]["start_spread_ms"].as_f64().unwrap();
+        check("start spread (ms)", spread, spread <= 5.0)?;
+        Ok(format!(
+            "server saw {running} running; starts within {spread:.3} ms (merged says {merged_spread:.3})"
+        ))
+    });
+}
+
+#[test]
+fn a_killed_rank_under_mpirun_fails_the_job_naming_it() {
+    let _one = one_job();
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "10ms", "--itl", "5ms"]);
+    let (mut mpi, coordinator) = mpirun(&[
+        "--url",
+        &url,
+        "-c",
+        "6",
+        "--duration",
+        "60s",
+        "--max-tokens",
+        "8",
+    ]);
+    wait_for_load(&url);
+    // One of the ranks mpirun started for this job (its own coordinator on the command line).
+    let victim = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd);
+            cmd.contains(&coordinator) && cmd.starts_with(testkit::bin("loadgen").to_str().unwrap())
+        })
+        .max()
+        .expect("a rank of the job");
+    // SAFETY: kill(2) on a rank of the job this test started.
+    unsafe {
+        libc::kill(victim as i32, libc::SIGKILL);
+    }
+    let started = Instant::now();
+    // Nothing hangs: the job ends long before the point's 60 s.
+    let out = wait_output(&mut mpi.child, Duration::from_secs(30));
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(" (pid {victim} on ")) && err.contains("closed its connection"),
+        "the surviving ranks name the killed one: {err}"
+    );
 }
 
 #[test]
