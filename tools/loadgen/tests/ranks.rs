@@ -634,12 +634,25 @@ fn ranks_started_with_other_arguments_are_refused_by_rank_0() {
     let _one = one_job();
     let coordinator = format!("127.0.0.1:{}", testkit::free_port());
     let url = "http://127.0.0.1:9";
-    let mut r0 = rank(0, &coordinator, &["--url", url, "-c", "4"], None);
-    let mut r1 = rank(1, &coordinator, &["--url", url, "-c", "8"], None);
+    // A rank that comes after rank 0 has refused another and left finds nobody listening and
+    // retries until --rank-timeout (rank 0 may just not listen yet): 10 s here, not 120.
+    let t = ["--rank-timeout", "10s"];
+    let mut r0 = rank(
+        0,
+        &coordinator,
+        &[&t[..], &["--url", url, "-c", "4"]].concat(),
+        None,
+    );
+    let mut r1 = rank(
+        1,
+        &coordinator,
+        &[&t[..], &["--url", url, "-c", "8"]].concat(),
+        None,
+    );
     let mut r2 = rank(
         2,
         &coordinator,
-        &["--url", url, "-c", "4", "--label", "mine=yes"],
+        &[&t[..], &["--url", url, "-c", "4", "--label", "mine=yes"]].concat(),
         None,
     );
     let out = wait_output(&mut r0.child, Duration::from_secs(30));
