@@ -62,6 +62,16 @@ enum Cmd {
     End(u64, oneshot::Sender<PointTelemetry>),
 }
 
+/// Puts the calling thread at the lowest priority (nice 19, this thread only): a scrape and
+/// its parse take a millisecond of CPU, and on a pinned client core it must not delay a send
+/// the dispatcher is due to make. Failing to lower it changes only that, so it is not fatal.
+fn yield_to_the_senders() {
+    // SAFETY: setpriority on this thread's own id; no memory is passed.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+    }
+}
+
 /// The telemetry thread's handle; dropping it ends the thread.
 pub struct Telemetry {
     tx: Option<mpsc::Sender<Cmd>>,
@@ -77,7 +87,10 @@ impl Telemetry {
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("loadgen-telemetry".into())
-            .spawn(move || Scraper::new(plan).serve(rx))
+            .spawn(move || {
+                yield_to_the_senders();
+                Scraper::new(plan).serve(rx)
+            })
             .ok()?;
         Some(Telemetry {
             tx: Some(tx),

@@ -353,3 +353,67 @@ fn the_servers_prefix_hit_rate_matches_the_prefix_groups_in_both_name_flavours()
         }
     }
 }
+
+/// The scraping thread must not take the client core from a send that is due: it runs at
+/// nice 19 while the threads that send stay at the process's own priority.
+#[test]
+fn the_telemetry_thread_runs_at_the_lowest_priority_and_the_senders_do_not() {
+    let (_sim, url) = sim(&[]);
+    let mut child = testkit::cmd("loadgen")
+        .args([
+            "--url",
+            &url,
+            "-c",
+            "2",
+            "--duration",
+            "4s",
+            "--max-tokens",
+            "8",
+        ])
+        .args(["--scrape-interval", "100ms", "--no-requests"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run loadgen");
+    // A thread's nice value is field 19 of its stat (after the parenthesised name).
+    let nice_of_threads = |pid: u32| -> Vec<(String, i64)> {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return Vec::new();
+        };
+        tasks
+            .flatten()
+            .filter_map(|t| {
+                let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+                let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+                let after = &stat[stat.rfind(')')? + 2..];
+                let nice = after.split(' ').nth(16)?.parse().ok()?;
+                Some((comm.trim().to_string(), nice))
+            })
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut threads = Vec::new();
+    while std::time::Instant::now() < deadline {
+        threads = nice_of_threads(child.id());
+        if threads.iter().any(|(c, _)| c == "loadgen-telemet") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.wait();
+    // comm holds 15 characters: "loadgen-telemetry" reads "loadgen-telemet".
+    let scraper: Vec<_> = threads
+        .iter()
+        .filter(|(c, _)| c == "loadgen-telemet")
+        .collect();
+    assert_eq!(scraper.len(), 1, "one telemetry thread among {threads:?}");
+    assert_eq!(scraper[0].1, 19, "{threads:?}");
+    assert!(
+        threads
+            .iter()
+            .filter(|(c, _)| c != "loadgen-telemet")
+            .all(|(_, n)| *n == 0),
+        "the other threads keep the process's priority: {threads:?}"
+    );
+}
