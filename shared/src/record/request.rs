@@ -210,9 +210,43 @@ pub struct RequestRecord {
 }
 }
 
+/// A year in milliseconds: no time a request record carries is longer (as `cli::MAX_DURATION`
+/// bounds every duration given to the tools).
+const MAX_RECORD_MS: f64 = 365.0 * 24.0 * 3600.0 * 1000.0;
+
 impl RequestRecord {
     pub fn is_ok(&self) -> bool {
         self.error.is_none()
+    }
+
+    /// Why the record's times cannot be real (a latency below zero, not a number, or over a
+    /// year): a reader takes such a record as a malformed line instead of folding it into a
+    /// histogram. None when every time is plausible.
+    pub fn implausible_time(&self) -> Option<String> {
+        let latencies = [
+            ("ttft_ms", self.ttft_ms),
+            ("ttft_reasoning_ms", self.ttft_reasoning_ms),
+            ("e2e_ms", self.e2e_ms),
+            ("tpot_ms", self.tpot_ms),
+        ];
+        let itl = self.itl_ms.iter().map(|v| ("itl_ms", Some(*v)));
+        for (field, value) in latencies.into_iter().chain(itl) {
+            if let Some(v) = value
+                && !(0.0..=MAX_RECORD_MS).contains(&v)
+            {
+                return Some(format!("{field} {v:?} is not a latency (0 ms to a year)"));
+            }
+        }
+        // Offsets from the point's start may be slightly negative (a closed loop's head start).
+        for (field, v) in [
+            ("intended_ms", self.intended_ms),
+            ("send_lag_ms", self.send_lag_ms),
+        ] {
+            if !(-MAX_RECORD_MS..=MAX_RECORD_MS).contains(&v) {
+                return Some(format!("{field} {v:?} is not a time within a year"));
+            }
+        }
+        None
     }
 
     /// The fast read path for a `request` line (no newline), for readers of millions of them

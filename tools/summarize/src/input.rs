@@ -218,20 +218,21 @@ pub fn load_one(
         if bytes.is_empty() {
             continue;
         }
-        if let Some(request) = RequestRecord::parse_lean(bytes) {
-            inputs.request_lines += 1;
-            warn_newer(&mut warned_version, request.v, name, line_no);
-            add_request(inputs, request, slo, name);
-            continue;
-        }
-        // A record whose content is unusable (a summary's histogram that does not decode) is
-        // a malformed line like one that does not parse: named by its place, and skipped.
-        let added = line_text(bytes)
-            .and_then(|text| Record::parse(text).map_err(|e| e.to_string()))
-            .and_then(|record| {
-                warn_newer(&mut warned_version, record.version(), name, line_no);
-                add_record(inputs, record, slo, name)
-            });
+        // A record whose content is unusable (a summary's histogram that does not decode, a
+        // request's negative latency) is a malformed line like one that does not parse: named
+        // by its place, and skipped.
+        let added = match RequestRecord::parse_lean(bytes) {
+            Some(request) => {
+                warn_newer(&mut warned_version, request.v, name, line_no);
+                add_request(inputs, request, slo, name)
+            }
+            None => line_text(bytes)
+                .and_then(|text| Record::parse(text).map_err(|e| e.to_string()))
+                .and_then(|record| {
+                    warn_newer(&mut warned_version, record.version(), name, line_no);
+                    add_record(inputs, record, slo, name)
+                }),
+        };
         match added {
             Ok(()) => {}
             Err(reason) => {
@@ -262,7 +263,17 @@ fn note_source(acc: &mut Acc, source: &str) {
     }
 }
 
-fn add_request(inputs: &mut Inputs, mut r: RequestRecord, slo: Option<&Slo>, source: &str) {
+/// One request into its point; `Err`: its times cannot be real.
+fn add_request(
+    inputs: &mut Inputs,
+    mut r: RequestRecord,
+    slo: Option<&Slo>,
+    source: &str,
+) -> Result<(), String> {
+    if let Some(why) = r.implausible_time() {
+        return Err(why);
+    }
+    inputs.request_lines += 1;
     // The labels move into the key: statistics do not read them.
     let key = AccKey {
         labels: std::mem::take(&mut r.labels),
@@ -274,6 +285,7 @@ fn add_request(inputs: &mut Inputs, mut r: RequestRecord, slo: Option<&Slo>, sou
     acc.from_requests
         .get_or_insert_with(PointStats::new)
         .add_request(&r, slo);
+    Ok(())
 }
 
 /// One parsed record into `inputs`; `Err`: why its content is unusable.
@@ -284,10 +296,7 @@ fn add_record(
     source: &str,
 ) -> Result<(), String> {
     match record {
-        Record::Request(r) => {
-            inputs.request_lines += 1;
-            add_request(inputs, *r, slo, source);
-        }
+        Record::Request(r) => add_request(inputs, *r, slo, source)?,
         Record::Summary(s) if s.ranks.as_ref().is_some_and(|r| r.merged) => {
             // Checked now, where its line is known; used (or not) once every source is read.
             PointStats::from_summary(&s).map_err(|e| bad_histogram(&s, e))?;

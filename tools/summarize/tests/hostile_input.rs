@@ -73,3 +73,68 @@ fn a_summary_whose_histogram_does_not_decode_is_a_malformed_line_named_by_its_pl
     );
     assert!(out.stdout.is_empty(), "nothing summarized under --strict");
 }
+
+/// Request records whose times cannot be real (a negative TTFT, an E2E of 1e300 ms) were
+/// folded into the histograms and showed a TTFT of 1.8e16 ms: each is a malformed line named
+/// by its place, the point is summarized from the others, and `--strict` refuses the file.
+#[test]
+fn a_request_whose_latency_cannot_be_real_is_a_malformed_line_named_by_its_place() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/clean.jsonl");
+    let mut requests: Vec<Value> = std::fs::read_to_string(fixture)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["kind"] == "request" && r["point"]["index"] == 0)
+        .collect();
+    let n = requests.len();
+    assert!(n >= 4, "the fixture's first point has requests");
+    requests[1]["ttft_ms"] = Value::from(-5.0);
+    requests[2]["e2e_ms"] = Value::from(1e300);
+    let text: String = requests.iter().map(|r| format!("{r}\n")).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("times.jsonl");
+    std::fs::write(&file, text).unwrap();
+    let path = file.to_str().unwrap();
+
+    let out = summarize(&[
+        "--format",
+        "json",
+        "--cols",
+        "conc,requests,ttft_min,e2e_max",
+        path,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!("{path}:2: ttft_ms -5.0 is not a latency")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{path}:3: e2e_ms 1e300 is not a latency")),
+        "{err}"
+    );
+    let table: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let rows: Vec<&Value> = table["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["rows"].as_array().unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        rows[0]["requests"].as_u64(),
+        Some(n as u64 - 2),
+        "{:?}",
+        rows[0]
+    );
+    assert!(rows[0]["ttft_min"].as_f64().unwrap() > 0.0, "{:?}", rows[0]);
+    assert!(rows[0]["e2e_max"].as_f64().unwrap() < 1e4, "{:?}", rows[0]);
+
+    let out = summarize(&["--strict", path]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.starts_with(&format!("summarize: error: {path}:2: ttft_ms -5.0")),
+        "{err}"
+    );
+}
