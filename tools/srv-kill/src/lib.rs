@@ -226,6 +226,10 @@ fn kill_all(cfg: &Args, out: &mut RecordWriter<std::io::Stdout>) -> Result<Exit>
             continue;
         }
         exit = Exit::Failed;
+        // A host that could not be reached is the one error line below, said once.
+        if matches!(error, Some(TargetError::Unreachable(_))) && !connect_errors.is_empty() {
+            continue;
+        }
         cli::warn(format!(
             "{} on {}: {}",
             rec.target,

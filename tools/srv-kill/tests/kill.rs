@@ -294,3 +294,25 @@ fn bad_usage_is_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("srv-kill: error: --match"));
 }
+
+/// A host that cannot be reached is one error line (exit 2), not a warning per target and
+/// then the same words again; the record still says what was not killed.
+#[test]
+fn an_unreachable_host_is_one_error_line() {
+    let port = free_port();
+    let out = cmd("srv-kill")
+        .args(["--host", &format!("127.0.0.1:{port}"), "--pid", "12345"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("srv-kill: error: ") && stderr.contains(&port.to_string()),
+        "{stderr}"
+    );
+    let recs = json_lines(&out.stdout);
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!(recs[0]["ok"], false);
+}
