@@ -409,6 +409,8 @@ pub struct Formatter {
     /// The served model name as a JSON string literal (quotes included).
     model_json: String,
     prompt_tokens: u32,
+    /// Cached prompt tokens, where usage reports them (`--enable-prompt-tokens-details`).
+    cached_tokens: Option<u32>,
     continuous_usage: bool,
     /// `data: {"id":..,"object":..,"created":..,"model":..,"choices":[{"index":0,` for this request.
     head: String,
@@ -438,18 +440,32 @@ impl Formatter {
             created,
             model_json: model_json.to_string(),
             prompt_tokens: req.prompt_tokens,
+            cached_tokens: None,
             continuous_usage: req.continuous_usage,
             head,
         }
+    }
+
+    /// Usage reports `cached` prompt tokens from now on, as vLLM with
+    /// `--enable-prompt-tokens-details` does.
+    pub fn report_cached(&mut self, cached: u32) {
+        self.cached_tokens = Some(cached);
     }
 
     fn usage(&self, out: &mut Vec<u8>, completion: u32) {
         let p = self.prompt_tokens;
         let _ = write!(
             Bytes(out),
-            "\"usage\":{{\"prompt_tokens\":{p},\"total_tokens\":{},\"completion_tokens\":{completion}}}",
+            "\"usage\":{{\"prompt_tokens\":{p},\"total_tokens\":{},\"completion_tokens\":{completion}",
             u64::from(p) + u64::from(completion)
         );
+        if let Some(c) = self.cached_tokens {
+            let _ = write!(
+                Bytes(out),
+                ",\"prompt_tokens_details\":{{\"cached_tokens\":{c}}}"
+            );
+        }
+        out.push(b'}');
     }
 
     /// The chat stream's first event: the assistant role and empty content.
@@ -514,7 +530,7 @@ impl Formatter {
             "prompt_tokens": self.prompt_tokens,
             "total_tokens": u64::from(self.prompt_tokens) + u64::from(completion),
             "completion_tokens": completion,
-            "prompt_tokens_details": null,
+            "prompt_tokens_details": self.cached_tokens.map(|c| json!({"cached_tokens": c})),
         });
         let v = match self.endpoint {
             Endpoint::Completions => json!({

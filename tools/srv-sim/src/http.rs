@@ -62,6 +62,8 @@ pub struct App {
     pub body_timeout: Option<Duration>,
     /// One prefix cache per engine (empty: prefix caching off); set after [`App::new`].
     pub prefix: Vec<Mutex<PrefixCache>>,
+    /// `--enable-prompt-tokens-details`: usage carries the request's cached prompt tokens.
+    pub prompt_tokens_details: bool,
     /// HTTPS (`--ssl-certfile`): connections are served behind this acceptor; set after [`App::new`].
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     pub generation_requests: AtomicU64,
@@ -94,6 +96,7 @@ impl App {
             kv_cache_tokens: c.kv_cache_tokens,
             spec_decoding: c.spec_decoding,
             body_timeout: None,
+            prompt_tokens_details: false,
             prefix: Vec::new(),
             tls: None,
             generation_requests: AtomicU64::new(0),
@@ -489,13 +492,17 @@ async fn generate(
 
     let progress = Progress::new(request.max_tokens);
     let engine = (n % app.engines.len() as u64) as usize;
+    let cached = prefix::admit(&app.prefix, engine, &request.blocks, request.prompt_tokens);
     app.engines[engine].submit(Submit {
         progress: progress.clone(),
         prompt_tokens: request.prompt_tokens,
-        cached: prefix::admit(&app.prefix, engine, &request.blocks, request.prompt_tokens),
+        cached,
         arrival,
     });
-    let fmt = Formatter::new(endpoint, n, unix_now(), &app.model_json, &request);
+    let mut fmt = Formatter::new(endpoint, n, unix_now(), &app.model_json, &request);
+    if app.prompt_tokens_details {
+        fmt.report_cached(cached);
+    }
     let text_seed = request.text_seed ^ app.seed;
     let stream = TokenStream {
         progress,

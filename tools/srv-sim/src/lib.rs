@@ -146,6 +146,10 @@ pub struct Config {
     /// Turn prefix caching off (vLLM's spelling; on by default, as in vLLM)
     #[arg(long)]
     pub no_enable_prefix_caching: bool,
+    /// Report each request's cached prompt tokens in `usage.prompt_tokens_details.cached_tokens`
+    /// (vLLM's flag; off by default, as in vLLM)
+    #[arg(long)]
+    pub enable_prompt_tokens_details: bool,
     /// Seed for generated text, faults and speculative acceptance
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub seed: u64,
@@ -432,6 +436,7 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
     });
     let idle = (!config.idle_timeout.is_zero()).then_some(config.idle_timeout);
     app.body_timeout = idle;
+    app.prompt_tokens_details = config.enable_prompt_tokens_details;
     if !config.no_enable_prefix_caching {
         let tokens = kv_cache_tokens.unwrap_or(prefix::UNBOUNDED_TOKENS);
         app.prefix = (0..config.replicas())

@@ -119,3 +119,71 @@ fn sglang_names_count_cached_tokens_and_the_latest_hit_rate() {
     let (_, text) = get(sim.port, "/metrics");
     assert_eq!(metric(&text, "srv_sim:prefix_cache_resets_total"), 1.0);
 }
+
+/// `--enable-prompt-tokens-details` (vLLM's flag): each answer's usage says how many prompt
+/// tokens came from the cache, streamed and not; without it the field is absent or null, as in
+/// vLLM by default.
+#[test]
+fn prompt_tokens_details_report_each_requests_cached_tokens_when_asked() {
+    let usage_of = |ex: &Exchange| -> serde_json::Value {
+        let text = String::from_utf8_lossy(&ex.body).into_owned();
+        let json = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|l| l.contains("\"usage\""))
+            .last()
+            .map(str::to_string)
+            .unwrap_or(text);
+        serde_json::from_str::<serde_json::Value>(&json).unwrap()["usage"].clone()
+    };
+    let streamed = |words: &[String]| {
+        format!(
+            r#"{{"prompt":"{}","max_tokens":2,"stream":true,"stream_options":{{"include_usage":true}}}}"#,
+            words.join(" ")
+        )
+    };
+    let whole = |words: &[String]| {
+        format!(
+            r#"{{"prompt":"{}","max_tokens":2,"stream":false}}"#,
+            words.join(" ")
+        )
+    };
+    let sim = start(&[
+        "--ttft",
+        "1ms",
+        "--itl",
+        "0",
+        "--enable-prompt-tokens-details",
+    ]);
+    let first = post(sim.port, "/v1/completions", &streamed(&prompt(100, 20, 0)));
+    assert_eq!(
+        usage_of(&first)["prompt_tokens_details"]["cached_tokens"],
+        0
+    );
+    // 100 shared words: 6 whole blocks of 16 are cached for the next prompt.
+    let second = post(sim.port, "/v1/completions", &streamed(&prompt(100, 20, 1)));
+    assert_eq!(
+        usage_of(&second)["prompt_tokens_details"]["cached_tokens"],
+        96
+    );
+    let third = post(sim.port, "/v1/completions", &whole(&prompt(100, 20, 2)));
+    assert_eq!(
+        usage_of(&third)["prompt_tokens_details"]["cached_tokens"],
+        96
+    );
+
+    let plain = start(&["--ttft", "1ms", "--itl", "0"]);
+    post(
+        plain.port,
+        "/v1/completions",
+        &streamed(&prompt(100, 20, 0)),
+    );
+    let again = post(
+        plain.port,
+        "/v1/completions",
+        &streamed(&prompt(100, 20, 1)),
+    );
+    assert!(usage_of(&again).get("prompt_tokens_details").is_none());
+    let whole_again = post(plain.port, "/v1/completions", &whole(&prompt(100, 20, 2)));
+    assert!(usage_of(&whole_again)["prompt_tokens_details"].is_null());
+}
