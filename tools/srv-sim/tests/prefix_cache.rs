@@ -130,8 +130,7 @@ fn prompt_tokens_details_report_each_requests_cached_tokens_when_asked() {
         let json = text
             .lines()
             .filter_map(|l| l.strip_prefix("data: "))
-            .filter(|l| l.contains("\"usage\""))
-            .last()
+            .rfind(|l| l.contains("\"usage\""))
             .map(str::to_string)
             .unwrap_or(text);
         serde_json::from_str::<serde_json::Value>(&json).unwrap()["usage"].clone()
