@@ -98,14 +98,22 @@ async fn whole_inner(pool: &Pool, path: &str, body: Bytes, o: &mut Outcome) -> R
             ),
         ));
     }
-    let count = |key: &str| {
-        v.get("usage")
-            .and_then(|u| u.get(key))
+    let count = |at: &[&str]| {
+        at.iter()
+            .try_fold(&v["usage"], |v, key| v.get(key))
             .and_then(serde_json::Value::as_u64)
             .and_then(|n| u32::try_from(n).ok())
     };
-    o.usage_completion = count("completion_tokens");
-    o.usage_prompt = count("prompt_tokens");
+    o.usage_completion = count(&["completion_tokens"]);
+    o.usage_prompt = count(&["prompt_tokens"]);
+    o.cached_tokens = count(&["prompt_tokens_details", "cached_tokens"]);
+    // A conversation resends the reply: the answer's content (chat) or text (completions),
+    // as the stream's content chunks would have given it.
+    if let Some(reply) = o.reply.as_mut() {
+        let choice = &v["choices"][0];
+        let text = choice["message"]["content"].as_str();
+        reply.push_str(text.or(choice["text"].as_str()).unwrap_or_default());
+    }
     Ok(())
 }
 

@@ -331,3 +331,45 @@ fn conversations_against_srv_sim_count_the_whole_history() {
         assert_eq!(s["ok"], 6);
     }
 }
+
+/// `--no-stream` conversations resend the reply too: the whole answer's content goes into the
+/// next turn's history as the stream's chunks would (it went in empty), and the answer's
+/// cached-token count is recorded.
+#[test]
+fn no_stream_conversations_resend_the_reply_and_record_cached_tokens() {
+    let (_sim, url) = testkit::srv_sim(&[
+        "--ttft",
+        "1ms",
+        "--itl",
+        "0",
+        "--enable-prompt-tokens-details",
+    ]);
+    let turns = |extra: &[&str]| -> Vec<(u64, u64, Option<u64>)> {
+        let args = [
+            &["--url", &url, "--api", "chat", "-c", "1", "-n", "1"][..],
+            &["--turns", "2", "--input-len", "40", "--max-tokens", "4"],
+            extra,
+        ]
+        .concat();
+        let records = run_ok(&args);
+        let mut t: Vec<_> = kinds(&records, "request")
+            .iter()
+            .map(|r| {
+                (
+                    r["turn"].as_u64().unwrap(),
+                    r["prompt_tokens"].as_u64().unwrap(),
+                    r["cached_tokens"].as_u64(),
+                )
+            })
+            .collect();
+        t.sort_unstable();
+        t
+    };
+    let streamed = turns(&[]);
+    let whole = turns(&["--no-stream"]);
+    assert_eq!(streamed.len(), 2, "{streamed:?}");
+    // Turn 2 holds turn 1's 40 words, its 4-word reply and 40 new words.
+    assert_eq!(streamed[1].1, whole[1].1, "{streamed:?} vs {whole:?}");
+    assert!(whole[1].1 >= 84, "{whole:?}");
+    assert!(whole.iter().all(|t| t.2.is_some()), "{whole:?}");
+}
