@@ -69,6 +69,11 @@ pub fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The records of one kind among a tool's output, in order.
+pub fn of_kind<'a>(records: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
+    records.iter().filter(|r| r["kind"] == kind).collect()
+}
+
 /// A port that was free on 127.0.0.1 a moment ago, chosen the way srv-launch chooses one
 /// (below the ephemeral range, so the test's own client connections cannot take it).
 pub fn free_port() -> u16 {

@@ -11,6 +11,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::process::Output;
 use std::time::Duration;
+use testkit::of_kind;
 use testkit::{alive, bash, json_lines, sh, wait_gone};
 
 /// A record of a kind no tool knows: passed on by every tool that passes records on.
@@ -238,10 +239,6 @@ fn pipeline(fault: &str, loadgen: &str, reader: Reader) -> Run {
         kill: read("kill.jsonl"),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
-}
-
-fn of_kind<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    records.iter().filter(|r| r["kind"] == kind).collect()
 }
 
 /// What every case must hold: the server is gone, and each point's finished requests are

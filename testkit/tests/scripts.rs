@@ -6,6 +6,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
+use testkit::of_kind;
 use testkit::{Guard, bin_dir, free_port, json_lines, wait_port};
 
 fn script(name: &str) -> PathBuf {
@@ -29,10 +30,6 @@ fn run_script(name: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("run the script")
-}
-
-fn of_kind<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    records.iter().filter(|r| r["kind"] == kind).collect()
 }
 
 fn stderr(out: &Output) -> String {

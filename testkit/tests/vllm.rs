@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use testkit::of_kind;
 use testkit::{Guard, bin_dir, cmd, free_port, json_lines, matched_pids, setup_env, wait_gone};
 
 /// The engine's own flags in every launch: a short context keeps the KV cache and warm-up small.
@@ -211,10 +212,6 @@ fn metric(page: &str, name: &str) -> f64 {
 
 fn port_free(port: u16) -> bool {
     TcpStream::connect(("127.0.0.1", port)).is_err()
-}
-
-fn of_kind<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    records.iter().filter(|r| r["kind"] == kind).collect()
 }
 
 fn u(v: &Value) -> u64 {

@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 use std::process::Output;
+use testkit::of_kind;
 use testkit::{cmd, json_lines};
 
 fn stderr(out: &Output) -> String {
@@ -20,10 +21,6 @@ fn card(dir: &tempfile::TempDir) -> String {
     path.to_str().unwrap().to_string()
 }
 
-fn kinds<'a>(recs: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    recs.iter().filter(|r| r["kind"] == kind).collect()
-}
-
 #[test]
 fn gemm_writes_each_shape_and_a_step_whose_sums_add_up() {
     let dir = tempfile::tempdir().unwrap();
@@ -37,11 +34,11 @@ fn gemm_writes_each_shape_and_a_step_whose_sums_add_up() {
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let recs = json_lines(&out.stdout);
-    let steps = kinds(&recs, "gemm_step");
+    let steps = of_kind(&recs, "gemm_step");
     assert_eq!(steps.len(), 2, "one step per batch: {recs:?}");
     for step in steps {
         let batch = step["batch"].as_u64().unwrap();
-        let gemms: Vec<&Value> = kinds(&recs, "gemm")
+        let gemms: Vec<&Value> = of_kind(&recs, "gemm")
             .into_iter()
             .filter(|g| g["batch"] == batch)
             .collect();
@@ -154,8 +151,8 @@ fn decode_compute_times_both_halves_of_the_same_step() {
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let recs = json_lines(&out.stdout);
-    assert_eq!(kinds(&recs, "decode").len(), 2);
-    let steps = kinds(&recs, "gemm_step");
+    assert_eq!(of_kind(&recs, "decode").len(), 2);
+    let steps = of_kind(&recs, "gemm_step");
     assert_eq!(steps.len(), 2);
     for s in steps {
         assert_eq!(
@@ -164,7 +161,7 @@ fn decode_compute_times_both_halves_of_the_same_step() {
         );
     }
     // TP2 halves the shards: the qkv of 2 heads + 2 x 1 replicated KV head, 64 wide.
-    let qkv = kinds(&recs, "gemm")
+    let qkv = of_kind(&recs, "gemm")
         .into_iter()
         .find(|g| g["name"] == "qkv")
         .unwrap();

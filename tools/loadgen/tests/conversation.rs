@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use server::Behavior;
 use std::process::{Output, Stdio};
 use std::time::Duration;
+use testkit::of_kind;
 
 fn loadgen(args: &[&str]) -> Output {
     testkit::cmd("loadgen")
@@ -25,10 +26,6 @@ fn run_ok(args: &[&str]) -> Vec<Value> {
         String::from_utf8_lossy(&out.stderr)
     );
     testkit::json_lines(&out.stdout)
-}
-
-fn kinds<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    records.iter().filter(|r| r["kind"] == kind).collect()
 }
 
 /// The capture server's reply to a request: one word naming the request's own text, so a
@@ -118,7 +115,7 @@ fn turn_k_prompt_holds_turns_1_to_k_minus_1_and_their_replies_chat() {
     }
     assert_eq!(by_turns, [0, 3, 3, 3]);
 
-    let reqs = kinds(&recs, "request");
+    let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len(), 9);
     let mut seen = std::collections::BTreeSet::new();
     for r in &reqs {
@@ -131,7 +128,7 @@ fn turn_k_prompt_holds_turns_1_to_k_minus_1_and_their_replies_chat() {
         assert_eq!(r["prompt_tokens_target"].as_u64().is_some(), t == 1, "{r}");
     }
     assert_eq!(seen.len(), 9);
-    let s = kinds(&recs, "summary")[0];
+    let s = of_kind(&recs, "summary")[0];
     assert_eq!(s["turns"], "3");
     assert_eq!(s["sessions"], 3);
     assert_eq!(s["think_time"], "0s");
@@ -216,7 +213,7 @@ fn think_time_separates_turns_and_sessions_fill_the_slots() {
         "--max-tokens",
         "2",
     ]);
-    let reqs = kinds(&recs, "request");
+    let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len(), 8);
     let f = |r: &Value, k: &str| r[k].as_f64().unwrap();
     let mut spans = Vec::new();
@@ -317,7 +314,7 @@ fn conversations_against_srv_sim_count_the_whole_history() {
             "--max-tokens",
             "4",
         ]);
-        for r in kinds(&recs, "request") {
+        for r in of_kind(&recs, "request") {
             let t = r["turn"].as_u64().unwrap();
             // srv-sim counts words: 20 per user turn, 4 per reply.
             assert_eq!(
@@ -326,7 +323,7 @@ fn conversations_against_srv_sim_count_the_whole_history() {
                 "{api}: {r}"
             );
         }
-        let s = kinds(&recs, "summary")[0];
+        let s = of_kind(&recs, "summary")[0];
         assert_eq!(s["prompt_len_exact"], 2, "{api}: turn 1 of each session");
         assert_eq!(s["ok"], 6);
     }
@@ -352,7 +349,7 @@ fn no_stream_conversations_resend_the_reply_and_record_cached_tokens() {
         ]
         .concat();
         let records = run_ok(&args);
-        let mut t: Vec<_> = kinds(&records, "request")
+        let mut t: Vec<_> = of_kind(&records, "request")
             .iter()
             .map(|r| {
                 (

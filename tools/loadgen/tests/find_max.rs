@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 use std::process::Stdio;
+use testkit::of_kind;
 use testkit::{check, holds_in_one_of_three};
 
 fn loadgen(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
@@ -18,10 +19,6 @@ fn loadgen(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
         testkit::json_lines(&out.stdout),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-fn kinds<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    records.iter().filter(|r| r["kind"] == kind).collect()
 }
 
 #[test]
@@ -63,12 +60,12 @@ fn find_max_rate_lands_within_its_precision_of_a_known_capacity() {
             "--no-requests",
         ]);
         assert_eq!(code, Some(0), "{err}");
-        let search = kinds(&recs, "search");
+        let search = of_kind(&recs, "search");
         assert_eq!(search.len(), 1, "{err}");
         let s = search[0];
         assert_eq!(s["var"], "rate_rps");
         // Every probe was a normal point with its summary; the probes' points are those.
-        let summaries = kinds(&recs, "summary");
+        let summaries = of_kind(&recs, "summary");
         let points: Vec<u64> = s["probes"]
             .as_array()
             .unwrap()
@@ -135,7 +132,7 @@ fn find_max_concurrency_finds_the_slots() {
             "--no-requests",
         ]);
         assert_eq!(code, Some(0), "{err}");
-        let s = kinds(&recs, "search")[0];
+        let s = of_kind(&recs, "search")[0];
         assert_eq!(s["var"], "concurrency");
         let lo = s["max_passing"].as_f64().unwrap_or(0.0);
         check("max passing concurrency", lo, lo == 4.0)?;

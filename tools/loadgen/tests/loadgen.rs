@@ -7,6 +7,7 @@ use serde_json::Value;
 use server::{Behavior, Fault, Usage};
 use std::process::{Output, Stdio};
 use std::time::Duration;
+use testkit::of_kind;
 use testkit::{check, holds_in_one_of_three};
 
 fn loadgen(args: &[&str]) -> Output {
@@ -15,10 +16,6 @@ fn loadgen(args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("run loadgen")
-}
-
-fn kinds<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    records.iter().filter(|r| r["kind"] == kind).collect()
 }
 
 fn f(v: &Value) -> f64 {
@@ -69,7 +66,7 @@ fn ttft_and_itl_match_fixed_latency_truth() {
                 "20",
             ]);
             let truth = &srv.truths()[before..];
-            let reqs = kinds(&recs, "request");
+            let reqs = of_kind(&recs, "request");
             assert_eq!(reqs.len(), 8);
             assert_eq!(truth.len(), 8);
             let lg_ttft: Vec<f64> = reqs.iter().map(|r| f(&r["ttft_ms"])).collect();
@@ -93,7 +90,7 @@ fn ttft_and_itl_match_fixed_latency_truth() {
                 assert!((tpot - want).abs() < 1e-6);
                 worst_tpot_err = worst_tpot_err.max((tpot - 10.0).abs());
             }
-            let s = kinds(&recs, "summary")[0];
+            let s = of_kind(&recs, "summary")[0];
             assert_eq!(s["ok"], 8);
             assert_eq!(s["point"]["concurrency"], c.parse::<u32>().unwrap());
             let sum_ttft = f(&s["ttft_ms"]["mean"]);
@@ -151,9 +148,9 @@ fn multi_token_chunks_count_tokens_not_chunks() {
         let before = srv.truths().len();
         let recs = run_ok(&["--url", &srv.url(), "-n", "3", "--max-tokens", "16"]);
         let truth = &srv.truths()[before..];
-        let reqs = kinds(&recs, "request");
+        let reqs = of_kind(&recs, "request");
         assert_eq!(reqs.len(), truth.len());
-        let s = kinds(&recs, "summary")[0];
+        let s = of_kind(&recs, "summary")[0];
         assert_eq!(f(&s["tokens_per_chunk"]), 4.0);
         assert_eq!(s["output_tokens"], 48);
         let (mut worst_itl, mut worst_tpot): (f64, f64) = (0.0, 0.0);
@@ -199,7 +196,7 @@ fn role_only_first_chunk_is_not_the_first_token() {
         "--max-tokens",
         "5",
     ]);
-    for r in kinds(&recs, "request") {
+    for r in of_kind(&recs, "request") {
         let ttft = f(&r["ttft_ms"]);
         assert!(ttft >= 79.0, "role-only chunk counted: ttft {ttft}");
         assert_eq!(r["chunks"], 5);
@@ -218,7 +215,7 @@ fn usage_in_the_final_chunk_moves_neither_ttft_nor_e2e() {
         ..Behavior::default()
     });
     let recs = run_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "4"]);
-    for r in kinds(&recs, "request") {
+    for r in of_kind(&recs, "request") {
         let (ttft, e2e) = (f(&r["ttft_ms"]), f(&r["e2e_ms"]));
         assert!((29.0..45.0).contains(&ttft), "ttft {ttft}");
         assert!(e2e < 120.0, "e2e moved by the usage chunk: {e2e}");
@@ -232,7 +229,7 @@ fn usage_in_the_final_chunk_moves_neither_ttft_nor_e2e() {
         ..Behavior::default()
     });
     let recs = run_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "6"]);
-    for r in kinds(&recs, "request") {
+    for r in of_kind(&recs, "request") {
         assert_eq!(r["output_tokens"], 6);
         assert_eq!(r["output_tokens_source"], "usage");
     }
@@ -242,7 +239,7 @@ fn usage_in_the_final_chunk_moves_neither_ttft_nor_e2e() {
         ..Behavior::default()
     });
     let recs = run_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "6"]);
-    for r in kinds(&recs, "request") {
+    for r in of_kind(&recs, "request") {
         assert_eq!(r["output_tokens"], 6);
         assert_eq!(r["output_tokens_source"], "chunks");
     }
@@ -271,7 +268,7 @@ fn exact_input_lengths_via_tokenize_or_probes() {
             "--shared-prefix",
             "10",
         ]);
-        let reqs = kinds(&recs, "request");
+        let reqs = of_kind(&recs, "request");
         assert_eq!(reqs.len(), 12);
         for r in &reqs {
             assert_eq!(
@@ -279,7 +276,7 @@ fn exact_input_lengths_via_tokenize_or_probes() {
                 "tokenize={tokenize}: {r}"
             );
         }
-        for s in kinds(&recs, "summary") {
+        for s in of_kind(&recs, "summary") {
             assert_eq!(s["prompt_len_exact"], 6);
             assert_eq!(s["prompt_len_targeted"], 6);
         }
@@ -308,7 +305,7 @@ fn open_loop_latency_includes_the_wait_for_a_send_slot() {
         "--max-tokens",
         "2",
     ]);
-    let reqs = kinds(&recs, "request");
+    let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len(), 6);
     for r in &reqs {
         let id = r["id"].as_u64().unwrap() as f64;
@@ -323,7 +320,7 @@ fn open_loop_latency_includes_the_wait_for_a_send_slot() {
             "request {id}: ttft {ttft} lacks the slot wait"
         );
     }
-    let s = kinds(&recs, "summary")[0];
+    let s = of_kind(&recs, "summary")[0];
     assert_eq!(f(&s["point"]["rate_rps"]), 20.0);
     assert_eq!(s["arrival"], "constant");
     assert_eq!(s["max_concurrency"], 1);
@@ -348,14 +345,14 @@ fn open_loop_follows_absolute_deadlines() {
         "--max-tokens",
         "2",
     ]);
-    let reqs = kinds(&recs, "request");
+    let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len(), 100);
     for r in &reqs {
         let id = r["id"].as_u64().unwrap() as f64;
         assert!((f(&r["intended_ms"]) - 5.0 * id).abs() < 0.01);
     }
     // On a quiet machine the lag is tens of microseconds; allow a loaded box its hiccups.
-    let s = kinds(&recs, "summary")[0];
+    let s = of_kind(&recs, "summary")[0];
     assert!(f(&s["send_lag_ms"]["p50"]) < 2.0, "{}", s["send_lag_ms"]);
 }
 
@@ -390,7 +387,7 @@ fn every_error_class_is_counted() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let recs = testkit::json_lines(&out.stdout);
-    let s = kinds(&recs, "summary")[0];
+    let s = of_kind(&recs, "summary")[0];
     let by = &s["errors_by_class"];
     assert_eq!(s["ok"], 2, "{s}");
     assert_eq!(by["http_5xx"], 2, "{by}");
@@ -405,7 +402,7 @@ fn every_error_class_is_counted() {
             "first {class} error shown once: {stderr}"
         );
     }
-    let failed: Vec<_> = kinds(&recs, "request")
+    let failed: Vec<_> = of_kind(&recs, "request")
         .into_iter()
         .filter(|r| r.get("error").is_some())
         .collect();
@@ -457,8 +454,8 @@ fn server_down_model_missing_or_all_failed_exit_1() {
     );
     // The failed point's records and summary are still written; no later point ran.
     let recs = testkit::json_lines(&out.stdout);
-    assert_eq!(kinds(&recs, "request").len(), 3);
-    let sums = kinds(&recs, "summary");
+    assert_eq!(of_kind(&recs, "request").len(), 3);
+    let sums = of_kind(&recs, "summary");
     assert_eq!(sums.len(), 1);
     assert_eq!(sums[0]["errors_by_class"]["http_5xx"], 3);
 }
@@ -500,8 +497,8 @@ fn ctrl_c_writes_a_partial_summary_and_every_finished_request() {
         String::from_utf8_lossy(&out.stderr)
     );
     let recs = testkit::json_lines(&out.stdout);
-    let reqs = kinds(&recs, "request");
-    let sums = kinds(&recs, "summary");
+    let reqs = of_kind(&recs, "request");
+    let sums = of_kind(&recs, "summary");
     assert_eq!(sums.len(), 1);
     let s = sums[0];
     assert_eq!(s["partial"], true);
@@ -563,15 +560,15 @@ fn server_record_on_stdin_is_the_target_and_passes_through() {
     assert_eq!(lines[0], server_line, "passed through unchanged, first");
     assert_eq!(lines[1], other);
     let recs = testkit::json_lines(&out.stdout);
-    for r in kinds(&recs, "request")
+    for r in of_kind(&recs, "request")
         .into_iter()
-        .chain(kinds(&recs, "summary"))
+        .chain(of_kind(&recs, "summary"))
     {
         assert_eq!(r["labels"]["engine"], "sim");
         assert_eq!(r["labels"]["run"], "a");
         assert!(r["point"].get("input_len").is_none());
     }
-    let reqs = kinds(&recs, "request");
+    let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len(), 2);
     assert_eq!(
         reqs[0]["output_tokens"], 3,
@@ -600,8 +597,8 @@ fn ramp_stops_on_saturation_and_names_the_best_level() {
         "4",
         "--no-requests",
     ]);
-    assert!(kinds(&recs, "request").is_empty());
-    let ramp = kinds(&recs, "ramp");
+    assert!(of_kind(&recs, "request").is_empty());
+    let ramp = of_kind(&recs, "ramp");
     assert_eq!(ramp.len(), 1);
     let r = ramp[0];
     assert_eq!(r["stopped_by"], "saturated", "{r}");
@@ -609,7 +606,7 @@ fn ramp_stops_on_saturation_and_names_the_best_level() {
     assert!(levels.len() >= 2);
     assert_eq!(levels[0]["concurrency"], 1);
     assert_eq!(levels[1]["concurrency"], 2);
-    assert_eq!(kinds(&recs, "summary").len(), levels.len());
+    assert_eq!(of_kind(&recs, "summary").len(), levels.len());
     assert!(r["best_concurrency"].as_u64().is_some());
 }
 
@@ -657,8 +654,8 @@ fn warmup_is_not_counted_and_repeats_are_numbered() {
     ]);
     // 4 points x (2 warmup + 3 counted) generation requests reached the server.
     assert_eq!(srv.requests.load(std::sync::atomic::Ordering::SeqCst), 20);
-    assert_eq!(kinds(&recs, "request").len(), 12);
-    let points: Vec<(u64, u64, u64)> = kinds(&recs, "summary")
+    assert_eq!(of_kind(&recs, "request").len(), 12);
+    let points: Vec<(u64, u64, u64)> = of_kind(&recs, "summary")
         .iter()
         .map(|s| {
             assert_eq!(s["requests"], 3);
@@ -691,7 +688,7 @@ fn duration_bounds_a_point() {
         "4",
     ]);
     assert!(started.elapsed() < Duration::from_secs(10));
-    let s = kinds(&recs, "summary")[0];
+    let s = of_kind(&recs, "summary")[0];
     assert_eq!(s["partial"], false);
     let n = s["requests"].as_u64().unwrap();
     // ~35 ms per request, 2 at a time, for 1 s: tens of requests, and every one finished.
@@ -745,5 +742,5 @@ fn second_ctrl_c_exits_at_once() {
     assert_eq!(out.status.code(), Some(130));
     let recs = testkit::json_lines(&out.stdout);
     // The two requests that finished before the stall were written, whole.
-    assert_eq!(kinds(&recs, "request").len(), 2);
+    assert_eq!(of_kind(&recs, "request").len(), 2);
 }

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use testkit::of_kind;
 use testkit::{Guard, check, holds_in_one_of_three, json_lines, wait_output};
 
 const WORLD: usize = 3;
@@ -22,10 +23,6 @@ static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn one_job() -> std::sync::MutexGuard<'static, ()> {
     ONE_JOB.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn of_kind<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    records.iter().filter(|r| r["kind"] == kind).collect()
 }
 
 fn stderr(out: &Output) -> String {

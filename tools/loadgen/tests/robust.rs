@@ -4,16 +4,12 @@
 
 mod server;
 
-use serde_json::Value;
 use server::Behavior;
 use std::io::{BufRead, BufReader};
 use std::process::{Output, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-fn kinds<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    records.iter().filter(|r| r["kind"] == kind).collect()
-}
+use testkit::of_kind;
 
 /// Runs loadgen to its end, failing the test past `limit`.
 fn loadgen(args: &[&str], limit: Duration) -> Output {
@@ -179,7 +175,7 @@ fn a_dead_server_stops_the_point_as_server_down_without_being_hammered() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("server down"), "{stderr}");
     let recs = testkit::json_lines(&out.stdout);
-    let sums = kinds(&recs, "summary");
+    let sums = of_kind(&recs, "summary");
     assert_eq!(sums.len(), 1, "{stderr}");
     let s = sums[0];
     assert_eq!(s["partial"], true);
@@ -197,7 +193,7 @@ fn a_dead_server_stops_the_point_as_server_down_without_being_hammered() {
         (3..500).contains(&connect),
         "{connect} requests sent at a refused port"
     );
-    let reqs = kinds(&recs, "request");
+    let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len() as u64, s["requests"].as_u64().unwrap());
     let mut ids: Vec<u64> = reqs.iter().map(|r| r["id"].as_u64().unwrap()).collect();
     ids.sort_unstable();
@@ -321,7 +317,7 @@ fn a_stream_with_finish_reason_and_no_done_is_complete() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let recs = testkit::json_lines(&out.stdout);
-    let s = kinds(&recs, "summary")[0];
+    let s = of_kind(&recs, "summary")[0];
     assert_eq!((s["ok"].as_u64(), s["errors"].as_u64()), (Some(4), Some(0)));
     assert_eq!(s["output_tokens"], 12);
 }
@@ -341,7 +337,7 @@ fn a_stream_without_finish_reason_or_done_is_incomplete() {
     );
     assert_eq!(out.status.code(), Some(1));
     let recs = testkit::json_lines(&out.stdout);
-    let reqs = kinds(&recs, "request");
+    let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len(), 3);
     for r in reqs {
         assert_eq!(r["error"]["class"], "reset", "{r}");
@@ -389,7 +385,7 @@ fn a_servers_error_body_is_escaped_before_it_reaches_stderr() {
         "a faked line: {stderr}"
     );
     let recs = testkit::json_lines(&out.stdout);
-    let reqs = kinds(&recs, "request");
+    let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len(), 2);
     for r in reqs {
         assert_eq!(r["error"]["class"], "http_5xx", "{r}");
@@ -463,7 +459,7 @@ fn a_trace_row_beyond_a_year_ends_the_point_with_a_warning() {
         "{stderr}"
     );
     let recs = testkit::json_lines(&out.stdout);
-    let s = kinds(&recs, "summary")[0];
+    let s = of_kind(&recs, "summary")[0];
     assert_eq!(
         (s["requests"].as_u64(), s["ok"].as_u64()),
         (Some(1), Some(1)),

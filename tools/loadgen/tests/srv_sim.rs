@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 use std::process::Stdio;
+use testkit::of_kind;
 use testkit::{Guard, check, holds_in_one_of_three};
 
 /// Starts srv-sim on a free port with `args`; returns its guard and base URL.
@@ -21,10 +22,6 @@ fn loadgen(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
         testkit::json_lines(&out.stdout),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-fn of_kind<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    records.iter().filter(|r| r["kind"] == kind).collect()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

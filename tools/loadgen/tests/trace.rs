@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use server::Behavior;
 use std::process::{Output, Stdio};
 use std::time::Duration;
+use testkit::of_kind;
 
 fn loadgen(args: &[&str]) -> Output {
     testkit::cmd("loadgen")
@@ -24,10 +25,6 @@ fn run_ok(args: &[&str]) -> Vec<Value> {
         String::from_utf8_lossy(&out.stderr)
     );
     testkit::json_lines(&out.stdout)
-}
-
-fn kinds<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    records.iter().filter(|r| r["kind"] == kind).collect()
 }
 
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
@@ -72,7 +69,7 @@ fn requests_leave_at_the_traces_times_with_its_lengths() {
     assert!(err.contains("not in time order"), "{err}");
     let recs = testkit::json_lines(&out.stdout);
     for (index, speed) in [(0, 1.0), (1, 4.0)] {
-        let mut reqs: Vec<&Value> = kinds(&recs, "request")
+        let mut reqs: Vec<&Value> = of_kind(&recs, "request")
             .into_iter()
             .filter(|r| r["point"]["index"] == index)
             .collect();
@@ -93,7 +90,7 @@ fn requests_leave_at_the_traces_times_with_its_lengths() {
             assert!((t - wt / speed).abs() < 1e-6, "speed {speed}: {got:?}");
             assert_eq!((*i, *o), (wi, wo), "srv-sim counts the row's lengths");
         }
-        let s = kinds(&recs, "summary")
+        let s = of_kind(&recs, "summary")
             .into_iter()
             .find(|s| s["point"]["index"] == index)
             .unwrap();
@@ -173,7 +170,7 @@ fn azure_csv_times_are_dates_and_bad_traces_name_the_line() {
         "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,48,3\n2023-11-16 18:17:04.1319600,31,2\n",
     );
     let recs = run_ok(&["--url", &url, "--trace", &csv, "--trace-speed", "0.5"]);
-    let reqs = kinds(&recs, "request");
+    let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len(), 2);
     let t = reqs
         .iter()

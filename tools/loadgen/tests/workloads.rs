@@ -8,6 +8,7 @@ mod server;
 use serde_json::{Value, json};
 use server::Behavior;
 use std::process::{Output, Stdio};
+use testkit::of_kind;
 
 fn loadgen(args: &[&str]) -> Output {
     testkit::cmd("loadgen")
@@ -22,10 +23,6 @@ fn run_ok(args: &[&str]) -> (Vec<Value>, String) {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "loadgen {args:?} failed: {err}");
     (testkit::json_lines(&out.stdout), err)
-}
-
-fn kinds<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    records.iter().filter(|r| r["kind"] == kind).collect()
 }
 
 /// The generation requests' bodies the capture server received.
@@ -77,7 +74,7 @@ fn extra_body_arrives_merged_and_loadgen_keeps_what_it_measures() {
     );
     // Each warning once, not once per point or request.
     assert_eq!(err.matches("--extra-body sets").count(), 2, "{err}");
-    let s = kinds(&recs, "summary")[0];
+    let s = of_kind(&recs, "summary")[0];
     assert_eq!(
         s["extra_body"]["chat_template_kwargs"]["enable_thinking"],
         false
@@ -113,7 +110,7 @@ fn extra_body_arrives_merged_and_loadgen_keeps_what_it_measures() {
         (b["temperature"].clone(), b["seed"].clone()),
         (json!(0.7), json!(7))
     );
-    assert_eq!(kinds(&recs, "summary")[0]["temperature"], 0.7);
+    assert_eq!(of_kind(&recs, "summary")[0]["temperature"], 0.7);
 
     // Bad input: one line naming the flag (and the file).
     for (value, says) in [
@@ -167,7 +164,7 @@ fn flush_cache_calls_the_engine_endpoint_before_each_point() {
         .cloned()
         .collect();
     assert_eq!(order, [point.clone(), point].concat());
-    for s in kinds(&recs, "summary") {
+    for s in of_kind(&recs, "summary") {
         assert_eq!(s["cache_flushed"], true, "{s}");
     }
 
@@ -193,7 +190,7 @@ fn flush_cache_calls_the_engine_endpoint_before_each_point() {
     assert_eq!(err.matches("--flush-cache").count(), 1, "{err}");
     assert!(err.contains("POST /flush_cache answered HTTP 404"), "{err}");
     let recs = testkit::json_lines(&out.stdout);
-    let summaries = kinds(&recs, "summary");
+    let summaries = of_kind(&recs, "summary");
     assert_eq!(summaries.len(), 2);
     assert!(summaries.iter().all(|s| s["cache_flushed"] == false));
 
@@ -282,7 +279,7 @@ fn prefix_groups_give_the_stated_hit_rate_in_srv_sim() {
     args.extend(["-c", "1,4", "--flush-cache", "--engine", "sim"]);
     let (recs, _) = run_ok(&args);
     let after = prefix_counters(&url);
-    let summaries = kinds(&recs, "summary");
+    let summaries = of_kind(&recs, "summary");
     assert_eq!(summaries.len(), 2);
     let stated: Vec<f64> = summaries
         .iter()
@@ -314,7 +311,7 @@ fn prefix_groups_give_the_stated_hit_rate_in_srv_sim() {
     args.extend(["-c", "2", "--repeat", "2", "--seed", "1"]);
     let (recs, _) = run_ok(&args);
     let after = prefix_counters(&url);
-    let stated: Vec<f64> = kinds(&recs, "summary")
+    let stated: Vec<f64> = of_kind(&recs, "summary")
         .iter()
         .map(|s| s["prefix_hit_rate_expected"].as_f64().unwrap())
         .collect();
@@ -358,7 +355,7 @@ fn no_stream_measures_e2e_and_tokens_and_leaves_ttft_out() {
         "--max-tokens",
         "11",
     ]);
-    let reqs = kinds(&recs, "request");
+    let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len(), 4);
     for r in &reqs {
         assert!(r.get("ttft_ms").is_none(), "TTFT absent, not zero: {r}");
@@ -373,7 +370,7 @@ fn no_stream_measures_e2e_and_tokens_and_leaves_ttft_out() {
         let e2e = r["e2e_ms"].as_f64().unwrap();
         assert!((100.0..2000.0).contains(&e2e), "{r}");
     }
-    let s = kinds(&recs, "summary")[0];
+    let s = of_kind(&recs, "summary")[0];
     assert_eq!(
         (s["ok"].as_u64(), s["output_tokens"].as_u64()),
         (Some(4), Some(44))
