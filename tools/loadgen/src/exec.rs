@@ -2,7 +2,7 @@
 //! us, classified (content, reasoning, usage, error), and turned into the `request` record.
 //! A non-streaming one (`--no-stream`) is timed at the end of its answer, tokens from its usage.
 
-use crate::http::{Failure, Pool, hyper_failure, status_failure};
+use crate::http::{Failure, Pool, hyper_failure, read_whole, status_failure};
 use crate::sse::{SseParser, classify};
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -45,6 +45,10 @@ impl Default for Outcome {
     }
 }
 
+/// The longest SSE line held while its end has not arrived: a chunk is a few hundred bytes,
+/// and a server that never ends its line must not grow loadgen without end.
+const MAX_SSE_LINE_BYTES: usize = 16 << 20;
+
 fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -69,12 +73,7 @@ async fn whole_inner(pool: &Pool, path: &str, body: Bytes, o: &mut Outcome) -> R
         .send(|| pool.target.request(hyper::Method::POST, path, body.clone()))
         .await?;
     let status = resp.status().as_u16();
-    let bytes = resp
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| hyper_failure(&e))?
-        .to_bytes();
+    let bytes = read_whole(resp.into_body()).await?;
     if !(200..300).contains(&status) {
         return Err(status_failure(status, &bytes));
     }
@@ -209,6 +208,15 @@ async fn stream_inner(
         });
         if bad.is_some() || done {
             break;
+        }
+        if parser.pending() > MAX_SSE_LINE_BYTES {
+            return Err(Failure::new(
+                ErrorClass::Protocol,
+                format!(
+                    "an SSE line longer than {} MiB without its end: not a chunk of this stream",
+                    MAX_SSE_LINE_BYTES >> 20
+                ),
+            ));
         }
     }
     if let Some(f) = bad {

@@ -4,7 +4,7 @@
 //! `https://` targets speak the same HTTP/1.1 over TLS ([`crate::tls`]).
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{HeaderName, HeaderValue};
@@ -300,12 +300,7 @@ impl Pool {
                 .send(|| self.target.request(method.clone(), path, body.clone()))
                 .await?;
             let status = resp.status().as_u16();
-            let bytes = resp
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| hyper_failure(&e))?
-                .to_bytes();
+            let bytes = read_whole(resp.into_body()).await?;
             self.give_back(conn);
             Ok((status, bytes))
         };
@@ -315,6 +310,28 @@ impl Pool {
                 format!("no answer within --timeout {}s", limit.as_secs_f64()),
             ))
         })
+    }
+}
+
+/// The most of one answer read whole into memory (probes, `/metrics`, a `--no-stream`
+/// answer): a server that sends more fails the request instead of growing loadgen without end.
+pub const MAX_WHOLE_BODY_BYTES: usize = 64 << 20;
+
+/// An answer's whole body, at most [`MAX_WHOLE_BODY_BYTES`].
+pub async fn read_whole(body: Incoming) -> Result<Bytes, Failure> {
+    match Limited::new(body, MAX_WHOLE_BODY_BYTES).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(Failure::new(
+            ErrorClass::Protocol,
+            format!(
+                "answer larger than {} MiB: not an answer to this request",
+                MAX_WHOLE_BODY_BYTES >> 20
+            ),
+        )),
+        Err(e) => match e.downcast::<hyper::Error>() {
+            Ok(e) => Err(hyper_failure(&e)),
+            Err(e) => Err(Failure::new(ErrorClass::Protocol, e.to_string())),
+        },
     }
 }
 

@@ -491,3 +491,83 @@ fn a_reader_leaving_as_the_last_requests_finish_never_panics() {
         assert_eq!(out.status.code(), Some(0), "round {round}: {err}");
     }
 }
+
+/// A server on 127.0.0.1 that lists a model and answers every POST with `hostile`'s bytes
+/// after `head` (connection closed after each answer). For answers no real server gives.
+fn hostile_server(head: &'static str, hostile: fn(&mut std::net::TcpStream)) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(64) {
+            let Ok(mut c) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut req = [0u8; 8192];
+                let n = c.read(&mut req).unwrap_or(0);
+                if req[..n].starts_with(b"GET /v1/models") {
+                    let body = r#"{"object":"list","data":[{"id":"m","max_model_len":4096}]}"#;
+                    let _ = write!(
+                        c,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                } else if req[..n].starts_with(b"POST") {
+                    let _ = c.write_all(head.as_bytes());
+                    hostile(&mut c);
+                } else {
+                    let _ = c.write_all(
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    );
+                }
+            });
+        }
+    });
+    url
+}
+
+/// Writes up to 64 MiB plus a little of bytes without a line break (a reader that stops
+/// earlier ends the write).
+fn endless_line(c: &mut std::net::TcpStream) {
+    use std::io::Write;
+    let block = vec![b'a'; 1 << 20];
+    let _ = c.write_all(b"data: ");
+    for _ in 0..65 {
+        if c.write_all(&block).is_err() {
+            return;
+        }
+    }
+}
+
+/// A server that never ends an SSE line, or sends a whole answer larger than any real one:
+/// the request fails as a protocol error naming the bound, and loadgen does not grow without
+/// end (it held every byte before).
+#[test]
+fn an_endless_line_or_a_huge_answer_fails_the_request_instead_of_growing_without_end() {
+    let streamed = hostile_server(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n",
+        endless_line,
+    );
+    let whole = hostile_server(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 69206016\r\nConnection: close\r\n\r\n",
+        endless_line,
+    );
+    for (url, extra, bound) in [
+        (&streamed, None, "an SSE line longer than 16 MiB"),
+        (&whole, Some("--no-stream"), "answer larger than 64 MiB"),
+    ] {
+        let mut args = vec!["--url", url, "-n", "1", "--max-tokens", "2"];
+        args.extend(["--prompts", "builtin", "--model", "m"]);
+        args.extend(extra);
+        let out = loadgen(&args, Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let records = testkit::json_lines(&out.stdout);
+        let requests = of_kind(&records, "request");
+        assert_eq!(requests.len(), 1, "{stderr}");
+        let error = &requests[0]["error"];
+        assert_eq!(error["class"], "protocol", "{error}");
+        assert!(
+            error["message"].as_str().unwrap().contains(bound),
+            "{error}"
+        );
+    }
+}
