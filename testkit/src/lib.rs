@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod own_sshd;
+
 /// The directory holding the workspace's built binaries (`target/debug` or `target/release`).
 pub fn bin_dir() -> PathBuf {
     // Test executables live in target/<profile>/deps/.

@@ -29,7 +29,8 @@ pub struct SshArgs {
     /// Private key for SSH (default: the agent, then ~/.ssh/id_ed25519, id_ecdsa, id_rsa)
     #[arg(long, value_name = "KEY", env = "SERVBENCH_SSH_IDENTITY")]
     pub identity: Option<PathBuf>,
-    /// known_hosts file to check host keys against (default ~/.ssh/known_hosts)
+    /// known_hosts file to check host keys against (default ~/.ssh/known_hosts and
+    /// known_hosts2; /etc/ssh/ssh_known_hosts and ssh_known_hosts2 are read too)
     #[arg(long, value_name = "FILE", env = "SERVBENCH_SSH_KNOWN_HOSTS")]
     pub known_hosts: Option<PathBuf>,
     /// Trust a host key seen for the first time and add it to known_hosts (a changed or

@@ -3,6 +3,7 @@
 
 mod auth;
 mod host;
+mod host_cert;
 mod known_hosts;
 
 pub use host::{HostSpec, SshOptions};
@@ -11,7 +12,7 @@ use super::{Detached, Exec, ExecError, Listeners, Output, Signal, detached_scrip
 use crate::procs::{
     PORT_TABLES, ProcId, ProcTable, parse_listen_inodes, parse_snapshot, pick_free_port,
 };
-use auth::{authenticate, check_host_key};
+use auth::{authenticate, check_host_key, load_known_hosts, prefer_known_host_key_types};
 use std::io::Read;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Mutex;
@@ -72,12 +73,14 @@ impl Ssh {
             .map_err(|e| ExecError::Connect(format!("ssh {spec}: cannot start libssh2: {e}")))?;
         session.set_tcp_stream(tcp);
         session.set_timeout(opts.connect_timeout.as_millis() as u32);
+        let known = load_known_hosts(&spec, opts)?;
+        prefer_known_host_key_types(&session, &spec, &known)?;
         session.handshake().map_err(|e| {
             ExecError::Connect(format!(
                 "ssh {spec}: SSH handshake failed ({e}): is that port an SSH server?"
             ))
         })?;
-        check_host_key(&session, &spec, opts)?;
+        check_host_key(&session, &spec, opts, &known)?;
         authenticate(&session, &spec, opts)?;
         session.set_timeout(opts.command_timeout.as_millis() as u32);
         session.set_keepalive(false, opts.keepalive.as_secs().max(1) as u32);

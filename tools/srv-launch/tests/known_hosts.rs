@@ -1,6 +1,6 @@
 //! known_hosts as OpenSSH reads it, against the real loopback sshd (scripts/setup/sshd.sh, on a
-//! port other than 22): a revoked key is refused even with --accept-new-host, an entry without
-//! a port names port 22 only, and a new entry never corrupts a last line without a newline.
+//! port other than 22): a revoked key is refused even with --accept-new-host, and a new entry
+//! never corrupts a last line without a newline (the port rule: tests/host_keys.rs).
 
 use std::process::{Command, Output, Stdio};
 use testkit::{cmd, sshd};
@@ -54,22 +54,6 @@ fn a_revoked_host_key_is_refused_even_with_accept_new_host() {
         std::fs::read_to_string(&kh).unwrap(),
         text,
         "nothing appended"
-    );
-}
-
-#[test]
-fn an_entry_without_a_port_names_port_22_only() {
-    let s = sshd();
-    assert_ne!(s.port, "22", "the test sshd must listen off port 22");
-    let dir = tempfile::tempdir().unwrap();
-    let kh = dir.path().join("known_hosts");
-    std::fs::write(&kh, format!("127.0.0.1 {}\n", host_key_fields())).unwrap();
-    let out = connect(&kh, &[]);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("unknown host key") && err.contains(&format!("[127.0.0.1]:{}", s.port)),
-        "{err}"
     );
 }
 

@@ -9,8 +9,10 @@ use std::time::Duration;
 pub struct SshOptions {
     /// Private key file; without one the agent is tried, then ~/.ssh/id_ed25519, id_ecdsa, id_rsa.
     pub identity: Option<PathBuf>,
-    /// known_hosts file (default ~/.ssh/known_hosts).
+    /// The user's known_hosts file (default ~/.ssh/known_hosts and ~/.ssh/known_hosts2).
     pub known_hosts: Option<PathBuf>,
+    /// The system's known_hosts files, read after the user's (OpenSSH's GlobalKnownHostsFile).
+    pub global_known_hosts: Vec<PathBuf>,
     /// Trust (and record) a host key that is not yet known. A changed key is always refused.
     pub accept_new_host: bool,
     pub connect_timeout: Duration,
@@ -24,6 +26,10 @@ impl Default for SshOptions {
         SshOptions {
             identity: None,
             known_hosts: None,
+            global_known_hosts: vec![
+                PathBuf::from("/etc/ssh/ssh_known_hosts"),
+                PathBuf::from("/etc/ssh/ssh_known_hosts2"),
+            ],
             accept_new_host: false,
             connect_timeout: Duration::from_secs(10),
             command_timeout: Duration::from_secs(60),
