@@ -3,6 +3,8 @@
 //! Input: stdin or files (`-` is stdin), blank lines skipped, each line parsed into a [`Record`].
 //! A malformed line is an [`InputError`] naming `source:line` with a short excerpt; by default the
 //! reader warns and goes on (a count per source at the end), with `--strict` it is an error (exit 2).
+//! A line is at most [`MAX_RECORD_LINE_BYTES`]; a longer one ends its source the same way (a
+//! warning, or with `--strict` an error).
 //!
 //! Output: one record per line, each written whole and flushed at once so a pipeline streams.
 //! A write error is an [`OutputError`]: a closed stdout (EPIPE: the next tool exited) is
@@ -12,6 +14,7 @@
 pub use crate::diag::OutputError;
 
 use crate::diag;
+use crate::files::{LineRead, read_line_within};
 use crate::record::{Record, RecordKind, SCHEMA_VERSION};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, IsTerminal, Write};
@@ -92,7 +95,17 @@ pub enum InputError {
     },
     #[error("{source_name}: read failed: {err}")]
     Io { source_name: String, err: io::Error },
+    #[error(
+        "{source_name}:{line_no}: a line longer than {} without its end (no record is that long: is it a file of records?)",
+        crate::files::size_text(MAX_RECORD_LINE_BYTES)
+    )]
+    TooLong { source_name: String, line_no: usize },
 }
+
+/// The longest record line read: a request record with a million ITL values is about 10 MB.
+/// Past it the line is not a record, and the rest of its source is not read (where the next
+/// line begins is unknown, and finding it could mean reading without end).
+pub const MAX_RECORD_LINE_BYTES: u64 = 256 << 20;
 
 /// How many malformed lines to describe one by one before only counting them.
 const MALFORMED_SHOWN: usize = 3;
@@ -107,6 +120,8 @@ pub struct RecordReader<R: BufRead> {
     malformed: usize,
     warned_version: bool,
     buf: Vec<u8>,
+    /// A line past [`MAX_RECORD_LINE_BYTES`] ended this source.
+    ended: bool,
 }
 
 impl<R: BufRead> RecordReader<R> {
@@ -119,6 +134,7 @@ impl<R: BufRead> RecordReader<R> {
             malformed: 0,
             warned_version: false,
             buf: Vec::new(),
+            ended: false,
         }
     }
 
@@ -129,12 +145,29 @@ impl<R: BufRead> RecordReader<R> {
 
     fn next_line(&mut self) -> Option<Result<Line, InputError>> {
         loop {
+            if self.ended {
+                return None;
+            }
             self.buf.clear();
             // Bytes, not `read_line`: one line that is not UTF-8 is a malformed line like any
             // other, not the end of the input.
-            match self.reader.read_until(b'\n', &mut self.buf) {
-                Ok(0) => return None,
-                Ok(_) => {}
+            let read = read_line_within(&mut self.reader, &mut self.buf, MAX_RECORD_LINE_BYTES);
+            match read {
+                Ok(LineRead::End) => return None,
+                Ok(LineRead::Line) => {}
+                Ok(LineRead::TooLong) => {
+                    self.line_no += 1;
+                    self.ended = true;
+                    let err = InputError::TooLong {
+                        source_name: self.source.to_string(),
+                        line_no: self.line_no,
+                    };
+                    if self.strict {
+                        return Some(Err(err));
+                    }
+                    diag::warn(format!("{err}: the rest of {} is not read", self.source));
+                    return None;
+                }
                 Err(err) => {
                     return Some(Err(InputError::Io {
                         source_name: self.source.to_string(),

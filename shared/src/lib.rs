@@ -2,6 +2,7 @@
 //!
 //! - [`record`]: the record schema (the contract between tools), versioned;
 //! - [`jsonl`]: reading and writing records as JSON lines, pass-through included;
+//! - [`files`]: reading the files flags name, each within the bound of its kind;
 //! - [`cli`]: flags, parsers, exit codes and the error style every tool shares;
 //! - [`diag`]: the messages on stderr (`tool: warning: ...`) and the error kinds behind exit codes;
 //! - [`stats`]: the one implementation of request statistics and histograms;
@@ -15,16 +16,17 @@
 //!   the coordinator rendezvous, framed messages, clock offsets;
 //! - [`telemetry`]: the server's `/metrics` and its GPUs over a point, in one vocabulary.
 //!
-//! Modules use each other one way only (no circle): `jsonl` uses `record` and `diag`; `stats`
-//! uses `record`; `presets` uses `record` and `jsonl` (measured collective curves); `telemetry`
-//! uses `record` and `exec`; `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`;
-//! `ranks` uses `diag`; `cli` (exit codes for every module's errors) may use any of them, and no
-//! module uses `cli`.
+//! Modules use each other one way only (no circle): `files` uses none; `jsonl` uses `record`,
+//! `files` and `diag`; `stats` uses `record`; `presets` uses `record`, `files` and `jsonl`
+//! (measured collective curves); `telemetry` uses `record` and `exec`; `exec` uses `procs` and
+//! `diag`; `kill` uses `exec` and `procs`; `ranks` uses `diag`; `cli` (exit codes for every
+//! module's errors) may use any of them, and no module uses `cli`.
 
 pub mod cli;
 pub mod diag;
 pub mod engines;
 pub mod exec;
+pub mod files;
 pub mod jsonl;
 pub mod kill;
 pub mod presets;

@@ -55,7 +55,7 @@ fn load<T: serde::de::DeserializeOwned>(
     what: &str,
 ) -> Result<T, String> {
     if arg.ends_with(".json") || Path::new(arg).is_file() {
-        let text = std::fs::read_to_string(arg).map_err(|e| format!("cannot read {arg}: {e}"))?;
+        let text = crate::files::read_text(arg, crate::files::FileKind::Card)?;
         return serde_json::from_str(&text).map_err(|e| {
             format!("{arg}: not a {what} card: {e} (start from one: srv-sim --print-card NAME)")
         });

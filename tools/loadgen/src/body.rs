@@ -24,13 +24,16 @@ impl ExtraBody {
     pub fn parse(s: &str) -> Result<ExtraBody, String> {
         let (text, from) = match s.strip_prefix('@') {
             Some(path) => (
-                std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?,
+                servbench::files::read_text(path, servbench::files::FileKind::RequestBody)?,
                 format!("{path}: "),
             ),
             None => (s.to_string(), String::new()),
         };
         match serde_json::from_str::<Value>(&text) {
-            Ok(Value::Object(map)) => Ok(ExtraBody(map)),
+            Ok(Value::Object(map)) => {
+                refuse_other_measurements(&map).map_err(|e| format!("{from}{e}"))?;
+                Ok(ExtraBody(map))
+            }
             Ok(other) => Err(format!(
                 "{from}expected a JSON object ({{\"key\": value, ...}}), got {}",
                 kind(&other)
@@ -38,6 +41,27 @@ impl ExtraBody {
             Err(e) => Err(format!("{from}not JSON: {e}")),
         }
     }
+}
+
+/// Fields that make one request measure something else: several choices per request (`n`,
+/// `best_of`) stream as one, so TPOT and tok/s would count n choices' tokens as one answer's
+/// (4x low TPOT at n=4), and `echo` returns the prompt as output. Refused, not overridden: a
+/// run asking for them means another benchmark than the one loadgen measures.
+const OTHER_MEASUREMENTS: &[(&str, &str)] = &[("n", "1"), ("best_of", "1"), ("echo", "false")];
+
+fn refuse_other_measurements(map: &Map<String, Value>) -> Result<(), String> {
+    for (key, fine) in OTHER_MEASUREMENTS {
+        if let Some(v) = map.get(*key)
+            && !v.is_null()
+            && *v != serde_json::from_str::<Value>(fine).unwrap_or_default()
+        {
+            return Err(format!(
+                "\"{key}\": {}: loadgen measures one answer per request (TTFT, TPOT and tok/s of one choice); leave \"{key}\" out (or {fine})",
+                servbench::jsonl::excerpt(&v.to_string(), 40)
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -376,5 +400,27 @@ mod tests {
         std::fs::write(&f, r#"{"a":{"b":1}}"#).unwrap();
         let e = ExtraBody::parse(&format!("@{}", f.display())).unwrap();
         assert_eq!(e.0["a"]["b"], json!(1));
+    }
+
+    #[test]
+    fn extra_body_asking_for_several_choices_is_refused() {
+        for bad in [
+            r#"{"n":4}"#,
+            r#"{"best_of":2}"#,
+            r#"{"echo":true}"#,
+            r#"{"n":"4"}"#,
+        ] {
+            let e = ExtraBody::parse(bad).unwrap_err();
+            assert!(e.contains("one answer per request"), "{bad}: {e}");
+        }
+        for fine in [r#"{"n":1}"#, r#"{"best_of":null}"#, r#"{"echo":false}"#] {
+            assert!(ExtraBody::parse(fine).is_ok(), "{fine}");
+        }
+    }
+
+    #[test]
+    fn an_endless_extra_body_file_is_one_error_naming_the_bound() {
+        let e = ExtraBody::parse("@/dev/zero").unwrap_err();
+        assert!(e.contains("/dev/zero: larger than 64 MiB"), "{e}");
     }
 }

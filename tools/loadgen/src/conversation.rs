@@ -126,57 +126,6 @@ impl Think {
     }
 }
 
-/// Reads a conversations file: a ShareGPT JSON list (`[{"conversations":[{"from":"human",
-/// "value":...},{"from":"gpt",...},...]}]`) or JSON lines with `messages` (`role` and
-/// `content`). Only the user turns are kept, in order: the replies will be the server's.
-pub fn read_conversations(path: &str) -> Result<Vec<Vec<String>>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    let trimmed = text.trim_start();
-    let user_turns = |turns: &[Value], who: &str, what: &str| -> Vec<String> {
-        turns
-            .iter()
-            .filter(|t| matches!(t.get(who).and_then(Value::as_str), Some("human" | "user")))
-            .filter_map(|t| t.get(what).and_then(Value::as_str))
-            .filter(|t| !t.trim().is_empty())
-            .map(str::to_string)
-            .collect()
-    };
-    let mut out = Vec::new();
-    if trimmed.starts_with('[') {
-        let all: Value = serde_json::from_str(trimmed)
-            .map_err(|e| format!("{path}: not a ShareGPT JSON list: {e}"))?;
-        for c in all.as_array().into_iter().flatten() {
-            let turns = c.get("conversations").and_then(Value::as_array);
-            let users = user_turns(turns.map_or(&[][..], Vec::as_slice), "from", "value");
-            if !users.is_empty() {
-                out.push(users);
-            }
-        }
-    } else {
-        for (i, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let v: Value = serde_json::from_str(line)
-                .map_err(|e| format!("{path}:{}: not JSON: {e}", i + 1))?;
-            let Some(m) = v.get("messages").and_then(Value::as_array) else {
-                return Err(format!(
-                    "{path}:{}: needs a \"messages\" list (role, content)",
-                    i + 1
-                ));
-            };
-            let users = user_turns(m, "role", "content");
-            if !users.is_empty() {
-                out.push(users);
-            }
-        }
-    }
-    if out.is_empty() {
-        return Err(format!("{path}: no conversation with a user turn in it"));
-    }
-    Ok(out)
-}
-
 /// Where the user messages come from.
 #[derive(Clone)]
 pub enum Users {
@@ -205,7 +154,8 @@ pub fn source(args: &crate::Args, source: Source) -> anyhow::Result<Source> {
     let users = match (&source, args.prompts.as_deref()) {
         (Source::Synthetic(s), _) => Users::Synthetic(s.clone()),
         (_, Some(path)) if path != "builtin" => {
-            let all = read_conversations(path).map_err(servbench::cli::usage)?;
+            let all =
+                crate::prompt_files::read_conversations(path).map_err(servbench::cli::usage)?;
             let order = crate::workload::shuffled_order(all.len(), args.seed);
             Users::Listed(Arc::new(all), Arc::new(order))
         }
@@ -529,34 +479,5 @@ mod tests {
             assert!(!b.users.contains(u), "no two turns alike");
         }
         assert_ne!(a.users[0], a.users[1]);
-    }
-
-    #[test]
-    fn conversation_files_keep_the_user_turns_in_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let sg = dir.path().join("s.json");
-        std::fs::write(
-            &sg,
-            r#"[{"conversations":[{"from":"human","value":"q1"},{"from":"gpt","value":"a1"},{"from":"human","value":"q2"}]},
-                {"conversations":[{"from":"gpt","value":"only a reply"}]}]"#,
-        )
-        .unwrap();
-        assert_eq!(
-            read_conversations(sg.to_str().unwrap()).unwrap(),
-            vec![vec!["q1".to_string(), "q2".to_string()]]
-        );
-        let jl = dir.path().join("m.jsonl");
-        std::fs::write(
-            &jl,
-            "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"x\"},{\"role\":\"user\",\"content\":\"b\"}]}\n",
-        )
-        .unwrap();
-        assert_eq!(
-            read_conversations(jl.to_str().unwrap()).unwrap(),
-            vec![vec!["a".to_string(), "b".to_string()]]
-        );
-        std::fs::write(&jl, "{\"prompt\":\"a\"}\n").unwrap();
-        let e = read_conversations(jl.to_str().unwrap()).unwrap_err();
-        assert!(e.contains("m.jsonl:1:"), "{e}");
     }
 }

@@ -15,6 +15,7 @@ pub mod limits;
 pub mod pacing;
 pub mod probe;
 pub mod progress;
+pub mod prompt_files;
 pub mod ramp;
 pub mod ramp_run;
 pub mod ranks;

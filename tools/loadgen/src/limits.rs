@@ -51,6 +51,10 @@ pub fn validate(a: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The finest `--find-max-precision`: two loads 0.1% apart give the same measurement within
+/// its noise, and a finer search only bisects towards adjacent floats.
+const MIN_PRECISION: f64 = 0.001;
+
 /// The slowest `--rate`: below it the first send is so far off that its time overflows.
 const MIN_RATE: f64 = 0.001;
 
@@ -120,6 +124,11 @@ fn workloads(a: &Args) -> anyhow::Result<()> {
             "--turns needs synthetic prompts (--input-len) or a conversations file (--prompts FILE), not the built-in prompts",
         ));
     }
+    if a.turns == Some(crate::conversation::Turns::All) && a.prompts.is_none() {
+        return Err(cli::usage(
+            "--turns all takes every turn of a conversations file (--prompts FILE); synthetic conversations need a count (--turns 3) or a range (--turns 2..6)",
+        ));
+    }
     if a.turns.is_some() && a.ramp {
         return Err(cli::usage(
             "--ramp cannot run conversations (--turns); use -c with a list",
@@ -150,10 +159,10 @@ fn workloads(a: &Args) -> anyhow::Result<()> {
                 var.field()
             )));
         }
-        if !(a.find_max_precision > 0.0 && a.find_max_precision < 1.0) {
-            return Err(cli::usage(
-                "--find-max-precision is a share between 0 and 1 (0.05: 5%)",
-            ));
+        if !(a.find_max_precision >= MIN_PRECISION && a.find_max_precision < 1.0) {
+            return Err(cli::usage(format!(
+                "--find-max-precision is a share from {MIN_PRECISION} (0.1%) to below 1 (0.05: 5%): finer than a load point can tell apart"
+            )));
         }
         if a.find_max_tries == 0 {
             return Err(cli::usage("--find-max-tries must be at least 1"));
@@ -174,7 +183,7 @@ fn workloads(a: &Args) -> anyhow::Result<()> {
 
 /// Longest synthetic prompt loadgen builds, in tokens: 10 M (Llama 4 Scout's context); each
 /// request's body holds the prompt (about 6 bytes a token).
-const MAX_INPUT_LEN: u32 = 10_000_000;
+pub(crate) const MAX_INPUT_LEN: u32 = 10_000_000;
 /// Most runtime threads `--threads` takes: past a few per core they only cost memory.
 const MAX_THREADS: usize = 1024;
 /// Descriptors loadgen needs besides one socket per request in flight (stdio, the runtime's

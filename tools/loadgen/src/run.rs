@@ -196,7 +196,7 @@ impl<W: Write> Run<'_, W> {
             Some("builtin") => Some(workload::builtin()),
             // Conversations read the file's every user turn (conversation::source).
             Some(_) if self.args.turns.is_some() => Some(Vec::new()),
-            Some(path) => Some(workload::read_prompts_file(path).map_err(cli::usage)?),
+            Some(path) => Some(crate::prompt_files::read_prompts_file(path).map_err(cli::usage)?),
         };
         let input_lens: Vec<Option<u32>> = match (&self.args.input_len, &listed) {
             // A trace's rows have lengths of their own.

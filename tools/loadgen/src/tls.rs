@@ -33,8 +33,9 @@ pub fn connector(trust: &Trust) -> Result<tokio_rustls::TlsConnector, String> {
             .with_no_client_auth(),
         Trust::CaFile(path) => {
             let mut roots = RootCertStore::empty();
-            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-                .map_err(|e| format!("--cacert {path}: {e}"))?
+            let pem = servbench::files::read(path, servbench::files::FileKind::Certificates)
+                .map_err(|e| format!("--cacert: {e}"))?;
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
                 .collect::<Result<_, _>>()
                 .map_err(|e| format!("--cacert {path}: not PEM certificates: {e}"))?;
             let (added, _) = roots.add_parsable_certificates(certs);

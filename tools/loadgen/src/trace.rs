@@ -24,6 +24,7 @@ use crate::workload::{PromptText, VOCAB};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
+use servbench::files::{self, FileKind};
 use servbench::record::SummaryRecord;
 
 /// One request of a trace.
@@ -47,15 +48,17 @@ pub struct Trace {
     pub notes: Vec<String>,
 }
 
-/// Reads `path` (see the module's formats); errors name `path:line` and the fix.
+/// Reads `path` (see the module's formats); errors name `path:line` and the fix. The file is
+/// read line by line within the bounds of [`FileKind::Trace`].
 pub fn read(path: &str, block: u32) -> Result<Trace, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let mut lines = files::lines(path, FileKind::Trace)?;
+    let jsonl = lines.peek_non_space()? == Some(b'{');
+    let lines = lines.filter(|l| l.as_ref().map_or(true, |(_, text)| !text.trim().is_empty()));
     let mut notes = Vec::new();
-    let mut rows = if first.trim_start().starts_with('{') {
-        read_jsonl(path, &text, block)?
+    let mut rows = if jsonl {
+        read_jsonl(path, lines, block, &mut notes)?
     } else {
-        read_csv(path, &text, &mut notes)?
+        read_csv(path, lines, &mut notes)?
     };
     if rows.is_empty() {
         return Err(format!("{path}: no requests in it"));
@@ -74,14 +77,18 @@ pub fn read(path: &str, block: u32) -> Result<Trace, String> {
     Ok(Trace { rows, block, notes })
 }
 
-fn read_jsonl(path: &str, text: &str, block: u32) -> Result<Vec<Row>, String> {
+fn read_jsonl(
+    path: &str,
+    lines: impl Iterator<Item = Result<(usize, String), String>>,
+    block: u32,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let at = format!("{path}:{}", i + 1);
-        let v: Value = serde_json::from_str(line).map_err(|e| format!("{at}: not JSON: {e}"))?;
+    let mut no_output = 0u64;
+    for line in lines {
+        let (n, line) = line?;
+        let at = format!("{path}:{n}");
+        let v: Value = serde_json::from_str(&line).map_err(|e| format!("{at}: not JSON: {e}"))?;
         let num = |key: &str| -> Result<f64, String> {
             v.get(key).and_then(Value::as_f64).ok_or_else(|| {
                 format!("{at}: needs a number \"{key}\" (Mooncake: timestamp in ms, input_length, output_length, hash_ids)")
@@ -89,6 +96,13 @@ fn read_jsonl(path: &str, text: &str, block: u32) -> Result<Vec<Row>, String> {
         };
         let ts_ms = num("timestamp")?;
         let (input, output) = (num("input_length")?, num("output_length")?);
+        let input_len = input_length(input, &at, "input_length")?;
+        let output_len = length(output, &at, "output_length")?;
+        if output_len == 0 {
+            // Nothing to generate: as BurstGPT's rows without a response, not a request.
+            no_output += 1;
+            continue;
+        }
         let hash_ids: Vec<u64> = match v.get("hash_ids") {
             None | Some(Value::Null) => Vec::new(),
             Some(ids) => ids
@@ -96,7 +110,6 @@ fn read_jsonl(path: &str, text: &str, block: u32) -> Result<Vec<Row>, String> {
                 .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<_>>>())
                 .ok_or_else(|| format!("{at}: \"hash_ids\" must be a list of integers"))?,
         };
-        let input_len = length(input, &at, "input_length")?;
         let blocks = input_len.div_ceil(block.max(1)) as usize;
         if !hash_ids.is_empty() && hash_ids.len() != blocks {
             return Err(format!(
@@ -107,11 +120,32 @@ fn read_jsonl(path: &str, text: &str, block: u32) -> Result<Vec<Row>, String> {
         rows.push(Row {
             at_s: ts_ms / 1000.0,
             input_len,
-            output_len: length(output, &at, "output_length")?,
+            output_len,
             hash_ids,
         });
     }
+    note_no_output(path, no_output, notes);
     Ok(rows)
+}
+
+fn note_no_output(path: &str, no_output: u64, notes: &mut Vec<String>) {
+    if no_output > 0 {
+        notes.push(format!(
+            "{path}: {no_output} rows with 0 output tokens (failed in the trace, or nothing to generate) skipped"
+        ));
+    }
+}
+
+/// An input length: a token count within loadgen's bound on a prompt (`--input-len`'s).
+fn input_length(x: f64, at: &str, key: &str) -> Result<u32, String> {
+    let n = length(x, at, key)?;
+    if n > crate::limits::MAX_INPUT_LEN {
+        return Err(format!(
+            "{at}: \"{key}\" {n}: at most {} tokens, as --input-len (beyond any model's context)",
+            crate::limits::MAX_INPUT_LEN
+        ));
+    }
+    Ok(n)
 }
 
 fn length(x: f64, at: &str, key: &str) -> Result<u32, String> {
@@ -139,15 +173,16 @@ const OUTPUT: &[&str] = &[
     "completiontokens",
 ];
 
-fn read_csv(path: &str, text: &str, notes: &mut Vec<String>) -> Result<Vec<Row>, String> {
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
-    let Some((_, header)) = lines.next() else {
+fn read_csv(
+    path: &str,
+    mut lines: impl Iterator<Item = Result<(usize, String), String>>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Row>, String> {
+    let Some(header) = lines.next() else {
         return Ok(Vec::new());
     };
-    let names: Vec<String> = fields(header)
+    let (header_no, header) = header?;
+    let names: Vec<String> = fields(&header)
         .map(|h| h.to_lowercase().replace([' ', '_'], ""))
         .collect();
     let column = |wanted: &[&str], what: &str| {
@@ -156,7 +191,7 @@ fn read_csv(path: &str, text: &str, notes: &mut Vec<String>) -> Result<Vec<Row>,
             .position(|n| wanted.contains(&n.as_str()))
             .ok_or_else(|| {
                 format!(
-                    "{path}:1: no {what} column in the header (one of {}; or JSON lines in Mooncake's format)",
+                    "{path}:{header_no}: no {what} column in the header (one of {}; or JSON lines in Mooncake's format)",
                     wanted.join(", ")
                 )
             })
@@ -168,22 +203,21 @@ fn read_csv(path: &str, text: &str, notes: &mut Vec<String>) -> Result<Vec<Row>,
     );
     let mut rows = Vec::new();
     let mut no_output = 0u64;
-    for (n, line) in lines {
-        let at = format!("{path}:{}", n + 1);
-        let f: Vec<&str> = fields(line).collect();
+    for line in lines {
+        let (n, line) = line?;
+        let at = format!("{path}:{n}");
+        let f: Vec<&str> = fields(&line).collect();
         let get = |k: usize| {
             f.get(k)
                 .copied()
                 .ok_or_else(|| format!("{at}: {} fields, the header has {}", f.len(), names.len()))
         };
-        let num = |k: usize, what: &str| -> Result<u32, String> {
+        let num = |k: usize, what: &str| -> Result<f64, String> {
             let s = get(k)?;
-            let x: f64 = s
-                .parse()
-                .map_err(|_| format!("{at}: {what} '{s}' is not a number"))?;
-            length(x, &at, what)
+            s.parse()
+                .map_err(|_| format!("{at}: {what} '{s}' is not a number"))
         };
-        let output_len = num(o, "output length")?;
+        let output_len = length(num(o, "output length")?, &at, "output length")?;
         if output_len == 0 {
             // BurstGPT marks a failed request with no response tokens.
             no_output += 1;
@@ -191,16 +225,12 @@ fn read_csv(path: &str, text: &str, notes: &mut Vec<String>) -> Result<Vec<Row>,
         }
         rows.push(Row {
             at_s: seconds(get(t)?).map_err(|e| format!("{at}: {e}"))?,
-            input_len: num(i, "input length")?,
+            input_len: input_length(num(i, "input length")?, &at, "input length")?,
             output_len,
             hash_ids: Vec::new(),
         });
     }
-    if no_output > 0 {
-        notes.push(format!(
-            "{path}: {no_output} rows with 0 output tokens (failed in the trace) skipped"
-        ));
-    }
+    note_no_output(path, no_output, notes);
     Ok(rows)
 }
 
@@ -339,7 +369,7 @@ impl<W: std::io::Write> crate::run::Run<'_, W> {
     /// Reads `--trace` and learns how many tokens the server adds around a prompt (a short
     /// synthetic prompt aligned to its count, less its words), so the rows' lengths hold.
     pub(crate) async fn replay(&mut self, path: &str) -> anyhow::Result<std::sync::Arc<Replay>> {
-        let trace = read(path, self.args.trace_block).map_err(servbench::cli::usage)?;
+        let mut trace = read(path, self.args.trace_block).map_err(servbench::cli::usage)?;
         for note in &trace.notes {
             servbench::cli::warn(note);
         }
@@ -349,15 +379,21 @@ impl<W: std::io::Write> crate::run::Run<'_, W> {
             crate::run::until_stopped(&stop, async { Ok(self.aligner.align(PROBE).await) }).await?;
         let overhead = PROBE.saturating_sub(aligned.words.len() as u32);
         if let Some(limit) = self.max_model_len {
-            let over = trace
+            // The server refuses such a row: it is not built (a prompt of millions of tokens)
+            // only to be refused.
+            let rows = trace.rows.len();
+            trace
                 .rows
-                .iter()
-                .filter(|r| u64::from(r.input_len) + u64::from(r.output_len) > u64::from(limit))
-                .count();
+                .retain(|r| u64::from(r.input_len) + u64::from(r.output_len) <= u64::from(limit));
+            let over = rows - trace.rows.len();
+            if trace.rows.is_empty() {
+                return Err(servbench::cli::usage(format!(
+                    "{path}: every row needs more than the server's max_model_len {limit} (prompt and output tokens): none can be served"
+                )));
+            }
             if over > 0 {
                 servbench::cli::warn(format!(
-                    "{path}: {over} of {} rows need more than the server's max_model_len {limit}: they will fail",
-                    trace.rows.len()
+                    "{path}: {over} of {rows} rows need more than the server's max_model_len {limit}: they are left out (the server would refuse them)"
                 ));
             }
         }
@@ -439,6 +475,73 @@ mod tests {
             let e = read(&p, 512).unwrap_err();
             assert!(e.contains(want) && e.contains("bad.txt:"), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn a_trace_row_longer_than_any_prompt_is_refused_naming_its_line() {
+        let (_d, p) = write(
+            "huge.jsonl",
+            "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 2}\n{\"timestamp\": 1, \"input_length\": 4000000000, \"output_length\": 2}\n",
+        );
+        let e = read(&p, 512).unwrap_err();
+        assert!(
+            e.contains("huge.jsonl:2:") && e.contains("at most 10000000"),
+            "{e}"
+        );
+        let (_d, p) = write(
+            "huge.csv",
+            "timestamp,input_length,output_length\n0,10000001,2\n",
+        );
+        let e = read(&p, 512).unwrap_err();
+        assert!(e.contains("huge.csv:2:") && e.contains("at most"), "{e}");
+    }
+
+    #[test]
+    fn a_csv_header_behind_a_byte_order_mark_is_read() {
+        let (_d, p) = write(
+            "excel.csv",
+            "\u{feff}timestamp,input_length,output_length\r\n0,10,2\r\n1,20,3\r\n",
+        );
+        let t = read(&p, 512).unwrap();
+        assert_eq!(t.rows.len(), 2);
+        assert_eq!((t.rows[1].input_len, t.rows[1].output_len), (20, 3));
+    }
+
+    #[test]
+    fn a_trace_that_is_not_utf8_names_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("latin1.csv");
+        std::fs::write(
+            &p,
+            b"timestamp,input_length,output_length,model\n0,10,2,a\n1,20,3,caf\xe9\n",
+        )
+        .unwrap();
+        let e = read(p.to_str().unwrap(), 512).unwrap_err();
+        assert!(e.contains("latin1.csv:3:") && e.contains("UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn rows_with_nothing_to_generate_are_skipped_and_counted() {
+        let (_d, p) = write(
+            "zero.jsonl",
+            "{\"timestamp\": 0, \"input_length\": 0, \"output_length\": 0}\n{\"timestamp\": 5, \"input_length\": 8, \"output_length\": 0}\n{\"timestamp\": 9, \"input_length\": 8, \"output_length\": 3}\n",
+        );
+        let t = read(&p, 512).unwrap();
+        assert_eq!(t.rows.len(), 1);
+        assert_eq!(t.rows[0].output_len, 3);
+        assert!(
+            t.notes
+                .iter()
+                .any(|n| n.contains("2 rows with 0 output tokens")),
+            "{:?}",
+            t.notes
+        );
+    }
+
+    #[test]
+    fn an_endless_trace_is_one_error_naming_the_bound() {
+        let e = read("/dev/zero", 512).unwrap_err();
+        assert!(e.contains("/dev/zero:1") && e.contains("16 MiB"), "{e}");
     }
 
     #[test]

@@ -174,66 +174,6 @@ pub fn builtin() -> Vec<Entry> {
     ]
 }
 
-/// Reads `--prompts FILE`: JSON lines with `prompt` or `messages` (and optional `max_tokens`), or a
-/// ShareGPT JSON file (a list of `{"conversations":[{"from":"human","value":...},...]}`).
-pub fn read_prompts_file(path: &str) -> Result<Vec<Entry>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    let trimmed = text.trim_start();
-    let entries = if trimmed.starts_with('[') {
-        let all: Value = serde_json::from_str(trimmed)
-            .map_err(|e| format!("{path}: not a ShareGPT JSON list: {e}"))?;
-        all.as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(sharegpt_entry)
-            .collect::<Vec<_>>()
-    } else {
-        let mut out = Vec::new();
-        for (i, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let v: Value = serde_json::from_str(line)
-                .map_err(|e| format!("{path}:{}: not JSON: {e}", i + 1))?;
-            let max_tokens = v
-                .get("max_tokens")
-                .and_then(Value::as_u64)
-                .map(|m| m as u32);
-            let prompt = if let Some(p) = v.get("prompt").and_then(Value::as_str) {
-                PromptText::Text(p.to_string())
-            } else if let Some(m) = v.get("messages").filter(|m| m.is_array()) {
-                PromptText::Messages(m.clone())
-            } else {
-                return Err(format!(
-                    "{path}:{}: needs a \"prompt\" string or a \"messages\" list",
-                    i + 1
-                ));
-            };
-            out.push(Entry { prompt, max_tokens });
-        }
-        out
-    };
-    if entries.is_empty() {
-        return Err(format!("{path}: no prompts in it"));
-    }
-    Ok(entries)
-}
-
-fn sharegpt_entry(v: &Value) -> Option<Entry> {
-    let turns = v.get("conversations")?.as_array()?;
-    let human = turns.iter().find(|t| {
-        matches!(
-            t.get("from").and_then(Value::as_str),
-            Some("human" | "user")
-        )
-    })?;
-    let text = human.get("value")?.as_str()?;
-    (!text.trim().is_empty()).then(|| Entry {
-        prompt: PromptText::Text(text.to_string()),
-        max_tokens: None,
-    })
-}
-
 /// Deterministic order of listed prompts: request `id` gets `order[id % len]`.
 pub fn shuffled_order(len: usize, seed: u64) -> Vec<usize> {
     let mut order: Vec<usize> = (0..len).collect();
@@ -282,31 +222,5 @@ mod tests {
         assert_ne!(g0a[40..48], g0b[40..48], "unique words after the prefix");
         assert_ne!(g0a[..40], g1[..40]);
         assert_eq!(g0a[48..], g1[48..], "the aligned rest is the same for all");
-    }
-
-    #[test]
-    fn prompt_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let jl = dir.path().join("p.jsonl");
-        std::fs::write(&jl, "{\"prompt\":\"a\",\"max_tokens\":5}\n\n{\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}\n").unwrap();
-        let got = read_prompts_file(jl.to_str().unwrap()).unwrap();
-        assert_eq!(got.len(), 2);
-        assert_eq!(got[0].max_tokens, Some(5));
-        let sg = dir.path().join("s.json");
-        std::fs::write(&sg, r#"[{"conversations":[{"from":"human","value":"q1"},{"from":"gpt","value":"a"}]},{"conversations":[]}]"#).unwrap();
-        let got = read_prompts_file(sg.to_str().unwrap()).unwrap();
-        assert_eq!(
-            got,
-            vec![Entry {
-                prompt: PromptText::Text("q1".into()),
-                max_tokens: None
-            }]
-        );
-        std::fs::write(&jl, "{\"text\":\"a\"}\n").unwrap();
-        assert!(
-            read_prompts_file(jl.to_str().unwrap())
-                .unwrap_err()
-                .contains(":1:")
-        );
     }
 }

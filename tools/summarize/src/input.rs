@@ -10,7 +10,8 @@
 //! read goes through `Record::parse`, which names the problem.
 
 use servbench::cli;
-use servbench::jsonl::{Source, excerpt, line_text};
+use servbench::files::{LineRead, read_line_within};
+use servbench::jsonl::{InputError, MAX_RECORD_LINE_BYTES, Source, excerpt, line_text};
 use servbench::record::{
     CollRecord, CollRunRecord, DecodeRecord, DeviceLimitsRecord, GemmRecord, GemmStepRecord,
     KillRecord, Labels, PointKey, PointStop, RampRecord, Record, RequestRecord, SCHEMA_VERSION,
@@ -207,13 +208,25 @@ pub fn load_one(
     let mut warned_version = false;
     loop {
         buf.clear();
-        let n = reader
-            .read_until(b'\n', &mut buf)
+        let read = read_line_within(&mut reader, &mut buf, MAX_RECORD_LINE_BYTES)
             .map_err(|e| cli::usage(format!("{name}: read failed: {e}")))?;
-        if n == 0 {
+        if read == LineRead::End {
             break;
         }
         line_no += 1;
+        if read == LineRead::TooLong {
+            // As the shared reader: where the next line begins is unknown.
+            let msg = InputError::TooLong {
+                source_name: name.to_string(),
+                line_no,
+            }
+            .to_string();
+            if strict {
+                return Err(cli::usage(msg));
+            }
+            cli::warn(format!("{msg}: the rest of {name} is not read"));
+            break;
+        }
         let bytes = buf.trim_ascii_end();
         if bytes.is_empty() {
             continue;

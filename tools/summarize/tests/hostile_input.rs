@@ -138,3 +138,20 @@ fn a_request_whose_latency_cannot_be_real_is_a_malformed_line_named_by_its_place
         "{err}"
     );
 }
+
+#[test]
+fn a_line_without_end_is_bounded_and_what_came_before_is_summarized() {
+    let clean = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/clean.jsonl");
+    let clean = clean.to_str().unwrap();
+    let out = summarize(&[clean, "/dev/zero"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("/dev/zero:1: a line longer than 256 MiB") && err.contains("not read"),
+        "{err}"
+    );
+    assert!(!out.stdout.is_empty(), "the table of the records before it");
+    let out = summarize(&["--strict", clean, "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/dev/zero:1:"));
+}
