@@ -155,6 +155,13 @@ impl Slo {
                 .trim()
                 .parse()
                 .map_err(|_| format!("SLO value in '{part}' is not a number"))?;
+            // A bound no latency can meet (negative, zero, NaN) or every latency meets (inf)
+            // would send --find-max halving to nothing: refuse it here.
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!(
+                    "SLO value in '{part}' must be a positive, finite number of milliseconds"
+                ));
+            }
             let slot = match k.trim() {
                 "ttft_ms" => &mut slo.ttft_ms,
                 "tpot_ms" => &mut slo.tpot_ms,
@@ -225,6 +232,8 @@ pub struct PointStats {
     pub ok: u64,
     pub errors_by_class: BTreeMap<String, u64>,
     pub ttft: Hist,
+    /// Time to the first answer token, of requests that reasoned.
+    pub ttfo: Hist,
     pub itl: Hist,
     pub tpot: Hist,
     pub e2e: Hist,
@@ -232,6 +241,8 @@ pub struct PointStats {
     pub output_tokens: u64,
     pub prompt_tokens: u64,
     pub chunks: u64,
+    /// Of `output_tokens`, those that were reasoning.
+    pub reasoning_tokens: u64,
     pub prompt_len_exact: u64,
     pub prompt_len_targeted: u64,
     pub output_len_mismatch: u64,
@@ -283,6 +294,10 @@ impl PointStats {
         if let Some(v) = r.ttft_ms {
             self.ttft.record_ms(v);
         }
+        if let Some(v) = r.ttfo_ms {
+            self.ttfo.record_ms(v);
+        }
+        self.reasoning_tokens += u64::from(r.reasoning_tokens.unwrap_or(0));
         if let Some(v) = r.e2e_ms {
             self.e2e.record_ms(v);
         }
@@ -365,6 +380,8 @@ impl PointStats {
             *self.errors_by_class.entry(k.clone()).or_default() += v;
         }
         self.ttft.merge(&other.ttft);
+        self.ttfo.merge(&other.ttfo);
+        self.reasoning_tokens += other.reasoning_tokens;
         self.itl.merge(&other.itl);
         self.tpot.merge(&other.tpot);
         self.e2e.merge(&other.e2e);
@@ -406,6 +423,7 @@ impl PointStats {
             ok: s.ok,
             errors_by_class: s.errors_by_class.clone(),
             ttft: hist("ttft_ms")?,
+            ttfo: hist("ttfo_ms")?,
             itl: hist("itl_ms")?,
             tpot: hist("tpot_ms")?,
             e2e: hist("e2e_ms")?,
@@ -416,6 +434,9 @@ impl PointStats {
                 Some(tpc) if tpc > 0.0 => (s.output_tokens as f64 / tpc).round() as u64,
                 _ => 0,
             },
+            reasoning_tokens: s
+                .reasoning_share
+                .map_or(0, |share| (share * s.output_tokens as f64).round() as u64),
             prompt_len_exact: s.prompt_len_exact,
             prompt_len_targeted: s.prompt_len_targeted,
             output_len_mismatch: s.output_len_mismatch,
@@ -466,12 +487,15 @@ impl PointStats {
             goodput_req_s: slo.map(|_| rate(self.good)),
             slo: slo.map(Slo::to_text),
             ttft_ms: self.ttft.dist_ms(),
+            ttfo_ms: self.ttfo.dist_ms(),
             itl_ms: self.itl.dist_ms(),
             tpot_ms: self.tpot.dist_ms(),
             e2e_ms: self.e2e.dist_ms(),
             send_lag_ms: self.send_lag.dist_ms(),
             tokens_per_chunk: (self.chunks > 0)
                 .then(|| self.output_tokens as f64 / self.chunks as f64),
+            reasoning_share: (self.reasoning_tokens > 0 && self.output_tokens > 0)
+                .then(|| self.reasoning_tokens as f64 / self.output_tokens as f64),
             prompt_len_exact: self.prompt_len_exact,
             prompt_len_targeted: self.prompt_len_targeted,
             output_len_mismatch: self.output_len_mismatch,
@@ -508,9 +532,10 @@ impl PointStats {
         }
     }
 
-    fn hists(&self) -> [(&'static str, &Hist); 5] {
+    fn hists(&self) -> [(&'static str, &Hist); 6] {
         [
             ("ttft_ms", &self.ttft),
+            ("ttfo_ms", &self.ttfo),
             ("itl_ms", &self.itl),
             ("tpot_ms", &self.tpot),
             ("e2e_ms", &self.e2e),

@@ -166,6 +166,10 @@ pub struct RequestRecord {
     /// Send to the first chunk carrying reasoning content, where the model reasons.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttft_reasoning_ms: Option<f64>,
+    /// Send to the first chunk of the answer itself, content or a tool call, reasoning not
+    /// counted (AIPerf's TTFO, guidellm's TTFOT): where the model reasoned (else `ttft_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttfo_ms: Option<f64>,
     /// Send to the end of the stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub e2e_ms: Option<f64>,
@@ -185,6 +189,10 @@ pub struct RequestRecord {
     /// Tokens counted from chunks, when it disagrees with `usage` (else absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_tokens_chunks: Option<u32>,
+    /// Of `output_tokens`, those that were reasoning, where the model reasoned: the output
+    /// tokens times the share of content chunks that carried reasoning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens: Option<u32>,
     /// The prompt length the workload aimed for.
@@ -226,6 +234,7 @@ impl RequestRecord {
         let latencies = [
             ("ttft_ms", self.ttft_ms),
             ("ttft_reasoning_ms", self.ttft_reasoning_ms),
+            ("ttfo_ms", self.ttfo_ms),
             ("e2e_ms", self.e2e_ms),
             ("tpot_ms", self.tpot_ms),
         ];

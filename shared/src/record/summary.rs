@@ -44,6 +44,9 @@ pub struct SummaryRecord {
     pub slo: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttft_ms: Option<Dist>,
+    /// Where the model reasoned: time to the first answer token, reasoning not counted (TTFO).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttfo_ms: Option<Dist>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub itl_ms: Option<Dist>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,6 +58,9 @@ pub struct SummaryRecord {
     /// Output tokens per content chunk (above 1: speculative decoding or server-side batching).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_chunk: Option<f64>,
+    /// Where the model reasoned: the share of the output tokens that were reasoning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_share: Option<f64>,
     /// Requests whose prompt had exactly the target length / had a target and a prompt length
     /// the server reported (a request that never reached the server is in neither).
     #[serde(default)]

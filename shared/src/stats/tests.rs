@@ -13,6 +13,8 @@ fn req(id: u64, intended: f64, ttft: f64, itl: &[f64], tokens: u32) -> RequestRe
         send_lag_ms: 0.01,
         ttft_ms: Some(ttft),
         ttft_reasoning_ms: None,
+        ttfo_ms: None,
+        reasoning_tokens: None,
         e2e_ms: Some(e2e),
         tpot_ms: (tokens > 1).then(|| (e2e - ttft) / f64::from(tokens - 1)),
         chunks: itl.len() as u32 + 1,
@@ -163,6 +165,24 @@ fn slo_parsing() {
 }
 
 #[test]
+fn an_slo_no_latency_can_meet_is_refused_when_parsed() {
+    for bad in [
+        "ttft_ms=-5",
+        "ttft_ms=NaN",
+        "tpot_ms=0",
+        "e2e_ms=inf",
+        "itl_ms=-0",
+    ] {
+        let e = Slo::parse(bad).unwrap_err();
+        assert!(
+            e.contains(bad) && e.contains("positive, finite"),
+            "{bad}: {e}"
+        );
+    }
+    assert_eq!(Slo::parse("ttft_ms=0.5").unwrap().ttft_ms, Some(0.5));
+}
+
+#[test]
 fn mean_ci_uses_student_t() {
     let ci = MeanCi::of(&[10.0, 12.0, 14.0]).unwrap();
     assert!((ci.mean - 12.0).abs() < 1e-12);
@@ -221,4 +241,29 @@ fn requests_that_never_reached_the_server_do_not_count_as_missed_prompt_lengths(
     s.add_request(&missed, None);
     let sum = s.to_summary(PointKey::default(), Labels::new(), false, None);
     assert_eq!((sum.prompt_len_exact, sum.prompt_len_targeted), (1, 2));
+}
+
+#[test]
+fn reasoning_points_report_time_to_the_first_answer_and_the_reasoning_share() {
+    let mut s = PointStats::new();
+    for id in 0..4 {
+        let mut r = req(id, 0.0, 10.0, &[5.0; 9], 10);
+        r.ttft_reasoning_ms = Some(10.0);
+        r.ttfo_ms = Some(40.0 + id as f64);
+        r.reasoning_tokens = Some(6);
+        s.add_request(&r, None);
+    }
+    let sum = s.to_summary(PointKey::default(), Labels::new(), false, None);
+    let ttfo = sum.ttfo_ms.as_ref().unwrap();
+    assert_eq!(ttfo.n, 4);
+    assert!((ttfo.min - 40.0).abs() < 0.1, "{ttfo:?}");
+    assert_eq!(sum.reasoning_share, Some(0.6));
+    let back = PointStats::from_summary(&sum).unwrap();
+    assert_eq!(back.ttfo, s.ttfo);
+    assert_eq!(back.reasoning_tokens, 24);
+    // A point without reasoning carries neither.
+    let mut plain = PointStats::new();
+    plain.add_request(&req(0, 0.0, 10.0, &[5.0], 2), None);
+    let sum = plain.to_summary(PointKey::default(), Labels::new(), false, None);
+    assert!(sum.ttfo_ms.is_none() && sum.reasoning_share.is_none());
 }

@@ -3,7 +3,7 @@
 //! A non-streaming one (`--no-stream`) is timed at the end of its answer, tokens from its usage.
 
 use crate::http::{Failure, Pool, hyper_failure, read_whole, status_failure};
-use crate::sse::{SseParser, classify};
+use crate::sse::{Field, SseParser, classify};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use servbench::record::{ErrorClass, PointKey, RequestError, RequestRecord, TokenSource};
@@ -14,9 +14,13 @@ use std::time::Instant;
 pub struct Outcome {
     pub first_content: Option<Instant>,
     pub first_reasoning: Option<Instant>,
+    /// The first chunk of the answer itself (content or a tool call), reasoning not counted.
+    pub first_answer: Option<Instant>,
     pub last_content: Option<Instant>,
     pub itl_ms: Vec<f64>,
     pub chunks: u32,
+    /// Chunks that carried reasoning.
+    pub reasoning_chunks: u32,
     pub usage_completion: Option<u32>,
     pub usage_prompt: Option<u32>,
     /// `usage.prompt_tokens_details.cached_tokens`, where the server reports it.
@@ -32,9 +36,11 @@ impl Default for Outcome {
         Outcome {
             first_content: None,
             first_reasoning: None,
+            first_answer: None,
             last_content: None,
             itl_ms: Vec::new(),
             chunks: 0,
+            reasoning_chunks: 0,
             usage_completion: None,
             usage_prompt: None,
             cached_tokens: None,
@@ -48,6 +54,20 @@ impl Default for Outcome {
 /// The longest SSE line held while its end has not arrived: a chunk is a few hundred bytes,
 /// and a server that never ends its line must not grow loadgen without end.
 const MAX_SSE_LINE_BYTES: usize = 16 << 20;
+
+/// The longest reply a conversation keeps to resend: far above any `max_tokens` a turn asks
+/// for (a token is a few bytes), and the bound on a server that ignores `max_tokens`.
+pub const MAX_REPLY_BYTES: usize = 16 << 20;
+
+fn reply_too_long() -> Failure {
+    Failure::new(
+        ErrorClass::Protocol,
+        format!(
+            "a reply longer than {} MiB: the server ignores max_tokens? (a conversation keeps every reply to resend)",
+            MAX_REPLY_BYTES >> 20
+        ),
+    )
+}
 
 fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -97,21 +117,36 @@ async fn whole_inner(pool: &Pool, path: &str, body: Bytes, o: &mut Outcome) -> R
             ),
         ));
     }
-    let count = |at: &[&str]| {
-        at.iter()
-            .try_fold(&v["usage"], |v, key| v.get(key))
-            .and_then(serde_json::Value::as_u64)
-            .and_then(|n| u32::try_from(n).ok())
-    };
-    o.usage_completion = count(&["completion_tokens"]);
-    o.usage_prompt = count(&["prompt_tokens"]);
-    o.cached_tokens = count(&["prompt_tokens_details", "cached_tokens"]);
+    // The same rule as a stream's usage chunk: counts that are not token counts (negative,
+    // fractional, past u32) make the answer malformed; and without completion_tokens a whole
+    // answer has no token count at all.
+    let usage = crate::sse::usage(&v["usage"]).map_err(|why| {
+        Failure::new(
+            ErrorClass::Protocol,
+            format!(
+                "malformed usage in answer ({why}): {}",
+                servbench::jsonl::excerpt(&v["usage"].to_string(), 120)
+            ),
+        )
+    })?;
+    if usage.completion_tokens.is_none() {
+        return Err(Failure::new(
+            ErrorClass::Protocol,
+            "answer without usage.completion_tokens: a whole answer has no other token count (stream it instead: drop --no-stream)",
+        ));
+    }
+    o.usage_completion = usage.completion_tokens;
+    o.usage_prompt = usage.prompt_tokens;
+    o.cached_tokens = usage.cached_tokens;
     // A conversation resends the reply: the answer's content (chat) or text (completions),
     // as the stream's content chunks would have given it.
     if let Some(reply) = o.reply.as_mut() {
         let choice = &v["choices"][0];
         let text = choice["message"]["content"].as_str();
         reply.push_str(text.or(choice["text"].as_str()).unwrap_or_default());
+        if reply.len() > MAX_REPLY_BYTES {
+            return Err(reply_too_long());
+        }
     }
     Ok(())
 }
@@ -148,7 +183,21 @@ async fn stream_inner(
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        parser.feed(&data, |payload| {
+        parser.feed(&data, |field| {
+            let payload = match field {
+                Field::Data(payload) => payload,
+                Field::Error(payload) => {
+                    let text = String::from_utf8_lossy(payload);
+                    bad = Some(Failure::new(
+                        ErrorClass::Protocol,
+                        format!(
+                            "error in stream (an SSE error field or event): {}",
+                            servbench::jsonl::excerpt(&text, 200)
+                        ),
+                    ));
+                    return false;
+                }
+            };
             let ev = match classify(payload) {
                 Ok(ev) => ev,
                 Err(why) => {
@@ -180,8 +229,12 @@ async fn stream_inner(
                 return false;
             }
             if ev.has_content() {
-                if ev.reasoning && o.first_reasoning.is_none() {
-                    o.first_reasoning = Some(now);
+                if ev.reasoning {
+                    o.first_reasoning.get_or_insert(now);
+                    o.reasoning_chunks += 1;
+                }
+                if ev.has_answer() {
+                    o.first_answer.get_or_insert(now);
                 }
                 match o.last_content {
                     None => o.first_content = Some(now),
@@ -193,6 +246,10 @@ async fn stream_inner(
                     && let Some(reply) = o.reply.as_mut()
                 {
                     crate::conversation::append_reply(payload, reply);
+                    if reply.len() > MAX_REPLY_BYTES {
+                        bad = Some(reply_too_long());
+                        return false;
+                    }
                 }
             }
             if let Some(c) = ev.completion_tokens {
@@ -248,6 +305,16 @@ async fn stream_inner(
     Ok(())
 }
 
+/// Output tokens that were reasoning: `tokens` times the share of `chunks` that reasoned (a
+/// chunk is a token with most servers; with several a chunk, the share still holds).
+fn reasoning_share(tokens: u32, reasoning_chunks: u32, chunks: u32) -> u32 {
+    if chunks == 0 {
+        return 0;
+    }
+    let share = u64::from(tokens) * u64::from(reasoning_chunks.min(chunks)) / u64::from(chunks);
+    share as u32
+}
+
 /// Everything the record of one request needs besides its outcome.
 pub struct RequestMeta {
     pub point: PointKey,
@@ -279,6 +346,7 @@ pub fn to_record(
         None => (o.chunks, TokenSource::Chunks, None),
     };
     let ok = o.failure.is_none();
+    let reasoned = o.reasoning_chunks > 0;
     let tpot_ms = match (ok, ttft_ms, e2e_ms) {
         (true, Some(t), Some(e)) if output_tokens > 1 => {
             Some((e - t) / f64::from(output_tokens - 1))
@@ -295,6 +363,7 @@ pub fn to_record(
         send_lag_ms: ms(meta.dispatched.saturating_duration_since(meta.intended)),
         ttft_ms,
         ttft_reasoning_ms: o.first_reasoning.map(since),
+        ttfo_ms: o.first_answer.filter(|_| reasoned).map(since),
         e2e_ms,
         tpot_ms,
         itl_ms: o.itl_ms,
@@ -302,6 +371,8 @@ pub fn to_record(
         output_tokens,
         output_tokens_source: (o.chunks > 0 || o.usage_completion.is_some()).then_some(source),
         output_tokens_chunks: from_chunks,
+        reasoning_tokens: reasoned
+            .then(|| reasoning_share(output_tokens, o.reasoning_chunks, o.chunks)),
         prompt_tokens: o.usage_prompt,
         prompt_tokens_target: meta.prompt_tokens_target,
         max_tokens: meta.max_tokens,

@@ -7,17 +7,32 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use std::fmt;
 
-/// Splits a byte stream into SSE `data:` payloads, line by line.
+/// Splits a byte stream into SSE fields, line by line.
 #[derive(Debug, Default)]
 pub struct SseParser {
     /// The start of a line whose end has not arrived yet.
     partial: Vec<u8>,
+    /// The event being read was named `event: error`.
+    error_event: bool,
+    /// ... and has had a `data:` line.
+    error_data: bool,
+}
+
+/// One field of the stream that matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field<'a> {
+    /// A `data:` payload.
+    Data(&'a [u8]),
+    /// An error in the stream's own framing: an `error:` field (llama-server before
+    /// ggml-org/llama.cpp#16109) or the data of an `event: error` (empty when it had none).
+    Error(&'a [u8]),
 }
 
 impl SseParser {
-    /// Feeds the next bytes; calls `on_data` with each complete `data:` payload (comment lines,
-    /// `event:`/`id:` lines and blank lines are skipped). Returns early when `on_data` says so.
-    pub fn feed(&mut self, mut bytes: &[u8], mut on_data: impl FnMut(&[u8]) -> bool) -> bool {
+    /// Feeds the next bytes; calls `on_field` with each complete `data:` payload and each error
+    /// field (comment lines, `id:`/`retry:` lines, other event names and blank lines are
+    /// skipped). Returns early when `on_field` says so.
+    pub fn feed(&mut self, mut bytes: &[u8], mut on_field: impl FnMut(Field) -> bool) -> bool {
         if !self.partial.is_empty() {
             match memchr_nl(bytes) {
                 None => {
@@ -28,7 +43,7 @@ impl SseParser {
                     self.partial.extend_from_slice(&bytes[..i]);
                     bytes = &bytes[i + 1..];
                     let line = std::mem::take(&mut self.partial);
-                    let go_on = line_payload(&line).is_none_or(&mut on_data);
+                    let go_on = self.field(&line).is_none_or(&mut on_field);
                     // Keep the allocation for the next split line.
                     self.partial = line;
                     self.partial.clear();
@@ -39,8 +54,8 @@ impl SseParser {
             }
         }
         while let Some(i) = memchr_nl(bytes) {
-            if let Some(payload) = line_payload(&bytes[..i])
-                && !on_data(payload)
+            if let Some(field) = self.field(&bytes[..i])
+                && !on_field(field)
             {
                 return false;
             }
@@ -54,17 +69,41 @@ impl SseParser {
     pub fn pending(&self) -> usize {
         self.partial.len()
     }
+
+    /// The field of one line (`\r` stripped, one optional space after the colon).
+    fn field<'a>(&mut self, line: &'a [u8]) -> Option<Field<'a>> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            // The end of an event: an `event: error` without data still failed.
+            let bare = self.error_event && !self.error_data;
+            (self.error_event, self.error_data) = (false, false);
+            return bare.then_some(Field::Error(b""));
+        }
+        let (name, value) = match memchr::memchr(b':', line) {
+            Some(i) => {
+                let rest = &line[i + 1..];
+                (&line[..i], rest.strip_prefix(b" ").unwrap_or(rest))
+            }
+            None => (line, &b""[..]),
+        };
+        match name {
+            b"data" if self.error_event => {
+                self.error_data = true;
+                Some(Field::Error(value))
+            }
+            b"data" => Some(Field::Data(value)),
+            b"error" => Some(Field::Error(value)),
+            b"event" => {
+                self.error_event = value.trim_ascii() == b"error";
+                None
+            }
+            _ => None,
+        }
+    }
 }
 
 fn memchr_nl(bytes: &[u8]) -> Option<usize> {
     memchr::memchr(b'\n', bytes)
-}
-
-/// The payload of a `data:` line (one optional space after the colon, `\r` stripped).
-fn line_payload(line: &[u8]) -> Option<&[u8]> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let rest = line.strip_prefix(b"data:")?;
-    Some(rest.strip_prefix(b" ").unwrap_or(rest))
 }
 
 /// What one `data:` payload carried, as far as the metrics care.
@@ -74,6 +113,9 @@ pub struct Event {
     pub content: bool,
     /// Non-empty `delta.reasoning_content` / `delta.reasoning`.
     pub reasoning: bool,
+    /// A non-empty `delta.tool_calls` list: the answer is a tool call (agentic streams carry
+    /// no content then), and counts as answer tokens.
+    pub tool_calls: bool,
     /// `usage.completion_tokens` where the chunk carried usage.
     pub completion_tokens: Option<u32>,
     pub prompt_tokens: Option<u32>,
@@ -89,8 +131,14 @@ pub struct Event {
 }
 
 impl Event {
+    /// Carries tokens of any kind: an answer's, a tool call's or reasoning.
     pub fn has_content(&self) -> bool {
-        self.content || self.reasoning
+        self.content || self.reasoning || self.tool_calls
+    }
+
+    /// Carries tokens of the answer (content or a tool call), not reasoning only.
+    pub fn has_answer(&self) -> bool {
+        self.content || self.tool_calls
     }
 }
 
@@ -124,6 +172,7 @@ pub fn classify_serde(trimmed: &[u8]) -> Result<Event, String> {
         if let Some(delta) = choice.delta {
             ev.content |= delta.content.0;
             ev.reasoning = delta.reasoning_content.0 || delta.reasoning.0;
+            ev.tool_calls = delta.tool_calls.is_some_and(|t| !t.is_empty());
         }
     }
     if let Some(usage) = chunk.usage {
@@ -132,6 +181,21 @@ pub fn classify_serde(trimmed: &[u8]) -> Result<Event, String> {
         ev.cached_tokens = usage.prompt_tokens_details.and_then(|d| d.cached_tokens);
     }
     Ok(ev)
+}
+
+/// A `usage` object's counts, read by the rule a stream's usage chunk is read by (`null` or
+/// absent: none); `Err` names why it is not usage.
+pub fn usage(v: &serde_json::Value) -> Result<Event, String> {
+    if v.is_null() {
+        return Ok(Event::default());
+    }
+    let u = Usage::deserialize(v).map_err(|e| e.to_string())?;
+    Ok(Event {
+        completion_tokens: u.completion_tokens,
+        prompt_tokens: u.prompt_tokens,
+        cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+        ..Event::default()
+    })
 }
 
 /// A byte-level scanner for one chunk's JSON: it walks the structure, compares only the keys
@@ -180,6 +244,10 @@ mod scan {
                                 }
                                 b"reasoning_content" | b"reasoning" => {
                                     ev.reasoning |= s.text()?;
+                                    Some(())
+                                }
+                                b"tool_calls" => {
+                                    ev.tool_calls |= s.list()?;
                                     Some(())
                                 }
                                 _ => s.skip_value(),
@@ -280,6 +348,19 @@ mod scan {
                 return Some(false);
             }
             self.string().map(|s| !s.is_empty())
+        }
+
+        /// A list or null: whether it is a non-empty list.
+        fn list(&mut self) -> Option<bool> {
+            if self.null() {
+                return Some(false);
+            }
+            let mut n = 0usize;
+            self.array(|s| {
+                n += 1;
+                s.skip_value()
+            })?;
+            Some(n > 0)
         }
 
         /// An unsigned integer or null.
@@ -418,6 +499,8 @@ struct Delta {
     reasoning_content: NonEmpty,
     #[serde(default)]
     reasoning: NonEmpty,
+    #[serde(default)]
+    tool_calls: Option<Vec<IgnoredAny>>,
 }
 
 /// Whether a string field is present and non-empty, read without keeping the string.
@@ -475,193 +558,4 @@ impl<'de> Deserialize<'de> for FirstChoice {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn payloads(chunks: &[&[u8]]) -> Vec<String> {
-        let mut p = SseParser::default();
-        let mut out = Vec::new();
-        for c in chunks {
-            p.feed(c, |d| {
-                out.push(String::from_utf8_lossy(d).into_owned());
-                true
-            });
-        }
-        out
-    }
-
-    proptest::proptest! {
-        /// The fast scanner and serde agree on every chunk shape, odd spacing and escapes
-        /// included; where the scanner declines, serde decides.
-        #[test]
-        fn scanner_agrees_with_serde(
-            content in proptest::option::of("[ a-z\\\\\"\n]{0,6}"),
-            reasoning in proptest::option::of("[a-z]{0,3}"),
-            text_form in proptest::bool::ANY,
-            usage in proptest::option::of((0u32..100_000, 0u32..5000)),
-            cached in proptest::option::of(proptest::option::of(0u32..100_000)),
-            extra_choice in proptest::bool::ANY,
-            finish in proptest::option::of("[a-z]{0,6}"),
-            error in proptest::bool::ANY,
-            sp in "[ \n]{0,2}",
-        ) {
-            let js = |s: &Option<String>| match s {
-                Some(s) => serde_json::to_string(s).unwrap(),
-                None => "null".to_string(),
-            };
-            let choice = if text_form {
-                format!(r#"{{"index":0,"text":{sp}{},"logprobs":null,"finish_reason":{}}}"#, js(&content), js(&finish))
-            } else {
-                format!(
-                    r#"{{"index":0,"delta":{{"role":"assistant","content":{},"reasoning_content":{sp}{}}},"finish_reason":{sp}{}}}"#,
-                    js(&content), js(&reasoning), js(&finish)
-                )
-            };
-            let more = if extra_choice { r#",{"text":"zz","index":1}"# } else { "" };
-            let usage = match usage {
-                Some((p, c)) => {
-                    let details = match cached {
-                        None => String::new(),
-                        Some(None) => r#","prompt_tokens_details":null"#.to_string(),
-                        Some(Some(n)) => format!(r#","prompt_tokens_details":{{"audio_tokens":null,"cached_tokens":{sp}{n}}}"#),
-                    };
-                    format!(r#"{{"prompt_tokens":{p},"completion_tokens":{c},"total_tokens":{}{details}}}"#, p + c)
-                }
-                None => "null".into(),
-            };
-            let err = if error { r#","error":{"message":"x","code":[1,-2.5e3,true]}"# } else { "" };
-            let line = format!(r#"{{"id":"c-1","created":17,{sp}"choices":[{choice}{more}],"usage":{usage}{err}}}"#);
-            let fast = scan::chunk(line.as_bytes());
-            let slow = classify_serde(line.as_bytes()).unwrap();
-            proptest::prop_assert_eq!(fast, Some(slow), "{}", line);
-        }
-    }
-
-    #[test]
-    fn lines_split_anywhere_are_joined() {
-        let whole = b"data: {\"a\":1}\n\n: keep-alive\n\ndata:[DONE]\r\n\r\n";
-        let want = vec!["{\"a\":1}".to_string(), "[DONE]".to_string()];
-        assert_eq!(payloads(&[whole]), want);
-        for cut in 1..whole.len() {
-            let (a, b) = whole.split_at(cut);
-            assert_eq!(payloads(&[a, b]), want, "cut at {cut}");
-        }
-        let bytes: Vec<&[u8]> = whole.chunks(1).collect();
-        assert_eq!(payloads(&bytes), want);
-    }
-
-    #[test]
-    fn events_are_classified() {
-        let cases: &[(&str, Event)] = &[
-            (
-                r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
-                Event::default(),
-            ),
-            (
-                r#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#,
-                Event::default(),
-            ),
-            (
-                r#"{"choices":[{"delta":{"content":"hi\n\"x\""},"finish_reason":null}]}"#,
-                Event {
-                    content: true,
-                    ..Event::default()
-                },
-            ),
-            (
-                r#"{"choices":[{"delta":{"reasoning_content":"hmm"}}]}"#,
-                Event {
-                    reasoning: true,
-                    ..Event::default()
-                },
-            ),
-            (
-                r#"{"choices":[{"delta":{"reasoning":"hmm","content":null}}]}"#,
-                Event {
-                    reasoning: true,
-                    ..Event::default()
-                },
-            ),
-            (
-                r#"{"choices":[{"text":"abc","index":0}],"usage":null}"#,
-                Event {
-                    content: true,
-                    ..Event::default()
-                },
-            ),
-            (
-                r#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":34,"total_tokens":46}}"#,
-                Event {
-                    completion_tokens: Some(34),
-                    prompt_tokens: Some(12),
-                    ..Event::default()
-                },
-            ),
-            (
-                r#"{"choices":[],"usage":{"prompt_tokens":600,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":512}}}"#,
-                Event {
-                    completion_tokens: Some(4),
-                    prompt_tokens: Some(600),
-                    cached_tokens: Some(512),
-                    ..Event::default()
-                },
-            ),
-            (
-                r#"{"choices":[{"text":"a"},{"text":""}],"usage":{"completion_tokens":3}}"#,
-                Event {
-                    content: true,
-                    completion_tokens: Some(3),
-                    ..Event::default()
-                },
-            ),
-            (
-                r#"{"choices":[{"index":0,"text":"","finish_reason":"length"}]}"#,
-                Event {
-                    finished: true,
-                    ..Event::default()
-                },
-            ),
-            (
-                r#"{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":null}"#,
-                Event {
-                    finished: true,
-                    ..Event::default()
-                },
-            ),
-            (
-                r#"{"error":{"message":"boom","code":500}}"#,
-                Event {
-                    error: true,
-                    ..Event::default()
-                },
-            ),
-            (
-                "[DONE]",
-                Event {
-                    done: true,
-                    ..Event::default()
-                },
-            ),
-        ];
-        for (payload, want) in cases {
-            assert_eq!(classify(payload.as_bytes()).unwrap(), *want, "{payload}");
-            if *payload != "[DONE]" {
-                assert_eq!(
-                    classify_serde(payload.as_bytes()).unwrap(),
-                    *want,
-                    "{payload}"
-                );
-            }
-        }
-        for bad in [
-            "{not json",
-            "{\"choices\": [oops",
-            "{\"choices\":[]",
-            "{} x",
-            "",
-            "{\"a\":tru}",
-        ] {
-            assert!(classify(bad.as_bytes()).is_err(), "{bad}");
-        }
-    }
-}
+mod tests;

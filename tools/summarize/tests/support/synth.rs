@@ -293,6 +293,8 @@ pub fn simulate_point(
             send_lag_ms: round3(model.send_lag_ms * rng.jitter(0.5)),
             ttft_ms: None,
             ttft_reasoning_ms: None,
+            ttfo_ms: None,
+            reasoning_tokens: None,
             e2e_ms: None,
             tpot_ms: None,
             itl_ms: Vec::new(),

@@ -1,0 +1,277 @@
+//! What servers answer that loadgen must read right: usage counts that are not token counts
+//! (streamed or whole), errors in the stream's own framing, tool-call-only streams, replies
+//! without end in a conversation. Each against a hostile stand-in server (`hostile`).
+
+mod hostile;
+
+use hostile::{Answer, chunk};
+use serde_json::Value;
+use std::process::{Output, Stdio};
+
+fn loadgen(url: &str, args: &[&str]) -> Output {
+    testkit::cmd("loadgen")
+        .args([
+            "--url",
+            url,
+            "--no-metrics",
+            "--no-gpu",
+            "-c",
+            "1",
+            "--timeout",
+            "30s",
+        ])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run loadgen")
+}
+
+/// The request records of a run with one prompt, `prompt`.
+fn requests(url: &str, prompt: &str, args: &[&str]) -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.jsonl");
+    std::fs::write(&p, format!("{}\n", serde_json::json!({"prompt": prompt}))).unwrap();
+    let mut all = vec!["--prompts", p.to_str().unwrap(), "-n", "1"];
+    all.extend_from_slice(args);
+    let out = loadgen(url, &all);
+    let records = testkit::json_lines(&out.stdout);
+    let reqs: Vec<Value> = testkit::of_kind(&records, "request")
+        .into_iter()
+        .cloned()
+        .collect();
+    assert_eq!(reqs.len(), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    reqs
+}
+
+fn prompt_of(req: &Value) -> String {
+    req["prompt"].as_str().unwrap_or_default().to_string()
+}
+
+/// Usage as the prompt says (a JSON value), whole or streamed.
+fn usage_as_asked(_path: &str, req: &Value) -> Answer {
+    let usage = prompt_of(req);
+    let usage = if usage == "none" {
+        String::new()
+    } else {
+        format!(r#","usage":{{"prompt_tokens":3,"completion_tokens":{usage}}}"#)
+    };
+    if req["stream"] == Value::Bool(true) {
+        Answer::Stream(vec![
+            chunk(req, " a"),
+            chunk(req, " b"),
+            format!(r#"data: {{"choices":[]{usage}}}"#),
+            "data: [DONE]".into(),
+        ])
+    } else {
+        Answer::Json(
+            200,
+            format!(
+                r#"{{"choices":[{{"index":0,"text":" a b","finish_reason":"length"}}]{usage}}}"#
+            ),
+        )
+    }
+}
+
+#[test]
+fn usage_that_is_not_a_token_count_is_a_protocol_error_streamed_or_whole() {
+    let server = hostile::start(usage_as_asked);
+    for usage in ["-7", "1e30", "3.7", "4294967296"] {
+        for stream in [true, false] {
+            let args: &[&str] = if stream { &[] } else { &["--no-stream"] };
+            let r = &requests(&server.url(), usage, args)[0];
+            assert_eq!(
+                r["error"]["class"], "protocol",
+                "usage {usage}, stream {stream}: {r}"
+            );
+        }
+    }
+    // Without usage a stream counts its chunks; a whole answer has no count at all.
+    let r = &requests(&server.url(), "none", &[])[0];
+    assert!(r["error"].is_null() && r["output_tokens"] == 2, "{r}");
+    let r = &requests(&server.url(), "none", &["--no-stream"])[0];
+    assert_eq!(r["error"]["class"], "protocol", "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("completion_tokens"),
+        "{r}"
+    );
+    let r = &requests(&server.url(), "2", &["--no-stream"])[0];
+    assert!(r["error"].is_null() && r["output_tokens"] == 2, "{r}");
+}
+
+/// An error in the stream's framing, as old llama-server (`error:`) or `event: error` send it.
+fn framing_error(_path: &str, req: &Value) -> Answer {
+    let error = r#"{"code":500,"message":"the KV cache is full","type":"server_error"}"#;
+    let tail = match prompt_of(req).as_str() {
+        "field" => vec![format!("error: {error}"), String::new()],
+        _ => vec![
+            "event: error".into(),
+            format!("data: {error}"),
+            String::new(),
+        ],
+    };
+    let mut lines = vec![chunk(req, " a")];
+    lines.extend(tail);
+    Answer::Stream(lines)
+}
+
+#[test]
+fn an_sse_error_field_or_event_fails_the_request() {
+    let server = hostile::start(framing_error);
+    for form in ["field", "event"] {
+        let r = &requests(&server.url(), form, &[])[0];
+        assert_eq!(r["error"]["class"], "protocol", "{form}: {r}");
+        let msg = r["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("KV cache is full"), "{form}: {msg}");
+    }
+}
+
+/// A chat answer that is only a tool call, in four deltas.
+fn tool_call(_path: &str, _req: &Value) -> Answer {
+    let delta = |d: Value| {
+        format!(
+            "data: {}\n",
+            serde_json::json!({"choices": [{"index": 0, "delta": d}]})
+        )
+    };
+    Answer::Stream(vec![
+        delta(serde_json::json!({"role": "assistant", "content": null})),
+        delta(
+            serde_json::json!({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
+        ),
+        delta(
+            serde_json::json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": "}}]}),
+        ),
+        delta(
+            serde_json::json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"Oslo\"}"}}]}),
+        ),
+        format!(
+            "data: {}\n",
+            serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 9, "completion_tokens": 3}})
+        ),
+        "data: [DONE]".into(),
+    ])
+}
+
+#[test]
+fn a_tool_call_only_stream_has_a_first_token_and_gaps() {
+    let server = hostile::start(tool_call);
+    let r = &requests(&server.url(), "weather?", &["--api", "chat"])[0];
+    assert!(r["error"].is_null(), "{r}");
+    assert_eq!(r["chunks"], 3, "{r}");
+    assert!(
+        r["ttft_ms"].as_f64().is_some(),
+        "a tool call's first delta is a first token: {r}"
+    );
+    assert_eq!(r["itl_ms"].as_array().unwrap().len(), 2, "{r}");
+    assert!(r["tpot_ms"].as_f64().is_some(), "{r}");
+}
+
+/// A stream that never ends and ignores max_tokens (2 KB a chunk).
+fn endless(_path: &str, req: &Value) -> Answer {
+    Answer::Endless(chunk(req, &" t".repeat(1000)).trim_end().to_string())
+}
+
+#[test]
+fn a_conversation_against_a_server_ignoring_max_tokens_fails_at_the_reply_bound() {
+    let server = hostile::start(endless);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("c.jsonl");
+    std::fs::write(
+        &p,
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\",\"content\":\"b\"}]}\n",
+    )
+    .unwrap();
+    let out = loadgen(
+        &server.url(),
+        &[
+            "--api",
+            "chat",
+            "--turns",
+            "2",
+            "-n",
+            "1",
+            "--max-tokens",
+            "4",
+            "--prompts",
+            p.to_str().unwrap(),
+        ],
+    );
+    let records = testkit::json_lines(&out.stdout);
+    let reqs = testkit::of_kind(&records, "request");
+    assert_eq!(
+        reqs.len(),
+        1,
+        "no turn after a failed one: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e = &reqs[0]["error"];
+    assert_eq!(e["class"], "protocol", "bounded, not a timeout: {e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("longer than 16 MiB"),
+        "{e}"
+    );
+}
+
+/// A reasoning model: two reasoning chunks, then three of the answer, 20 ms apart.
+fn reasoning(_path: &str, _req: &Value) -> Answer {
+    let delta = |d: Value| {
+        format!(
+            "data: {}\n",
+            serde_json::json!({"choices": [{"index": 0, "delta": d}]})
+        )
+    };
+    let mut lines = vec![
+        delta(serde_json::json!({"reasoning_content": "think"})),
+        delta(serde_json::json!({"reasoning_content": " more"})),
+    ];
+    lines.extend((0..3).map(|_| delta(serde_json::json!({"content": " ok"}))));
+    lines.push(format!(
+        "data: {}\n",
+        serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 5}})
+    ));
+    lines.push("data: [DONE]".into());
+    Answer::Paced(lines, std::time::Duration::from_millis(20))
+}
+
+#[test]
+fn a_reasoning_answer_records_its_first_answer_token_and_reasoning_share() {
+    let server = hostile::start(reasoning);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.jsonl");
+    std::fs::write(&p, "{\"prompt\":\"why?\"}\n").unwrap();
+    let out = loadgen(
+        &server.url(),
+        &["--api", "chat", "--prompts", p.to_str().unwrap(), "-n", "2"],
+    );
+    let records = testkit::json_lines(&out.stdout);
+    let reqs = testkit::of_kind(&records, "request");
+    assert_eq!(reqs.len(), 2, "{}", String::from_utf8_lossy(&out.stderr));
+    for r in &reqs {
+        let (ttft, ttfo) = (
+            r["ttft_ms"].as_f64().unwrap(),
+            r["ttfo_ms"].as_f64().unwrap(),
+        );
+        assert_eq!(r["ttft_reasoning_ms"], r["ttft_ms"], "{r}");
+        assert!(
+            ttfo >= ttft + 30.0,
+            "two reasoning chunks 20 ms apart come first: {r}"
+        );
+        assert_eq!(r["reasoning_tokens"], 2, "{r}");
+    }
+    let summary = testkit::of_kind(&records, "summary")[0];
+    assert_eq!(summary["ttfo_ms"]["n"], 2, "{summary}");
+    assert_eq!(summary["reasoning_share"], 0.4, "{summary}");
+    // Without reasoning neither appears.
+    let server = hostile::start(tool_call);
+    let r = &requests(&server.url(), "x", &["--api", "chat"])[0];
+    assert!(
+        r.get("ttfo_ms").is_none() && r.get("reasoning_tokens").is_none(),
+        "{r}"
+    );
+}
