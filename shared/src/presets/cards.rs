@@ -224,6 +224,73 @@ fn two() -> f64 {
     2.0
 }
 
+impl ModelCard {
+    /// What is wrong with a card that parsed, if anything, naming the field: every count the
+    /// roofline divides by or multiplies with is positive, heads group evenly over the KV
+    /// heads, and a MoE block's experts fit its layers.
+    pub fn check(&self) -> Result<(), String> {
+        let counts = [
+            ("layers", self.layers),
+            ("hidden", self.hidden),
+            ("heads", self.heads),
+            ("kv_heads", self.kv_heads),
+            ("head_dim", self.head_dim),
+        ];
+        if let Some((field, _)) = counts.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{field} is 0: it must be at least 1"));
+        }
+        let positive = [
+            ("params", self.params),
+            ("kv_bytes", self.kv_bytes),
+            ("act_bytes", self.act_bytes),
+        ];
+        if let Some((field, v)) = positive.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
+            return Err(format!("{field} is {v}: it must be a positive number"));
+        }
+        if !self.heads.is_multiple_of(self.kv_heads) {
+            return Err(format!(
+                "heads {} is not a multiple of kv_heads {}: each KV head serves a whole group of heads",
+                self.heads, self.kv_heads
+            ));
+        }
+        if self.kv_elems_per_layer == Some(0) {
+            return Err("kv_elems_per_layer is 0: leave it out, or give at least 1".into());
+        }
+        if self.intermediate == Some(0) {
+            return Err(
+                "intermediate is 0: leave it out, or give config.json's intermediate_size".into(),
+            );
+        }
+        if let Some(moe) = &self.moe {
+            if moe.experts == 0 || moe.experts_per_token == 0 || moe.moe_layers == 0 {
+                return Err(
+                    "moe.experts, moe.experts_per_token and moe.moe_layers must be at least 1"
+                        .into(),
+                );
+            }
+            if moe.experts_per_token > moe.experts {
+                return Err(format!(
+                    "moe.experts_per_token {} is more than moe.experts {}",
+                    moe.experts_per_token, moe.experts
+                ));
+            }
+            if moe.moe_layers > self.layers {
+                return Err(format!(
+                    "moe.moe_layers {} is more than layers {}",
+                    moe.moe_layers, self.layers
+                ));
+            }
+            if !(moe.expert_params.is_finite() && moe.expert_params > 0.0) {
+                return Err(format!(
+                    "moe.expert_params is {}: it must be a positive number",
+                    moe.expert_params
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 const GB: u64 = 1_000_000_000;
 
 /// NCCL's figures the presets build on (NVIDIA/nccl src/graph/tuning.cc and topo.cc).

@@ -144,7 +144,12 @@ impl MeasuredCurve {
     /// records at that rank count, the curve of the nearest rank count measured (the caller
     /// says so). None without allreduce records.
     pub fn from_records(coll: &[CollRecord], ranks: u32, exact: bool) -> Option<MeasuredCurve> {
-        let all: Vec<&CollRecord> = coll.iter().filter(|c| c.op == "allreduce").collect();
+        // Records that are no measurement are refused where a file is read; here they are
+        // left out, so no curve holds a point that is not a time.
+        let all: Vec<&CollRecord> = coll
+            .iter()
+            .filter(|c| c.op == "allreduce" && unusable(c).is_none())
+            .collect();
         let nearest = all
             .iter()
             .map(|c| c.ranks)
@@ -199,6 +204,28 @@ impl MeasuredCurve {
         self.points.len()
     }
 
+    /// The warning a figure read off this curve at sizes up to `needed_bytes` carries, when the
+    /// curve cannot hold it up: one size measured (every other one is extrapolated from it),
+    /// or a need more than [`EXTRAPOLATION_FACTOR`] times the largest size measured.
+    pub fn extrapolation_warning(&self, needed_bytes: f64) -> Option<String> {
+        let (smallest, largest) = (self.points[0].0, self.points[self.points.len() - 1].0);
+        let fix = format!(
+            "measure the sizes it needs: collbench -np {} --mode latency -b 1K -e {}",
+            self.ranks,
+            size_flag(needed_bytes.max(largest))
+        );
+        if self.points.len() == 1 {
+            return Some(format!(
+                "one size measured ({smallest} B): every other size is extrapolated from it (flat below, linear in bytes above); {fix}"
+            ));
+        }
+        (needed_bytes > EXTRAPOLATION_FACTOR * largest).then(|| {
+            format!(
+                "the largest size measured is {largest} B but a step here needs up to {needed_bytes} B: extrapolated linearly past {EXTRAPOLATION_FACTOR}x the curve; {fix}"
+            )
+        })
+    }
+
     /// The measured time of one allreduce of `bytes`, µs.
     pub fn us_at(&self, bytes: f64) -> f64 {
         let pts = &self.points;
@@ -239,12 +266,64 @@ impl MeasuredCurve {
     }
 }
 
-/// The `coll` records of a file of records (other kinds are skipped; a malformed line is an
-/// error naming it).
+/// The longest one measured collective may take, µs (an hour): beyond it a time is not a
+/// measurement, and a step of 160 of them overflows every duration downstream.
+pub const MAX_COLL_US: f64 = 3.6e9;
+
+/// Why a `coll` record cannot be a point of a measured curve, if it cannot: its mean is not a
+/// finite positive time (at most [`MAX_COLL_US`]), it moved no bytes, or the collective
+/// computed wrong results.
+pub fn unusable(c: &CollRecord) -> Option<String> {
+    let mean = c.time_us.mean;
+    if !mean.is_finite() || mean <= 0.0 || mean > MAX_COLL_US {
+        // 1e308 as 1e308, not 309 digits.
+        let shown = if mean.abs() >= 1e15 {
+            format!("{mean:e}")
+        } else {
+            mean.to_string()
+        };
+        return Some(format!(
+            "time_us.mean is {shown}: a measured time is finite, positive and under an hour ({MAX_COLL_US} us)"
+        ));
+    }
+    if c.bytes == 0 {
+        return Some("bytes is 0: a measured collective moves at least one element".into());
+    }
+    if c.wrong > 0 {
+        return Some(format!(
+            "wrong is {}: the collective computed wrong results, so its times are not those of a working {}",
+            c.wrong, c.op
+        ));
+    }
+    None
+}
+
+/// How far past its largest size a measured curve is read without a warning.
+pub const EXTRAPOLATION_FACTOR: f64 = 4.0;
+
+/// `bytes` as collbench's -e takes it: the next power of two in K/M/G.
+fn size_flag(bytes: f64) -> String {
+    let pow = (bytes.max(1.0).log2().ceil() as u32).min(40);
+    match pow {
+        0..=9 => format!("{}", 1u64 << pow),
+        10..=19 => format!("{}K", 1u64 << (pow - 10)),
+        20..=29 => format!("{}M", 1u64 << (pow - 20)),
+        _ => format!("{}G", 1u64 << (pow - 30)),
+    }
+}
+
+/// The `coll` records of a file of records (other kinds are skipped; a malformed line, or a
+/// `coll` record that cannot be a measurement ([`unusable`]), is an error naming FILE:LINE).
 pub fn coll_records_from(path: &str) -> anyhow::Result<Vec<CollRecord>> {
     let mut out = Vec::new();
     jsonl::read_all(&[Source::parse(path)], true, |line| {
+        let location = line.location();
         if let Record::Coll(c) = line.record {
+            if let Some(why) = unusable(&c) {
+                return Err(crate::diag::usage(format!(
+                    "{location}: {why} (measure again: collbench -np N --mode latency -b 1K -e 4M)"
+                )));
+            }
             out.push(c);
         }
         Ok(())
@@ -357,5 +436,66 @@ mod tests {
             4
         );
         assert!(MeasuredCurve::from_records(&[], 2, false).is_none());
+    }
+
+    /// C1-C4: a negative, zero, huge or NaN-making mean, 0 bytes, or wrong results became
+    /// 413 tok/s instead of 6.3, nulls, or an engine panic. Each is refused at FILE:LINE.
+    #[test]
+    fn coll_records_that_are_no_measurement_are_refused_naming_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("coll.jsonl");
+        let p = path.to_str().unwrap();
+        let good = coll(2, 1024, 10.0, "latency", "tcp");
+        type Spoil = fn(&mut CollRecord);
+        let cases: [(&str, Spoil); 5] = [
+            ("time_us.mean is -1000", |c| c.time_us.mean = -1000.0),
+            ("time_us.mean is 0", |c| c.time_us.mean = 0.0),
+            ("time_us.mean is 1e20", |c| c.time_us.mean = 1e20),
+            ("bytes is 0", |c| c.bytes = 0),
+            ("wrong is 12345", |c| c.wrong = 12345),
+        ];
+        for (want, spoil) in cases {
+            let mut bad = good.clone();
+            spoil(&mut bad);
+            let lines = [&good, &bad]
+                .map(|c| crate::record::to_line_with_kind(c).unwrap())
+                .join("\n");
+            std::fs::write(&path, lines + "\n").unwrap();
+            let err = coll_records_from(p).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("{p}:2: {want}")), "{want}: {err}");
+            // Read off records directly, such a point is left out of the curve.
+            let curve = MeasuredCurve::from_records(&[good.clone(), bad], 2, true).unwrap();
+            assert_eq!((curve.sizes(), curve.us_at(1024.0)), (1, 10.0));
+        }
+        std::fs::write(
+            &path,
+            crate::record::to_line_with_kind(&good).unwrap() + "\n",
+        )
+        .unwrap();
+        assert_eq!(coll_records_from(p).unwrap().len(), 1);
+    }
+
+    /// C5: one size measured was extrapolated to megabytes without a word.
+    #[test]
+    fn a_curve_of_one_size_or_read_far_past_its_largest_size_says_it_is_extrapolated() {
+        let one =
+            MeasuredCurve::from_records(&[coll(2, 8, 5.0, "latency", "tcp")], 2, true).unwrap();
+        let w = one.extrapolation_warning(8.0).unwrap();
+        assert!(
+            w.starts_with("one size measured (8 B)") && w.contains("collbench -np 2"),
+            "{w}"
+        );
+        let two = MeasuredCurve::from_records(
+            &[
+                coll(2, 1024, 10.0, "latency", "tcp"),
+                coll(2, 4 << 20, 100.0, "latency", "tcp"),
+            ],
+            2,
+            true,
+        )
+        .unwrap();
+        assert_eq!(two.extrapolation_warning(16.0 * 1024.0 * 1024.0), None);
+        let far = two.extrapolation_warning(64.0 * 1024.0 * 1024.0).unwrap();
+        assert!(far.contains("-e 64M"), "{far}");
     }
 }

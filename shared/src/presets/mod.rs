@@ -40,12 +40,14 @@ pub fn load_hardware(arg: &str) -> Result<Hardware, String> {
 
 /// Looks a model preset up by name, or reads a JSON card when `arg` names a file.
 pub fn load_model(arg: &str) -> Result<ModelCard, String> {
-    load(
+    let model: ModelCard = load(
         arg,
         model_presets(),
         |m: &ModelCard| m.name.clone(),
         "model",
-    )
+    )?;
+    model.check().map_err(|e| format!("{arg}: {e}"))?;
+    Ok(model)
 }
 
 fn load<T: serde::de::DeserializeOwned>(
@@ -297,5 +299,47 @@ mod tests {
                 .unwrap_err()
                 .contains("levels")
         );
+    }
+
+    /// D1: a negative `params` gave a negative roofline and an engine panic, `layers: 0` a
+    /// KV cache of u64::MAX tokens, `kv_heads: 0` a division by zero: each is refused at load,
+    /// naming the file and the field, as a bad hardware card is.
+    #[test]
+    fn a_model_card_with_a_count_or_size_that_is_not_positive_is_refused_naming_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.json");
+        let p = path.to_str().unwrap();
+        type Spoil = fn(&mut ModelCard);
+        let cases: [(&str, Spoil); 7] = [
+            ("params is -8000000000", |m| m.params = -8e9),
+            ("layers is 0", |m| m.layers = 0),
+            ("kv_heads is 0", |m| m.kv_heads = 0),
+            ("head_dim is 0", |m| m.head_dim = 0),
+            ("act_bytes is 0", |m| m.act_bytes = 0.0),
+            ("not a multiple of kv_heads", |m| m.kv_heads = 3),
+            ("intermediate is 0", |m| m.intermediate = Some(0)),
+        ];
+        for (want, spoil) in cases {
+            let mut m = model("llama-3.1-8b");
+            spoil(&mut m);
+            std::fs::write(&path, serde_json::to_string(&m).unwrap()).unwrap();
+            let err = load_model(p).unwrap_err();
+            assert!(
+                err.starts_with(&format!("{p}: ")) && err.contains(want),
+                "{want}: {err}"
+            );
+        }
+        let mut moe = model("qwen3-30b-a3b");
+        moe.moe.as_mut().unwrap().experts_per_token = 129;
+        std::fs::write(&path, serde_json::to_string(&moe).unwrap()).unwrap();
+        assert!(
+            load_model(p)
+                .unwrap_err()
+                .contains("moe.experts_per_token 129")
+        );
+        // Every preset passes.
+        for m in preset_names().0 {
+            model(&m).check().unwrap();
+        }
     }
 }

@@ -184,7 +184,16 @@ impl Roofline {
 
 impl CostModel for Roofline {
     fn step_time(&self, shape: &StepShape) -> Duration {
-        Duration::from_secs_f64(self.step_s(shape))
+        // Cards and measured curves are checked at load; a step time that still comes out
+        // negative, NaN or past Duration's range is a bug, and the panic ends srv-sim
+        // (engine::ExitOnPanic) instead of leaving every request hanging.
+        let s = self.step_s(shape);
+        Duration::try_from_secs_f64(s).unwrap_or_else(|e| {
+            panic!(
+                "the cost model gave a step of {s} s for {} sequences ({e}): a card or --comm-from value is out of range",
+                shape.seqs
+            )
+        })
     }
 }
 

@@ -141,50 +141,77 @@ impl Engine {
         let m = metrics.clone();
         std::thread::Builder::new()
             .name("srv-sim-engine".into())
-            .spawn(move || match config.timing {
-                Timing::Fixed {
-                    ttft,
-                    itl,
-                    tokens_per_chunk,
-                } => FixedLoop {
-                    rx,
-                    metrics: m,
-                    ttft,
-                    itl,
-                    chunk: tokens_per_chunk.max(1),
-                    max_running: config.max_running.map_or(usize::MAX, |n| n as usize),
-                    waiting: VecDeque::new(),
-                    running: HashMap::new(),
-                    heap: BinaryHeap::new(),
-                    next_id: 0,
-                }
-                .run(),
-                Timing::Modelled {
-                    cost,
-                    max_step_tokens,
-                    kv_cache_tokens,
-                    spec,
-                } => StepLoop {
-                    rx,
-                    metrics: m,
-                    cost,
-                    max_step_tokens,
-                    kv_cache_tokens,
-                    spec,
-                    max_running: config.max_running.map_or(usize::MAX, |n| n as usize),
-                    waiting: VecDeque::new(),
-                    running: Vec::new(),
-                    rng: config.seed,
-                }
-                .run(),
+            .spawn(move || {
+                let _exit_on_panic = ExitOnPanic;
+                Engine::serve(config, rx, m)
             })
             .expect("spawn the engine thread");
         Engine { tx, metrics }
     }
 
+    /// The engine thread's loop, until every handle is dropped.
+    fn serve(config: EngineConfig, rx: Receiver<Submit>, m: Arc<Mutex<Metrics>>) {
+        match config.timing {
+            Timing::Fixed {
+                ttft,
+                itl,
+                tokens_per_chunk,
+            } => FixedLoop {
+                rx,
+                metrics: m,
+                ttft,
+                itl,
+                chunk: tokens_per_chunk.max(1),
+                max_running: config.max_running.map_or(usize::MAX, |n| n as usize),
+                waiting: VecDeque::new(),
+                running: HashMap::new(),
+                heap: BinaryHeap::new(),
+                next_id: 0,
+            }
+            .run(),
+            Timing::Modelled {
+                cost,
+                max_step_tokens,
+                kv_cache_tokens,
+                spec,
+            } => StepLoop {
+                rx,
+                metrics: m,
+                cost,
+                max_step_tokens,
+                kv_cache_tokens,
+                spec,
+                max_running: config.max_running.map_or(usize::MAX, |n| n as usize),
+                waiting: VecDeque::new(),
+                running: Vec::new(),
+                rng: config.seed,
+            }
+            .run(),
+        }
+    }
+
     pub fn submit(&self, s: Submit) {
         // The engine thread lives as long as any handle; a failed send means shutdown.
         let _ = self.tx.send(s);
+    }
+}
+
+/// Ends the process when the engine thread unwinds from a panic: the HTTP side would go on
+/// answering `/health` 200 while no request ever completed. The panic message is already on
+/// stderr (the default hook runs first); the exit status says the server died.
+struct ExitOnPanic;
+
+/// srv-sim's exit status when its engine thread panicked (Rust's own for a panic).
+pub const ENGINE_PANIC_EXIT: i32 = 101;
+
+impl Drop for ExitOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "srv-sim: error: the engine thread panicked (above): exiting, rather than serving a /health that says ready to requests that would never end"
+            );
+            std::process::exit(ENGINE_PANIC_EXIT);
+        }
     }
 }
 

@@ -40,6 +40,10 @@ pub struct Faults {
     /// Probability a generation request's connection is reset (TCP RST) halfway through
     #[arg(long, value_name = "P", default_value_t = 0.0)]
     pub reset_rate: f64,
+    /// After N steps, the modelled engine's thread panics (as an impossible step time once
+    /// did): srv-sim exits 101 instead of serving on without an engine
+    #[arg(long, value_name = "N")]
+    pub engine_panic_after: Option<u64>,
 }
 
 /// Everything a request handler needs.

@@ -20,7 +20,7 @@ pub mod tokens;
 
 use anyhow::Context as _;
 use cost::{PlanInputs, Roofline};
-use engine::{Engine, EngineConfig, Spec, Timing};
+use engine::{CostModel, Engine, EngineConfig, Spec, Timing};
 use http::{App, AppConfig, Faults};
 use servbench::cli::{self, Exit};
 use servbench::presets::{self, Comm, Deployment, Layout, MeasuredCurve};
@@ -238,6 +238,11 @@ impl Config {
                 "--comm-from replaces the tensor-parallel allreduces: give --tp 2 or more",
             ));
         }
+        if self.faults.engine_panic_after.is_some() && self.fixed_latency() {
+            return Err(cli::usage(
+                "--engine-panic-after injects a panic into the modelled engine: drop --ttft/--itl",
+            ));
+        }
         if self.spec_tokens > 0 && self.fixed_latency() {
             return Err(cli::usage(
                 "--spec-tokens applies to the modelled engine; in fixed-latency mode use --tokens-per-chunk",
@@ -269,6 +274,18 @@ impl Config {
         let mut dep = Deployment::new(model, hw, layout);
         if let Some(path) = &self.comm_from {
             dep.comm = measured_comm(path, self.tp)?;
+            // A decode step of the most requests running carries the largest allreduce that
+            // decode pays (prefill chunks, larger still, are bandwidth-bound either way).
+            let decode_tokens = self
+                .max_running()
+                .unwrap_or(self.max_prefill_tokens)
+                .min(self.max_prefill_tokens);
+            if let Comm::Measured { curve, .. } = &dep.comm
+                && let Some(w) =
+                    curve.extrapolation_warning(dep.model.allreduce_bytes(decode_tokens))
+            {
+                cli::warn(format!("--comm-from {path}: {w}"));
+            }
         }
         Ok(Roofline {
             dep,
@@ -292,6 +309,23 @@ impl Config {
             (b, Some(m)) => Some(b.unwrap_or(u32::MAX).min(m.saturating_mul(self.pp))),
             (b, None) => b,
         }
+    }
+}
+
+/// `--engine-panic-after N`: the cost model for N steps, then a panic on the engine thread.
+struct PanicAfter {
+    cost: Roofline,
+    steps_left: std::cell::Cell<u64>,
+}
+
+impl CostModel for PanicAfter {
+    fn step_time(&self, shape: &engine::StepShape) -> Duration {
+        let left = self.steps_left.get();
+        if left == 0 {
+            panic!("--engine-panic-after: the injected engine panic");
+        }
+        self.steps_left.set(left - 1);
+        self.cost.step_time(shape)
     }
 }
 
@@ -401,8 +435,15 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
                     tokens_per_chunk: config.tokens_per_chunk,
                 }
             } else {
+                let cost: Box<dyn CostModel> = match config.faults.engine_panic_after {
+                    Some(steps) => Box::new(PanicAfter {
+                        cost: roofline.clone(),
+                        steps_left: std::cell::Cell::new(steps),
+                    }),
+                    None => Box::new(roofline.clone()),
+                };
                 Timing::Modelled {
-                    cost: Box::new(roofline.clone()),
+                    cost,
                     max_step_tokens: config.max_prefill_tokens,
                     kv_cache_tokens: kv_cache_tokens.unwrap_or(u64::MAX),
                     spec,
