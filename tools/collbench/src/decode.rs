@@ -96,13 +96,14 @@ pub fn run(dc: &DecodeConfig, job: &Job) -> anyhow::Result<Exit> {
     crate::check_job(job)?;
     crate::check_memory(&dc.run, job, "--batch")?;
     if job.backend == crate::Backend::Nccl {
-        crate::nccl::check_libraries()?;
+        crate::report_libraries(job, crate::nccl::check_libraries()?);
     }
     // A missing cuBLAS is known before any allreduce runs.
     if let Some((cfg, target)) = &dc.compute
         && target.backend == ComputeBackend::Cublas
     {
-        crate::compute::cublas::check_libraries(cfg.dtype == GemmDtype::Fp8)?;
+        // Said when the GPU is opened, after the allreduces.
+        let _ = crate::compute::cublas::check_libraries(cfg.dtype == GemmDtype::Fp8)?;
     }
     let mut out = RecordWriter::stdout();
     let id = match &job.role {

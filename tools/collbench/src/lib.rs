@@ -6,6 +6,7 @@
 pub mod bootstrap;
 pub mod comm;
 pub mod compute;
+pub mod culibs;
 pub mod decode;
 pub mod dtype;
 pub mod harness;
@@ -92,7 +93,7 @@ pub fn bench(cfg: &RunConfig, job: &Job) -> anyhow::Result<Exit> {
                 "--algo is for the tcp backend: NCCL picks its own (set NCCL_ALGO=Ring|Tree to force it)",
             ));
         }
-        nccl::check_libraries()?;
+        report_libraries(job, nccl::check_libraries()?);
     }
     let mut out = RecordWriter::stdout();
     let is_writer = match &job.role {
@@ -121,6 +122,16 @@ pub fn check_job(job: &Job) -> anyhow::Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Says which NCCL and driver this process loads, once per job: in the process that runs
+/// rank 0 (a launcher starting ranks leaves it to them).
+pub(crate) fn report_libraries(job: &Job, line: String) {
+    match &job.role {
+        Role::Alone => cli::info(line),
+        Role::Rank(id) if id.rank == 0 => cli::info(line),
+        _ => {}
+    }
 }
 
 /// The buffers of the ranks this process starts or is must fit this host's free memory

@@ -1,6 +1,8 @@
 //! What collbench refuses before it starts anything: more local ranks than one host should
-//! run, and buffers larger than the host's free memory. Each is one usage line naming the flag
-//! and the bound (exit 2), instead of thousands of processes or an allocation abort.
+//! run, more timed iterations than it should keep samples of, and buffers larger than the
+//! memory free where they go (collective buffers, GEMM operands, `limits` buffers: one bound,
+//! [`refuse_beyond`]). Each is one usage line naming the flag and the bound (exit 2), instead
+//! of thousands of processes or an allocation abort.
 
 use crate::harness::RunConfig;
 use servbench::cli;
@@ -14,6 +16,40 @@ pub fn check_local_ranks(flag: &str, n: usize) -> anyhow::Result<()> {
     if n > MAX_LOCAL_RANKS {
         return Err(cli::usage(format!(
             "{flag} {n}: at most {MAX_LOCAL_RANKS} ranks on one host (for more, spread them over hosts: --hosts, mpirun)"
+        )));
+    }
+    Ok(())
+}
+
+/// Most iterations of any loop collbench times (`-n`, `-w`, `--step-iters`): one sample of
+/// 8 bytes is kept per timed iteration (8 MB at the bound; on a GPU also one event each).
+pub const MAX_ITERS: u32 = 1_000_000;
+
+/// Refuses a count of iterations above [`MAX_ITERS`]; `flag` names it.
+pub fn check_iters(flag: &str, n: u32) -> anyhow::Result<()> {
+    if n > MAX_ITERS {
+        return Err(cli::usage(format!(
+            "{flag} {n}: at most {MAX_ITERS} iterations (each timed one keeps a sample; for a longer measurement run collbench again)"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses `need` bytes of buffers beyond `available` bytes free in `place` (`this host`,
+/// `GPU 0`): `FLAG: WHAT need X of buffers but PLACE has Y available: lower FLAG[HINT]`,
+/// exit 2.
+pub fn refuse_beyond(
+    flag: &str,
+    what: &str,
+    need: u128,
+    (available, place): (u64, &str),
+    hint: &str,
+) -> anyhow::Result<()> {
+    if need > u128::from(available) {
+        return Err(cli::usage(format!(
+            "{flag}: {what} need {} of buffers but {place} has {} available: lower {flag}{hint}",
+            human(need),
+            human(u128::from(available))
         )));
     }
     Ok(())
@@ -46,16 +82,17 @@ pub fn check_memory(
         return Ok(());
     };
     let need = rank_bytes(cfg, world) * ranks_here as u128;
-    if need > u128::from(available) {
-        let largest = cfg.sizes.iter().max().copied().unwrap_or(0);
-        return Err(cli::usage(format!(
-            "{flag}: at {}, {ranks_here} rank(s) here need {} of buffers but this host has {} available: lower {flag} (or run fewer ranks here)",
-            human(u128::from(largest)),
-            human(need),
-            human(u128::from(available))
-        )));
-    }
-    Ok(())
+    let largest = cfg.sizes.iter().max().copied().unwrap_or(0);
+    refuse_beyond(
+        flag,
+        &format!(
+            "at {}, {ranks_here} rank(s) here",
+            human(u128::from(largest))
+        ),
+        need,
+        (available, "this host"),
+        " (or run fewer ranks here)",
+    )
 }
 
 /// `MemAvailable` from /proc/meminfo, in bytes.
@@ -73,7 +110,7 @@ pub fn mem_available() -> Option<u64> {
 }
 
 /// Bytes in binary units, as -b/-e take them (`100 GiB`).
-fn human(bytes: u128) -> String {
+pub fn human(bytes: u128) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     let mut v = bytes as f64;
     let mut i = 0;

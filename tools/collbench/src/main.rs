@@ -296,7 +296,14 @@ fn job(run: &RunArgs, default_np: Option<usize>, args: Vec<OsString>) -> anyhow:
     })
 }
 
+/// `-n` and `-w` of a collective run, bounded (each timed iteration keeps a sample).
+fn check_counts(run: &RunArgs) -> anyhow::Result<()> {
+    collbench::limits::check_iters("-n/--iters", run.iters)?;
+    collbench::limits::check_iters("-w/--warmup-iters", run.warmup)
+}
+
 fn bench(b: BenchArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
+    check_counts(&b.run)?;
     let sizes = size_sweep(b.min_bytes, b.max_bytes, b.step_factor).map_err(cli::usage)?;
     let cfg = RunConfig {
         op: b.coll,
@@ -323,6 +330,12 @@ fn decode(d: DecodeArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
     if d.tp < 1 {
         return Err(cli::usage("--tp must be at least 1"));
     }
+    if d.batch.contains(&0) {
+        return Err(cli::usage(
+            "--batch 0: a decode step runs at least one sequence (give 1 or more)",
+        ));
+    }
+    check_counts(&d.run)?;
     collbench::limits::check_local_ranks("--tp", d.tp)?;
     let dtype = d.run.dtype.unwrap_or(if model.act_bytes >= 4.0 {
         Dtype::F32
@@ -416,6 +429,9 @@ fn gemm_config(
     if iters == 0 {
         return Err(cli::usage("-n/--iters must be at least 1"));
     }
+    collbench::limits::check_iters("-n/--iters", iters)?;
+    collbench::limits::check_iters("-w/--warmup-iters", warmup)?;
+    collbench::limits::check_iters("--step-iters", c.step_iters)?;
     let dtype = match c.gemm_dtype {
         Some(d) => d,
         None => GemmDtype::for_card(backend, model.as_ref())
@@ -480,6 +496,8 @@ fn limits(l: LimitsArgs) -> anyhow::Result<Exit> {
             "--bytes must be at least 1M and -n at least 1 (a bandwidth needs a buffer past the caches)",
         ));
     }
+    collbench::limits::check_iters("-n/--iters", l.iters)?;
+    collbench::limits::check_iters("-w/--warmup-iters", l.warmup)?;
     collbench::compute::run::limits(
         &target(&l.compute, backend),
         &hardware,

@@ -10,6 +10,7 @@
 //! Unverified without a GPU on the build machine: everything past the library check.
 
 use crate::comm::Comm;
+use crate::culibs::{self, Lib};
 use crate::dtype::{Dtype, RedOp};
 use crate::harness::{self, Measured, Mode, RunConfig};
 use crate::ops::{Params, Shape};
@@ -20,38 +21,23 @@ use servbench::cli;
 use std::ffi::c_void;
 use std::sync::{Arc, Barrier, mpsc};
 
-/// Fails with exit 2 and the fix when libcuda or libnccl cannot be loaded (cudarc would panic
-/// at the first call otherwise).
-pub fn check_libraries() -> anyhow::Result<()> {
-    // SAFETY: these only try dlopen on cudarc's candidate library names.
-    let cuda = unsafe { cudarc::driver::sys::is_culib_present() };
-    let nccl = unsafe { cudarc::nccl::sys::is_culib_present() };
-    let mut missing = Vec::new();
-    if !cuda {
-        missing.push(
-            "the CUDA driver library libcuda.so.1 is not loadable: this machine has no NVIDIA driver, \
-             or its directory is not on LD_LIBRARY_PATH"
-                .to_string(),
-        );
+/// Finds libcuda and libnccl as cudarc will load them: the line saying which files and
+/// versions, or exit 2 with every file name looked for and the fix (cudarc would panic at the
+/// first call otherwise).
+pub fn check_libraries() -> anyhow::Result<String> {
+    culibs::load(&[Lib::Driver, Lib::Nccl], "--backend nccl", &|lib| {
+        match lib {
+        Lib::Nccl if Lib::Nccl.candidates().iter().all(|n| n != "libnccl.so.2") && dlopen_works("libnccl.so.2") => {
+            "libnccl.so.2 is there but cudarc does not try that name: make a directory with \
+             `ln -s /path/to/libnccl.so.2 DIR/libnccl.so` and put DIR on LD_LIBRARY_PATH; --backend tcp needs none"
+                .into()
+        }
+        Lib::Nccl => "install libnccl-dev (it provides libnccl.so), or with pip's nvidia-nccl-cu13 (or -cu12) make a directory with \
+             `ln -s .../site-packages/nvidia/nccl/lib/libnccl.so.2 DIR/libnccl.so` and put DIR on LD_LIBRARY_PATH; --backend tcp needs none"
+            .into(),
+        _ => "no NVIDIA driver here, or its directory is not on LD_LIBRARY_PATH; --backend tcp needs none".into(),
     }
-    if !nccl {
-        let hint = if dlopen_works("libnccl.so.2") {
-            "libnccl.so.2 is there but cudarc looks for libnccl.so: make a directory with \
-             `ln -s /path/to/libnccl.so.2 DIR/libnccl.so` and put DIR on LD_LIBRARY_PATH"
-        } else {
-            "install libnccl-dev (it provides libnccl.so), or with pip's nvidia-nccl-cu12 make a directory with \
-             `ln -s .../site-packages/nvidia/nccl/lib/libnccl.so.2 DIR/libnccl.so` and put DIR on LD_LIBRARY_PATH"
-        };
-        missing.push(format!("NCCL (libnccl.so) is not loadable: {hint}"));
-    }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(cli::usage(format!(
-            "--backend nccl: {} (--backend tcp needs neither)",
-            missing.join("; and ")
-        )))
-    }
+    })
 }
 
 fn dlopen_works(name: &str) -> bool {

@@ -172,7 +172,9 @@ fn decode_compute_times_both_halves_of_the_same_step() {
 }
 
 #[test]
-fn cublas_without_cuda_says_what_is_missing_and_exits_2() {
+/// What the device needs (CUDA 13: libcublas.so.13 in PyTorch's wheels) is among the names
+/// looked for, and the line names every one, so a user sees which to provide.
+fn cublas_without_cuda_names_every_library_file_it_looked_for_and_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let card = card(&dir);
     for args in [
@@ -203,9 +205,17 @@ fn cublas_without_cuda_says_what_is_missing_and_exits_2() {
             "{err}"
         );
         assert!(
-            err.contains("libcuda.so.1") && err.contains("libcublas"),
+            err.contains("cannot load the CUDA driver: looked for libcuda.so ")
+                && err.contains(" libcuda.so.1 "),
             "{err}"
         );
+        assert!(
+            err.contains("cannot load cuBLAS: looked for libcublas.so ")
+                && err.contains(" libcublas.so.13 ")
+                && err.contains(" libcublas.so.12 "),
+            "{err}"
+        );
+        assert!(err.contains("LD_LIBRARY_PATH"), "{err}");
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }

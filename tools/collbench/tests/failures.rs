@@ -189,7 +189,7 @@ fn ranks_started_with_different_arguments_are_refused() {
 }
 
 #[test]
-fn nccl_backend_without_cuda_says_what_is_missing_and_exits_2() {
+fn nccl_backend_without_cuda_names_every_library_file_it_looked_for_and_exits_2() {
     let out = cmd("collbench")
         .args(["--backend", "nccl", "-b", "8", "-e", "8"])
         .env("LD_LIBRARY_PATH", "/nonexistent")
@@ -203,7 +203,9 @@ fn nccl_backend_without_cuda_says_what_is_missing_and_exits_2() {
         "{err}"
     );
     assert!(
-        err.contains("libcuda.so.1") && err.contains("libnccl.so"),
+        err.contains("cannot load the CUDA driver: looked for libcuda.so ")
+            && err.contains(" libcuda.so.1 ")
+            && err.contains("cannot load NCCL: looked for libnccl.so "),
         "{err}"
     );
     assert!(err.contains("LD_LIBRARY_PATH"), "{err}");

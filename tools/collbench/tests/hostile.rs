@@ -55,6 +55,96 @@ fn rank_counts_and_sizes_beyond_the_host_are_refused_in_one_line() {
     assert!(err.contains("available"), "{err}");
 }
 
+/// B1-B3, B5: GEMM operands, `-n`'s samples and `limits`' buffers were allocated unchecked
+/// (SIGABRT on a 1.6 TB allocation) where collective buffers were already bounded; `decode
+/// --batch 0` ran. Each is now one line naming the flag and the bound, exit 2, nothing run.
+#[test]
+fn gemm_operands_iterations_and_limits_buffers_beyond_the_host_are_refused_in_one_line() {
+    for (args, says) in [
+        (
+            vec![
+                "gemm",
+                "--model",
+                "llama-3.1-8b",
+                "--tp",
+                "1",
+                "--batch",
+                "100000000",
+            ],
+            "--batch: the f32 operands at batch 100000000 need",
+        ),
+        (
+            vec!["gemm", "--shape", "100000x100000x100000"],
+            "--shape: the f32 operands need",
+        ),
+        (
+            vec!["gemm", "--shape", "8x8x8", "-n", "4000000000"],
+            "-n/--iters 4000000000: at most 1000000 iterations",
+        ),
+        (
+            vec!["gemm", "--shape", "8x8x8", "-w", "4000000000"],
+            "-w/--warmup-iters 4000000000: at most 1000000",
+        ),
+        (
+            vec!["-np", "2", "-b", "8", "-e", "8", "-n", "4000000000"],
+            "-n/--iters 4000000000: at most 1000000",
+        ),
+        (
+            vec![
+                "decode",
+                "--model",
+                "llama-3.1-8b",
+                "--tp",
+                "1",
+                "-n",
+                "4000000000",
+            ],
+            "-n/--iters 4000000000: at most 1000000",
+        ),
+        (
+            vec!["limits", "--bytes", "1T"],
+            "--bytes: a copy's source and destination need 2.0 TiB of buffers but this host has",
+        ),
+        (
+            vec!["limits", "-n", "4000000000"],
+            "-n/--iters 4000000000: at most",
+        ),
+        (
+            vec![
+                "decode",
+                "--model",
+                "llama-3.1-8b",
+                "--tp",
+                "1",
+                "--batch",
+                "0",
+            ],
+            "--batch 0: a decode step runs at least one sequence",
+        ),
+        (
+            vec![
+                "decode",
+                "--model",
+                "llama-3.1-8b",
+                "--tp",
+                "1",
+                "--batch",
+                "1,0",
+            ],
+            "--batch 0:",
+        ),
+    ] {
+        let out = run(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("collbench: error: "), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(err.contains("available") || !says.contains("need"), "{err}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing measured");
+    }
+}
+
 /// The children of `pid` (by their /proc stat's parent field).
 fn children_of(pid: u32) -> Vec<u32> {
     std::fs::read_dir("/proc")
@@ -77,16 +167,9 @@ fn children_of(pid: u32) -> Vec<u32> {
 fn local_ranks_die_with_collbench() {
     let mut c = cmd("collbench");
     c.args([
-        "-np",
-        "3",
-        "-b",
-        "8",
-        "-e",
-        "8",
-        "-n",
-        "100000000",
-        "-w",
-        "0",
+        "-np", "3", "-b", "8", "-e", "8",
+        // The most -n allows: 3 ranks at 8 B take many seconds, long past the kill.
+        "-n", "1000000", "-w", "0",
     ])
     .args(["--mode", "latency", "--no-check"])
     .stdout(Stdio::null())

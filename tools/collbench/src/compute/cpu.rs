@@ -285,6 +285,10 @@ impl Device for Cpu {
         Ok(samples)
     }
 
+    fn memory_available(&self) -> Option<(u64, String)> {
+        crate::limits::mem_available().map(|a| (a, "this host".into()))
+    }
+
     fn limits(&mut self, bytes: u64, warmup: u32, iters: u32) -> anyhow::Result<Limits> {
         self.loaded.clear();
         let words = (bytes / 8) as usize;
@@ -316,7 +320,9 @@ impl Device for Cpu {
         // product is the nearest thing.
         let tiny = super::shapes::parse_shape("1x1x1").map_err(anyhow::Error::msg)?;
         self.load(&[tiny], &[1], GemmDtype::F32)?;
-        let calls = (iters * 50).max(100);
+        let calls = iters
+            .saturating_mul(50)
+            .clamp(100, crate::limits::MAX_ITERS);
         out.launch_us = self.time_gemm(0, warmup * 10, calls)?;
         self.loaded.clear();
         Ok(out)

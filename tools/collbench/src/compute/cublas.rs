@@ -12,6 +12,7 @@
 
 use super::shapes::GemmShape;
 use super::{Device, GemmDtype, Limits};
+use crate::culibs::{self, Lib};
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::cublaslt::{result as lt, sys as lt_sys};
 use cudarc::driver::sys::{CUevent_flags, CUfunction};
@@ -73,34 +74,21 @@ DONE:
 const READ_BLOCKS_PER_SM: u32 = 8;
 const READ_THREADS: u32 = 512;
 
-/// Fails with exit 2 naming each library that cannot be loaded (cudarc would panic at the
-/// first call otherwise).
-pub fn check_libraries(fp8: bool) -> anyhow::Result<()> {
-    // SAFETY: these only try dlopen on cudarc's candidate library names.
-    let (cuda, cublas, cublaslt) = unsafe {
-        (
-            cudarc::driver::sys::is_culib_present(),
-            blas_sys::is_culib_present(),
-            lt_sys::is_culib_present(),
-        )
+/// Finds libcuda and libcublas (and libcublasLt for FP8) as cudarc will load them: the line
+/// saying which files and versions, or exit 2 naming every file name looked for (cudarc
+/// would panic at the first call otherwise).
+pub fn check_libraries(fp8: bool) -> anyhow::Result<String> {
+    let libs: &[Lib] = if fp8 {
+        &[Lib::Driver, Lib::Cublas, Lib::CublasLt]
+    } else {
+        &[Lib::Driver, Lib::Cublas]
     };
-    let mut missing = Vec::new();
-    if !cuda {
-        missing.push("the CUDA driver library libcuda.so.1 (no NVIDIA driver here, or its directory is not on LD_LIBRARY_PATH)");
+    culibs::load(libs, "--compute-backend cublas", &|lib| {
+        match lib {
+        Lib::Driver => "no NVIDIA driver here, or its directory is not on LD_LIBRARY_PATH; --compute-backend cpu needs none".into(),
+        _ => "install the CUDA toolkit's, or put the lib directory of pip's nvidia-cublas (CUDA 13) or nvidia-cublas-cu12 on LD_LIBRARY_PATH; --compute-backend cpu needs none".into(),
     }
-    if !cublas {
-        missing.push("cuBLAS libcublas.so.12 (install the CUDA toolkit's libcublas, or pip's nvidia-cublas-cu12 and put its lib directory on LD_LIBRARY_PATH)");
-    }
-    if fp8 && !cublaslt {
-        missing.push("cuBLASLt libcublasLt.so.12 (it ships with cuBLAS)");
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    Err(cli::usage(format!(
-        "--compute-backend cublas: cannot load {} (--compute-backend cpu needs none)",
-        missing.join("; nor ")
-    )))
+    })
 }
 
 fn cuda(what: &str) -> impl Fn(drv::DriverError) -> anyhow::Error + '_ {
@@ -163,7 +151,7 @@ fn ptr(s: &CudaSlice<u8>, stream: &CudaStream) -> u64 {
 
 impl Cublas {
     pub fn open(device: usize) -> anyhow::Result<Cublas> {
-        check_libraries(false)?;
+        cli::info(check_libraries(false)?);
         let count = CudaContext::device_count()
             .map_err(|e| cli::failure(format!("no usable CUDA device: {e:?}")))?;
         if device >= count as usize {
@@ -241,7 +229,7 @@ impl Cublas {
         if let Some(h) = self.lt {
             return Ok(h);
         }
-        check_libraries(true)?;
+        cli::info(check_libraries(true)?);
         let h = lt::create_handle().map_err(blas_err("cublasLtCreate"))?;
         self.workspace = Some(
             self.stream
@@ -513,6 +501,15 @@ impl Device for Cublas {
         self.timed(reps, |me| order.iter().try_for_each(|&i| me.call(i)))
     }
 
+    fn memory_available(&self) -> Option<(u64, String)> {
+        let (free, _total) = self.ctx.mem_get_info().ok()?;
+        Some((free as u64, format!("GPU {}", self.ctx.ordinal())))
+    }
+
+    fn stages_on_host(&self) -> bool {
+        true
+    }
+
     fn limits(&mut self, bytes: u64, warmup: u32, iters: u32) -> anyhow::Result<Limits> {
         self.loaded.clear();
         let bytes = (bytes as usize / 16) * 16;
@@ -555,7 +552,9 @@ impl Device for Cublas {
             read_us: self.timed(iters, &mut read)?,
             ..Limits::default()
         };
-        let launches = (iters * 50).max(100);
+        let launches = iters
+            .saturating_mul(50)
+            .clamp(100, crate::limits::MAX_ITERS);
         self.timed(warmup.max(1) * 10, empty)?;
         limits.launch_us = self.timed(launches, empty)?;
         let mut sync = Vec::with_capacity(launches as usize);

@@ -133,6 +133,80 @@ pub trait Device {
     fn time_sequence(&mut self, order: &[usize], reps: u32) -> anyhow::Result<Vec<f64>>;
     /// Copy and read bandwidth over `bytes`, and launch cost.
     fn limits(&mut self, bytes: u64, warmup: u32, iters: u32) -> anyhow::Result<Limits>;
+    /// Bytes free where operands go, and the place's name (`this host`, `GPU 0`), when known.
+    fn memory_available(&self) -> Option<(u64, String)>;
+    /// Whether each operand is filled in host memory before it is copied over (a GPU's).
+    fn stages_on_host(&self) -> bool {
+        false
+    }
+}
+
+/// Refuses operands of `need` bytes where the device keeps them, and for a device that fills
+/// them on the host first its largest one (`staged` bytes) against the host's memory: one
+/// usage line naming `flag` (exit 2) instead of an allocation abort.
+pub fn check_fits(
+    dev: &dyn Device,
+    flag: &str,
+    what: &str,
+    need: u128,
+    staged: u128,
+) -> anyhow::Result<()> {
+    if let Some((available, place)) = dev.memory_available() {
+        crate::limits::refuse_beyond(flag, what, need, (available, &place), "")?;
+    }
+    if dev.stages_on_host()
+        && let Some(host) = crate::limits::mem_available()
+    {
+        crate::limits::refuse_beyond(
+            flag,
+            &format!("{what} (filled on this host first, the largest)"),
+            staged,
+            (host, "this host"),
+            "",
+        )?;
+    }
+    Ok(())
+}
+
+/// Bytes the operands of `shapes` take with `copies` weight copies each: (all of them, the
+/// largest single buffer).
+pub fn operand_bytes(shapes: &[GemmShape], copies: &[u32], dtype: GemmDtype) -> (u128, u128) {
+    let (mut all, mut largest) = (0u128, 0u128);
+    for (s, &c) in shapes.iter().zip(copies) {
+        let (m, n, k) = (u128::from(s.m), u128::from(s.n), u128::from(s.k));
+        let (x, w) = (
+            m * k * dtype.in_bytes() as u128,
+            n * k * dtype.in_bytes() as u128,
+        );
+        let y = m * n * dtype.out_bytes() as u128;
+        all += x + u128::from(c) * w + y;
+        largest = largest.max(x).max(w).max(y);
+    }
+    (all, largest)
+}
+
+/// Refuses a `gemm` run whose operands at some batch would not fit (each batch's replace the
+/// last's), before anything is allocated.
+pub fn check_operands(dev: &dyn Device, cfg: &GemmConfig) -> anyhow::Result<()> {
+    let flag = if cfg.model.is_some() {
+        "--batch"
+    } else {
+        "--shape"
+    };
+    for &batch in &cfg.batches {
+        let shapes = shapes_for(cfg, batch).map_err(cli::usage)?;
+        let copies: Vec<u32> = shapes
+            .iter()
+            .map(|s| weight_copies(s, cfg.dtype, dev.cache_bytes()))
+            .collect();
+        let (all, largest) = operand_bytes(&shapes, &copies, cfg.dtype);
+        let what = match &cfg.model {
+            Some(_) => format!("the {} operands at batch {batch}", cfg.dtype.name()),
+            None => format!("the {} operands", cfg.dtype.name()),
+        };
+        check_fits(dev, flag, &what, all, largest)?;
+    }
+    Ok(())
 }
 
 /// Opens the backend: CPU with `threads`, or GPU `device` (exit 2 naming a missing library).

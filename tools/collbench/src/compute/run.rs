@@ -33,6 +33,7 @@ pub fn gemm_records<W: Write>(
     cfg: &GemmConfig,
     out: &mut RecordWriter<W>,
 ) -> anyhow::Result<()> {
+    super::check_operands(dev, cfg)?;
     let what = match &cfg.model {
         Some(m) => format!("{} tp={}", m.name, cfg.tp),
         None => "custom shapes".into(),
@@ -88,6 +89,15 @@ pub fn limits(
     let mut dev = target.open()?;
     let mut out = RecordWriter::stdout();
     jsonl::pass_through(strict, &mut out, |_| Disposition::Forward)?;
+    // A source and a destination of --bytes each.
+    let need = 2 * u128::from(bytes);
+    super::check_fits(
+        dev.as_ref(),
+        "--bytes",
+        "a copy's source and destination",
+        need,
+        u128::from(bytes),
+    )?;
     let rec = limits_record(dev.as_mut(), hw, bytes, (warmup, iters), labels)?;
     cli::info(format!(
         "{} ({}): copy {:.1} GB/s, read {:.1} GB/s (datasheet of {}: {:.0} GB/s), launch {:.2} us{}",
