@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod hostile;
 pub mod own_sshd;
 
 /// The directory holding the workspace's built binaries (`target/debug` or `target/release`).

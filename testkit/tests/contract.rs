@@ -419,3 +419,80 @@ fn the_readmes_example_records_are_in_the_schema() {
         "README shows one line of each kind: {kinds:?}"
     );
 }
+
+/// Telemetry that lies (tried-to-break-it-3.md M2-M6, K8, G5): a `/metrics` with NaN and
+/// infinite gauges, negative and out-of-range values, a repeated series and a counter that
+/// becomes +Inf, and an nvidia-smi printing 1e308 twice for one GPU. Whatever loadgen writes,
+/// alone and as two ranks, reads back as its typed records, and summarize tabulates them.
+#[test]
+fn hostile_telemetry_still_gives_records_their_own_schema_reads() {
+    use servbench::record::Record;
+    let page = |running: &str, kv: &str, generated: &str, hits: u64| {
+        format!(
+            "# TYPE vllm:num_requests_running gauge\n\
+             vllm:num_requests_running{{model_name=\"m\"}} {running}\n\
+             vllm:num_requests_running{{model_name=\"m\"}} 999\n\
+             # TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{model_name=\"m\"}} {kv}\n\
+             # TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total{{model_name=\"m\"}} {generated}\n\
+             # TYPE vllm:prefix_cache_queries_total counter\nvllm:prefix_cache_queries_total{{model_name=\"m\"}} 10\n\
+             # TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total{{model_name=\"m\"}} {hits}\n"
+        )
+    };
+    let server = testkit::hostile::hostile_server(
+        &[
+            page("NaN", "7.5", "0", 0),
+            page("-5", "+Inf", "10", 500),
+            page("+Inf", "NaN", "+Inf", 1000),
+        ],
+        None,
+    );
+    let smi = testkit::hostile::LyingNvidiaSmi::new(&[
+        "0, A, 10, 1000, 300, 1980, 60",
+        "0, B, 90, 9000, 700, 1980, 90",
+        "1, C, 1e308, 1e308, -5, NaN, inf",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let load = format!(
+        "--url {} -c 2 -n 8 --max-tokens 4 --input-len 8 --scrape-interval 20ms \
+         --gpu-host localhost --nvidia-smi {}",
+        server.url,
+        smi.program().display()
+    );
+    let coordinator = format!("127.0.0.1:{}", testkit::free_port());
+    let out = bash(&format!(
+        "set -e; cd {dir}
+         loadgen {load} > alone.jsonl
+         loadgen {load} --rank 1 --world 2 --coordinator {coordinator} > rank1.jsonl & one=$!
+         loadgen {load} --rank 0 --world 2 --coordinator {coordinator} > rank0.jsonl
+         wait $one",
+        dir = dir.path().display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut notes = 0;
+    for file in ["alone.jsonl", "rank0.jsonl", "rank1.jsonl"] {
+        let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
+        assert!(!text.contains("null"), "{file}: {text}");
+        for line in text.lines() {
+            let record = Record::parse(line).unwrap_or_else(|e| panic!("{file}: {e}: {line}"));
+            let extra = record.extra().expect("a kind of the schema");
+            assert!(extra.is_empty(), "{file}: {:?}", extra.keys());
+            if let Record::Summary(s) = &record
+                && let Some(srv) = &s.server
+            {
+                assert!(srv.running.is_none_or(|r| r.max < 999.0), "{line}");
+                assert!(srv.kv_usage.is_none_or(|k| k.max <= 1.0), "{line}");
+                assert!(srv.prefix_hit_rate.is_none(), "{line}");
+                notes += srv.notes.len();
+            }
+        }
+    }
+    assert!(notes > 0, "what was left out is said");
+    let out = bash(&format!(
+        "cd {} && summarize --format json alone.jsonl rank0.jsonl",
+        dir.path().display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("bad summary"), "{}", stderr(&out));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("load points"), "{report}");
+}

@@ -40,6 +40,8 @@ fn nvidia_smi_column<T: std::str::FromStr, E: Exec + ?Sized>(
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuReading {
     pub index: u32,
+    /// A DCGM exporter's MIG instance (`GPU_I_ID`); nvidia-smi's readings are whole GPUs.
+    pub mig_instance: Option<u32>,
     pub name: Option<String>,
     pub util_pct: Option<f64>,
     pub mem_used_mib: Option<f64>,

@@ -26,27 +26,37 @@ pub struct BucketDist {
 /// Speculative decoding over a point.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct SpecStats {
-    /// The chance a draft token is accepted when every draft token before it was (the
-    /// speculative-decoding papers' α: a step then yields 1 + α + … + α^k tokens). Exact from
-    /// per-position counters (vLLM); otherwise solved from the mean accepted length and the
-    /// draft length, which assumes each token is accepted with the same chance.
-    pub acceptance_rate: f64,
-    /// Accepted draft tokens over draft tokens: what vLLM logs as its "draft acceptance rate"
-    /// and SGLang exports as `spec_accept_rate`.
-    pub draft_acceptance: f64,
+    /// A modelled figure, not an engine's: the α of a chain model, the chance a draft token is
+    /// accepted when every draft token before it was (a step then yields 1 + α + … + α^k
+    /// tokens). Exact from per-position counters (vLLM); otherwise solved from the mean
+    /// accepted length and the draft length, which assumes one α for every position. Records
+    /// before this name called it `acceptance_rate`, which read as the engines' figure.
+    #[serde(
+        default,
+        alias = "acceptance_rate",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub chain_alpha: Option<f64>,
+    /// The engines' figure: accepted draft tokens over draft tokens, what vLLM logs as its
+    /// "draft acceptance rate" and SGLang exports as `spec_accept_rate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_acceptance: Option<f64>,
     /// Tokens per verify step, the bonus token included: 1 + accepted / drafts (vLLM's "mean
-    /// acceptance length", SGLang's `spec_accept_length`).
-    pub mean_accepted_len: f64,
+    /// acceptance length", SGLang's `spec_accept_length`). Absent where the engine counts
+    /// draft and accepted tokens only (llama.cpp).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_accepted_len: Option<f64>,
     /// Draft tokens per verify step (k).
-    pub draft_len: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_len: Option<f64>,
     /// Acceptance of each draft position given the positions before it (vLLM only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_position: Vec<f64>,
     /// Verify steps in the point (counters only; SGLang's gauges do not tell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drafts: Option<u64>,
-    /// `counters` (deltas over the point, exact) or `gauges` (SGLang's windowed gauges,
-    /// averaged over the samples taken in the point).
+    /// `counters` (deltas over the point, exact) or `gauges` (SGLang's and TensorRT-LLM's
+    /// windowed gauges, averaged over the point's samples).
     pub from: String,
 }
 
@@ -60,7 +70,7 @@ pub struct ServerStats {
     pub engine: String,
     /// Scrapes that answered during the point (start and end included).
     pub scrapes: u64,
-    /// Gauge samples taken while the point ran (between its first and last scrape).
+    /// Gauge samples in the point: its first and last scrape and those taken in between.
     pub gauge_samples: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<GaugeStats>,
@@ -95,6 +105,18 @@ pub struct ServerStats {
     pub itl_ms: Option<BucketDist>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub e2e_ms: Option<BucketDist>,
+    /// The engine's per-request time per output token ((E2E - TTFT) / (tokens - 1)), where it
+    /// exports one apart from its inter-token histogram (TensorRT-LLM, vLLM, TGI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_ms: Option<BucketDist>,
+    /// The server stopped answering `/metrics` during the point: the figures cover the point
+    /// only up to its last answered scrape.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub incomplete: bool,
+    /// What was read but not believed, one line each (non-finite or out-of-range samples,
+    /// duplicate series, prefix hits above queries): the figure they would have made is absent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// A counter went down during the point (the server restarted): its delta is then its
     /// value at the end, as Prometheus' `rate` takes it, and the figures are suspect.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -106,6 +128,10 @@ pub struct ServerStats {
 pub struct GpuStats {
     /// The GPU's index on its host (nvidia-smi's `index`, DCGM's `gpu` label).
     pub index: u32,
+    /// The MIG instance (DCGM's `GPU_I_ID`): on a MIG GPU each instance is an entry of its own;
+    /// its memory and activity are the instance's, power, clock and temperature the GPU's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_instance: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     pub samples: u64,
@@ -124,6 +150,9 @@ pub struct GpuStats {
     pub pcie_rx_bytes_s: Option<GaugeStats>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_tx_bytes_s: Option<GaugeStats>,
+    /// Samples not believed (out of range, the same GPU twice in one sample), one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// What people change between runs and forget, recorded once by `srv-launch` on the server's

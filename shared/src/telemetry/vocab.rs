@@ -10,14 +10,27 @@
 //!   set over its own window of decode steps: they are sampled, never differenced. Its prefix
 //!   cache has a windowed gauge (`cache_hit_rate`, not used) and a counter of cached tokens,
 //!   which over its prompt-token counter gives the hit rate. A preemption is a "retraction";
-//!   versions name the counter differently, so both names are rows.
+//!   versions name the counter differently, so both names are rows. With
+//!   `--enable-metrics-for-all-schedulers` every TP rank's scheduler exports its own copy of
+//!   the batch state (label `tp_rank`): one state, read once (see `prom::Exposition::read`).
 //! - llama.cpp's `n_busy_slots_per_decode` and `n_tokens_max` are declared counters but are an
-//!   average and a high-water mark: not read. It has no latency histograms, no KV, prefix or
-//!   speculative figures.
+//!   average and a high-water mark: not read. Its `prompt_tokens_total` counts the prompt
+//!   tokens it computed, without those its prompt cache served (recent builds count those in
+//!   `prompt_tokens_cached_total`): the two add up to the prompt. No latency histograms, no
+//!   KV figure; speculative counters of draft and accepted tokens only.
 //! - TGI has no token counters: its token-length histograms' `_sum` deltas are the tokens; no
 //!   TTFT histogram.
 //! - TensorRT-LLM's `trtllm-serve` serves Prometheus text at `/prometheus/metrics` (its
-//!   `/metrics` is JSON); names as its docs list them, not checked against a running server.
+//!   `/metrics` is JSON); names from `tensorrt_llm/metrics/collector.py`. Its
+//!   `time_per_output_token_seconds` is observed once per request: a TPOT, not an ITL.
+//! - Triton's TensorRT-LLM backend exports the batch manager's state as labelled gauges
+//!   (`nv_trt_llm_request_metrics{request_type}`, `nv_trt_llm_kv_cache_block_metrics{
+//!   kv_cache_block_type}`); the TTFT is Triton's own `nv_inference_first_response_histogram_ms`
+//!   (milliseconds, with `--metrics-config histogram_latencies=true`) of the `tensorrt_llm`
+//!   model, the one an ensemble's pre- and post-processing models wrap.
+//! - NVIDIA Dynamo's frontend (`dynamo_frontend_*`, on the OpenAI port) counts what it routes:
+//!   its in-flight requests include the queued ones; token counts are its sequence-length
+//!   histograms' sums; no KV figure (that is on each worker's own port).
 
 /// Whose names a server's `/metrics` uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -27,15 +40,21 @@ pub enum Engine {
     LlamaCpp,
     Tgi,
     Trtllm,
+    /// Triton Inference Server with the TensorRT-LLM backend.
+    Triton,
+    /// NVIDIA Dynamo's HTTP frontend.
+    Dynamo,
 }
 
 impl Engine {
-    pub const ALL: [Engine; 5] = [
+    pub const ALL: [Engine; 7] = [
         Engine::Vllm,
         Engine::Sglang,
         Engine::LlamaCpp,
         Engine::Tgi,
         Engine::Trtllm,
+        Engine::Triton,
+        Engine::Dynamo,
     ];
 
     /// The name in records (`server.engine`).
@@ -46,6 +65,8 @@ impl Engine {
             Engine::LlamaCpp => "llamacpp",
             Engine::Tgi => "tgi",
             Engine::Trtllm => "trtllm",
+            Engine::Triton => "triton",
+            Engine::Dynamo => "dynamo",
         }
     }
 
@@ -57,6 +78,8 @@ impl Engine {
             Engine::LlamaCpp => "llamacpp:",
             Engine::Tgi => "tgi_",
             Engine::Trtllm => "trtllm_",
+            Engine::Triton => "nv_",
+            Engine::Dynamo => "dynamo_frontend_",
         }
     }
 }
@@ -72,6 +95,9 @@ pub enum Figure {
     PrefixQueries,
     PrefixHits,
     PromptTokens,
+    /// Prompt tokens the engine computed, those its prefix cache served left out (llama.cpp):
+    /// with the cached ones (`PrefixHits`) they make the prompt.
+    PromptComputed,
     GenerationTokens,
     /// Requests finished (every reason), and those aborted.
     Requests,
@@ -87,6 +113,8 @@ pub enum Figure {
     TtftSeconds,
     ItlSeconds,
     E2eSeconds,
+    /// Per-request time per output token, observed once per request.
+    TpotSeconds,
 }
 
 /// How a source is read.
@@ -100,6 +128,8 @@ pub enum Read {
     CounterBy(&'static str),
     /// Buckets differenced over the point.
     Histogram,
+    /// A histogram in milliseconds (Triton's): bounds and sum read as seconds.
+    HistogramMs,
     /// A histogram's `_sum`, differenced: a counter the engine does not export otherwise.
     HistogramSum,
 }
@@ -123,6 +153,23 @@ const fn row(engine: Engine, figure: Figure, name: &'static str, read: Read) -> 
         name,
         read,
         only: None,
+    }
+}
+
+/// A row read only from the samples whose label `key` is `value`.
+const fn sel(
+    engine: Engine,
+    figure: Figure,
+    name: &'static str,
+    read: Read,
+    (key, value): (&'static str, &'static str),
+) -> Source {
+    Source {
+        engine,
+        figure,
+        name,
+        read,
+        only: Some((key, value)),
     }
 }
 
@@ -210,6 +257,12 @@ pub const TABLE: &[Source] = &[
         "vllm:e2e_request_latency_seconds",
         Histogram,
     ),
+    row(
+        Vllm,
+        TpotSeconds,
+        "vllm:request_time_per_output_token_seconds",
+        Histogram,
+    ),
     // SGLang; srv-sim --metrics-names sglang.
     row(Sglang, Running, "sglang:num_running_reqs", Gauge),
     row(Sglang, Waiting, "sglang:num_queue_reqs", Gauge),
@@ -268,14 +321,32 @@ pub const TABLE: &[Source] = &[
     row(LlamaCpp, Waiting, "llamacpp:requests_deferred", Gauge),
     row(
         LlamaCpp,
-        PromptTokens,
+        PromptComputed,
         "llamacpp:prompt_tokens_total",
+        Counter,
+    ),
+    row(
+        LlamaCpp,
+        PrefixHits,
+        "llamacpp:prompt_tokens_cached_total",
         Counter,
     ),
     row(
         LlamaCpp,
         GenerationTokens,
         "llamacpp:tokens_predicted_total",
+        Counter,
+    ),
+    row(
+        LlamaCpp,
+        SpecDraftTokens,
+        "llamacpp:spec_decode_num_draft_tokens_total",
+        Counter,
+    ),
+    row(
+        LlamaCpp,
+        SpecAccepted,
+        "llamacpp:spec_decode_num_accepted_tokens_total",
         Counter,
     ),
     // TGI.
@@ -290,21 +361,42 @@ pub const TABLE: &[Source] = &[
     ),
     row(Tgi, Requests, "tgi_request_success", Counter),
     row(Tgi, E2eSeconds, "tgi_request_duration", Histogram),
-    // TensorRT-LLM's trtllm-serve (/prometheus/metrics).
+    row(
+        Tgi,
+        TpotSeconds,
+        "tgi_request_mean_time_per_token_duration",
+        Histogram,
+    ),
+    // TensorRT-LLM's trtllm-serve (/prometheus/metrics), tensorrt_llm/metrics/collector.py.
     row(Trtllm, Running, "trtllm_num_requests_running", Gauge),
     row(Trtllm, Waiting, "trtllm_num_requests_waiting", Gauge),
     row(Trtllm, KvUsage, "trtllm_kv_cache_utilization", Gauge),
+    row(Trtllm, PromptTokens, "trtllm_prompt_tokens_total", Counter),
+    row(
+        Trtllm,
+        GenerationTokens,
+        "trtllm_generation_tokens_total",
+        Counter,
+    ),
+    // Its hit rate is over prompt tokens, as SGLang's.
+    row(Trtllm, PrefixQueries, "trtllm_prompt_tokens_total", Counter),
+    row(
+        Trtllm,
+        PrefixHits,
+        "trtllm_prompt_cached_tokens_total",
+        Counter,
+    ),
     row(Trtllm, Requests, "trtllm_request_success_total", Counter),
     row(
         Trtllm,
         SpecDraftTokens,
-        "trtllm_spec_decode_num_draft_tokens",
+        "trtllm_spec_decode_num_draft_tokens_total",
         Counter,
     ),
     row(
         Trtllm,
         SpecAccepted,
-        "trtllm_spec_decode_num_accepted_tokens",
+        "trtllm_spec_decode_num_accepted_tokens_total",
         Counter,
     ),
     row(
@@ -321,7 +413,7 @@ pub const TABLE: &[Source] = &[
     ),
     row(
         Trtllm,
-        ItlSeconds,
+        TpotSeconds,
         "trtllm_time_per_output_token_seconds",
         Histogram,
     ),
@@ -329,6 +421,94 @@ pub const TABLE: &[Source] = &[
         Trtllm,
         E2eSeconds,
         "trtllm_e2e_request_latency_seconds",
+        Histogram,
+    ),
+    // Triton with the TensorRT-LLM backend (its metrics port, 8002 by default).
+    sel(
+        Triton,
+        Running,
+        "nv_trt_llm_request_metrics",
+        Gauge,
+        ("request_type", "active"),
+    ),
+    sel(
+        Triton,
+        Waiting,
+        "nv_trt_llm_request_metrics",
+        Gauge,
+        ("request_type", "waiting"),
+    ),
+    sel(
+        Triton,
+        KvUsage,
+        "nv_trt_llm_kv_cache_block_metrics",
+        Gauge,
+        ("kv_cache_block_type", "fraction"),
+    ),
+    sel(
+        Triton,
+        Requests,
+        "nv_inference_request_success",
+        Counter,
+        ("model", "tensorrt_llm"),
+    ),
+    sel(
+        Triton,
+        TtftSeconds,
+        "nv_inference_first_response_histogram_ms",
+        HistogramMs,
+        ("model", "tensorrt_llm"),
+    ),
+    // NVIDIA Dynamo's frontend.
+    row(Dynamo, Running, "dynamo_frontend_inflight_requests", Gauge),
+    row(Dynamo, Waiting, "dynamo_frontend_queued_requests", Gauge),
+    row(
+        Dynamo,
+        PromptTokens,
+        "dynamo_frontend_input_sequence_tokens",
+        HistogramSum,
+    ),
+    row(
+        Dynamo,
+        PrefixQueries,
+        "dynamo_frontend_input_sequence_tokens",
+        HistogramSum,
+    ),
+    row(
+        Dynamo,
+        PrefixHits,
+        "dynamo_frontend_cached_tokens",
+        HistogramSum,
+    ),
+    row(
+        Dynamo,
+        GenerationTokens,
+        "dynamo_frontend_output_tokens_total",
+        Counter,
+    ),
+    row(
+        Dynamo,
+        GenerationTokens,
+        "dynamo_frontend_output_sequence_tokens",
+        HistogramSum,
+    ),
+    row(Dynamo, Requests, "dynamo_frontend_requests_total", Counter),
+    row(
+        Dynamo,
+        TtftSeconds,
+        "dynamo_frontend_time_to_first_token_seconds",
+        Histogram,
+    ),
+    row(
+        Dynamo,
+        ItlSeconds,
+        "dynamo_frontend_inter_token_latency_seconds",
+        Histogram,
+    ),
+    row(
+        Dynamo,
+        E2eSeconds,
+        "dynamo_frontend_request_duration_seconds",
         Histogram,
     ),
 ];
@@ -361,6 +541,27 @@ pub const GPU_TABLE: &[(GpuFigure, &str)] = &[
     (GpuFigure::PcieRxBytesS, "DCGM_FI_PROF_PCIE_RX_BYTES"),
     (GpuFigure::PcieTxBytesS, "DCGM_FI_PROF_PCIE_TX_BYTES"),
 ];
+
+/// On a MIG instance `DCGM_FI_DEV_GPU_UTIL` is not supported; the graphics engine's active
+/// ratio (0 to 1) is the instance's utilization there.
+pub const DCGM_GR_ENGINE_ACTIVE: &str = "DCGM_FI_PROF_GR_ENGINE_ACTIVE";
+
+/// The label of a DCGM sample's MIG instance.
+pub const DCGM_MIG_INSTANCE: &str = "GPU_I_ID";
+
+/// Every family name servbench reads, engines' and DCGM's.
+pub fn known(name: &str) -> bool {
+    static KNOWN: std::sync::LazyLock<std::collections::HashSet<&'static str>> =
+        std::sync::LazyLock::new(|| {
+            TABLE
+                .iter()
+                .map(|r| r.name)
+                .chain(GPU_TABLE.iter().map(|(_, n)| *n))
+                .chain([DCGM_GR_ENGINE_ACTIVE])
+                .collect()
+        });
+    KNOWN.contains(name)
+}
 
 /// DCGM's "no value" sentinels are huge integers near 2^63 (`9223372036854775794`).
 pub fn dcgm_blank(v: f64) -> bool {

@@ -2,36 +2,73 @@
 //! between the point's first and last scrape, gauges averaged over the samples taken while it
 //! ran, histogram buckets differenced and read as percentiles.
 
-use super::prom::{Buckets, Reading};
+use super::prom::{Buckets, Left, Reading};
 use super::vocab::{Engine, Figure};
 use crate::exec::gpu::GpuReading;
 use crate::record::{BucketDist, GaugeStats, GpuStats, ServerStats, SpecStats};
 use std::collections::BTreeMap;
 
-/// Running sum, largest value and count of a gauge's samples.
+/// Running mean, largest value and count of a gauge's samples. The mean is updated in place
+/// (never a sum that finite samples can overflow), and only finite samples count.
 #[derive(Debug, Clone, Copy, Default)]
 struct Acc {
-    sum: f64,
+    mean: f64,
     max: f64,
     n: u64,
 }
 
 impl Acc {
     fn add(&mut self, v: f64) {
+        if !v.is_finite() {
+            return;
+        }
         if self.n == 0 || v > self.max {
             self.max = v;
         }
-        self.sum += v;
         self.n += 1;
+        self.mean += (v - self.mean) / self.n as f64;
     }
 
     fn stats(&self) -> Option<GaugeStats> {
-        (self.n > 0).then(|| GaugeStats {
-            mean: self.sum / self.n as f64,
+        (self.n > 0 && self.mean.is_finite()).then_some(GaugeStats {
+            mean: self.mean,
             max: self.max,
         })
     }
 }
+
+/// Notes gathered over a point's readings: `what: why` with samples and a first value.
+fn merge_notes(into: &mut BTreeMap<String, Left>, from: &BTreeMap<String, Left>) {
+    for (k, l) in from {
+        let e = into.entry(k.clone()).or_default();
+        if e.count == 0 {
+            e.example = l.example;
+        }
+        e.count += l.count;
+    }
+}
+
+fn note_lines(notes: BTreeMap<String, Left>) -> Vec<String> {
+    notes
+        .into_iter()
+        .map(|(k, l)| {
+            let samples = if l.count == 1 { "sample" } else { "samples" };
+            let v = l.example;
+            let first = if v.is_nan() {
+                String::new()
+            } else if v.is_finite() && v != 0.0 && !(1e-3..1e6).contains(&v.abs()) {
+                format!(", first {v:e}")
+            } else {
+                format!(", first {v}")
+            };
+            format!("{k} ({} {samples}{first}): left out", l.count)
+        })
+        .collect()
+}
+
+/// Counters past this are not counts of anything a point did (2^53: every integer below it
+/// is exact in an f64).
+const MAX_COUNT: f64 = 9_007_199_254_740_992.0;
 
 /// The scrapes of one point, for one engine's names.
 #[derive(Debug, Clone)]
@@ -42,19 +79,32 @@ pub struct Window {
     gauges: BTreeMap<Figure, Acc>,
     gauge_samples: u64,
     scrapes: u64,
+    notes: BTreeMap<String, Left>,
+    incomplete: bool,
 }
 
 impl Window {
-    /// Opens the window with the point's first scrape.
+    /// Opens the window with the point's first scrape (its gauges are the first sample).
     pub fn start(engine: Engine, first: Reading) -> Window {
-        Window {
+        let mut w = Window {
             engine,
-            start: first,
+            start: Reading::default(),
             last: None,
             gauges: BTreeMap::new(),
             gauge_samples: 0,
             scrapes: 1,
-        }
+            notes: BTreeMap::new(),
+            incomplete: false,
+        };
+        w.take_gauges(&first);
+        w.start = first;
+        w
+    }
+
+    /// The server stopped answering during the point: what the window holds covers the point
+    /// up to its last answered scrape.
+    pub fn cut_short(&mut self) {
+        self.incomplete = true;
     }
 
     pub fn engine(&self) -> Engine {
@@ -69,7 +119,13 @@ impl Window {
     /// A scrape taken while the point ran: its gauges count.
     pub fn sample(&mut self, r: Reading) {
         self.scrapes += 1;
+        self.take_gauges(&r);
+        self.last = Some(r);
+    }
+
+    fn take_gauges(&mut self, r: &Reading) {
         self.gauge_samples += 1;
+        merge_notes(&mut self.notes, &r.notes);
         for (&f, &v) in &r.scalars {
             // SGLang's speculative gauges read 0 until their first window of steps is done.
             let unset = matches!(f, Figure::SpecAcceptLength | Figure::SpecAcceptRate) && v == 0.0;
@@ -77,7 +133,6 @@ impl Window {
                 self.gauges.entry(f).or_default().add(v);
             }
         }
-        self.last = Some(r);
     }
 
     /// Closes the window with the point's last scrape (`None` when it failed: the last sample
@@ -86,9 +141,13 @@ impl Window {
         let end = match last {
             Some(r) => {
                 self.scrapes += 1;
+                self.take_gauges(&r);
                 Some(r)
             }
-            None => self.last.take(),
+            None => {
+                self.incomplete = true;
+                self.last.take()
+            }
         };
         let mut s = ServerStats {
             engine: self.engine.name().to_string(),
@@ -97,9 +156,14 @@ impl Window {
             running: self.gauge(Figure::Running),
             waiting: self.gauge(Figure::Waiting),
             kv_usage: self.gauge(Figure::KvUsage),
+            incomplete: self.incomplete,
             ..ServerStats::default()
         };
-        let Some(end) = end else { return s };
+        let mut notes = std::mem::take(&mut self.notes);
+        let Some(end) = end else {
+            s.notes = note_lines(notes);
+            return s;
+        };
         let mut reset = false;
         let mut delta = |f: Figure| -> Option<f64> {
             let e = end.get(f)?;
@@ -110,7 +174,15 @@ impl Window {
             }
             Some(e - b)
         };
-        let count = |v: Option<f64>| v.map(|v| v.round().max(0.0) as u64);
+        let mut implausible = Left::default();
+        let mut count = |v: Option<f64>| {
+            let v = v?;
+            if v > MAX_COUNT {
+                implausible.add(v);
+                return None;
+            }
+            Some(v.round().max(0.0) as u64)
+        };
         s.preemptions = count(delta(Figure::Preemptions));
         s.prompt_tokens = count(delta(Figure::PromptTokens));
         s.generation_tokens = count(delta(Figure::GenerationTokens));
@@ -118,7 +190,23 @@ impl Window {
         s.aborted = count(delta(Figure::Aborted));
         if let (Some(q), Some(h)) = (delta(Figure::PrefixQueries), delta(Figure::PrefixHits)) {
             s.prefix_queried_tokens = count(Some(q));
-            s.prefix_hit_rate = (q > 0.0).then(|| (h / q).clamp(0.0, 1.0));
+            if h > q + 0.5 {
+                let e = notes
+                    .entry(format!(
+                        "prefix-cache hits above the tokens looked up ({h} of {q} over the point)"
+                    ))
+                    .or_default();
+                e.add(h);
+            } else if q > 0.0 {
+                s.prefix_hit_rate = Some((h / q).min(1.0));
+            }
+        }
+        if implausible.count > 0 {
+            let e = notes
+                .entry("a counter's delta above 2^53, not a count".into())
+                .or_default();
+            e.count += implausible.count;
+            e.example = implausible.example;
         }
         let counters = SpecCounters {
             drafts: delta(Figure::SpecDrafts),
@@ -131,6 +219,7 @@ impl Window {
             (Figure::TtftSeconds, &mut s.ttft_ms),
             (Figure::ItlSeconds, &mut s.itl_ms),
             (Figure::E2eSeconds, &mut s.e2e_ms),
+            (Figure::TpotSeconds, &mut s.tpot_ms),
         ] {
             if let Some(e) = end.hists.get(&fig) {
                 let b = self.start.hists.get(&fig);
@@ -138,6 +227,7 @@ impl Window {
             }
         }
         s.counter_reset = reset;
+        s.notes = note_lines(notes);
         s
     }
 
@@ -184,18 +274,21 @@ struct SpecCounters {
 }
 
 /// Speculative decoding over the point, from counters where the engine has them (vLLM), else
-/// from its windowed gauges (SGLang, TensorRT-LLM's acceptance length).
+/// from its windowed gauges (SGLang, TensorRT-LLM's acceptance length), else from counters of
+/// draft and accepted tokens alone (llama.cpp, TensorRT-LLM without its gauge): the engines'
+/// acceptance then, and no length. A figure that is not finite is left out.
 fn spec(c: SpecCounters, per_pos: &[f64], gauges: &BTreeMap<Figure, Acc>) -> Option<SpecStats> {
+    let finite = |v: f64| Some(v).filter(|v| v.is_finite());
     if let (Some(drafts), Some(tokens), Some(accepted)) = (c.drafts, c.draft_tokens, c.accepted) {
         if drafts <= 0.0 || tokens <= 0.0 {
             return None;
         }
         let k = tokens / drafts;
         let mut st = SpecStats {
-            draft_acceptance: accepted / tokens,
-            mean_accepted_len: 1.0 + accepted / drafts,
-            draft_len: k,
-            drafts: Some(drafts.round() as u64),
+            draft_acceptance: finite(accepted / tokens),
+            mean_accepted_len: finite(1.0 + accepted / drafts),
+            draft_len: finite(k),
+            drafts: (drafts <= MAX_COUNT).then(|| drafts.round() as u64),
             from: "counters".into(),
             ..SpecStats::default()
         };
@@ -210,37 +303,49 @@ fn spec(c: SpecCounters, per_pos: &[f64], gauges: &BTreeMap<Figure, Acc>) -> Opt
                 tries += tried;
                 tried = a;
             }
-            st.acceptance_rate = if tries > 0.0 { acc / tries } else { 0.0 };
-        } else {
-            st.acceptance_rate = solve_alpha(k, accepted / drafts);
+            st.chain_alpha = finite(if tries > 0.0 { acc / tries } else { 0.0 });
+            if st.per_position.iter().any(|p| !p.is_finite()) {
+                st.per_position.clear();
+            }
+        } else if k.is_finite() && k <= 64.0 {
+            st.chain_alpha = Some(solve_alpha(k, accepted / drafts));
         }
         return Some(st);
     }
-    let length = gauges
-        .get(&Figure::SpecAcceptLength)
-        .and_then(Acc::stats)?
-        .mean;
-    let rate = match gauges.get(&Figure::SpecAcceptRate).and_then(Acc::stats) {
-        Some(r) => r.mean,
-        None => {
-            let tokens = c.draft_tokens.filter(|&t| t > 0.0)?;
-            c.accepted? / tokens
-        }
+    let counted_rate = || {
+        let tokens = c.draft_tokens.filter(|&t| t > 0.0)?;
+        finite(c.accepted? / tokens)
     };
-    if length <= 1.0 || rate <= 0.0 {
+    let Some(length) = gauges
+        .get(&Figure::SpecAcceptLength)
+        .and_then(Acc::stats)
+        .map(|g| g.mean)
+    else {
+        return counted_rate().map(|rate| SpecStats {
+            draft_acceptance: Some(rate),
+            from: "counters".into(),
+            ..SpecStats::default()
+        });
+    };
+    let rate = match gauges.get(&Figure::SpecAcceptRate).and_then(Acc::stats) {
+        Some(r) => Some(r.mean),
+        None => counted_rate(),
+    };
+    let Some(rate) = rate.filter(|&r| r > 0.0 && length > 1.0) else {
         return Some(SpecStats {
-            mean_accepted_len: length.max(1.0),
+            mean_accepted_len: Some(length.max(1.0)),
+            draft_acceptance: rate,
             from: "gauges".into(),
             ..SpecStats::default()
         });
-    }
+    };
     // Draft tokens per step: (length - 1) accepted per step over `rate` of them accepted.
-    let k = ((length - 1.0) / rate).round().max(1.0);
+    let k = ((length - 1.0) / rate).round().clamp(1.0, 64.0);
     Some(SpecStats {
-        acceptance_rate: solve_alpha(k, length - 1.0),
-        draft_acceptance: rate,
-        mean_accepted_len: length,
-        draft_len: k,
+        chain_alpha: Some(solve_alpha(k, length - 1.0)),
+        draft_acceptance: Some(rate),
+        mean_accepted_len: Some(length),
+        draft_len: Some(k),
         from: "gauges".into(),
         ..SpecStats::default()
     })
@@ -304,13 +409,15 @@ fn bucket_dist(end: &Buckets, start: Option<&Buckets>, reset: &mut bool) -> Opti
         return None;
     }
     let q = |p: f64| quantile(&cum, p * n) * 1000.0;
-    Some(BucketDist {
+    let d = BucketDist {
         n: n.round() as u64,
         mean: sum / n * 1000.0,
         p50: q(0.50),
         p90: q(0.90),
         p99: q(0.99),
-    })
+    };
+    let finite = [d.mean, d.p50, d.p90, d.p99].iter().all(|v| v.is_finite());
+    (finite && n <= MAX_COUNT).then_some(d)
 }
 
 /// The value below which `rank` observations fall, interpolated linearly inside its bucket (the
@@ -335,20 +442,52 @@ fn quantile(cum: &[(f64, f64)], rank: f64) -> f64 {
     prev.0
 }
 
-/// The GPUs' samples over one point.
+/// The most each GPU field can be (util in %, memory in MiB, W, MHz, °C, bytes/s): a reading
+/// past it, or below 0, is no reading.
+const GPU_FIELD_MAX: [(&str, f64); 7] = [
+    ("util_pct", 100.0),
+    ("mem_used_mib", 1_073_741_824.0),
+    ("power_w", 100_000.0),
+    ("sm_clock_mhz", 100_000.0),
+    ("temp_c", 1_000.0),
+    ("pcie_rx_bytes_s", 1e13),
+    ("pcie_tx_bytes_s", 1e13),
+];
+
+/// One GPU (or MIG instance) over a point.
+#[derive(Debug, Clone, Default)]
+struct GpuAcc {
+    name: Option<String>,
+    samples: u64,
+    fields: [Acc; 7],
+    notes: BTreeMap<String, Left>,
+}
+
+/// The GPUs' samples over one point, each GPU (or MIG instance) apart.
 #[derive(Debug, Clone, Default)]
 pub struct GpuWindow {
-    gpus: BTreeMap<u32, (Option<String>, u64, [Acc; 7])>,
+    gpus: BTreeMap<(u32, Option<u32>), GpuAcc>,
 }
 
 impl GpuWindow {
+    /// One sample of the GPUs. A GPU listed twice in one sample counts once (the first), and
+    /// a field outside its range is left out; both are noted on that GPU.
     pub fn add(&mut self, readings: &[GpuReading]) {
+        let mut seen = std::collections::BTreeSet::new();
         for g in readings {
-            let e = self.gpus.entry(g.index).or_default();
-            if e.0.is_none() {
-                e.0.clone_from(&g.name);
+            let key = (g.index, g.mig_instance);
+            let e = self.gpus.entry(key).or_default();
+            if !seen.insert(key) {
+                e.notes
+                    .entry("listed twice in one sample, the later line".into())
+                    .or_default()
+                    .add(f64::NAN);
+                continue;
             }
-            e.1 += 1;
+            if e.name.is_none() {
+                e.name.clone_from(&g.name);
+            }
+            e.samples += 1;
             let fields = [
                 g.util_pct,
                 g.mem_used_mib,
@@ -358,9 +497,15 @@ impl GpuWindow {
                 g.pcie_rx_bytes_s,
                 g.pcie_tx_bytes_s,
             ];
-            for (acc, v) in e.2.iter_mut().zip(fields) {
-                if let Some(v) = v {
+            for ((acc, v), (name, max)) in e.fields.iter_mut().zip(fields).zip(GPU_FIELD_MAX) {
+                let Some(v) = v else { continue };
+                if v.is_finite() && (0.0..=max).contains(&v) {
                     acc.add(v);
+                } else {
+                    e.notes
+                        .entry(format!("{name} outside 0 to {max}"))
+                        .or_default()
+                        .add(v);
                 }
             }
         }
@@ -373,17 +518,19 @@ impl GpuWindow {
     pub fn finish(self) -> Vec<GpuStats> {
         self.gpus
             .into_iter()
-            .map(|(index, (name, samples, a))| GpuStats {
+            .map(|((index, mig_instance), g)| GpuStats {
                 index,
-                name,
-                samples,
-                util_pct: a[0].stats(),
-                mem_used_mib: a[1].stats(),
-                power_w: a[2].stats(),
-                sm_clock_mhz: a[3].stats(),
-                temp_c: a[4].stats(),
-                pcie_rx_bytes_s: a[5].stats(),
-                pcie_tx_bytes_s: a[6].stats(),
+                mig_instance,
+                name: g.name,
+                samples: g.samples,
+                util_pct: g.fields[0].stats(),
+                mem_used_mib: g.fields[1].stats(),
+                power_w: g.fields[2].stats(),
+                sm_clock_mhz: g.fields[3].stats(),
+                temp_c: g.fields[4].stats(),
+                pcie_rx_bytes_s: g.fields[5].stats(),
+                pcie_tx_bytes_s: g.fields[6].stats(),
+                notes: note_lines(g.notes),
             })
             .collect()
     }

@@ -295,12 +295,25 @@ impl Pool {
         body: Bytes,
         limit: Duration,
     ) -> Result<(u16, Bytes), Failure> {
+        self.exchange_bounded(method, path, body, limit, MAX_WHOLE_BODY_BYTES)
+            .await
+    }
+
+    /// [`Pool::exchange`] reading at most `max_bytes` of the answer.
+    pub async fn exchange_bounded(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        body: Bytes,
+        limit: Duration,
+        max_bytes: usize,
+    ) -> Result<(u16, Bytes), Failure> {
         let work = async {
             let (resp, conn) = self
                 .send(|| self.target.request(method.clone(), path, body.clone()))
                 .await?;
             let status = resp.status().as_u16();
-            let bytes = read_whole(resp.into_body()).await?;
+            let bytes = read_at_most(resp.into_body(), max_bytes).await?;
             self.give_back(conn);
             Ok((status, bytes))
         };
@@ -319,13 +332,18 @@ pub const MAX_WHOLE_BODY_BYTES: usize = 64 << 20;
 
 /// An answer's whole body, at most [`MAX_WHOLE_BODY_BYTES`].
 pub async fn read_whole(body: Incoming) -> Result<Bytes, Failure> {
-    match Limited::new(body, MAX_WHOLE_BODY_BYTES).collect().await {
+    read_at_most(body, MAX_WHOLE_BODY_BYTES).await
+}
+
+/// An answer's whole body, at most `max` bytes.
+async fn read_at_most(body: Incoming, max: usize) -> Result<Bytes, Failure> {
+    match Limited::new(body, max).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<LengthLimitError>() => Err(Failure::new(
             ErrorClass::Protocol,
             format!(
                 "answer larger than {} MiB: not an answer to this request",
-                MAX_WHOLE_BODY_BYTES >> 20
+                max >> 20
             ),
         )),
         Err(e) => match e.downcast::<hyper::Error>() {

@@ -146,7 +146,14 @@ struct Open {
     window: Option<Window>,
     gpus: GpuWindow,
     cpu_at_start: f64,
+    /// A scrape failed during the point: no more until it ends (each would wait out the
+    /// scrape timeout), and its window is cut short there.
+    metrics_stopped: bool,
 }
+
+/// The most of one `/metrics` answer read: engines write well under 1 MiB, and a page many
+/// times that costs the telemetry thread seconds of CPU and many times its size in memory.
+pub const MAX_METRICS_BYTES: usize = 8 << 20;
 
 /// The thread's state: connections, and what was already said once.
 struct Scraper {
@@ -158,6 +165,7 @@ struct Scraper {
     engine: Option<Engine>,
     /// Notes already given (a server without metrics is noted once, not every point).
     noted_metrics: bool,
+    noted_cut_short: bool,
     noted_gpus: bool,
     gpu_failed: bool,
     /// The GPUs were read once before the first point (connecting over SSH, finding
@@ -184,6 +192,7 @@ impl Scraper {
             exec: None,
             engine: None,
             noted_metrics: false,
+            noted_cut_short: false,
             noted_gpus: false,
             gpu_failed: false,
             gpu_probed: false,
@@ -226,6 +235,7 @@ impl Scraper {
                         window,
                         gpus: GpuWindow::default(),
                         cpu_at_start,
+                        metrics_stopped: false,
                     });
                     next = Instant::now() + self.plan.interval;
                     let _ = reply.send(());
@@ -244,10 +254,17 @@ impl Scraper {
     /// A scrape and a GPU sample while the point runs.
     fn sample(&mut self, o: &mut Open) {
         if let Some(w) = &mut o.window
-            && let Some((engine, r)) = self.scrape()
-            && engine == w.engine()
+            && !o.metrics_stopped
         {
-            w.sample(r);
+            match self.try_scrape() {
+                Ok((engine, r)) if engine == w.engine() => w.sample(r),
+                Ok(_) => {}
+                Err(why) => {
+                    w.cut_short();
+                    o.metrics_stopped = true;
+                    self.note_cut_short(&why);
+                }
+            }
         }
         if let Some(g) = self.gpu_sample() {
             o.gpus.add(&g);
@@ -255,11 +272,21 @@ impl Scraper {
     }
 
     fn finish(&mut self, o: Open, expected: u64) -> PointTelemetry {
+        let stopped = o.metrics_stopped;
         let server = o.window.map(|w| {
+            if stopped {
+                return w.finish(None);
+            }
             // The server may count a request's last tokens a moment after the client has
             // them: the last scrape waits (at most a second) until its counter has them too.
             let deadline = Instant::now() + Duration::from_secs(1);
-            let mut last = self.scrape().map(|(_, r)| r);
+            let mut last = match self.try_scrape() {
+                Ok((_, r)) => Some(r),
+                Err(why) => {
+                    self.note_cut_short(&why);
+                    None
+                }
+            };
             while let Some(r) = &last
                 && r.get(Figure::GenerationTokens).is_some()
                 && generated(&w, r) < expected
@@ -277,46 +304,91 @@ impl Scraper {
         }
     }
 
-    /// One GET within the plan's timeout: status and body, or a failure in words.
-    fn get(&self, pool: &Pool, path: &str) -> Result<(u16, Bytes), String> {
+    /// One GET within the plan's timeout and at most `max_bytes`: status and body, or a
+    /// failure in words.
+    fn get(&self, pool: &Pool, path: &str, max_bytes: usize) -> Result<(u16, Bytes), String> {
         let runtime = self.runtime.as_ref().ok_or("no runtime for scraping")?;
         runtime
-            .block_on(pool.exchange(hyper::Method::GET, path, Bytes::new(), self.plan.timeout))
+            .block_on(pool.exchange_bounded(
+                hyper::Method::GET,
+                path,
+                Bytes::new(),
+                self.plan.timeout,
+                max_bytes,
+            ))
             .map_err(|f| f.message)
     }
 
     /// The server's metrics now, read in its engine's names; `None` (noted once) when there
     /// are none to read.
     fn scrape(&mut self) -> Option<(Engine, Reading)> {
-        let pool = self.metrics.as_ref()?;
-        let path = self.plan.metrics.as_ref()?.1.clone();
-        let url = format!("{}{path}", pool.target.url.trim_end_matches('/'));
-        let text = match self.get(pool, &path) {
-            Ok((200, body)) => String::from_utf8_lossy(&body).into_owned(),
-            Ok((status, _)) => return self.note_metrics(format!("{url} answered HTTP {status}")),
-            Err(e) => return self.note_metrics(format!("{url}: {e}")),
+        self.metrics.as_ref()?;
+        match self.try_scrape() {
+            Ok(x) => Some(x),
+            Err(why) => self.note_metrics(why),
+        }
+    }
+
+    /// The server's metrics now, or why not in words.
+    fn try_scrape(&mut self) -> Result<(Engine, Reading), String> {
+        let (Some(pool), Some((_, path))) = (self.metrics.as_ref(), self.plan.metrics.as_ref())
+        else {
+            return Err("no metrics to scrape".into());
         };
+        let path = path.clone();
+        let url = format!("{}{path}", pool.target.url.trim_end_matches('/'));
+        let text = match self.get(pool, &path, MAX_METRICS_BYTES) {
+            Ok((200, body)) => String::from_utf8_lossy(&body).into_owned(),
+            Ok((status, _)) => return Err(format!("{url} answered HTTP {status}")),
+            Err(e) => return Err(format!("{url}: {e}")),
+        };
+        let json = text.trim_start().starts_with(['{', '[']);
         let parsed = match prom::parse(&text) {
             Ok(p) => p,
             // trtllm-serve's /metrics is JSON; its Prometheus text is at /prometheus/metrics.
-            Err(_) if path == "/metrics" && text.trim_start().starts_with(['{', '[']) => {
+            Err(_) if path == "/metrics" && json => {
                 if let Some((_, p)) = &mut self.plan.metrics {
                     *p = "/prometheus/metrics".into();
                 }
-                return self.scrape();
+                return self.try_scrape();
             }
-            Err(e) => return self.note_metrics(format!("{url}: {e}")),
+            Err(e) if json => {
+                return Err(format!(
+                    "{url}: {e}; trtllm-serve answers JSON at /metrics and serves its \
+                     Prometheus text at /prometheus/metrics (--metrics-url \
+                     {}/prometheus/metrics)",
+                    pool.target
+                        .url
+                        .trim_end_matches('/')
+                        .trim_end_matches("/metrics")
+                ));
+            }
+            Err(e) => return Err(format!("{url}: {e}")),
         };
         let engine = match self.engine.or_else(|| parsed.engine()) {
             Some(e) => e,
             None => {
-                return self.note_metrics(format!(
-                    "{url} has no metric names servbench knows (vllm:, sglang:, llamacpp:, tgi_, trtllm_)"
+                let prefixes: Vec<&str> = Engine::ALL.iter().map(|e| e.prefix()).collect();
+                return Err(format!(
+                    "{url} has no metric names servbench knows ({})",
+                    prefixes.join(", ")
                 ));
             }
         };
         self.engine = Some(engine);
-        Some((engine, parsed.read(engine)))
+        Ok((engine, parsed.read(engine)))
+    }
+
+    /// The server stopped answering during a point (said once): that point's `server` object
+    /// covers it up to the last answered scrape and says so.
+    fn note_cut_short(&mut self, why: &str) {
+        if !std::mem::replace(&mut self.noted_cut_short, true) {
+            cli::info(format!(
+                "note: server metrics stopped answering during a point: {why}; its `server` \
+                 object covers the point up to the last answered scrape and is marked \
+                 `incomplete` (no more scrapes until the point ends)"
+            ));
+        }
     }
 
     fn note_metrics<T>(&mut self, why: String) -> Option<T> {
@@ -338,7 +410,11 @@ impl Scraper {
             GpuSource::Dcgm { url, indices } => {
                 let pool = self.dcgm.as_ref()?;
                 let path = url.prefix.clone();
-                let got = self.get(pool, if path.is_empty() { "/metrics" } else { "" });
+                let got = self.get(
+                    pool,
+                    if path.is_empty() { "/metrics" } else { "" },
+                    MAX_METRICS_BYTES,
+                );
                 match got.map(|(s, b)| (s, prom::parse(&String::from_utf8_lossy(&b)))) {
                     Ok((200, Ok(x))) => Some(only(x.dcgm_gpus(), &indices)),
                     Ok((s, _)) => {

@@ -83,7 +83,7 @@ fn speculative_acceptance_reads_the_same_in_both_name_flavours() {
         let server = &s["server"];
         assert_eq!(server["engine"], names, "{s}");
         let spec = &server["spec"];
-        let alpha = f(&spec["acceptance_rate"]);
+        let alpha = f(&spec["chain_alpha"]);
         let len = f(&spec["mean_accepted_len"]);
         assert!((alpha - 0.70).abs() <= 0.03, "{names}: acceptance {alpha}");
         assert!(

@@ -325,7 +325,7 @@ impl Metric {
                 Scalar::DurationS => Some(s.duration_s),
                 Scalar::KvMaxPct => Some(s.server.as_ref()?.kv_usage?.max * 100.0),
                 Scalar::Preemptions => s.server.as_ref()?.preemptions.map(|n| n as f64),
-                Scalar::SpecAcceptance => Some(s.server.as_ref()?.spec.as_ref()?.acceptance_rate),
+                Scalar::SpecAcceptance => s.server.as_ref()?.spec.as_ref()?.chain_alpha,
                 Scalar::PrefixHitPct => Some(s.server.as_ref()?.prefix_hit_rate? * 100.0),
                 // Mean over the point and over the server's GPUs.
                 Scalar::GpuUtilPct => {

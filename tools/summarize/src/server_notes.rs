@@ -49,7 +49,7 @@ pub fn spec_acceptance_falls(points: &[Point], keys: &Keys) -> Vec<String> {
         let len = |p: &Point| {
             server(p)
                 .and_then(|s| s.spec.as_ref())
-                .map(|s| s.mean_accepted_len)
+                .and_then(|s| s.mean_accepted_len)
         };
         let lengths = match (len(lo), len(hi)) {
             (Some(a), Some(b)) => format!(" (accepted length {a:.2} to {b:.2} tokens per step)"),

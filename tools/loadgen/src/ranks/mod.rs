@@ -360,7 +360,12 @@ impl Ranks {
             body.extend_from_slice(&serde_json::to_vec(&own)?);
             self.link.send(0, tag::SUMMARY, &body)?;
             let body = self.expect_seq(tag::MERGED, seq).await?;
-            serde_json::from_slice(&body[8..])?
+            serde_json::from_slice(&body[8..]).map_err(|e| {
+                anyhow::anyhow!(
+                    "the merged summary of point {seq} from rank 0 is not a summary record: {e} \
+                     (rank 0 and this rank run different loadgen builds?)"
+                )
+            })?
         };
         let ended = ended_by(&merged);
         Ok((merged, ended))

@@ -1,0 +1,233 @@
+//! The server's side of a point when `/metrics` or nvidia-smi lie (tried-to-break-it-3.md M1,
+//! M2, M3, M10, G5): what loadgen writes is still read by its own schema and by summarize,
+//! what it could not believe is said in the summary, and a point whose metrics stopped
+//! answering is marked so. Each against its clean twin.
+
+use serde_json::Value;
+use servbench::record::Record;
+use testkit::hostile::{LyingNvidiaSmi, hostile_server};
+
+fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = testkit::cmd("loadgen")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run loadgen");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn summaries(stdout: &str) -> Vec<Value> {
+    testkit::json_lines(stdout.as_bytes())
+        .into_iter()
+        .filter(|r| r["kind"] == "summary")
+        .collect()
+}
+
+/// Every line reads back as its typed record with nothing outside the schema.
+fn typed(stdout: &str) {
+    for line in stdout.lines() {
+        let r = Record::parse(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let extra = r.extra().expect("a known kind");
+        assert!(extra.is_empty(), "{:?}: {line}", extra.keys());
+    }
+}
+
+fn page(running: &str, kv: &str, generated: &str) -> String {
+    format!(
+        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{model_name=\"m\"}} {running}\n\
+         # TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{model_name=\"m\"}} {kv}\n\
+         # TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total{{model_name=\"m\"}} {generated}\n"
+    )
+}
+
+const LOAD: &[&str] = &[
+    "-c",
+    "2",
+    "-n",
+    "8",
+    "--max-tokens",
+    "4",
+    "--input-len",
+    "8",
+    "--scrape-interval",
+    "20ms",
+];
+
+#[test]
+fn nan_gauges_an_infinite_counter_and_overflowing_gpu_values_are_left_out_not_written_null() {
+    // M2: NaN and +Inf gauges; M3: a counter that becomes +Inf; G5: 1e308 on two lines.
+    let server = hostile_server(
+        &[page("NaN", "+Inf", "0"), page("NaN", "0.5", "+Inf")],
+        None,
+    );
+    let smi = LyingNvidiaSmi::new(&[
+        "0, A, 10, 1000, 300, 1980, 60",
+        "0, A, 1e308, 1e308, 300, 1980, 60",
+        "1, B, 1e308, 1e308, -5, NaN, inf",
+    ]);
+    let program = smi.program();
+    let args = [
+        LOAD,
+        &[
+            "--url",
+            &server.url,
+            "--gpu-host",
+            "localhost",
+            "--nvidia-smi",
+            program.to_str().unwrap(),
+        ],
+    ]
+    .concat();
+    let (code, stdout, stderr) = run(&args);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stdout.contains("null"), "{stdout}");
+    typed(&stdout);
+    let s = &summaries(&stdout)[0];
+    let srv = &s["server"];
+    assert!(srv.get("running").is_none(), "{srv}");
+    assert!(
+        srv.get("generation_tokens").is_none(),
+        "not 18446744073709551615: {srv}"
+    );
+    let notes = srv["notes"].to_string();
+    assert!(notes.contains("not a finite number"), "{notes}");
+    let gpu1 = &s["gpus"][1];
+    assert!(gpu1.get("util_pct").is_none(), "{gpu1}");
+    assert!(
+        s["gpus"][0]["util_pct"]["mean"].as_f64() == Some(10.0),
+        "{}",
+        s["gpus"]
+    );
+    // summarize reads the summary (it refused the whole of it over a null before).
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("run.jsonl");
+    std::fs::write(&file, &stdout).unwrap();
+    let out = testkit::cmd("summarize").arg(&file).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("bad summary"), "{err}");
+
+    // The clean twin: numbers everywhere, figures everywhere, no notes.
+    let clean = hostile_server(&[page("1", "0.25", "0"), page("2", "0.5", "32")], None);
+    let (code, stdout, stderr) = run(&[LOAD, &["--url", &clean.url, "--no-gpu"]].concat());
+    assert_eq!(code, Some(0), "{stderr}");
+    let srv = &summaries(&stdout)[0]["server"];
+    assert!(srv["running"]["max"].as_f64() == Some(2.0), "{srv}");
+    assert_eq!(srv["generation_tokens"], 32);
+    assert!(srv.get("notes").is_none(), "{srv}");
+}
+
+#[test]
+fn metrics_that_hang_mid_point_mark_the_server_view_incomplete() {
+    // M10: three scrapes answer, then /metrics hangs.
+    let pages = [page("1", "0.1", "0"), page("1", "0.1", "8")];
+    let server = hostile_server(&pages, Some(3));
+    let args = [
+        "--url",
+        &server.url,
+        "-c",
+        "1",
+        "--duration",
+        "1500ms",
+        "--max-tokens",
+        "4",
+        "--input-len",
+        "8",
+        "--scrape-interval",
+        "100ms",
+        "--timeout",
+        "1s",
+        "--no-gpu",
+        "--no-requests",
+    ];
+    let (code, stdout, stderr) = run(&args);
+    assert_eq!(code, Some(0), "{stderr}");
+    typed(&stdout);
+    let srv = &summaries(&stdout)[0]["server"];
+    assert_eq!(srv["incomplete"], true, "{srv}");
+    assert!(
+        stderr.contains("stopped answering during a point") && !stderr.contains("have no `server`"),
+        "{stderr}"
+    );
+    // The clean twin: the same server answering throughout.
+    let server = hostile_server(&pages, None);
+    let mut clean = args;
+    clean[1] = &server.url;
+    let (code, stdout, stderr) = run(&clean);
+    assert_eq!(code, Some(0), "{stderr}");
+    let srv = &summaries(&stdout)[0]["server"];
+    assert!(srv.get("incomplete").is_none(), "{srv}");
+    assert!(!stderr.contains("stopped answering"), "{stderr}");
+}
+
+#[test]
+fn an_explicit_metrics_url_answering_json_names_trtllm_serves_prometheus_path() {
+    let server = hostile_server(&["{\"iterations\": []}".to_string()], None);
+    let url = format!("{}/metrics", server.url);
+    let base = [LOAD, &["--url", &server.url, "--no-gpu"]].concat();
+    let (code, stdout, stderr) = run(&[&base[..], &["--metrics-url", &url]].concat());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("/prometheus/metrics (--metrics-url http://127.0.0.1:"),
+        "{stderr}"
+    );
+    assert!(summaries(&stdout)[0].get("server").is_none());
+    // The clean twin: Prometheus text there gives the server's view and no hint.
+    let good = hostile_server(&[page("1", "0.1", "0")], None);
+    let url = format!("{}/metrics", good.url);
+    let (_, stdout, stderr) = run(&[&base[..], &["--metrics-url", &url]].concat());
+    assert!(!stderr.contains("/prometheus/metrics"), "{stderr}");
+    assert_eq!(summaries(&stdout)[0]["server"]["engine"], "vllm");
+}
+
+#[test]
+fn a_metrics_page_over_8_mib_is_refused_with_one_note() {
+    // M1: engines write well under 1 MiB; a page of 9 MiB is not read whole.
+    let mut huge = page("1", "0.1", "0");
+    while huge.len() < 9 << 20 {
+        huge.push_str(&format!(
+            "vllm:generation_tokens_total{{model_name=\"m\",x=\"{:08}\"}} 1\n",
+            huge.len()
+        ));
+    }
+    let server = hostile_server(&[huge], None);
+    let (code, stdout, stderr) = run(&[LOAD, &["--url", &server.url, "--no-gpu"]].concat());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stderr.matches("note: no server metrics").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("larger than 8 MiB"), "{stderr}");
+    assert!(summaries(&stdout)[0].get("server").is_none());
+}
+
+#[test]
+fn a_five_request_point_has_gauges_from_its_first_and_last_scrapes() {
+    // issue 22 item 8: a C=1 health check ends before the first scrape in between.
+    let (_sim, url) = testkit::srv_sim(&["--model", "llama-3.1-8b", "--hardware", "a100-80g"]);
+    let (code, stdout, stderr) = run(&[
+        "--url",
+        &url,
+        "-c",
+        "1",
+        "-n",
+        "5",
+        "--max-tokens",
+        "4",
+        "--input-len",
+        "8",
+        "--scrape-interval",
+        "60s",
+        "--no-gpu",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let srv = &summaries(&stdout)[0]["server"];
+    assert_eq!(srv["gauge_samples"], 2, "{srv}");
+    assert!(srv["kv_usage"]["max"].is_f64(), "{srv}");
+    assert!(srv["running"]["mean"].is_f64(), "{srv}");
+}
