@@ -3,6 +3,7 @@
 //! two always agree. Latencies go into HdrHistograms in integer microseconds (3 significant
 //! digits); histograms serialize as V2+deflate, base64, so summaries merge exactly.
 
+pub mod blocks;
 pub mod knee;
 pub mod turns;
 
@@ -100,7 +101,14 @@ impl Hist {
     /// normal approximation). It says how far the quantile itself could move between runs of
     /// the same size, so a change smaller than it is noise. `None` when empty.
     pub fn quantile_ci95_ms(&self, q: f64) -> Option<(f64, f64)> {
-        let n = self.len() as f64;
+        self.quantile_ci95_ms_of(q, self.len())
+    }
+
+    /// [`Hist::quantile_ci95_ms`] for samples of which only `independent` (at most all) are
+    /// independent: requests that ran side by side in one closed-loop wave share their fate.
+    /// Ranks beyond either end clamp to the minimum or maximum.
+    pub fn quantile_ci95_ms_of(&self, q: f64, independent: u64) -> Option<(f64, f64)> {
+        let n = independent.min(self.len()) as f64;
         if n == 0.0 {
             return None;
         }
@@ -223,6 +231,7 @@ struct Span {
     first_ms: f64,
     end_ms: f64,
     tokens: u32,
+    tpot_ms: Option<f64>,
 }
 
 /// Accumulates the statistics of one sweep point, request by request or by merging.
@@ -258,6 +267,9 @@ pub struct PointStats {
     pub by_turn: turns::ByTurn,
     /// ... as a summary recorded them (they carry no histograms, so they are kept, not merged).
     by_turn_recorded: Vec<crate::record::TurnSummary>,
+    /// The batch-means noise a summary recorded (no spans to recompute it); gone once merged
+    /// with another accumulator (its blocks are not the merged point's).
+    noise_recorded: Option<crate::record::BatchNoise>,
 }
 
 impl PointStats {
@@ -324,6 +336,7 @@ impl PointStats {
                 first_ms: r.intended_ms + ttft,
                 end_ms: r.intended_ms + e2e,
                 tokens: r.output_tokens,
+                tpot_ms: r.tpot_ms,
             });
         }
     }
@@ -404,6 +417,16 @@ impl PointStats {
         if self.by_turn_recorded.is_empty() {
             self.by_turn_recorded = other.by_turn_recorded.clone();
         }
+        self.noise_recorded = None;
+    }
+
+    /// The point's noise by batch means ([`blocks`]): from its requests when it has them, else
+    /// as its summary recorded it.
+    pub fn batch_noise(&self) -> Option<crate::record::BatchNoise> {
+        if self.spans_incomplete {
+            return self.noise_recorded.clone();
+        }
+        blocks::batch_noise(&self.spans, self.window?)
     }
 
     /// Rebuilds an accumulator from a summary record (exact histograms; the window from its
@@ -446,6 +469,7 @@ impl PointStats {
             spans_incomplete: true,
             by_turn: turns::ByTurn::default(),
             by_turn_recorded: s.by_turn.clone(),
+            noise_recorded: s.noise.clone(),
         })
     }
 
@@ -527,6 +551,7 @@ impl PointStats {
             trace: None,
             trace_rows: None,
             ranks: None,
+            noise: self.batch_noise(),
             hist,
             extra: Default::default(),
         }

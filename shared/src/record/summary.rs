@@ -146,6 +146,10 @@ pub struct SummaryRecord {
     /// `--rank`): this rank's part of it, or, in rank 0's merged summary, the whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ranks: Option<RankPart>,
+    /// The point's own noise from time blocks within it (batch means), where it was long
+    /// enough: what a comparison of single runs rests on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<BatchNoise>,
     /// Metric name (`ttft_ms`, ...) to HdrHistogram V2+deflate, base64; values in microseconds.
     #[serde(default)]
     pub hist: BTreeMap<String, String>,
@@ -153,6 +157,22 @@ pub struct SummaryRecord {
     pub extra: Extra,
 }
 record_kind!(SummaryRecord, "summary", Summary);
+
+/// A point's noise by batch means ([`crate::stats::blocks`]): its wall window cut into
+/// `blocks` time blocks of `block_s` seconds, each long enough (two mean E2E latencies at
+/// least) that closed-loop waves do not tie one block to the next; every figure is computed per
+/// block, and `hw95` holds each figure's 95% half-width, t(blocks - 1) * sd(block figures) /
+/// sqrt(blocks), by its name (`output_tok_s`, `req_s`, `ttft_ms_p50`, `tpot_ms_mean`, ...).
+/// `blocks` is how many independent samples a comparison of this point rests on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchNoise {
+    pub blocks: u32,
+    pub block_s: f64,
+    /// The successes discounted for waves: the wall window over the mean E2E latency, at
+    /// most the successes. The sample size of the percentiles' distribution-free intervals.
+    pub independent_requests: u64,
+    pub hw95: BTreeMap<String, f64>,
+}
 
 /// A point loaded by several processes: one rank's part (its summary carries `rank` and `host`
 /// labels), or rank 0's merge of every rank's summary (`merged`).

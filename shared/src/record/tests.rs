@@ -253,6 +253,12 @@ fn summary() -> impl Strategy<Value = Record> {
                 trace: (!partial).then(|| "mooncake.jsonl".into()),
                 trace_rows: (!partial).then_some(12031),
                 ranks: None,
+                noise: (!partial).then(|| BatchNoise {
+                    blocks: 8,
+                    block_s: 1.5,
+                    independent_requests: 40,
+                    hw95: [("output_tok_s".to_string(), 12.5)].into(),
+                }),
                 hist: [("ttft_ms".to_string(), "HISTFAAAAB".to_string())]
                     .into_iter()
                     .collect(),

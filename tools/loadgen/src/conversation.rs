@@ -156,7 +156,7 @@ pub fn source(args: &crate::Args, source: Source) -> anyhow::Result<Source> {
         (_, Some(path)) if path != "builtin" => {
             let all =
                 crate::prompt_files::read_conversations(path).map_err(servbench::cli::usage)?;
-            let order = crate::workload::shuffled_order(all.len(), args.seed);
+            let order = crate::workload::shuffled_order(all.len(), args.seed());
             Users::Listed(Arc::new(all), Arc::new(order))
         }
         _ => {
@@ -170,7 +170,7 @@ pub fn source(args: &crate::Args, source: Source) -> anyhow::Result<Source> {
         users,
         turns,
         think: args.think_time,
-        seed: args.seed,
+        seed: args.seed(),
     })))
 }
 

@@ -217,9 +217,10 @@ pub struct Args {
     /// --trace: tokens per hash_ids block (Mooncake 512)
     #[arg(long, default_value_t = 512, requires = "trace")]
     pub trace_block: u32,
-    /// Seed of every random choice (prompts, arrivals); recorded in summaries
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// Seed of every random choice (prompts, arrivals); default: a fresh one per run (a rerun
+    /// against a warm server must not find its prompts cached); recorded in summaries
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Do not ask for usage in every chunk (vLLM's continuous_usage_stats)
     #[arg(long)]
     pub no_usage_per_chunk: bool,

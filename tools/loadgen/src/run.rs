@@ -40,6 +40,8 @@ pub fn run<W: Write>(
 ) -> anyhow::Result<Exit> {
     limits::validate(&args)?;
     limits::fit_open_files(&mut args, servbench::rlimit::raise_nofile_limit())?;
+    // Before anything reads it (one rank of several has the job's seed already).
+    args.draw_seed();
     // Of several ranks, rank 0 alone empties the cache (before the point's common start) and
     // watches the server: one server, one view of it.
     let first = setup.ranks.as_ref().is_none_or(|r| r.rank() == 0);
@@ -89,7 +91,7 @@ pub fn run<W: Write>(
             args.api,
             model.clone(),
             args.prefix_len.unwrap_or(args.shared_prefix),
-            args.seed,
+            args.seed(),
             args.timeout,
         );
         aligner.extra = args.extra_body.clone();
@@ -111,7 +113,7 @@ pub fn run<W: Write>(
         };
         // Each rank draws its own prompts and arrivals; the aligner's shared prefix stays common.
         if let Some(r) = &run.ranks {
-            run.args.seed = r.seed();
+            run.args.seed = Some(r.seed());
         }
         let exit = run.all().await?;
         // The runtime (and with it the signal handling) lives on while upstream drains.
@@ -220,7 +222,7 @@ impl<W: Write> Run<'_, W> {
                 ),
                 (None, Some(entries), _) => Source::Listed(
                     Arc::new(entries.clone()),
-                    Arc::new(workload::shuffled_order(entries.len(), self.args.seed)),
+                    Arc::new(workload::shuffled_order(entries.len(), self.args.seed())),
                 ),
                 (None, None, None) => unreachable!("input_lens has Some when there is no list"),
             };
@@ -306,11 +308,16 @@ impl<W: Write> Run<'_, W> {
     }
 
     /// The point's expected prefix-cache hit rate: of `n` requests, all but the `cold` ones
-    /// find their group's prefix cached, which is this share of their prompt.
+    /// find their group's prefix cached, which is this share of their prompt. Synthetic
+    /// prompts without a shared prefix or groups are unique: 0, so a server that reports hits
+    /// (a rerun of the same `--seed` against a warm cache) is noticed downstream.
     fn expected_hit_rate(&self, n: u64, cold: u64, work: &Work) -> Option<f64> {
         let Source::Synthetic(s) = work.source.as_ref() else {
             return None;
         };
+        if self.args.prefix_groups.is_none() && s.shared_prefix_words == 0 {
+            return (n > 0).then_some(0.0);
+        }
         (self.args.prefix_groups.is_some() && n > 0).then(|| {
             (n - cold.min(n)) as f64 / n as f64 * s.shared_prefix_words as f64
                 / s.words.len().max(1) as f64
@@ -438,7 +445,7 @@ impl<W: Write> Run<'_, W> {
             template: work.template.clone(),
             max_tokens: work.max_tokens,
             source: work.source.as_ref().clone(),
-            seed: self.args.seed,
+            seed: self.args.seed(),
             max_given: work.max_given,
             groups: self.args.prefix_groups.unwrap_or(0),
         });
@@ -624,7 +631,7 @@ impl<W: Write> Run<'_, W> {
         s.client_cpu_s = Some(cpu);
         s.model = Some(self.model.clone());
         s.api = Some(self.args.api.name().to_string());
-        s.seed = Some(self.args.seed);
+        s.seed = Some(self.args.seed());
         if let Load::Open {
             arrival,
             max_concurrency,
@@ -642,6 +649,18 @@ impl<W: Write> Run<'_, W> {
 
 impl Args {
     fn arrival_seed(&self, key: &PointKey) -> u64 {
-        self.seed ^ (u64::from(key.index) << 32) ^ u64::from(key.repeat)
+        self.seed() ^ (u64::from(key.index) << 32) ^ u64::from(key.repeat)
+    }
+
+    /// The run's seed: `--seed`, else the one [`Args::draw_seed`] drew as the run started.
+    pub fn seed(&self) -> u64 {
+        self.seed.unwrap_or_default()
+    }
+
+    /// Without `--seed`, draws the run's seed: a fresh one each run, so a rerun against the
+    /// same server sends prompts its prefix cache has not seen. 53 bits, so that every JSON
+    /// reader (jq, JavaScript) gives the recorded seed back exactly for `--seed`.
+    pub fn draw_seed(&mut self) -> u64 {
+        *self.seed.get_or_insert_with(|| rand::random::<u64>() >> 11)
     }
 }

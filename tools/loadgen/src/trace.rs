@@ -400,7 +400,7 @@ impl<W: std::io::Write> crate::run::Run<'_, W> {
         // Ranks share the job's seed here: a hash id names the same words on every rank.
         let (seed, rows_of) = match &self.ranks {
             Some(r) => (r.job_seed(), (r.rank() as u64, r.world() as u64)),
-            None => (self.args.seed, (0, 1)),
+            None => (self.args.seed(), (0, 1)),
         };
         Ok(std::sync::Arc::new(Replay {
             trace: std::sync::Arc::new(trace),

@@ -371,6 +371,19 @@ fn main() {
         ),
     );
 
+    // A rerun of the same seed against a warm server: 94% of its unique prompts cached.
+    write(
+        &dir,
+        "prefix_hits_unexpected.jsonl",
+        &sweep_lines(
+            &base,
+            &with_view(ServerView {
+                prefix_hits_unexpected: Some(0.938),
+                ..ServerView::default()
+            }),
+        ),
+    );
+
     // Single stream on an 8B model at ~30 ms/token: far below an H200's limit.
     write(
         &dir,

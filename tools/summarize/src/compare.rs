@@ -8,7 +8,7 @@
 
 use crate::input::Params;
 use crate::metrics::{Better, Metric};
-use crate::points::{Keys, Point, point_name};
+use crate::points::{Keys, Point, SampleKind, point_name};
 use crate::table::{Cell, Column, Table};
 use servbench::cli;
 use servbench::record::Labels;
@@ -243,8 +243,11 @@ fn table_for(
         ));
     }
     table.notes.push(
-        "better/worse: the change exceeds both runs' noise (95% intervals combined: repeats' CI, else the run's own spread) and 5% (2% with repeats on both sides); ~: within that; ?: too few samples to know the noise (a p99 needs 500+ requests)".to_string(),
+        "better/worse: the change exceeds both runs' noise (95% intervals combined: repeats' CI, else the run's own time blocks (batch means) or spread) and 5% (2% with repeats on both sides); ~: within that; ?: too few samples to know the noise (a p99 needs 500+ requests or time blocks)".to_string(),
     );
+    if let Some(basis) = samples_note(pairing) {
+        table.notes.push(basis);
+    }
     let names = |ps: &[&Point]| -> String {
         let varying = Keys::of(&ps.iter().map(|p| (*p).clone()).collect::<Vec<_>>()).varying;
         ps.iter()
@@ -265,6 +268,37 @@ fn table_for(
         ));
     }
     table
+}
+
+/// How many independent samples the verdicts rest on, by kind: repeats, a run's time blocks,
+/// or (points too short for blocks) its requests, whose noise is then understated.
+fn samples_note(pairing: &Pairing) -> Option<String> {
+    let mut by_kind: BTreeMap<SampleKind, (usize, usize)> = BTreeMap::new();
+    for (_, b, n) in &pairing.pairs {
+        for (count, kind) in [b.samples(), n.samples()] {
+            let e = by_kind.entry(kind).or_insert((count, count));
+            *e = (e.0.min(count), e.1.max(count));
+        }
+    }
+    let range = |(lo, hi): (usize, usize)| match lo == hi {
+        true => lo.to_string(),
+        false => format!("{lo}-{hi}"),
+    };
+    let parts: Vec<String> = by_kind
+        .into_iter()
+        .map(|(kind, r)| match kind {
+            SampleKind::Repeats => format!("{} repeats per point", range(r)),
+            SampleKind::Blocks => format!(
+                "{} time blocks per run (batch means: each block two latencies or longer)",
+                range(r)
+            ),
+            SampleKind::Requests => format!(
+                "{} requests per run without time blocks (points too short for them, or recorded without them): their noise is understated, requests of one wave are not independent",
+                range(r)
+            ),
+        })
+        .collect();
+    (!parts.is_empty()).then(|| format!("verdicts rest on {}", parts.join("; ")))
 }
 
 /// `--compare base.jsonl new.jsonl`.

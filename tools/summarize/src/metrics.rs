@@ -348,12 +348,64 @@ impl Metric {
     /// - means: 1.96 x stddev / sqrt(n);
     /// - throughput: a rate is tokens over time, and time is driven by request latency, so its
     ///   relative noise is that of the mean end-to-end latency: 1.96 x CV(e2e) / sqrt(ok).
+    ///
+    /// Requests of one point are not independent (closed-loop waves), so where the summary
+    /// carries its batch-means noise (time blocks within the point), the larger of the two
+    /// is taken: see [`Metric::batch_noise`].
     pub fn single_run_noise(&self, s: &SummaryRecord) -> Option<f64> {
+        let sampling = self.sampling_noise(s);
+        match (self.batch_noise(s), sampling) {
+            (Some(b), Some(n)) => Some(b.max(n)),
+            (b, n) => b.or(n),
+        }
+    }
+
+    /// Half-width of the 95% interval from the point's time blocks (`noise` of the summary):
+    /// latencies and the two rates by name; the other rates carry the relative noise of the
+    /// rate they derive from (total and steady tokens: output tokens; goodput: requests;
+    /// per-stream tok/s: TPOT p50).
+    pub fn batch_noise(&self, s: &SummaryRecord) -> Option<f64> {
+        let noise = s.noise.as_ref()?;
         let value = self.value(s)?;
+        let relative = |name: &str, of: f64| -> Option<f64> {
+            let hw = noise.hw95.get(name)?;
+            (of > 0.0).then(|| value.abs() * hw / of)
+        };
+        match self {
+            Metric::Dist(d, st) => noise
+                .hw95
+                .get(&format!("{}_{}", d.field(), st.short()))
+                .copied(),
+            Metric::Scalar(Scalar::ReqS) => noise.hw95.get("req_s").copied(),
+            Metric::Scalar(Scalar::OutputTokS) => noise.hw95.get("output_tok_s").copied(),
+            Metric::Scalar(Scalar::TotalTokS | Scalar::SteadyTokS) => {
+                relative("output_tok_s", s.output_tok_s)
+            }
+            Metric::Scalar(Scalar::GoodputReqS) => relative("req_s", s.req_s),
+            Metric::Scalar(Scalar::StreamTokS) => relative("tpot_ms_p50", s.tpot_ms.as_ref()?.p50),
+            Metric::Scalar(_) => None,
+        }
+    }
+
+    /// The noise of one run's figure from its requests' spread, counting as many independent
+    /// samples as the point's waves allow (all of them without a batch-means record).
+    fn sampling_noise(&self, s: &SummaryRecord) -> Option<f64> {
+        let value = self.value(s)?;
+        let independent = |n: u64| {
+            s.noise
+                .as_ref()
+                .map_or(n, |z| z.independent_requests.min(n))
+        };
         match self {
             Metric::Dist(d, st) => {
                 if let Some(q) = st.quantile() {
                     let hist = Hist::decode(s.hist.get(d.field())?).ok()?;
+                    // Discounted for waves, the interval holds at any size (ranks past the
+                    // end clamp to the maximum): a p99 of few waves spans most of the tail.
+                    if let Some(noise) = &s.noise {
+                        let (lo, hi) = hist.quantile_ci95_ms_of(q, noise.independent_requests)?;
+                        return Some((value - lo).max(hi - value).max(0.0));
+                    }
                     // The interval leans on the normal approximation of a binomial count,
                     // which needs n q (1 - q) >= 5: a p99 of 100 samples is one sample's say.
                     let n = hist.len() as f64;
@@ -364,7 +416,8 @@ impl Metric {
                     Some((value - lo).max(hi - value).max(0.0))
                 } else if *st == Stat::Mean {
                     let dist = d.of(s)?;
-                    (dist.n > 0).then(|| 1.96 * dist.stddev / (dist.n as f64).sqrt())
+                    let n = independent(dist.n);
+                    (n > 0).then(|| 1.96 * dist.stddev / (n as f64).sqrt())
                 } else {
                     None
                 }
@@ -380,7 +433,8 @@ impl Metric {
                 if e2e.mean <= 0.0 || s.ok == 0 {
                     return None;
                 }
-                Some(value.abs() * 1.96 * (e2e.stddev / e2e.mean) / (s.ok as f64).sqrt())
+                let n = independent(s.ok) as f64;
+                Some(value.abs() * 1.96 * (e2e.stddev / e2e.mean) / n.sqrt())
             }
             Metric::Scalar(Scalar::StreamTokS) => {
                 // 1000/p50: the p50's relative interval carries over.

@@ -53,6 +53,7 @@ pub fn all(points: &[Point]) -> Vec<String> {
         server_notes::gpu_idle_single_stream,
         server_notes::server_ttft_below_client,
         server_notes::token_counts_disagree,
+        server_notes::prefix_hits_unexpected,
     ] {
         out.extend(f(points, &keys));
     }
@@ -86,6 +87,10 @@ pub fn by_name() -> Vec<(&'static str, NoteFn)> {
             server_notes::server_ttft_below_client,
         ),
         ("token_counts_disagree", server_notes::token_counts_disagree),
+        (
+            "prefix_hits_unexpected",
+            server_notes::prefix_hits_unexpected,
+        ),
     ]
 }
 

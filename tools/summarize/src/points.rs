@@ -61,6 +61,19 @@ impl Point {
         }
     }
 
+    /// How many independent samples this point's noise rests on, and what they are: its
+    /// repeats when there are several, else its run's time blocks (batch means), else its
+    /// requests (a point too short for blocks: requests of one wave are not independent).
+    pub fn samples(&self) -> (usize, SampleKind) {
+        match self.repeats.as_slice() {
+            [one] => match &one.noise {
+                Some(n) => (n.blocks as usize, SampleKind::Blocks),
+                None => (one.ok as usize, SampleKind::Requests),
+            },
+            many => (many.len(), SampleKind::Repeats),
+        }
+    }
+
     /// The param or label value under a key name (`conc`, `rate`, `in`, `out`, or a label).
     pub fn key_value(&self, key: &str) -> Option<String> {
         match key {
@@ -80,6 +93,14 @@ impl Point {
     pub fn requests(&self) -> u64 {
         self.repeats.iter().map(|s| s.requests).sum()
     }
+}
+
+/// What a point's independent samples are (see [`Point::samples`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SampleKind {
+    Repeats,
+    Blocks,
+    Requests,
 }
 
 pub fn fmt_rate(r: f64) -> String {
@@ -102,6 +123,9 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
         /// loaded the same server: they watched the same one).
         server: Option<ServerStats>,
         gpus: Vec<GpuStats>,
+        /// What the workload expected of the prefix cache, and the seed of its prompts.
+        prefix_hit_rate_expected: Option<f64>,
+        seed: Option<u64>,
     }
     let mut grouped: BTreeMap<(Labels, Params), BTreeMap<u32, Slot>> = BTreeMap::new();
     for (key, acc) in &inputs.points {
@@ -144,6 +168,11 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
                             .as_ref()
                             .map(|s| s.gpus.clone())
                             .unwrap_or_default(),
+                        prefix_hit_rate_expected: acc
+                            .first_summary
+                            .as_ref()
+                            .and_then(|s| s.prefix_hit_rate_expected),
+                        seed: acc.first_summary.as_ref().and_then(|s| s.seed),
                     },
                 );
             }
@@ -168,6 +197,8 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
                     );
                     summary.server.clone_from(&s.server);
                     summary.gpus.clone_from(&s.gpus);
+                    summary.prefix_hit_rate_expected = s.prefix_hit_rate_expected;
+                    summary.seed = s.seed;
                     summary
                 })
                 .collect(),

@@ -22,6 +22,8 @@ pub const SERVER_TTFT_SHARE: f64 = 0.5;
 pub const SERVER_TTFT_GAP_MS: f64 = 10.0;
 /// Server and client token counts differ by more than this share.
 pub const TOKEN_MISMATCH: f64 = 0.01;
+/// The server's prefix-cache hit rate above loadgen's expected one by more than this share.
+pub const PREFIX_HITS_OVER: f64 = 0.05;
 
 /// The first repeat's server view (repeats of a point watched the same server).
 fn server(p: &Point) -> Option<&ServerStats> {
@@ -205,6 +207,53 @@ pub fn token_counts_disagree(points: &[Point], keys: &Keys) -> Vec<String> {
          client loading the same server, prompt-cache reuse the server does not count, or a \
          tokenizer difference; per-token figures there are suspect",
         TOKEN_MISMATCH * 100.0,
+        hits.join(", ")
+    )]
+}
+
+/// Prompts loadgen expected the prefix cache not to hold (unique prompts: expected 0) that the
+/// server served from it: a rerun of the same `--seed` against a warm server, whose TTFT the
+/// cache flatters.
+pub fn prefix_hits_unexpected(points: &[Point], keys: &Keys) -> Vec<String> {
+    let mut hits = Vec::new();
+    let mut seeds = std::collections::BTreeSet::new();
+    for p in points {
+        for s in &p.repeats {
+            let (Some(expected), Some(got)) = (
+                s.prefix_hit_rate_expected,
+                s.server.as_ref().and_then(|srv| srv.prefix_hit_rate),
+            ) else {
+                continue;
+            };
+            if got > expected + PREFIX_HITS_OVER {
+                hits.push(format!(
+                    "{} ({:.1}% of prompt tokens cached, {:.1}% expected)",
+                    point_name(p, &keys.varying),
+                    got * 100.0,
+                    expected * 100.0
+                ));
+                seeds.extend(s.seed);
+            }
+        }
+    }
+    if hits.is_empty() {
+        return Vec::new();
+    }
+    let seeds = match seeds.len() {
+        0 => String::new(),
+        _ => format!(
+            " (seed {})",
+            seeds
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    vec![format!(
+        "the server's prefix cache held prompts loadgen did not expect it to at {}: they were sent \
+         before (a rerun of the same --seed{seeds} against a warm server, or another client's), so \
+         TTFT is flattered; rerun without --seed (a fresh seed each run) or with --flush-cache",
         hits.join(", ")
     )]
 }

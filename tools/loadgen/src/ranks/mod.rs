@@ -4,7 +4,8 @@
 //! the first ranks), `-r 100` is 25 req/s each from an arrival stream of its own (independent
 //! Poisson streams add up to a Poisson stream at the asked rate; constant arrivals are
 //! interleaved by starting rank r r/rate later), `-n` and `--warmup` counts are split the same
-//! way, and each rank draws from a seed of its own derived from `--seed`.
+//! way, and each rank draws from a seed of its own derived from the job's (`--seed`, else one
+//! rank 0 draws and tells the others).
 //!
 //! Points are synchronized through rank 0 ([`link`]): every rank says it is ready, rank 0
 //! names an instant a moment ahead on its clock, and each rank starts then on its own clock
@@ -95,6 +96,8 @@ struct Job {
     from: String,
     /// The upstream `server` record's labels, which every rank's records inherit.
     labels: Option<Labels>,
+    /// The job's seed: `--seed`, else the one rank 0 drew (each rank derives its own from it).
+    seed: u64,
 }
 
 /// Joins the job when this process is one rank of several (flags, or mpirun's, a PMI
@@ -126,7 +129,8 @@ pub fn join(args: &Args) -> anyhow::Result<Option<Ranks>> {
         stop,
         clock: c.clock,
         output: a.rank_output,
-        job_seed: args.seed,
+        // Set from rank 0's word (the job's message) before the first point.
+        job_seed: 0,
         seq: 0,
         started_unix_ms: 0.0,
     }))
@@ -170,7 +174,7 @@ pub fn main(args: Args, ranks: Ranks) -> anyhow::Result<Exit> {
     result
 }
 
-fn rank_main(args: Args, mut ranks: Ranks) -> anyhow::Result<Exit> {
+fn rank_main(mut args: Args, mut ranks: Ranks) -> anyhow::Result<Exit> {
     let mut out = RecordWriter::stdout();
     let rank = ranks.rank();
     // Only rank 0 empties the server's cache (before the point's common start) and watches the
@@ -181,6 +185,7 @@ fn rank_main(args: Args, mut ranks: Ranks) -> anyhow::Result<Exit> {
             url: up.url,
             from: up.from.to_string(),
             labels: up.server_labels,
+            seed: args.draw_seed(),
         };
         ranks.link.broadcast(tag::JOB, &serde_json::to_vec(&job)?)?;
         (job, up.background, up.engine, up.server)
@@ -188,6 +193,10 @@ fn rank_main(args: Args, mut ranks: Ranks) -> anyhow::Result<Exit> {
         let (_, body) = ranks.blocking_expect(tag::JOB)?;
         (serde_json::from_slice::<Job>(&body)?, None, None, None)
     };
+    // Every rank's seeds derive from rank 0's: the job is reproducible from the one seed its
+    // merged summaries record.
+    args.seed = Some(job.seed);
+    ranks.job_seed = job.seed;
     let own = args.common.labels();
     let mut labels = match &job.labels {
         Some(up) => inherit_labels(up, &own),
@@ -227,7 +236,7 @@ impl Ranks {
         self.link.world
     }
 
-    /// The job's `--seed`, the same on every rank.
+    /// The job's seed (`--seed` or rank 0's draw), the same on every rank.
     pub fn job_seed(&self) -> u64 {
         self.job_seed
     }

@@ -94,6 +94,9 @@ pub struct ServerView {
     pub ttft_share: f64,
     /// The server counts this share more output tokens than the client.
     pub token_excess: f64,
+    /// Unique prompts (loadgen expected no prefix hits) of which the server's prefix cache
+    /// served this share: a rerun of the same seed.
+    pub prefix_hits_unexpected: Option<f64>,
 }
 
 impl Default for ServerView {
@@ -104,6 +107,7 @@ impl Default for ServerView {
             gpu_util_c1: 70.0,
             ttft_share: 0.95,
             token_excess: 0.0,
+            prefix_hits_unexpected: None,
         }
     }
 }
@@ -151,8 +155,13 @@ impl ServerView {
                 p90: d.p90 * self.ttft_share,
                 p99: d.p99 * self.ttft_share,
             }),
+            prefix_hit_rate: self.prefix_hits_unexpected,
             ..ServerStats::default()
         });
+        if self.prefix_hits_unexpected.is_some() {
+            s.prefix_hit_rate_expected = Some(0.0);
+            s.seed = Some(42);
+        }
         let util = (self.gpu_util_c1 + 10.0 * doublings).min(97.0);
         s.gpus = (0..2)
             .map(|index| GpuStats {

@@ -1,0 +1,122 @@
+//! Reruns against one server, as the "kill that, but rerun C=1" moment has them: loadgen
+//! draws a fresh seed per run (recorded in its summaries) so a rerun's unique prompts are not
+//! served from the prefix cache the first run filled, and summarize says so when they were
+//! (the same `--seed` given twice).
+
+use serde_json::Value;
+use std::process::{Command, Stdio};
+use testkit::of_kind;
+
+fn loadgen(url: &str, extra: &[&str]) -> Vec<Value> {
+    let out = Command::new(testkit::bin("loadgen"))
+        .args([
+            "--url",
+            url,
+            "-c",
+            "2",
+            "-n",
+            "8",
+            "--max-tokens",
+            "4",
+            "--input-len",
+            "64",
+        ])
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run loadgen");
+    assert!(
+        out.status.success(),
+        "loadgen: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    testkit::json_lines(&out.stdout)
+}
+
+fn summary(records: &[Value]) -> &Value {
+    let s = of_kind(records, "summary");
+    assert_eq!(s.len(), 1, "one point");
+    s[0]
+}
+
+/// Prefix-cache (queries, hits) in tokens, from srv-sim's /metrics.
+fn prefix_counters(url: &str) -> (f64, f64) {
+    let out = testkit::sh(&format!("curl -sf {url}/metrics"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let value = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name}{{")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name} missing from /metrics: {text}"))
+    };
+    (
+        value("vllm:prefix_cache_queries_total"),
+        value("vllm:prefix_cache_hits_total"),
+    )
+}
+
+fn summarize(records: &[Value]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.jsonl");
+    let text: String = records.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(&path, text).unwrap();
+    let out = testkit::cmd("summarize").arg(&path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_default_rerun_draws_a_fresh_seed_and_finds_no_prefix_hits() {
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "2ms", "--itl", "1ms"]);
+    let first = loadgen(&url, &[]);
+    let after_first = prefix_counters(&url);
+    let second = loadgen(&url, &[]);
+    let after_second = prefix_counters(&url);
+    let seed = |r: &[Value]| {
+        summary(r)["seed"]
+            .as_u64()
+            .expect("the summary records its seed")
+    };
+    let (s1, s2) = (seed(&first), seed(&second));
+    assert_ne!(s1, s2, "each run without --seed draws its own");
+    assert!(
+        s1 < 1 << 53,
+        "a seed any JSON reader gives back exactly: {s1}"
+    );
+    assert!(
+        after_second.0 > after_first.0,
+        "the second run's prompts were looked up"
+    );
+    assert_eq!(
+        after_second.1, after_first.1,
+        "the second default run's unique prompts found no prefix cached"
+    );
+    assert_eq!(summary(&second)["prefix_hit_rate_expected"], 0.0);
+    assert!(
+        !summarize(&second).contains("prefix cache held"),
+        "a clean rerun gets no note"
+    );
+
+    // The same seed again sends the first run's prompts: the cache serves them, and
+    // summarize says the rerun is flattered, naming the seed.
+    let again = loadgen(&url, &["--seed", &s1.to_string()]);
+    assert_eq!(seed(&again), s1, "--seed is recorded as given");
+    let after_again = prefix_counters(&url);
+    assert!(after_again.1 > after_second.1, "the repeated prompts hit");
+    let hit = summary(&again)["server"]["prefix_hit_rate"]
+        .as_f64()
+        .expect("loadgen records the server's prefix hit rate");
+    assert!(hit > 0.5, "{hit}");
+    let text = summarize(&again);
+    assert!(
+        text.contains("prefix cache held prompts loadgen did not expect")
+            && text.contains(&format!("seed {s1}"))
+            && text.contains("0.0% expected"),
+        "{text}"
+    );
+}
