@@ -23,6 +23,7 @@ pub mod run;
 pub mod search;
 pub mod setup;
 pub mod sse;
+pub mod stop;
 pub mod telemetry;
 pub mod tls;
 pub mod trace;
