@@ -291,6 +291,10 @@ impl Context {
             }
         }
         let _ = dispatcher.await;
+        // A stop pulled while nothing was in flight (an open-loop or trace gap, think time)
+        // ends the dispatcher and with it the channel: `recv` may give `None` before the
+        // `stopped` branch ran.
+        stopped_by_run |= self.stop.is_stopped();
         if down.is_none() && !stopped_by_run {
             down = health.down_at_end();
         }

@@ -270,6 +270,12 @@ impl<W: Write> Run<'_, W> {
                         key.index = index;
                         key.repeat = repeat;
                         index += 1;
+                        // A stop after the last point ended: no next point, not even an empty
+                        // one (the ranks of a job decide together, in the phase; a ramp or a
+                        // search writes its record from the cut point).
+                        if self.ranks.is_none() && stop.is_stopped() {
+                            return Err(stopped(&stop));
+                        }
                         let p = self.point(key, load, &work).await?;
                         self.check_point(&p)?;
                     }
