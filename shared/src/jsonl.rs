@@ -48,10 +48,21 @@ impl Source {
     /// Opens the source; a missing or unreadable file is a usage error naming the path.
     pub fn open(&self, strict: bool) -> anyhow::Result<RecordReader<Box<dyn BufRead + Send>>> {
         let reader: Box<dyn BufRead + Send> = match self {
-            Source::Stdin => Box::new(BufReader::with_capacity(1 << 16, io::stdin())),
+            Source::Stdin => stdin_reader(),
             Source::File(path) => Box::new(BufReader::with_capacity(1 << 16, open_file(path)?)),
         };
         Ok(RecordReader::new(self.name(), reader, strict))
+    }
+}
+
+/// Stdin for reading records: once the tool caught Ctrl-C ([`crate::interrupt::catch`]), a
+/// [`crate::interrupt::DrainingStdin`] (the first signal reads on to the end of the input, a
+/// second or the drain bound stops the reading at once); else stdin, buffered.
+pub fn stdin_reader() -> Box<dyn BufRead + Send> {
+    if crate::interrupt::caught() {
+        Box::new(crate::interrupt::DrainingStdin::new())
+    } else {
+        Box::new(BufReader::with_capacity(1 << 16, io::stdin()))
     }
 }
 

@@ -14,19 +14,22 @@
 //! - [`rlimit`]: this process's resource limits (open files);
 //! - [`ranks`]: processes of one job on many machines: rank detection (flags, mpirun, srun),
 //!   the coordinator rendezvous, framed messages, clock offsets;
-//! - [`telemetry`]: the server's `/metrics` and its GPUs over a point, in one vocabulary.
+//! - [`telemetry`]: the server's `/metrics` and its GPUs over a point, in one vocabulary;
+//! - [`interrupt`]: Ctrl-C/SIGTERM in a pipeline: the first drains the input, a second leaves.
 //!
 //! Modules use each other one way only (no circle): `files` uses none; `jsonl` uses `record`,
-//! `files` and `diag`; `stats` uses `record`; `presets` uses `record`, `files` and `jsonl`
-//! (measured collective curves); `telemetry` uses `record` and `exec`; `exec` uses `procs` and
-//! `diag`; `kill` uses `exec` and `procs`; `ranks` uses `diag`; `cli` (exit codes for every
-//! module's errors) may use any of them, and no module uses `cli`.
+//! `files`, `diag` and `interrupt`; `interrupt` uses `diag`; `stats` uses `record`; `presets`
+//! uses `record`, `files` and `jsonl` (measured collective curves); `telemetry` uses `record`
+//! and `exec`; `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`; `ranks` uses
+//! `diag`; `cli` (exit codes for every module's errors) may use any of them, and no module uses
+//! `cli`.
 
 pub mod cli;
 pub mod diag;
 pub mod engines;
 pub mod exec;
 pub mod files;
+pub mod interrupt;
 pub mod jsonl;
 pub mod kill;
 pub mod presets;

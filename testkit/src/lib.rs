@@ -2,6 +2,11 @@
 //! built, run shell pipelines with them on PATH, find free loopback ports, and make sure every
 //! process a test starts is ended (by pid) when the test ends, pass or fail.
 
+pub mod collected;
+pub mod tty;
+
+pub use collected::Collected;
+
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};

@@ -1,6 +1,6 @@
 //! Flags several tools take, as clap structs to flatten into each tool's own.
 
-use super::parse::{parse_label, parse_positive_duration};
+use super::parse::{parse_duration, parse_label, parse_positive_duration};
 use crate::exec::SshOptions;
 use crate::record::Labels;
 use std::path::PathBuf;
@@ -50,6 +50,24 @@ impl SshArgs {
             accept_new_host: self.accept_new_host,
             connect_timeout: self.connect_timeout,
             ..SshOptions::default()
+        }
+    }
+}
+
+/// The flag of a tool that holds work for its input (srv-kill, summarize): how long the first
+/// Ctrl-C/SIGTERM lets upstream take to end (see [`crate::interrupt`]).
+#[derive(Debug, Clone, clap::Args)]
+pub struct DrainArgs {
+    /// After the first Ctrl-C/SIGTERM, how long to read on for the end of stdin (upstream
+    /// finishing its partial results) before going on with what arrived; a second stops at once
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
+    pub drain_wait: Duration,
+}
+
+impl Default for DrainArgs {
+    fn default() -> Self {
+        DrainArgs {
+            drain_wait: crate::interrupt::DRAIN_WAIT,
         }
     }
 }

@@ -13,7 +13,7 @@ pub use crate::diag::{
     Failure, Interrupted, OutputError, UsageError, error, failure, info, printable, tool, usage,
     warn,
 };
-pub use args::{CommonArgs, SshArgs};
+pub use args::{CommonArgs, DrainArgs, SshArgs};
 pub use parse::{
     DoubleStep, MAX_DURATION, f64_list, parse_duration, parse_label, parse_list,
     parse_positive_duration, parse_size, u32_list,

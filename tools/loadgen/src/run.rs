@@ -64,7 +64,7 @@ pub fn run<W: Write>(
         .context("starting the async runtime")?;
     runtime.block_on(async move {
         if setup.signals {
-            tokio::spawn(crate::setup::watch_signals(setup.stop.clone()));
+            crate::setup::watch_signals(setup.stop.clone());
         }
         let _watch = setup
             .watch_stdout
@@ -115,12 +115,16 @@ pub fn run<W: Write>(
         if let Some(r) = &run.ranks {
             run.args.seed = Some(r.seed());
         }
-        let exit = run.all().await?;
-        // The runtime (and with it the signal handling) lives on while upstream drains.
-        if let Some(upstream) = setup.upstream {
+        let exit = run.all().await;
+        // Upstream records still on their way pass on, after a Ctrl-C too (then bounded by
+        // the drain rule: servbench::interrupt).
+        let interrupted = matches!(&exit, Err(e) if e.is::<cli::Interrupted>());
+        if let Some(upstream) = setup.upstream
+            && (exit.is_ok() || interrupted)
+        {
             upstream.finish()?;
         }
-        Ok(exit)
+        exit
     })
 }
 

@@ -21,13 +21,20 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
         return crate::ranks::main(args, ranks);
     }
     let mut out = RecordWriter::stdout();
+    // Caught before upstream is read: a Ctrl-C while srv-launch's record is on its way still
+    // passes it on (srv-kill downstream needs it), then ends the run.
+    let stop = Stop::new();
+    watch_signals(stop.clone());
     let up = upstream(&args, &mut out)?;
+    if stop.is_stopped() {
+        return Err(cli::Interrupted.into());
+    }
     let setup = Setup {
         target: target(&args, &up.url, up.from)?,
         engine: up.engine,
         labels: up.labels_with(args.common.labels()),
-        stop: Stop::new(),
-        signals: true,
+        stop,
+        signals: false,
         watch_stdout: true,
         upstream: up.background,
         ranks: None,
@@ -167,7 +174,8 @@ pub struct Setup {
     /// On every record written: loadgen's own labels, plus an upstream server record's.
     pub labels: Labels,
     pub stop: Stop,
-    /// The binary's Ctrl-C/SIGTERM handling: the first pulls `stop`, a second exits the process.
+    /// Catch Ctrl-C/SIGTERM when the run starts: the first pulls `stop`, a second exits the
+    /// process (the binary's [`main`] catches them earlier itself, before reading upstream).
     pub signals: bool,
     /// Watch the process's stdout: once its reader is gone, `stop` is pulled hard (in-flight
     /// requests cancelled at once) and the run ends as a closed stdout does.
@@ -197,31 +205,22 @@ impl Setup {
     }
 }
 
-/// The first Ctrl-C/SIGTERM pulls `stop`; a second exits at once.
-pub(crate) async fn watch_signals(stop: Stop) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return;
-    };
-    let mut seen = 0;
-    loop {
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
-        seen += 1;
+/// The first Ctrl-C/SIGTERM pulls `stop`; a second exits at once. Caught through the shared
+/// [`servbench::interrupt`], so upstream records read meanwhile are still passed on (the
+/// drain rule) before the run ends with 130.
+pub(crate) fn watch_signals(stop: Stop) {
+    servbench::interrupt::catch(servbench::interrupt::DRAIN_WAIT);
+    servbench::interrupt::on_signal(move |seen| {
         if seen == 1 {
             stop.stop();
             cli::info(
                 "stopping: no new requests; in-flight ones get --grace, then a partial summary (again to quit now)",
             );
+            true
         } else {
             // Hold stdout so no record line is cut in half, then leave at once.
             let _lock = std::io::stdout().lock();
             std::process::exit(Exit::Interrupted as i32);
         }
-    }
+    });
 }

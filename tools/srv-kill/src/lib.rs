@@ -6,8 +6,9 @@
 
 use anyhow::Result;
 use clap::Parser;
-use servbench::cli::{self, CommonArgs, Exit, SshArgs, parse_duration};
+use servbench::cli::{self, CommonArgs, DrainArgs, Exit, SshArgs, parse_duration};
 use servbench::exec::{self, Exec, ExecError};
+use servbench::interrupt;
 use servbench::jsonl::{self, Disposition, OutputError, RecordWriter, Source};
 use servbench::kill::{self, KillOptions, KillOutcome};
 use servbench::procs::{self, LAUNCH_ID_VAR, ProcId, TargetSpec};
@@ -69,6 +70,8 @@ pub struct Args {
     #[arg(long)]
     pub missing_ok: bool,
     #[command(flatten)]
+    pub drain: DrainArgs,
+    #[command(flatten)]
     pub common: CommonArgs,
 }
 
@@ -96,10 +99,17 @@ impl Target {
 
 /// Runs srv-kill: reads server records (stdin, --from), passes other records through, then kills.
 pub fn run(cfg: &Args) -> Result<Exit> {
+    if jsonl::stdin_is_piped() {
+        catch_interrupts(cfg);
+    }
     // Kill first, whatever happens downstream: a reader that is gone or a full disk must not
     // leave the server running. A failed write is reported after the kill.
     let mut out = RecordWriter::stdout().deferring_errors();
-    let result = kill_all(cfg, &mut out);
+    // Interrupted and otherwise done as asked: 130. A kill that failed still says 1.
+    let result = kill_all(cfg, &mut out).map(|exit| match exit {
+        Exit::Ok if interrupt::interrupted() => Exit::Interrupted,
+        other => other,
+    });
     if let Err(err @ OutputError::Failed(_)) = out.finish() {
         // The records reached no one, so say here how the kill went.
         let how = match &result {
@@ -113,6 +123,25 @@ pub fn run(cfg: &Args) -> Result<Exit> {
         return result.map(|_| Exit::Failed);
     }
     result
+}
+
+/// A terminal's Ctrl-C reaches every tool of the pipeline at once, and srv-kill holds the one
+/// handle on the servers upstream launched: the first means upstream is stopping (read on to
+/// the end of stdin, kill every server it was given, exit 130); a second, or no end within
+/// `--drain-wait`, stops the reading, and srv-kill kills what it holds before it leaves.
+fn catch_interrupts(cfg: &Args) {
+    interrupt::catch(cfg.drain.drain_wait);
+    let wait = cfg.drain.drain_wait;
+    interrupt::on_signal(move |seen| {
+        if seen == 1 {
+            cli::info(format!(
+                "interrupted: reading on until upstream ends ({wait:?} at most; again to stop reading), then killing every server it was given"
+            ));
+        } else {
+            cli::info("interrupted again: killing the servers it holds, then leaving");
+        }
+        true
+    });
 }
 
 /// Reads the targets, kills them, and writes one record each (and every record passed on).
@@ -161,6 +190,10 @@ fn kill_all(cfg: &Args, out: &mut RecordWriter<std::io::Stdout>) -> Result<Exit>
     }
 
     if targets.is_empty() {
+        if interrupt::interrupted() {
+            cli::info("interrupted before any server record arrived: nothing to kill");
+            return Ok(Exit::Interrupted);
+        }
         if !stdin_piped && cfg.from.is_empty() {
             return Err(cli::usage(
                 "no targets: pipe server records in (srv-launch ... | srv-kill), or give --from FILE, --pid, --port, --match or --gpu",
@@ -175,6 +208,12 @@ fn kill_all(cfg: &Args, out: &mut RecordWriter<std::io::Stdout>) -> Result<Exit>
         ));
     }
 
+    if interrupt::interrupted() {
+        cli::info(format!(
+            "interrupted: killing the {} target(s) it was given",
+            targets.len()
+        ));
+    }
     // One connection per host, made before any kill so a bad host fails fast.
     let ssh = cfg.ssh.options();
     let mut hosts: BTreeMap<String, std::result::Result<Box<dyn Exec>, ExecError>> =

@@ -20,7 +20,7 @@ use servbench::record::{
 use servbench::stats::{PointStats, Slo};
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader};
+use std::io::{BufRead, BufReader};
 
 /// The parameters that identify a sweep point (PointKey without its position and repeat),
 /// hashable: the rate is kept by its bits.
@@ -147,7 +147,8 @@ pub fn load(sources: &[Source], strict: bool, slo: Option<&Slo>) -> anyhow::Resu
     let mut inputs = Inputs::default();
     for source in sources {
         let reader: Box<dyn BufRead> = match source {
-            Source::Stdin => Box::new(BufReader::with_capacity(1 << 16, io::stdin().lock())),
+            // After a Ctrl-C, read on to upstream's end (or not, per servbench::interrupt).
+            Source::Stdin => servbench::jsonl::stdin_reader(),
             Source::File(path) => Box::new(BufReader::with_capacity(
                 1 << 16,
                 File::open(path).map_err(|e| {

@@ -148,8 +148,36 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
     out
 }
 
-/// Runs summarize, writing the report to `out`: load, tabulate (or compare), note, plot.
+/// A terminal's Ctrl-C reaches every tool of the pipeline at once, and summarize holds the
+/// points: the first means upstream is stopping (read on to the end of stdin, print the table
+/// of what arrived, exit 130); a second, or no end within `drain_wait`, stops the reading and
+/// prints what it holds.
+pub fn catch_interrupts(drain_wait: std::time::Duration) {
+    servbench::interrupt::catch(drain_wait);
+    servbench::interrupt::on_signal(move |seen| {
+        if seen == 1 {
+            cli::info(format!(
+                "interrupted: reading on until upstream ends ({drain_wait:?} at most; again to stop reading), then printing what arrived"
+            ));
+        }
+        true
+    });
+}
+
+/// Runs summarize, writing the report to `out`: load, tabulate (or compare), note, plot; after
+/// a Ctrl-C (see [`catch_interrupts`]) the report of what arrived, and exit 130.
 pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
+    let exit = report(config, out)?;
+    if servbench::interrupt::interrupted() && exit == Exit::Ok {
+        cli::info(
+            "interrupted: the tables hold what arrived before the input ended (points cut short are noted as partial)",
+        );
+        return Ok(Exit::Interrupted);
+    }
+    Ok(exit)
+}
+
+fn report(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
     if let Some((base, new)) = &config.compare {
         let tables = compare_files(base, new, config)?;
         return write_text(out, &table::render(&tables, config.format));
@@ -168,6 +196,10 @@ pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
         None => tables(&inputs, &points, config),
     };
     if tables.is_empty() {
+        if servbench::interrupt::interrupted() {
+            cli::info("interrupted before any record arrived: nothing to summarize");
+            return Ok(Exit::Interrupted);
+        }
         return Err(cli::usage(
             "no records to summarize: give loadgen, collbench, srv-launch or srv-kill output (files or stdin)",
         ));

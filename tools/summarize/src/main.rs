@@ -87,6 +87,8 @@ struct Args {
     /// Treat a malformed input line as an error (exit 2) instead of warning and skipping it
     #[arg(long)]
     strict: bool,
+    #[command(flatten)]
+    drain: cli::DrainArgs,
 }
 
 fn parse_metric(s: &str) -> Result<Metric, String> {
@@ -119,6 +121,13 @@ fn main() -> ExitCode {
                 it.next().unwrap_or(Source::Stdin),
             )
         });
+        let reads_stdin = sources
+            .iter()
+            .chain(compare.iter().flat_map(|(base, new)| [base, new]))
+            .any(|s| *s == Source::Stdin);
+        if reads_stdin {
+            summarize::catch_interrupts(args.drain.drain_wait);
+        }
         let merge_labels = args
             .merge_labels
             .into_iter()
