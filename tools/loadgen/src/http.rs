@@ -370,19 +370,34 @@ where
     Ok(sender)
 }
 
-/// A failed TLS handshake, with what to do about an untrusted certificate.
+/// A failed TLS handshake, with the fix for what failed: a certificate for other names, one
+/// not signed by a trusted CA, a CA certificate used as the server's own, or a server that
+/// answered in plain HTTP.
 pub fn tls_failure(target: &Target, e: &std::io::Error) -> Failure {
-    let untrusted = e
-        .get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        .is_some_and(|r| matches!(r, rustls::Error::InvalidCertificate(_)));
-    let fix = if !untrusted {
-        ""
-    } else if e.to_string().contains("CaUsedAsEndEntity") {
-        // `openssl req -x509` marks its self-signed certificates CA:TRUE by default.
-        " (the server presents a CA certificate as its own, which rustls refuses even when trusted: give the server a certificate with basicConstraints CA:FALSE, or one signed by a CA passed with --cacert; or --insecure to skip the check)"
-    } else {
-        " (the server's certificate is not signed by a CA loadgen trusts: pass --cacert FILE with that CA, or --insecure to skip the check)"
+    use rustls::{CertificateError, Error as Tls, InvalidMessage};
+    let host = target
+        .authority
+        .rsplit_once(':')
+        .map_or(target.authority.as_str(), |(h, _)| h);
+    let fix = match e.get_ref().and_then(|inner| inner.downcast_ref::<Tls>()) {
+        Some(Tls::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        )) => format!(
+            " (the certificate is for other names than {host}: connect by a name it lists, or give the server a certificate for {host}; a CA file does not change the names)"
+        ),
+        Some(Tls::InvalidCertificate(CertificateError::Other(o)))
+            if o.to_string().contains("CaUsedAsEndEntity") =>
+        {
+            // `openssl req -x509` marks its self-signed certificates CA:TRUE by default.
+            " (the server presents a CA certificate as its own: pass that very certificate with --cacert to pin it, or give the server a certificate signed by a CA passed with --cacert; or --insecure to skip the check)".to_string()
+        }
+        Some(Tls::InvalidCertificate(CertificateError::UnknownIssuer)) => {
+            " (the server's certificate is not signed by a CA loadgen trusts: pass --cacert FILE with that CA, or --insecure to skip the check)".to_string()
+        }
+        Some(Tls::InvalidMessage(InvalidMessage::InvalidContentType)) => {
+            " (the server answered in plain HTTP, not TLS: use an http:// URL)".to_string()
+        }
+        _ => String::new(),
     };
     Failure::new(
         ErrorClass::Tls,
@@ -430,6 +445,12 @@ pub fn hyper_failure(e: &hyper::Error) -> Failure {
         message.push_str(": ");
         message.push_str(&s.to_string());
         source = s.source();
+    }
+    if e.is_parse() && message.contains("invalid HTTP version") {
+        // What a TLS server's alert (0x15 0x03 ...) reads as to an HTTP/1.1 parser.
+        message.push_str(
+            " (the answer is not HTTP/1.x; an HTTPS server answers a plain request so: if it serves TLS, use an https:// URL)",
+        );
     }
     Failure::new(class, message)
 }
