@@ -38,6 +38,11 @@ pub const LAUNCHERS: &[Launcher] = &[
         name: "Open MPI's mpirun",
     },
     Launcher {
+        rank_var: "MV2_COMM_WORLD_RANK",
+        world_var: "MV2_COMM_WORLD_SIZE",
+        name: "MVAPICH2's mpirun_rsh or mpiexec",
+    },
+    Launcher {
         rank_var: "PMI_RANK",
         world_var: "PMI_SIZE",
         name: "a PMI launcher (MPICH, Intel MPI)",
@@ -48,6 +53,42 @@ pub const LAUNCHERS: &[Launcher] = &[
         name: "srun",
     },
 ];
+
+/// Slurm's step ids from here up are its special steps (the batch script 0xfffffffe, the
+/// extern step 0xffffffff, pending 0xfffffffd, the interactive step 0xfffffffa), not srun's.
+const SLURM_FIRST_SPECIAL_STEP: u64 = 0xffff_fff0;
+
+/// Whether this process is a task of an srun step. The shell of an sbatch script has the
+/// job's SLURM_PROCID=0 and SLURM_NTASKS too, but no srun ran: srun sets SLURM_STEP_ID to the
+/// step's number, the batch shell has none or the batch step's special id.
+pub fn is_srun_task(env: &impl Fn(&str) -> Option<String>) -> bool {
+    ["SLURM_STEP_ID", "SLURM_STEPID"]
+        .iter()
+        .find_map(|v| env(v))
+        .and_then(|id| id.trim().parse::<u64>().ok())
+        .is_some_and(|id| id < SLURM_FIRST_SPECIAL_STEP)
+}
+
+/// The local-rank variables of the launchers, innermost first: each launcher's own, then
+/// torchrun's, then Slurm's (which every process inherits inside an allocation, so under
+/// Hydra or mpirun every rank of a node would read SLURM_LOCALID=0).
+const LOCAL_RANK_VARS: &[&str] = &[
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "PMI_LOCAL_RANK",
+    "LOCAL_RANK",
+    "SLURM_LOCALID",
+];
+
+/// This process's index among the job's processes on its host, from the launcher that
+/// started it (SLURM_LOCALID only in an srun task), and the variable it came from.
+pub fn local_rank(env: impl Fn(&str) -> Option<String>) -> Option<(usize, &'static str)> {
+    LOCAL_RANK_VARS
+        .iter()
+        .filter(|v| **v != "SLURM_LOCALID" || is_srun_task(&env))
+        .find_map(|v| Some((env(v)?.trim().parse().ok()?, *v)))
+}
 
 /// The rank flags as given (`--rank`, `--world`, `--coordinator`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -92,6 +133,10 @@ pub fn detect(
         return identity(rank, world, coordinator, "--rank/--world");
     }
     for l in own.iter().chain(LAUNCHERS) {
+        if l.rank_var == "SLURM_PROCID" && !is_srun_task(&env) {
+            // An sbatch script's own shell: the job's variables, but no srun task.
+            continue;
+        }
         if let (Some(r), Some(w)) = (env(l.rank_var), env(l.world_var)) {
             let parse = |name: &str, v: &str| {
                 v.trim().parse::<usize>().map_err(|_| {

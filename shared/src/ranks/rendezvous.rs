@@ -35,8 +35,8 @@ pub struct Hello {
 }
 
 const HELLO_LEN: usize = 4 + 4 + 4 + 8 + 2;
-/// How long rank 0 waits for a new connection's greeting: a stray connection that says
-/// nothing holds the queue of real ranks no longer than this.
+/// How long rank 0 waits for a new connection's greeting before dropping it (the others are
+/// greeted meanwhile).
 const GREETING_WAIT: Duration = Duration::from_secs(5);
 
 impl Hello {
@@ -92,8 +92,19 @@ pub fn listen(coordinator: &str) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("rank 0 cannot listen on {addr} (--coordinator)"))
 }
 
+/// A connection to the coordinator port whose greeting is not complete yet.
+struct Pending {
+    stream: TcpStream,
+    addr: SocketAddr,
+    buf: [u8; HELLO_LEN],
+    got: usize,
+    since: Instant,
+}
+
 /// Rank 0: waits until every other rank of `world` has greeted, checking each greeting.
-/// `joined[r]` is rank r's connection (`None` for rank 0).
+/// `joined[r]` is rank r's connection (`None` for rank 0). Connections are greeted side by
+/// side (non-blocking), so stray ones that say nothing never hold up the ranks behind them:
+/// each is dropped after [`GREETING_WAIT`], or when the job is complete.
 pub fn gather(
     listener: &TcpListener,
     world: usize,
@@ -103,73 +114,110 @@ pub fn gather(
 ) -> anyhow::Result<Vec<Option<Joined>>> {
     let at = listener.local_addr()?;
     let mut joined: Vec<Option<Joined>> = (0..world).map(|_| None).collect();
+    let mut pending: Vec<Pending> = Vec::new();
     let mut count = 1;
+    listener.set_nonblocking(true)?;
     while count < world {
-        let stream = accept_until(listener, deadline).with_context(|| {
+        if Instant::now() >= deadline {
             let missing: Vec<String> = (1..world)
                 .filter(|r| joined[*r].is_none())
                 .map(|r| r.to_string())
                 .collect();
-            format!(
+            bail!(
                 "rank 0 waited at {at} and rank(s) {} never joined",
                 missing.join(",")
-            )
-        })?;
-        let Some((stream, hello, addr)) = greeting(stream, proto, deadline) else {
-            continue;
-        };
-        if hello.world != world {
-            bail!(
-                "rank {} was started with a world of {}, rank 0 with {world}: give every rank the same --world",
-                hello.rank,
-                hello.world
             );
         }
-        if hello.rank == 0 || hello.rank >= world || joined[hello.rank].is_some() {
-            bail!(
-                "two processes claim rank {} (or it is out of range): give each rank its own --rank",
-                hello.rank
-            );
+        let mut progress = false;
+        loop {
+            match listener.accept() {
+                Ok((stream, addr)) => {
+                    stream.set_nonblocking(true)?;
+                    pending.push(Pending {
+                        stream,
+                        addr,
+                        buf: [0; HELLO_LEN],
+                        got: 0,
+                        since: Instant::now(),
+                    });
+                    progress = true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e.into()),
+            }
         }
-        if hello.fingerprint != fingerprint {
-            bail!(
-                "rank {} was started with different arguments than rank 0 ({}): start every rank with the same ones",
-                hello.rank,
-                proto.args_hint
-            );
+        let mut i = 0;
+        while i < pending.len() {
+            let p = &mut pending[i];
+            let done = match p.stream.read(&mut p.buf[p.got..]) {
+                Ok(0) => true,
+                Ok(n) => {
+                    p.got += n;
+                    progress = true;
+                    p.got == HELLO_LEN
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    p.since.elapsed() >= GREETING_WAIT
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => false,
+                Err(_) => true,
+            };
+            if !done {
+                i += 1;
+                continue;
+            }
+            let p = pending.swap_remove(i);
+            let hello = (p.got == HELLO_LEN)
+                .then(|| Hello::decode(&p.buf, proto))
+                .flatten();
+            let Some(hello) = hello else {
+                not_a_rank(p.addr, proto);
+                continue;
+            };
+            if hello.world != world {
+                bail!(
+                    "rank {} was started with a world of {}, rank 0 with {world}: give every rank the same --world",
+                    hello.rank,
+                    hello.world
+                );
+            }
+            if hello.rank == 0 || hello.rank >= world || joined[hello.rank].is_some() {
+                bail!(
+                    "two processes claim rank {} (or it is out of range): give each rank its own --rank",
+                    hello.rank
+                );
+            }
+            if hello.fingerprint != fingerprint {
+                bail!(
+                    "rank {} was started with different arguments than rank 0 ({}): start every rank with the same ones",
+                    hello.rank,
+                    proto.args_hint
+                );
+            }
+            p.stream.set_nonblocking(false)?;
+            p.stream.set_read_timeout(Some(remaining(deadline)))?;
+            joined[hello.rank] = Some(Joined {
+                stream: p.stream,
+                hello,
+                addr: p.addr,
+            });
+            count += 1;
         }
-        joined[hello.rank] = Some(Joined {
-            stream,
-            hello,
-            addr,
-        });
-        count += 1;
+        if !progress && count < world {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    for p in &pending {
+        not_a_rank(p.addr, proto);
     }
     Ok(joined)
 }
 
-/// Reads a new connection's greeting; `None` (with a warning) when it is not one of ours.
-fn greeting(
-    mut stream: TcpStream,
-    proto: &Protocol,
-    deadline: Instant,
-) -> Option<(TcpStream, Hello, SocketAddr)> {
-    let addr = stream.peer_addr().ok()?;
-    let wait = remaining(deadline).min(GREETING_WAIT);
-    let mut b = [0u8; HELLO_LEN];
-    let read = stream
-        .set_read_timeout(Some(wait))
-        .and_then(|_| stream.read_exact(&mut b));
-    match read.ok().and_then(|_| Hello::decode(&b, proto)) {
-        Some(hello) => Some((stream, hello, addr)),
-        None => {
-            diag::warn(format!(
-                "ignoring a connection from {addr} to the coordinator port: it did not greet like a {} rank",
-                proto.tool
-            ));
-            None
-        }
-    }
+fn not_a_rank(addr: SocketAddr, proto: &Protocol) {
+    diag::warn(format!(
+        "ignoring a connection from {addr} to the coordinator port: it did not greet like a {} rank",
+        proto.tool
+    ));
 }
 
 /// A rank other than 0: connects to the coordinator, retrying until `deadline` (rank 0 may

@@ -53,6 +53,7 @@ fn flags_then_the_tools_variables_then_the_launchers() {
     let slurm = [
         ("SLURM_PROCID", "1"),
         ("SLURM_NTASKS", "2"),
+        ("SLURM_STEP_ID", "0"),
         ("TOOL_COORD", "c:9"),
     ];
     assert_eq!(d(&Flags::default(), &slurm).unwrap(), rank(1, 2, "c:9"));
@@ -62,6 +63,7 @@ fn flags_then_the_tools_variables_then_the_launchers() {
         ("TOOL_WORLD", "2"),
         ("SLURM_PROCID", "1"),
         ("SLURM_NTASKS", "3"),
+        ("SLURM_STEP_ID", "0"),
         ("TOOL_COORD", "c:9"),
     ];
     assert_eq!(d(&Flags::default(), &both).unwrap(), rank(0, 2, "c:9"));
@@ -79,10 +81,19 @@ fn flags_then_the_tools_variables_then_the_launchers() {
         world: Some(1),
         ..Default::default()
     };
-    let batch = [("SLURM_PROCID", "0"), ("SLURM_NTASKS", "4")];
-    assert_eq!(d(&alone, &batch).unwrap(), Detected::Single);
-    let err = d(&Flags::default(), &batch).unwrap_err().to_string();
+    let step = [
+        ("SLURM_PROCID", "0"),
+        ("SLURM_NTASKS", "4"),
+        ("SLURM_STEP_ID", "3"),
+    ];
+    assert_eq!(d(&alone, &step).unwrap(), Detected::Single);
+    let err = d(&Flags::default(), &step).unwrap_err().to_string();
     assert!(err.contains("--world 1"), "{err}");
+    let nan = [
+        ("SLURM_PROCID", "x"),
+        ("SLURM_NTASKS", "2"),
+        ("SLURM_STEPID", "0"),
+    ];
     // Out of range, half given, not a number: usage errors naming the source.
     let bad = Flags {
         rank: Some(3),
@@ -100,7 +111,6 @@ fn flags_then_the_tools_variables_then_the_launchers() {
         ..Default::default()
     };
     assert!(d(&half, &[]).is_err());
-    let nan = [("SLURM_PROCID", "x"), ("SLURM_NTASKS", "2")];
     let err = d(&Flags::default(), &nan).unwrap_err().to_string();
     assert!(
         err.contains("SLURM_PROCID='x'") && err.contains("srun"),
@@ -176,6 +186,30 @@ fn a_stray_connection_to_the_coordinator_port_does_not_end_the_rendezvous() {
 }
 
 #[test]
+fn silent_connections_to_the_coordinator_port_do_not_hold_up_the_real_ranks() {
+    let listener = rendezvous::listen("127.0.0.1:0").unwrap();
+    let coordinator = listener.local_addr().unwrap().to_string();
+    // K4: five connections that say nothing, open before the real rank and kept open. Greeted
+    // one after another, each held the rendezvous for the whole greeting wait (5 s); greeted
+    // side by side, rank 1 joins within a deadline shorter than one such wait.
+    let silent: Vec<TcpStream> = (0..5)
+        .map(|_| TcpStream::connect(&coordinator).unwrap())
+        .collect();
+    let hello = Hello {
+        rank: 1,
+        world: 2,
+        fingerprint: 7,
+        port: 0,
+    };
+    let j = joiner(coordinator.clone(), hello);
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let joined = rendezvous::gather(&listener, 2, &PROTO, 7, deadline).unwrap();
+    assert_eq!(joined[1].as_ref().unwrap().hello, hello);
+    j.join().unwrap();
+    drop(silent);
+}
+
+#[test]
 fn a_rank_with_other_arguments_or_a_taken_rank_is_refused_with_the_fix() {
     let listener = rendezvous::listen("127.0.0.1:0").unwrap();
     let coordinator = listener.local_addr().unwrap().to_string();
@@ -217,4 +251,102 @@ fn a_rank_with_other_arguments_or_a_taken_rank_is_refused_with_the_fix() {
         format!("{err:#}").contains("rank(s) 1,2 never joined"),
         "{err:#}"
     );
+}
+
+#[test]
+fn an_sbatch_shell_is_not_an_srun_task() {
+    // The batch script's shell: the job's SLURM_PROCID and SLURM_NTASKS, and either no step id
+    // or the batch step's (0xfffffffe); the interactive step (salloc) is 0xfffffffa.
+    for step in [None, Some("4294967294"), Some("4294967290"), Some("batch")] {
+        let mut vars = vec![
+            ("SLURM_JOB_ID", "812"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_LOCALID", "0"),
+        ];
+        vars.extend(step.map(|s| ("SLURM_STEP_ID", s)));
+        let env = env_of(&vars);
+        assert!(!is_srun_task(&env), "{step:?}");
+        assert_eq!(
+            detect(&Flags::default(), &[], "TOOL_COORD", &env).unwrap(),
+            Detected::Nothing,
+            "{step:?}"
+        );
+        assert_eq!(local_rank(&env), None, "{step:?}");
+    }
+    // srun's task 2 of step 0.
+    let env = env_of(&[
+        ("SLURM_PROCID", "2"),
+        ("SLURM_NTASKS", "4"),
+        ("SLURM_STEP_ID", "0"),
+        ("SLURM_LOCALID", "2"),
+        ("TOOL_COORD", "c:9"),
+    ]);
+    assert!(is_srun_task(&env));
+    assert_eq!(local_rank(&env), Some((2, "SLURM_LOCALID")));
+    assert!(matches!(
+        detect(&Flags::default(), &[], "TOOL_COORD", &env).unwrap(),
+        Detected::Rank(Identity {
+            rank: 2,
+            world: 4,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn the_launchers_own_local_rank_wins_over_the_allocations() {
+    // Hydra (MPICH, Intel MPI) run inside an sbatch allocation: every rank inherits the batch
+    // shell's SLURM_LOCALID=0; MPI_LOCALRANKID is Hydra's own.
+    let allocation = [
+        ("SLURM_JOB_ID", "812"),
+        ("SLURM_PROCID", "0"),
+        ("SLURM_NTASKS", "4"),
+        ("SLURM_LOCALID", "0"),
+        ("SLURM_STEP_ID", "0"),
+    ];
+    for (vars, rank_vars, want) in [
+        (
+            vec![("MPI_LOCALRANKID", "3")],
+            ("PMI_RANK", "PMI_SIZE"),
+            (3, "MPI_LOCALRANKID"),
+        ),
+        (
+            vec![("PMI_LOCAL_RANK", "1")],
+            ("PMI_RANK", "PMI_SIZE"),
+            (1, "PMI_LOCAL_RANK"),
+        ),
+        (
+            vec![("OMPI_COMM_WORLD_LOCAL_RANK", "2")],
+            ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+            (2, "OMPI_COMM_WORLD_LOCAL_RANK"),
+        ),
+        (
+            vec![("MV2_COMM_WORLD_LOCAL_RANK", "5")],
+            ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"),
+            (5, "MV2_COMM_WORLD_LOCAL_RANK"),
+        ),
+    ] {
+        let mut all: Vec<(&str, &str)> = allocation.to_vec();
+        all.extend(vars);
+        all.extend([
+            (rank_vars.0, "7"),
+            (rank_vars.1, "8"),
+            ("TOOL_COORD", "c:9"),
+        ]);
+        let env = env_of(&all);
+        assert_eq!(local_rank(&env), Some(want));
+        // The rank is the launcher's too, not Slurm's.
+        assert!(
+            matches!(
+                detect(&Flags::default(), &[], "TOOL_COORD", &env).unwrap(),
+                Detected::Rank(Identity {
+                    rank: 7,
+                    world: 8,
+                    ..
+                })
+            ),
+            "{rank_vars:?}"
+        );
+    }
 }

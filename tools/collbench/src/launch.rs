@@ -245,6 +245,7 @@ mod tests {
         let slurm = env_of(&[
             ("SLURM_PROCID", "1"),
             ("SLURM_NTASKS", "2"),
+            ("SLURM_STEP_ID", "0"),
             (ENV_COORDINATOR, "c:9"),
         ]);
         assert_eq!(

@@ -93,18 +93,14 @@ impl Drop for NcclComm {
     }
 }
 
-/// Index of this process among those on its host, from the usual launcher variables.
+/// Index of this process among those on its host: collbench's own `-np` variable, else the
+/// launcher's (servbench::ranks::local_rank).
 fn local_process_index() -> usize {
-    [
-        "COLLBENCH_LOCAL_RANK",
-        "OMPI_COMM_WORLD_LOCAL_RANK",
-        "SLURM_LOCALID",
-        "MPI_LOCALRANKID",
-        "LOCAL_RANK",
-    ]
-    .iter()
-    .find_map(|v| std::env::var(v).ok()?.parse().ok())
-    .unwrap_or(0)
+    std::env::var("COLLBENCH_LOCAL_RANK")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .or_else(|| servbench::ranks::local_rank(|v| std::env::var(v).ok()).map(|(i, _)| i))
+        .unwrap_or(0)
 }
 
 /// Per-size result of one GPU thread.

@@ -257,6 +257,29 @@ fn one_rank_runs_without_a_network() {
 }
 
 #[test]
+fn np_in_an_sbatch_shell_starts_its_own_ranks() {
+    // An sbatch script's shell: the job's SLURM_PROCID=0 and SLURM_NTASKS=4, no srun step
+    // (no SLURM_STEP_ID, or the batch step's 0xfffffffe): not rank 0 of 4.
+    for step in [None, Some("4294967294")] {
+        let mut c = cmd("collbench");
+        c.args(["-np", "2", "-b", "8", "-e", "64", "-n", "2"])
+            .env("SLURM_JOB_ID", "812")
+            .env("SLURM_PROCID", "0")
+            .env("SLURM_NTASKS", "4")
+            .env("SLURM_LOCALID", "0");
+        if let Some(s) = step {
+            c.env("SLURM_STEP_ID", s);
+        }
+        let out = c.output().expect("run collbench");
+        assert!(out.status.success(), "{step:?}: {}", stderr(&out));
+        let recs = json_lines(&out.stdout);
+        let colls: Vec<&Value> = recs.iter().filter(|r| r["kind"] == "coll").collect();
+        assert!(!colls.is_empty(), "{step:?}");
+        assert!(colls.iter().all(|r| r["ranks"] == 2), "{step:?}: {colls:?}");
+    }
+}
+
+#[test]
 fn launcher_variables_make_a_job_like_mpirun_does() {
     let port = testkit::free_port().to_string();
     let coordinator = format!("127.0.0.1:{port}");
