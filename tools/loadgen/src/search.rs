@@ -47,6 +47,9 @@ impl Var {
 
 /// Halving from the start stops after this many steps (a 64th of the start) for a rate.
 const RATE_FLOOR_STEPS: i32 = 6;
+/// A failure this far below the target (as a share of it) right above a pass measured earlier
+/// is a cliff: the passing load is probed again before the search ends on it.
+const CLIFF_SHARE: f64 = 0.25;
 /// z of the two-sided 95% interval: an attainment this many standard errors from the target
 /// could be either side of it.
 const Z95: f64 = 1.96;
@@ -201,13 +204,17 @@ impl Rules {
             (Some(lo), Some(hi)) => {
                 let mid = self.snap((lo + hi) / 2.0);
                 if self.converged(lo, hi) || mid <= lo || mid >= hi {
+                    if self.cliff_unchecked(decided, lo, hi) {
+                        return Step::Probe(lo);
+                    }
                     return done(
                         "converged",
                         format!(
-                            "{} met the SLO, {} did not (within {:.0}%)",
+                            "{} met the SLO, {} did not (within {:.0}%){}",
                             v.show(lo),
                             v.show(hi),
-                            (hi / lo - 1.0) * 100.0
+                            (hi / lo - 1.0) * 100.0,
+                            changed_note(v, decided)
                         ),
                     );
                 }
@@ -217,15 +224,50 @@ impl Rules {
     }
 }
 
+impl Rules {
+    /// Whether the bracket's pass met the SLO before its failure, which failed nearly every
+    /// request: a capacity that fell mid-search (a server degrading, another tenant) looks
+    /// exactly so, and the bracket would be a measurement of two servers. The pass is probed
+    /// again once; where it then fails the search goes on below it.
+    fn cliff_unchecked(&self, decided: &[SearchProbe], lo: f64, hi: f64) -> bool {
+        let last_at = |load: f64| decided.iter().rposition(|p| p.load == load);
+        let (Some(at_lo), Some(at_hi)) = (last_at(lo), last_at(hi)) else {
+            return false;
+        };
+        at_lo < at_hi && decided[at_hi].slo_attainment < self.target * CLIFF_SHARE
+    }
+}
+
+/// Where a load met the SLO and later did not: the server changed during the search.
+fn changed_note(v: Var, decided: &[SearchProbe]) -> String {
+    decided
+        .iter()
+        .enumerate()
+        .find(|(i, p)| p.passed && decided[i + 1..].iter().any(|q| q.load == p.load && !q.passed))
+        .map_or(String::new(), |(_, p)| {
+            format!(
+                "; {} met the SLO, then failed when probed again: the server's capacity changed during the search",
+                v.show(p.load)
+            )
+        })
+}
+
 /// The bracket the probes decided so far give: the highest load that passed, and the lowest
-/// failure above it (a noisy failure below the highest pass is outvoted by it).
+/// failure above it (a noisy failure below the highest pass is outvoted by it). A load probed
+/// again counts by its latest verdict.
 pub fn bracket(decided: &[SearchProbe]) -> (Option<f64>, Option<f64>) {
-    let lo = decided
+    let latest: Vec<&SearchProbe> = decided
+        .iter()
+        .enumerate()
+        .filter(|(i, p)| !decided[i + 1..].iter().any(|q| q.load == p.load))
+        .map(|(_, p)| p)
+        .collect();
+    let lo = latest
         .iter()
         .filter(|p| p.passed)
         .map(|p| p.load)
         .reduce(f64::max);
-    let hi = decided
+    let hi = latest
         .iter()
         .filter(|p| !p.passed && lo.is_none_or(|lo| p.load > lo))
         .map(|p| p.load)
@@ -414,6 +456,59 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Capacity 64 until the fifth probe, then 1 (the server lost its capacity mid-search):
+    /// the pass at 32 measured before the drop is probed again, fails, and the search goes
+    /// on below it and says the server changed.
+    #[test]
+    fn a_capacity_that_drops_mid_search_is_rechecked_not_reported_as_converged() {
+        let conc = Rules {
+            var: Var::Concurrency,
+            start: 8.0,
+            limit: 1024.0,
+            ..RATE
+        };
+        let mut probes: Vec<SearchProbe> = Vec::new();
+        let outcome = loop {
+            assert!(probes.len() < 40, "no end: {probes:?}");
+            match conc.next(&probes) {
+                Step::Probe(load) => {
+                    let capacity = if probes.len() < 4 { 64.0 } else { 1.0 };
+                    let good = if load <= capacity { 98 } else { 2 };
+                    probes.push(probe(load, vec![], &[tally(100, good)], load <= capacity));
+                }
+                Step::Done(o) => break o,
+            }
+        };
+        let loads: Vec<f64> = probes.iter().map(|p| p.load).collect();
+        assert_eq!(&loads[..3], &[8.0, 16.0, 32.0], "{loads:?}");
+        assert!(
+            loads.iter().filter(|&&l| l == 32.0).count() == 2,
+            "{loads:?}"
+        );
+        assert_eq!(outcome.stopped_by, "converged");
+        assert_eq!(outcome.max_passing, Some(1.0), "{outcome:?}");
+        assert!(outcome.reason.contains("capacity changed"), "{outcome:?}");
+        // A real cliff (the pass holds when probed again) ends where it was.
+        let cliff = |load: f64| {
+            let good = if load <= 32.0 { 98 } else { 2 };
+            probe(load, vec![], &[tally(100, good)], load <= 32.0)
+        };
+        let mut probes = vec![cliff(32.0), cliff(33.0)];
+        assert_eq!(
+            conc.next(&probes),
+            Step::Probe(32.0),
+            "the pass is probed again"
+        );
+        probes.push(cliff(32.0));
+        match conc.next(&probes) {
+            Step::Done(o) => {
+                assert_eq!((o.max_passing, o.first_failing), (Some(32.0), Some(33.0)));
+                assert!(!o.reason.contains("changed"), "{o:?}");
+            }
+            other => panic!("{other:?}"),
         }
     }
 

@@ -267,6 +267,17 @@ fn a_reasoning_answer_records_its_first_answer_token_and_reasoning_share() {
     let summary = testkit::of_kind(&records, "summary")[0];
     assert_eq!(summary["ttfo_ms"]["n"], 2, "{summary}");
     assert_eq!(summary["reasoning_share"], 0.4, "{summary}");
+    // summarize shows both where the model reasoned.
+    let table = summarize(&out.stdout);
+    assert!(
+        table.contains("TTFO p50 ms") && table.contains("reasoning %"),
+        "{table}"
+    );
+    let row = table.lines().last().unwrap();
+    assert!(
+        row.split_whitespace().any(|c| c == "40.0" || c == "40"),
+        "{table}"
+    );
     // Without reasoning neither appears.
     let server = hostile::start(tool_call);
     let r = &requests(&server.url(), "x", &["--api", "chat"])[0];
@@ -274,4 +285,33 @@ fn a_reasoning_answer_records_its_first_answer_token_and_reasoning_share() {
         r.get("ttfo_ms").is_none() && r.get("reasoning_tokens").is_none(),
         "{r}"
     );
+    let out = loadgen(
+        &server.url(),
+        &["--api", "chat", "--prompts", p.to_str().unwrap(), "-n", "1"],
+    );
+    let table = summarize(&out.stdout);
+    assert!(
+        table.contains("TTFT p50") && !table.contains("TTFO") && !table.contains("reasoning"),
+        "{table}"
+    );
+}
+
+/// summarize's table of these records.
+fn summarize(records: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = testkit::cmd("summarize")
+        .args(["--no-notes"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run summarize");
+    child.stdin.take().unwrap().write_all(records).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

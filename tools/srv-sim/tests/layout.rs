@@ -156,6 +156,20 @@ fn comm_from_collbench_records_changes_the_dry_runs_communication_to_the_measure
     );
 }
 
+#[test]
+fn comm_from_a_file_without_end_is_one_error_naming_its_bound() {
+    let out = Command::new(testkit::bin("srv-sim"))
+        .args(["--dry-run", "--tp", "2", "--comm-from", "/dev/zero"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--comm-from: /dev/zero:1: a line longer than 256 MiB"),
+        "{err}"
+    );
+}
+
 /// Runs `clients` closed-loop clients, 2 requests of 24 tokens each; returns output tokens/s.
 fn throughput(port: u16, clients: usize) -> f64 {
     let start = Instant::now();

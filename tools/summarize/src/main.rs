@@ -30,7 +30,8 @@ struct Args {
     format: Format,
     /// Columns of the load-points table, comma-separated: conc, rate, in, out, label:NAME,
     /// tok_s, req_s, total_tok_s, steady_tok_s, goodput_req_s, stream_tok_s, tok_per_chunk,
-    /// errors, requests, ok, duration_s, or {ttft,itl,tpot,e2e,lag}_{mean,min,p50,p90,p95,p99,p999,max}
+    /// reasoning, errors, requests, ok, duration_s, or
+    /// {ttft,ttfo,itl,tpot,e2e,lag}_{mean,min,p50,p90,p95,p99,p999,max}
     #[arg(long, value_delimiter = ',', value_parser = Col::parse)]
     cols: Option<Vec<Col>>,
     /// Group rows (and plot lines) by these labels or params (in, out, conc, rate); default:

@@ -8,6 +8,8 @@ use servbench::stats::Hist;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DistName {
     Ttft,
+    /// Time to the first answer token, where the model reasoned.
+    Ttfo,
     Itl,
     Tpot,
     E2e,
@@ -15,8 +17,9 @@ pub enum DistName {
 }
 
 impl DistName {
-    const ALL: [DistName; 5] = [
+    const ALL: [DistName; 6] = [
         DistName::Ttft,
+        DistName::Ttfo,
         DistName::Itl,
         DistName::Tpot,
         DistName::E2e,
@@ -26,6 +29,7 @@ impl DistName {
     fn short(self) -> &'static str {
         match self {
             DistName::Ttft => "ttft",
+            DistName::Ttfo => "ttfo",
             DistName::Itl => "itl",
             DistName::Tpot => "tpot",
             DistName::E2e => "e2e",
@@ -36,6 +40,7 @@ impl DistName {
     fn title(self) -> &'static str {
         match self {
             DistName::Ttft => "TTFT",
+            DistName::Ttfo => "TTFO",
             DistName::Itl => "ITL",
             DistName::Tpot => "TPOT",
             DistName::E2e => "E2E",
@@ -47,6 +52,7 @@ impl DistName {
     fn field(self) -> &'static str {
         match self {
             DistName::Ttft => "ttft_ms",
+            DistName::Ttfo => "ttfo_ms",
             DistName::Itl => "itl_ms",
             DistName::Tpot => "tpot_ms",
             DistName::E2e => "e2e_ms",
@@ -57,6 +63,7 @@ impl DistName {
     fn of(self, s: &SummaryRecord) -> Option<&Dist> {
         match self {
             DistName::Ttft => s.ttft_ms.as_ref(),
+            DistName::Ttfo => s.ttfo_ms.as_ref(),
             DistName::Itl => s.itl_ms.as_ref(),
             DistName::Tpot => s.tpot_ms.as_ref(),
             DistName::E2e => s.e2e_ms.as_ref(),
@@ -139,6 +146,8 @@ pub enum Scalar {
     /// Single-stream decode rate: 1000 / TPOT p50.
     StreamTokS,
     TokensPerChunk,
+    /// The share of output tokens that were reasoning, where the model reasoned.
+    ReasoningPct,
     Requests,
     Ok,
     Errors,
@@ -152,7 +161,7 @@ pub enum Scalar {
 }
 
 impl Scalar {
-    const ALL: [Scalar; 16] = [
+    const ALL: [Scalar; 17] = [
         Scalar::ReqS,
         Scalar::OutputTokS,
         Scalar::TotalTokS,
@@ -160,6 +169,7 @@ impl Scalar {
         Scalar::GoodputReqS,
         Scalar::StreamTokS,
         Scalar::TokensPerChunk,
+        Scalar::ReasoningPct,
         Scalar::Requests,
         Scalar::Ok,
         Scalar::Errors,
@@ -180,6 +190,7 @@ impl Scalar {
             Scalar::GoodputReqS => "goodput_req_s",
             Scalar::StreamTokS => "stream_tok_s",
             Scalar::TokensPerChunk => "tok_per_chunk",
+            Scalar::ReasoningPct => "reasoning",
             Scalar::Requests => "requests",
             Scalar::Ok => "ok",
             Scalar::Errors => "errors",
@@ -201,6 +212,7 @@ impl Scalar {
             Scalar::GoodputReqS => "goodput req/s",
             Scalar::StreamTokS => "tok/s/stream",
             Scalar::TokensPerChunk => "tok/chunk",
+            Scalar::ReasoningPct => "reasoning %",
             Scalar::Requests => "requests",
             Scalar::Ok => "ok",
             Scalar::Errors => "errors",
@@ -236,6 +248,8 @@ impl Metric {
     pub const REQ_S: Metric = Metric::Scalar(Scalar::ReqS);
     pub const TTFT_P50: Metric = Metric::Dist(DistName::Ttft, Stat::P50);
     pub const TTFT_P99: Metric = Metric::Dist(DistName::Ttft, Stat::P99);
+    pub const TTFO_P50: Metric = Metric::Dist(DistName::Ttfo, Stat::P50);
+    pub const REASONING: Metric = Metric::Scalar(Scalar::ReasoningPct);
     pub const ITL_P50: Metric = Metric::Dist(DistName::Itl, Stat::P50);
     pub const ITL_P99: Metric = Metric::Dist(DistName::Itl, Stat::P99);
     pub const TPOT_P50: Metric = Metric::Dist(DistName::Tpot, Stat::P50);
@@ -299,7 +313,10 @@ impl Metric {
 
     pub fn better(&self) -> Better {
         match self {
-            Metric::Scalar(Scalar::Errors | Scalar::Preemptions | Scalar::KvMaxPct)
+            // Fewer reasoning tokens for the same answers cost less.
+            Metric::Scalar(
+                Scalar::Errors | Scalar::Preemptions | Scalar::KvMaxPct | Scalar::ReasoningPct,
+            )
             | Metric::Dist(..) => Better::Lower,
             Metric::Scalar(_) => Better::Higher,
         }
@@ -319,6 +336,7 @@ impl Metric {
                     .filter(|d| d.p50 > 0.0)
                     .map(|d| 1000.0 / d.p50),
                 Scalar::TokensPerChunk => s.tokens_per_chunk,
+                Scalar::ReasoningPct => s.reasoning_share.map(|r| r * 100.0),
                 Scalar::Requests => Some(s.requests as f64),
                 Scalar::Ok => Some(s.ok as f64),
                 Scalar::Errors => Some(s.errors as f64),

@@ -58,11 +58,14 @@ impl Col {
 
 /// The metrics shown by default, in order (columns with no value anywhere are dropped).
 /// The server's figures come last and only where loadgen read them.
-pub const DEFAULT_METRICS: [Metric; 15] = [
+pub const DEFAULT_METRICS: [Metric; 17] = [
     Metric::REQ_S,
     Metric::TOK_S,
     Metric::TTFT_P50,
     Metric::TTFT_P99,
+    // Only where a model reasoned (empty columns are dropped).
+    Metric::TTFO_P50,
+    Metric::REASONING,
     Metric::ITL_P50,
     Metric::ITL_P99,
     Metric::TPOT_P50,
