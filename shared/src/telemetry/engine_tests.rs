@@ -177,7 +177,7 @@ fn trtllm_serve_counters_end_in_total_and_its_tpot_is_not_an_itl() {
 /// llama-server's `/metrics` (tools/server `to_metrics()`); recent builds add the cached prompt
 /// tokens and speculative counters, and count only computed prompt tokens in
 /// `prompt_tokens_total`.
-fn llama(prompt: u64, cached: Option<u64>, spec: Option<(u64, u64)>) -> String {
+fn llama(prompt: u64, cached: Option<u64>, spec: Option<(u64, u64, Option<u64>)>) -> String {
     let mut s = format!(
         "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n\
          # TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total {prompt}\n\
@@ -191,11 +191,16 @@ fn llama(prompt: u64, cached: Option<u64>, spec: Option<(u64, u64)>) -> String {
             "# TYPE llamacpp:prompt_tokens_cached_total counter\nllamacpp:prompt_tokens_cached_total {c}\n"
         ));
     }
-    if let Some((d, a)) = spec {
+    if let Some((d, a, drafts)) = spec {
         s.push_str(&format!(
             "# TYPE llamacpp:spec_decode_num_draft_tokens_total counter\nllamacpp:spec_decode_num_draft_tokens_total {d}\n\
              # TYPE llamacpp:spec_decode_num_accepted_tokens_total counter\nllamacpp:spec_decode_num_accepted_tokens_total {a}\n"
         ));
+        if let Some(n) = drafts {
+            s.push_str(&format!(
+                "# TYPE llamacpp:spec_decode_num_drafts_total counter\nllamacpp:spec_decode_num_drafts_total {n}\n"
+            ));
+        }
     }
     s
 }
@@ -205,12 +210,26 @@ fn llama_server_prompt_tokens_add_the_cached_ones_and_spec_counters_are_read() {
     let s = window(
         Engine::LlamaCpp,
         &[
-            llama(0, Some(0), Some((0, 0))),
-            llama(100, Some(300), Some((900, 630))),
+            llama(0, Some(0), Some((0, 0, Some(0)))),
+            llama(100, Some(300), Some((900, 630, Some(300)))),
         ],
     );
     assert_eq!(s.prompt_tokens, Some(400), "computed 100 + cached 300");
     assert_eq!(s.prefix_hit_rate, Some(0.75));
+    let spec = s.spec.unwrap();
+    assert!((spec.draft_acceptance.unwrap() - 0.7).abs() < 1e-12);
+    assert_eq!(
+        (spec.mean_accepted_len, spec.draft_len),
+        (Some(3.1), Some(3.0))
+    );
+    // A build with the token counters alone: the acceptance, and no length.
+    let s = window(
+        Engine::LlamaCpp,
+        &[
+            llama(0, None, Some((0, 0, None))),
+            llama(100, None, Some((900, 630, None))),
+        ],
+    );
     let spec = s.spec.unwrap();
     assert!((spec.draft_acceptance.unwrap() - 0.7).abs() < 1e-12);
     assert_eq!((spec.mean_accepted_len, spec.chain_alpha), (None, None));

@@ -17,7 +17,8 @@
 //!   average and a high-water mark: not read. Its `prompt_tokens_total` counts the prompt
 //!   tokens it computed, without those its prompt cache served (recent builds count those in
 //!   `prompt_tokens_cached_total`): the two add up to the prompt. No latency histograms, no
-//!   KV figure; speculative counters of draft and accepted tokens only.
+//!   KV figure; speculative counters of drafts, draft and accepted tokens (older builds: none,
+//!   or the token counters alone). Names checked against a running llama-server (b11434).
 //! - TGI has no token counters: its token-length histograms' `_sum` deltas are the tokens; no
 //!   TTFT histogram.
 //! - TensorRT-LLM's `trtllm-serve` serves Prometheus text at `/prometheus/metrics` (its
@@ -335,6 +336,12 @@ pub const TABLE: &[Source] = &[
         LlamaCpp,
         GenerationTokens,
         "llamacpp:tokens_predicted_total",
+        Counter,
+    ),
+    row(
+        LlamaCpp,
+        SpecDrafts,
+        "llamacpp:spec_decode_num_drafts_total",
         Counter,
     ),
     row(
