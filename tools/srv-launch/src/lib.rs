@@ -130,6 +130,9 @@ pub struct Args {
     /// Print the exact command and log path on stderr
     #[arg(short, long)]
     pub verbose: bool,
+    /// Print the command that would run (its argv, one JSON array on stdout); start nothing
+    #[arg(long)]
+    pub dry_run: bool,
     #[command(flatten)]
     pub common: CommonArgs,
     /// Extra arguments passed to the engine as given
@@ -161,6 +164,16 @@ pub fn run(cfg: &Args) -> Result<Exit> {
 
     let exec = exec::connect(cfg.host.as_deref(), &cfg.ssh.options())?;
     let plan = plan(cfg, exec.as_ref())?;
+    if cfg.dry_run {
+        println!(
+            "{}",
+            serde_json::to_string(&procs::redact_argv(&plan.argv))?
+        );
+        if let Some(forwarder) = forwarder {
+            forwarder.finish()?;
+        }
+        return Ok(Exit::Ok);
+    }
     catch_interrupts();
     let record = launch_and_wait(cfg, exec.as_ref(), &plan)?;
 
