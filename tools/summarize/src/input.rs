@@ -18,7 +18,7 @@ use servbench::record::{
     SearchRecord, ServerRecord, SummaryRecord,
 };
 use servbench::stats::{PointStats, Slo};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 
@@ -207,6 +207,7 @@ pub fn load_one(
     let mut line_no = 0usize;
     let mut malformed_here = 0u64;
     let mut warned_version = false;
+    let mut appended = Appended::default();
     loop {
         buf.clear();
         let read = read_line_within(&mut reader, &mut buf, MAX_RECORD_LINE_BYTES)
@@ -238,15 +239,27 @@ pub fn load_one(
         let added = match RequestRecord::parse_lean(bytes) {
             Some(request) => {
                 warn_newer(&mut warned_version, request.v, name, line_no);
-                add_request(inputs, request, slo, name)
+                add_request(inputs, request, slo, name, &mut appended)
             }
             None => line_text(bytes)
                 .and_then(|text| Record::parse(text).map_err(|e| e.to_string()))
                 .and_then(|record| {
                     warn_newer(&mut warned_version, record.version(), name, line_no);
-                    add_record(inputs, record, slo, name)
+                    add_record(inputs, record, slo, name, &mut appended)
                 }),
         };
+        if let Some(why) = appended.found.take() {
+            let msg = format!(
+                "{name}:{line_no}: {why}: two runs in one input (appended with >>, or a line repeated); each later run is kept apart as label {INPUT_RUN}=2, 3, ... (label runs apart with loadgen --label run=NAME, or write each to a file of its own)"
+            );
+            if strict {
+                return Err(cli::usage(msg));
+            }
+            if !appended.warned {
+                appended.warned = true;
+                cli::warn(msg);
+            }
+        }
         match added {
             Ok(()) => {}
             Err(reason) => {
@@ -277,23 +290,93 @@ fn note_source(acc: &mut Acc, source: &str) {
     }
 }
 
+/// The label that keeps a second run of a point in one input apart from the first.
+pub const INPUT_RUN: &str = "input_run";
+
+/// The points of one source seen so far, to notice a second run of one of them in the same
+/// source: a request id of the point again, or a second summary of it (loadgen numbers a
+/// run's requests once, and writes one summary per point after its requests).
+#[derive(Default)]
+struct Appended {
+    points: HashMap<AccKey, Segment>,
+    /// What the line just read showed (a second run begins), for its warning.
+    found: Option<String>,
+    warned: bool,
+}
+
+/// One point's current run within a source.
+struct Segment {
+    run: u32,
+    ids: HashSet<u64>,
+    summary: bool,
+}
+
+impl Appended {
+    fn segment(&mut self, key: &AccKey) -> &mut Segment {
+        self.points.entry(key.clone()).or_insert_with(|| Segment {
+            run: 1,
+            ids: HashSet::new(),
+            summary: false,
+        })
+    }
+
+    /// Labels the key of a later run with its number.
+    fn place(run: u32, key: &mut AccKey) {
+        if run > 1 {
+            key.labels.insert(INPUT_RUN.into(), run.to_string());
+        }
+    }
+
+    fn request(&mut self, key: &mut AccKey, id: u64) {
+        let seg = self.segment(key);
+        let again = !seg.ids.insert(id);
+        if again {
+            (seg.run, seg.summary) = (seg.run + 1, false);
+            seg.ids.clear();
+            seg.ids.insert(id);
+        }
+        let run = seg.run;
+        if again {
+            self.found = Some(format!("request id {id} of this point again"));
+        }
+        Appended::place(run, key);
+    }
+
+    fn summary(&mut self, key: &mut AccKey) {
+        let seg = self.segment(key);
+        let again = seg.summary;
+        if again {
+            seg.run += 1;
+            seg.ids.clear();
+        }
+        seg.summary = true;
+        let run = seg.run;
+        if again {
+            self.found = Some("a second summary of this point".into());
+        }
+        Appended::place(run, key);
+    }
+}
+
 /// One request into its point; `Err`: its times cannot be real.
 fn add_request(
     inputs: &mut Inputs,
     mut r: RequestRecord,
     slo: Option<&Slo>,
     source: &str,
+    appended: &mut Appended,
 ) -> Result<(), String> {
-    if let Some(why) = r.implausible_time() {
+    if let Some(why) = r.implausible() {
         return Err(why);
     }
     inputs.request_lines += 1;
     // The labels move into the key: statistics do not read them.
-    let key = AccKey {
+    let mut key = AccKey {
         labels: std::mem::take(&mut r.labels),
         params: Params::of(&r.point),
         repeat: r.point.repeat,
     };
+    appended.request(&mut key, r.id);
     let acc = inputs.points.entry(key).or_default();
     note_source(acc, source);
     acc.from_requests
@@ -308,29 +391,45 @@ fn add_record(
     record: Record,
     slo: Option<&Slo>,
     source: &str,
+    appended: &mut Appended,
 ) -> Result<(), String> {
     match record {
-        Record::Request(r) => add_request(inputs, *r, slo, source)?,
-        Record::Summary(s) if s.ranks.as_ref().is_some_and(|r| r.merged) => {
-            // Checked now, where its line is known; used (or not) once every source is read.
-            PointStats::from_summary(&s).map_err(|e| bad_histogram(&s, e))?;
-            inputs.summary_lines += 1;
-            inputs.rank_merged.push((source.to_string(), s));
-        }
+        Record::Request(r) => add_request(inputs, *r, slo, source, appended)?,
         Record::Summary(s) => {
-            inputs.summary_lines += 1;
-            add_summary(inputs, s, source)?;
+            if let Some(why) = s.implausible() {
+                return Err(format!(
+                    "implausible summary record of point {}: {why}",
+                    s.point.index
+                ));
+            }
+            if s.ranks.as_ref().is_some_and(|r| r.merged) {
+                // Checked now, where its line is known; used (or not) once every source is read.
+                PointStats::from_summary(&s).map_err(|e| bad_histogram(&s, e))?;
+                inputs.summary_lines += 1;
+                inputs.rank_merged.push((source.to_string(), s));
+            } else {
+                inputs.summary_lines += 1;
+                add_summary(inputs, s, source, Some(appended))?;
+            }
         }
         Record::Coll(c) => inputs.coll.push(c),
         Record::CollRun(c) => inputs.coll_runs.push(c),
         Record::Kill(k) => inputs.kills.push(k),
         Record::Server(s) => inputs.servers.push(s),
         Record::Decode(d) => inputs.decode.push(d),
-        Record::Ramp(r) => inputs.ramps.push(r),
-        Record::Search(s) => inputs.searches.push(s),
-        Record::Gemm(g) => inputs.gemms.push(g),
-        Record::GemmStep(g) => inputs.gemm_steps.push(g),
-        Record::DeviceLimits(l) => inputs.limits.push(l),
+        Record::Ramp(r) => inputs.ramps.push(plausible("ramp", r.implausible(), r)?),
+        Record::Search(s) => inputs
+            .searches
+            .push(plausible("search", s.implausible(), s)?),
+        Record::Gemm(g) => inputs.gemms.push(plausible("gemm", g.implausible(), g)?),
+        Record::GemmStep(g) => inputs
+            .gemm_steps
+            .push(plausible("gemm_step", g.implausible(), g)?),
+        Record::DeviceLimits(l) => {
+            inputs
+                .limits
+                .push(plausible("device_limits", l.implausible(), l)?)
+        }
         // A known kind kept whole: a newer schema this build cannot read as typed.
         other if other.version() > SCHEMA_VERSION => {
             let name = format!("{} v{}", other.kind(), other.version());
@@ -341,6 +440,14 @@ fn add_record(
     Ok(())
 }
 
+/// The record, or why it cannot be a measurement (a malformed line).
+fn plausible<T>(kind: &str, why: Option<String>, record: T) -> Result<T, String> {
+    match why {
+        None => Ok(record),
+        Some(why) => Err(format!("implausible {kind} record: {why}")),
+    }
+}
+
 fn bad_histogram(s: &SummaryRecord, e: impl std::fmt::Display) -> String {
     format!(
         "summary record of point {} has a bad histogram: {e}",
@@ -349,13 +456,21 @@ fn bad_histogram(s: &SummaryRecord, e: impl std::fmt::Display) -> String {
 }
 
 /// One `summary` record into its point's accumulator; `Err`: its histograms do not decode.
-fn add_summary(inputs: &mut Inputs, s: Box<SummaryRecord>, source: &str) -> Result<(), String> {
+fn add_summary(
+    inputs: &mut Inputs,
+    s: Box<SummaryRecord>,
+    source: &str,
+    appended: Option<&mut Appended>,
+) -> Result<(), String> {
     let stats = PointStats::from_summary(&s).map_err(|e| bad_histogram(&s, e))?;
-    let key = AccKey {
+    let mut key = AccKey {
         labels: s.labels.clone(),
         params: Params::of(&s.point),
         repeat: s.point.repeat,
     };
+    if let Some(a) = appended {
+        a.summary(&mut key);
+    }
     let acc = inputs.points.entry(key).or_default();
     note_source(acc, source);
     acc.partial |= s.partial;
@@ -391,7 +506,8 @@ fn settle_rank_merges(inputs: &mut Inputs) -> anyhow::Result<()> {
         });
         if !covered {
             // Its histograms were checked when it was read.
-            add_summary(inputs, s, &source).map_err(|e| cli::usage(format!("{source}: {e}")))?;
+            add_summary(inputs, s, &source, None)
+                .map_err(|e| cli::usage(format!("{source}: {e}")))?;
         }
     }
     Ok(())
