@@ -163,7 +163,21 @@ pub fn load(sources: &[Source], strict: bool, slo: Option<&Slo>) -> anyhow::Resu
     }
     settle_rank_merges(&mut inputs)?;
     warn_lookalikes(&inputs);
+    if servbench::interrupt::interrupted() {
+        mark_unsummarized_partial(&mut inputs);
+    }
     Ok(inputs)
+}
+
+/// After a Ctrl-C, a point with requests and no summary is one loadgen never finished (a
+/// second Ctrl-C ends loadgen before its partial summary): it is marked partial, not shown
+/// as a whole point.
+fn mark_unsummarized_partial(inputs: &mut Inputs) {
+    for acc in inputs.points.values_mut() {
+        if acc.from_requests.is_some() && acc.from_summaries.is_none() {
+            acc.partial = true;
+        }
+    }
 }
 
 /// Two sources with records of the same point under the same labels are merged as one

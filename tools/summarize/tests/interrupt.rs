@@ -161,3 +161,26 @@ fn a_ctrl_c_before_any_record_exits_130_not_no_records() {
         "{err}"
     );
 }
+
+/// A second Ctrl-C ends loadgen before its partial summary: after a Ctrl-C, a point whose
+/// requests came and whose summary did not is marked partial, not shown as whole.
+#[test]
+fn after_a_ctrl_c_a_point_without_its_summary_is_noted_as_cut_short() {
+    let text: String = fixture()
+        .lines()
+        .filter(|l| !(l.contains(r#""kind":"summary""#) && l.contains(r#""concurrency":16"#)))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (child, mut stdin, stderr) = start(&[]);
+    feed(&mut stdin, &text);
+    signal(&child, libc::SIGINT);
+    stderr.wait_for(FIRST, Duration::from_secs(20));
+    drop(stdin);
+    let (code, table, err) = finish(child, stderr);
+    assert_eq!(code, Some(130), "{err}");
+    let note = table
+        .lines()
+        .find(|l| l.starts_with("note: cut short (partial)"))
+        .unwrap_or_else(|| panic!("no partial note: {table}"));
+    assert!(note.contains("C=16") && !note.contains("C=4"), "{note}");
+}
