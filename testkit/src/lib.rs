@@ -3,6 +3,7 @@
 //! process a test starts is ended (by pid) when the test ends, pass or fail.
 
 pub mod collected;
+pub mod smi;
 pub mod tty;
 
 pub use collected::Collected;

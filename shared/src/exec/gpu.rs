@@ -1,38 +1,136 @@
 //! GPU queries through nvidia-smi, on any host: which GPU memory is used and which processes
 //! compute there (srv-kill's `--gpu` and its check that a killed server released its memory).
 
-use super::{Exec, ExecError};
+use super::{Bounds, Exec, ExecError, Output};
 
-/// Used memory per GPU in bytes; `None` where there is no nvidia-smi.
-pub fn used_bytes<E: Exec + ?Sized>(exec: &E) -> Result<Option<Vec<u64>>, ExecError> {
-    let mib: Option<Vec<u64>> = nvidia_smi_column(exec, "--query-gpu=memory.used")?;
-    Ok(mib.map(|m| m.into_iter().map(|mib| mib << 20).collect()))
+/// What an nvidia-smi query gave: the rows it printed, and what went wrong, in words, when
+/// something did (it exited non-zero, as it does when one GPU is lost while the others still
+/// answer; it printed more than its cap; it printed nothing readable). Rows come even with a
+/// failure (the healthy GPUs are still read), except from a cut answer, which has none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer<T> {
+    pub rows: Vec<T>,
+    pub failure: Option<String>,
+    /// It printed more than the cap (and was stopped there).
+    pub cut: bool,
 }
 
-/// Pids of GPU compute processes; `None` where there is no nvidia-smi.
-pub fn compute_pids<E: Exec + ?Sized>(exec: &E) -> Result<Option<Vec<u32>>, ExecError> {
-    nvidia_smi_column(exec, "--query-compute-apps=pid")
-}
-
-/// One numeric column from an nvidia-smi query, a value per line; `None` where there is no
-/// nvidia-smi.
-fn nvidia_smi_column<T: std::str::FromStr, E: Exec + ?Sized>(
+/// Runs `program` (nvidia-smi, or its path) with `args` on `exec`'s host within `bounds`;
+/// `None` where there is no such program. A run past the deadline is an error
+/// ([`ExecError::TimedOut`]).
+fn query<T, E: Exec + ?Sized>(
     exec: &E,
-    query: &str,
-) -> Result<Option<Vec<T>>, ExecError> {
-    let out = exec.run(&format!(
-        "command -v nvidia-smi >/dev/null 2>&1 || exit 99; \
-         nvidia-smi {query} --format=csv,noheader,nounits"
-    ))?;
-    if out.status != 0 {
+    program: &str,
+    args: &str,
+    bounds: Bounds,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<Option<Answer<T>>, ExecError> {
+    let smi = super::shell_quote(program);
+    let out = exec
+        .run(
+            &format!("command -v {smi} >/dev/null 2>&1 || exit 99; exec {smi} {args}"),
+            bounds,
+        )
+        .map_err(|e| match e {
+            ExecError::TimedOut(_) => bounds.timed_out(&format!("{program} on {}", exec.host())),
+            e => e,
+        })?;
+    if out.status == 99 && !out.cut {
         return Ok(None);
     }
-    Ok(Some(
-        out.stdout_text()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect(),
-    ))
+    let text = out.stdout_text();
+    // A cut answer is not trusted at all: the program was not well, and its last line is torn.
+    let rows: Vec<T> = match out.cut {
+        true => Vec::new(),
+        false => text.lines().filter_map(|l| parse(l.trim())).collect(),
+    };
+    let failure = failure_of(&out, &text, rows.is_empty(), bounds)
+        .map(|why| format!("{program} on {}: {why}", exec.host()));
+    Ok(Some(Answer {
+        rows,
+        failure,
+        cut: out.cut,
+    }))
+}
+
+/// What went wrong with an nvidia-smi run, in words; `None` when nothing did.
+fn failure_of(out: &Output, text: &str, no_rows: bool, bounds: Bounds) -> Option<String> {
+    if out.cut {
+        return Some(format!(
+            "printed more than {} KiB (cut, and stopped)",
+            bounds.output_cap >> 10
+        ));
+    }
+    // Its own words: stderr's first line, else the first stdout line that is no row.
+    let said = out
+        .stderr_text()
+        .lines()
+        .chain(text.lines())
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with(|c: char| c.is_ascii_digit()))
+        .map(|l| crate::cli::printable(&l.chars().take(200).collect::<String>()).into_owned());
+    if out.status != 0 {
+        return Some(match said {
+            Some(s) => format!("exited {}: {s}", out.status),
+            None => format!("exited {}", out.status),
+        });
+    }
+    // Nothing at all is an answer (no compute process); text without a row is not.
+    match said {
+        Some(s) if no_rows => Some(format!("printed no readable rows ({s})")),
+        _ => None,
+    }
+}
+
+/// Used memory per GPU in bytes, as (index, bytes); a GPU that reports no value (`[N/A]`)
+/// has `None`. `None` where there is no such program.
+pub fn used_bytes<E: Exec + ?Sized>(
+    exec: &E,
+    program: &str,
+    bounds: Bounds,
+) -> Result<Option<Answer<(u32, Option<u64>)>>, ExecError> {
+    query(
+        exec,
+        program,
+        "--query-gpu=index,memory.used --format=csv,noheader,nounits",
+        bounds,
+        |line| {
+            let (index, mib) = line.split_once(',')?;
+            let mib = mib.trim().parse::<u64>().ok();
+            Some((
+                index.trim().parse().ok()?,
+                mib.map(|m| m.saturating_mul(1 << 20)),
+            ))
+        },
+    )
+}
+
+/// Per-GPU values as a list whose position is the GPU index (`null` where a GPU gave none),
+/// so two lists taken at different times line up even when one GPU stops answering.
+pub fn by_index(rows: &[(u32, Option<u64>)]) -> Vec<Option<u64>> {
+    // Indices are small; one far beyond the GPUs a host can hold is not a row.
+    let rows: Vec<_> = rows.iter().filter(|(i, _)| *i < 1024).collect();
+    let len = rows.iter().map(|(i, _)| *i as usize + 1).max().unwrap_or(0);
+    let mut list = vec![None; len];
+    for (i, v) in rows {
+        list[*i as usize] = *v;
+    }
+    list
+}
+
+/// Pids of GPU compute processes; `None` where there is no such program.
+pub fn compute_pids<E: Exec + ?Sized>(
+    exec: &E,
+    program: &str,
+    bounds: Bounds,
+) -> Result<Option<Answer<u32>>, ExecError> {
+    query(
+        exec,
+        program,
+        "--query-compute-apps=pid --format=csv,noheader,nounits",
+        bounds,
+        |line| line.parse().ok(),
+    )
 }
 
 /// One GPU at one moment, as nvidia-smi (or a DCGM exporter) reports it; a field it does not
@@ -63,27 +161,21 @@ pub fn sample<E: Exec + ?Sized>(
     exec: &E,
     program: &str,
     indices: &[u32],
-) -> Result<Option<Vec<GpuReading>>, ExecError> {
-    let smi = super::shell_quote(program);
+    bounds: Bounds,
+) -> Result<Option<Answer<GpuReading>>, ExecError> {
     let select = if indices.is_empty() {
         String::new()
     } else {
         let list: Vec<String> = indices.iter().map(u32::to_string).collect();
         format!(" -i {}", list.join(","))
     };
-    let out = exec.run(&format!(
-        "command -v {smi} >/dev/null 2>&1 || exit 99; \
-         {smi} --query-gpu={TELEMETRY_QUERY} --format=csv,noheader,nounits{select}"
-    ))?;
-    if out.status != 0 {
-        return Ok(None);
-    }
-    Ok(Some(
-        out.stdout_text()
-            .lines()
-            .filter_map(parse_telemetry_line)
-            .collect(),
-    ))
+    query(
+        exec,
+        program,
+        &format!("--query-gpu={TELEMETRY_QUERY} --format=csv,noheader,nounits{select}"),
+        bounds,
+        parse_telemetry_line,
+    )
 }
 
 /// One line of [`TELEMETRY_QUERY`]'s CSV.
@@ -116,35 +208,46 @@ pub struct Inventory {
 
 pub fn inventory<E: Exec + ?Sized>(
     exec: &E,
+    program: &str,
     indices: &[u32],
+    bounds: Bounds,
 ) -> Result<Option<Inventory>, ExecError> {
-    // The CUDA version is only in nvidia-smi's banner ("CUDA Version: 12.4").
-    let out = exec.run(
-        "command -v nvidia-smi >/dev/null 2>&1 || exit 99; \
-         nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader; \
-         nvidia-smi | grep -o 'CUDA Version: *[0-9.]*'",
+    let rows = query(
+        exec,
+        program,
+        "--query-gpu=index,name,driver_version --format=csv,noheader",
+        bounds,
+        |line| {
+            let cols: Vec<&str> = line.split(',').map(str::trim).collect();
+            let [index, name, driver] = cols[..] else {
+                return None;
+            };
+            Some((
+                index.parse::<u32>().ok()?,
+                name.to_string(),
+                driver.to_string(),
+            ))
+        },
     )?;
-    if out.status == 99 {
-        return Ok(None);
-    }
+    let Some(rows) = rows else { return Ok(None) };
     let mut inv = Inventory::default();
-    for line in out.stdout_text().lines() {
-        if let Some(v) = line.strip_prefix("CUDA Version:") {
-            inv.cuda_version = Some(v.trim().to_string()).filter(|v| !v.is_empty());
-            continue;
-        }
-        let cols: Vec<&str> = line.split(',').map(str::trim).collect();
-        let [index, name, driver] = cols[..] else {
-            continue;
-        };
-        let Ok(index) = index.parse::<u32>() else {
-            continue;
-        };
+    for (index, name, driver) in rows.rows {
         if indices.is_empty() || indices.contains(&index) {
-            inv.names.push(name.to_string());
-            inv.driver_version.get_or_insert_with(|| driver.to_string());
+            inv.names.push(name);
+            inv.driver_version.get_or_insert(driver);
         }
     }
+    // The CUDA version is only in nvidia-smi's banner ("CUDA Version: 12.4").
+    let banner = query(exec, program, "", bounds, |line| {
+        let (_, v) = line.split_once("CUDA Version:")?;
+        let v: String = v
+            .trim()
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        (!v.is_empty()).then_some(v)
+    })?;
+    inv.cuda_version = banner.and_then(|b| b.rows.into_iter().next());
     Ok(Some(inv))
 }
 

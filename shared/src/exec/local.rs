@@ -1,6 +1,6 @@
 //! This machine: syscalls and /proc directly.
 
-use super::{Detached, Exec, ExecError, Listeners, Output, Signal};
+use super::{Bounds, Detached, Exec, ExecError, Listeners, Output, Signal};
 use crate::procs::{
     PORT_TABLES, ProcId, ProcTable, parse_listen_inodes, parse_stat, pick_free_port,
 };
@@ -28,18 +28,8 @@ impl Exec for Local {
         true
     }
 
-    fn run(&self, script: &str) -> Result<Output, ExecError> {
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|e| ExecError::io("cannot run sh", e))?;
-        Ok(Output {
-            status: out.status.code().unwrap_or(-1),
-            stdout: out.stdout,
-            stderr: out.stderr,
-        })
+    fn run(&self, script: &str, bounds: Bounds) -> Result<Output, ExecError> {
+        super::bounded::run_local(script, bounds)
     }
 
     fn spawn_detached(&self, spec: &Detached) -> Result<u32, ExecError> {

@@ -11,15 +11,19 @@
 //! - [`local`]: this machine, through syscalls and /proc;
 //! - [`ssh`]: another machine over the `ssh2` crate (libssh2): agent or key auth, host keys
 //!   checked against known_hosts, keepalives and timeouts, one clear error per failure kind;
-//! - [`gpu`]: nvidia-smi's queries, on either.
+//! - [`gpu`]: nvidia-smi's queries, on either;
+//! - [`bounded`]: how every run of another program is bounded ([`Bounds`]): a deadline past
+//!   which its whole process group gets TERM, then KILL, and a cap on what it prints.
 //!
 //! Layering: `exec` reads process tables through [`crate::procs`] (types and /proc text
 //! parsers, which know nothing of hosts); the kill loop ([`crate::kill`]) sits above both.
 
+pub mod bounded;
 pub mod gpu;
 pub mod local;
 pub mod ssh;
 
+pub use bounded::{Bounds, KILL_GRACE};
 pub use local::Local;
 pub use ssh::{HostSpec, Ssh, SshOptions};
 
@@ -34,6 +38,10 @@ pub enum ExecError {
     Connect(String),
     #[error("{0}")]
     Command(String),
+    /// The program ran past its [`Bounds::deadline`] (its group was killed) or was stopped by
+    /// [`Bounds::stop`].
+    #[error("{0}")]
+    TimedOut(String),
     #[error("{what}: {err}")]
     Io { what: String, err: std::io::Error },
 }
@@ -48,11 +56,14 @@ impl ExecError {
 }
 
 /// What a finished command printed and how it ended.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Output {
     pub status: i32,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
+    /// It printed more than [`Bounds::output_cap`] on one stream: what is here was kept, the
+    /// rest cut, and the program killed.
+    pub cut: bool,
 }
 
 impl Output {
@@ -115,8 +126,10 @@ pub trait Exec: Send + Sync {
     fn host(&self) -> &str;
     /// True for this machine.
     fn is_local(&self) -> bool;
-    /// Runs `script` with `sh -c`; a non-zero exit is not an error (see [`Output::status`]).
-    fn run(&self, script: &str) -> Result<Output, ExecError>;
+    /// Runs `script` with `sh -c` within `bounds` (see [`Bounds`]): past the deadline it is
+    /// killed and the run is [`ExecError::TimedOut`]; output past the cap is cut
+    /// ([`Output::cut`]). A non-zero exit is not an error (see [`Output::status`]).
+    fn run(&self, script: &str, bounds: Bounds) -> Result<Output, ExecError>;
     /// Starts a detached process (see [`Detached`]) and returns its pid.
     fn spawn_detached(&self, spec: &Detached) -> Result<u32, ExecError>;
     /// Up to the last `max_bytes` of a file; `None` when it does not exist.
@@ -132,10 +145,10 @@ pub trait Exec: Send + Sync {
 
     /// Whether `argv0` can be run there (on PATH or an executable path).
     fn has_program(&self, argv0: &str) -> Result<bool, ExecError> {
-        let out = self.run(&format!(
-            "command -v {} >/dev/null 2>&1",
-            shell_quote(argv0)
-        ))?;
+        let out = self.run(
+            &format!("command -v {} >/dev/null 2>&1", shell_quote(argv0)),
+            Bounds::QUERY,
+        )?;
         Ok(out.status == 0)
     }
 
@@ -151,15 +164,6 @@ pub trait Exec: Send + Sync {
     fn start_ticks(&self, pid: u32) -> Result<Option<u64>, ExecError> {
         let stat = self.read_tail(&format!("/proc/{pid}/stat"), 4096)?;
         Ok(stat.and_then(|s| start_ticks_of(pid, &String::from_utf8_lossy(&s))))
-    }
-    /// Used memory per GPU in bytes, via nvidia-smi; `None` where there is no nvidia-smi.
-    fn gpu_used_bytes(&self) -> Result<Option<Vec<u64>>, ExecError> {
-        gpu::used_bytes(self)
-    }
-
-    /// Pids of GPU compute processes, via nvidia-smi; `None` where there is no nvidia-smi.
-    fn gpu_pids(&self) -> Result<Option<Vec<u32>>, ExecError> {
-        gpu::compute_pids(self)
     }
 }
 

@@ -8,7 +8,10 @@ mod known_hosts;
 
 pub use host::{HostSpec, SshOptions};
 
-use super::{Detached, Exec, ExecError, Listeners, Output, Signal, detached_script, shell_quote};
+use super::{
+    Bounds, Detached, Exec, ExecError, Listeners, Output, Signal, bounded, detached_script,
+    shell_quote,
+};
 use crate::procs::{
     PORT_TABLES, ProcId, ProcTable, parse_listen_inodes, parse_snapshot, pick_free_port,
 };
@@ -108,31 +111,97 @@ impl Ssh {
         }
     }
 
-    fn exec_raw(&self, script: &str) -> Result<Output, ExecError> {
+    /// Runs `script` there within `bounds` (see [`bounded::remote_script`]): the remote
+    /// `timeout` stops it at the deadline; output past the cap is cut and the channel closed.
+    fn exec_raw(&self, script: &str, bounds: Bounds) -> Result<Output, ExecError> {
         self.keepalive_if_due();
         let fail = |what: &str, e: ssh2::Error| {
             ExecError::Command(format!("ssh {}: {what}: {e}", self.spec))
         };
+        let started = Instant::now();
         let mut ch = self
             .session
             .channel_session()
             .map_err(|e| fail("cannot open a channel (connection lost?)", e))?;
         // Through `sh -c`, so the scripts are POSIX whatever the user's login shell is.
-        ch.exec(&format!("sh -c {}", shell_quote(script)))
+        let line = bounded::remote_script(script, bounds.deadline);
+        ch.exec(&format!("sh -c {}", shell_quote(&line)))
             .map_err(|e| fail("remote command refused", e))?;
-        let mut stdout = Vec::new();
-        ch.read_to_end(&mut stdout)
-            .map_err(|e| ExecError::Command(format!("ssh {}: reading output: {e}", self.spec)))?;
-        let mut stderr = Vec::new();
-        let _ = ch.stderr().read_to_end(&mut stderr);
+        let reading = |e: std::io::Error| {
+            ExecError::Command(format!("ssh {}: reading output: {e}", self.spec))
+        };
+        let (stdout, cut_out) = read_capped(&mut ch, bounds).map_err(reading)?;
+        let (stderr, cut_err) = if cut_out {
+            (Vec::new(), false)
+        } else {
+            read_capped(&mut ch.stderr(), bounds).unwrap_or_default()
+        };
+        if bounds
+            .stop
+            .is_some_and(|f| f.load(std::sync::atomic::Ordering::SeqCst))
+        {
+            return Err(ExecError::TimedOut("stopped by a signal".into()));
+        }
+        if cut_out || cut_err {
+            // Closing the channel closes the program's output: its next write ends it, and
+            // the remote `timeout` ends it at the deadline anyway.
+            let _ = ch.close();
+            return Ok(Output {
+                status: -1,
+                stdout,
+                stderr,
+                cut: true,
+            });
+        }
         ch.wait_close()
             .map_err(|e| fail("closing the channel", e))?;
         let status = ch.exit_status().map_err(|e| fail("no exit status", e))?;
+        if bounded::is_timeout_status(status) && started.elapsed() >= bounds.deadline {
+            return Err(bounds.timed_out(&format!("ssh {}: the remote command", self.spec)));
+        }
         Ok(Output {
             status,
             stdout,
             stderr,
+            cut: false,
         })
+    }
+
+    /// A primitive of the process layer: its output is whole or it failed.
+    fn primitive(&self, script: &str) -> Result<Output, ExecError> {
+        let out = self.exec_raw(script, Bounds::PRIMITIVE)?;
+        if out.cut {
+            return Err(ExecError::Command(format!(
+                "ssh {}: the remote command printed more than {} MiB",
+                self.spec,
+                Bounds::PRIMITIVE.output_cap >> 20
+            )));
+        }
+        Ok(out)
+    }
+}
+
+/// Reads `r` to its end, keeping at most `bounds.output_cap` bytes; true when it was cut
+/// there. Ends early (not cut) when `bounds.stop` is set.
+fn read_capped(r: &mut impl Read, bounds: Bounds) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 32 * 1024];
+    loop {
+        if bounds
+            .stop
+            .is_some_and(|f| f.load(std::sync::atomic::Ordering::SeqCst))
+        {
+            return Ok((buf, false));
+        }
+        let n = r.read(&mut chunk)?;
+        if n == 0 {
+            return Ok((buf, false));
+        }
+        let room = bounds.output_cap.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..n.min(room)]);
+        if n > room {
+            return Ok((buf, true));
+        }
     }
 }
 
@@ -145,15 +214,15 @@ impl Exec for Ssh {
         false
     }
 
-    fn run(&self, script: &str) -> Result<Output, ExecError> {
-        self.exec_raw(script)
+    fn run(&self, script: &str, bounds: Bounds) -> Result<Output, ExecError> {
+        self.exec_raw(script, bounds)
     }
 
     fn spawn_detached(&self, spec: &Detached) -> Result<u32, ExecError> {
         if spec.argv.is_empty() {
             return Err(ExecError::Command("empty command".into()));
         }
-        let out = self.exec_raw(&detached_script(spec))?;
+        let out = self.primitive(&detached_script(spec))?;
         match out.status {
             97 => Err(ExecError::Command(format!(
                 "ssh {}: cannot create the log directory for {}: {}",
@@ -180,7 +249,7 @@ impl Exec for Ssh {
 
     fn read_tail(&self, path: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, ExecError> {
         let q = shell_quote(path);
-        let out = self.exec_raw(&format!("[ -e {q} ] || exit 44; tail -c {max_bytes} {q}"))?;
+        let out = self.primitive(&format!("[ -e {q} ] || exit 44; tail -c {max_bytes} {q}"))?;
         match out.status {
             0 => Ok(Some(out.stdout)),
             // Gone, or vanished while reading (a /proc entry of an exiting process).
@@ -189,7 +258,7 @@ impl Exec for Ssh {
     }
 
     fn processes(&self, marker: Option<&str>) -> Result<ProcTable, ExecError> {
-        let out = self.exec_raw(&snapshot_script(marker))?;
+        let out = self.primitive(&snapshot_script(marker))?;
         let table = parse_snapshot(&out.stdout);
         if table.procs.is_empty() {
             return Err(ExecError::Command(format!(
@@ -217,7 +286,7 @@ impl Exec for Ssh {
             list.join(" "),
             sig.name()
         );
-        let out = self.exec_raw(&script)?;
+        let out = self.primitive(&script)?;
         Ok(out
             .stdout_text()
             .lines()
@@ -226,7 +295,7 @@ impl Exec for Ssh {
     }
 
     fn listeners(&self, port: u16) -> Result<Listeners, ExecError> {
-        let out = self.exec_raw("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null")?;
+        let out = self.primitive("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null")?;
         let text = out.stdout_text();
         // The two tables concatenated: each has its own header line, which never parses.
         let inodes: Vec<u64> = parse_listen_inodes(&format!("\n{text}"), port);
@@ -236,7 +305,7 @@ impl Exec for Ssh {
                 .iter()
                 .map(|i| format!("-lname 'socket:\\[{i}\\]'"))
                 .collect();
-            let out = self.exec_raw(&format!(
+            let out = self.primitive(&format!(
                 "find /proc/[0-9]*/fd -maxdepth 1 \\( {} \\) 2>/dev/null; true",
                 names.join(" -o ")
             ))?;
@@ -256,7 +325,7 @@ impl Exec for Ssh {
     }
 
     fn free_port(&self) -> Result<u16, ExecError> {
-        let out = self.exec_raw(&format!("cat {PORT_TABLES} 2>/dev/null"))?;
+        let out = self.primitive(&format!("cat {PORT_TABLES} 2>/dev/null"))?;
         if let Some(port) = pick_free_port(&out.stdout_text()) {
             return Ok(port);
         }
@@ -295,7 +364,9 @@ mod tests {
         let me = local.get(std::process::id()).expect("own pid in table");
         assert!(me.start_ticks > 0);
         // The remote path's script and parser, run here through sh.
-        let out = Local.run(&snapshot_script(None)).unwrap();
+        let out = Local
+            .run(&snapshot_script(None), Bounds::PRIMITIVE)
+            .unwrap();
         let remote = parse_snapshot(&out.stdout);
         let me2 = remote.get(std::process::id()).expect("own pid via script");
         assert_eq!(me.start_ticks, me2.start_ticks);

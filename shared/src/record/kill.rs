@@ -25,15 +25,20 @@ pub struct KillRecord {
     pub port: Option<u16>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port_free: Option<bool>,
-    /// Used GPU memory per GPU before and after, where nvidia-smi exists.
+    /// Used GPU memory per GPU as the kill starts and after it, where nvidia-smi exists; the
+    /// position is the GPU index, `null` where that GPU gave no value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_used_before_bytes: Option<Vec<u64>>,
+    pub gpu_used_before_bytes: Option<Vec<Option<u64>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_used_after_bytes: Option<Vec<u64>>,
+    pub gpu_used_after_bytes: Option<Vec<Option<u64>>>,
     /// Whether every killed pid let go of its GPU memory within `--gpu-wait` (where nvidia-smi
     /// exists).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_released: Option<bool>,
+    /// What went wrong with the GPU check (nvidia-smi hung, failed or printed without end): a
+    /// warning, never a reason the kill failed or was not done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_warning: Option<String>,
     /// Why a target was found but not signalled: a reused pid, srv-kill itself or a caller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,

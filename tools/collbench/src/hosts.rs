@@ -69,6 +69,9 @@ pub fn rank_script(
     words.join(" ")
 }
 
+/// The most of one rank's output (records on stdout, messages on stderr) that is kept.
+const RANK_OUTPUT_CAP: usize = 256 << 20;
+
 /// Starts every rank, waits for all, relays rank 0's records and everyone's messages.
 pub fn run(plan: &HostsPlan, args: &[OsString]) -> anyhow::Result<Exit> {
     let mut opts = plan.ssh.clone();
@@ -81,6 +84,8 @@ pub fn run(plan: &HostsPlan, args: &[OsString]) -> anyhow::Result<Exit> {
     let port = execs[0].free_port()?;
     let addr = reachable_addr(&plan.hosts[0]).map_err(cli::usage)?;
     let coordinator = format!("{addr}:{port}");
+    // Each rank runs at most as long as the SSH read waits, and its output is capped.
+    let bounds = exec::Bounds::new(opts.command_timeout, RANK_OUTPUT_CAP);
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     let scripts: Vec<String> = plan
         .hosts
@@ -96,7 +101,9 @@ pub fn run(plan: &HostsPlan, args: &[OsString]) -> anyhow::Result<Exit> {
         let handles: Vec<_> = execs
             .iter()
             .zip(&scripts)
-            .map(|(e, script)| scope.spawn(move || e.run(script).map_err(|err| err.to_string())))
+            .map(|(e, script)| {
+                scope.spawn(move || e.run(script, bounds).map_err(|err| err.to_string()))
+            })
             .collect();
         handles
             .into_iter()

@@ -10,6 +10,7 @@ pub mod downstream;
 pub mod exec;
 pub mod find_max;
 pub mod flush;
+pub mod gpu_sampler;
 pub mod http;
 pub mod limits;
 pub mod pacing;

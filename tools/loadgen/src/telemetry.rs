@@ -6,10 +6,11 @@
 //! waits for its first scrape before it starts and its last after it ends. The thread's own
 //! CPU time is measured and kept out of `client_cpu_s`.
 
+use crate::gpu_sampler::{GpuSampler, SmiTarget};
 use crate::http::{Pool, Target};
 use bytes::Bytes;
 use servbench::cli;
-use servbench::exec::{self, Exec, SshOptions, gpu};
+use servbench::exec::{SshOptions, gpu};
 use servbench::record::{GpuStats, ServerStats};
 use servbench::telemetry::prom::{self, Reading};
 use servbench::telemetry::vocab::{Engine, Figure};
@@ -65,7 +66,7 @@ enum Cmd {
 /// Puts the calling thread at the lowest priority (nice 19, this thread only): a scrape and
 /// its parse take a millisecond of CPU, and on a pinned client core it must not delay a send
 /// the dispatcher is due to make. Failing to lower it changes only that, so it is not fatal.
-fn yield_to_the_senders() {
+pub(crate) fn yield_to_the_senders() {
     // SAFETY: setpriority on this thread's own id; no memory is passed.
     unsafe {
         libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
@@ -130,7 +131,7 @@ impl Drop for Telemetry {
 }
 
 /// CPU time of the calling thread.
-fn thread_cpu_s() -> f64 {
+pub(crate) fn thread_cpu_s() -> f64 {
     // SAFETY: clock_gettime fills the timespec we own.
     unsafe {
         let mut ts: libc::timespec = std::mem::zeroed();
@@ -149,6 +150,8 @@ struct Open {
     /// A scrape failed during the point: no more until it ends (each would wait out the
     /// scrape timeout), and its window is cut short there.
     metrics_stopped: bool,
+    /// CPU seconds the GPU sampler's thread spent on this point's samples.
+    gpu_cpu_s: f64,
 }
 
 /// The most of one `/metrics` answer read: engines write well under 1 MiB, and a page many
@@ -161,15 +164,14 @@ struct Scraper {
     runtime: Option<tokio::runtime::Runtime>,
     metrics: Option<Pool>,
     dcgm: Option<Pool>,
-    exec: Option<Box<dyn Exec>>,
+    /// nvidia-smi, here or over SSH, on a thread of its own (see [`crate::gpu_sampler`]).
+    smi: Option<GpuSampler>,
     engine: Option<Engine>,
     /// Notes already given (a server without metrics is noted once, not every point).
     noted_metrics: bool,
     noted_cut_short: bool,
     noted_gpus: bool,
-    gpu_failed: bool,
-    /// The GPUs were read once before the first point (connecting over SSH, finding
-    /// nvidia-smi), so that happens outside any point and a missing one is said at once.
+    /// The DCGM exporter was read once before the first point.
     gpu_probed: bool,
 }
 
@@ -184,17 +186,35 @@ impl Scraper {
             Some(GpuSource::Dcgm { url, .. }) => Some(Pool::new(url.clone())),
             _ => None,
         };
+        let smi = match &plan.gpus {
+            Some(GpuSource::NvidiaSmi {
+                host,
+                program,
+                ssh,
+                indices,
+                expected,
+            }) => GpuSampler::start(
+                SmiTarget {
+                    host: host.clone(),
+                    program: program.clone(),
+                    ssh: ssh.clone(),
+                    indices: indices.clone(),
+                    expected: *expected,
+                },
+                thread_cpu_s,
+            ),
+            _ => None,
+        };
         Scraper {
             plan,
             runtime,
             metrics,
             dcgm,
-            exec: None,
+            smi,
             engine: None,
             noted_metrics: false,
             noted_cut_short: false,
             noted_gpus: false,
-            gpu_failed: false,
             gpu_probed: false,
         }
     }
@@ -226,17 +246,26 @@ impl Scraper {
             };
             match cmd {
                 Cmd::Begin(reply) => {
-                    if !std::mem::replace(&mut self.gpu_probed, true) {
-                        self.gpu_sample();
-                    }
                     let cpu_at_start = thread_cpu_s();
+                    if let Some(smi) = &mut self.smi {
+                        // A sample that ended after the last point is not this point's.
+                        smi.take();
+                        smi.ask();
+                    }
                     let window = self.scrape().map(|(engine, r)| Window::start(engine, r));
-                    open = Some(Open {
+                    let o = Open {
                         window,
                         gpus: GpuWindow::default(),
                         cpu_at_start,
                         metrics_stopped: false,
-                    });
+                        gpu_cpu_s: 0.0,
+                    };
+                    if !std::mem::replace(&mut self.gpu_probed, true) {
+                        // Read once before the first point, so a missing exporter is said
+                        // at once.
+                        self.dcgm_sample();
+                    }
+                    open = Some(o);
                     next = Instant::now() + self.plan.interval;
                     let _ = reply.send(());
                 }
@@ -266,12 +295,27 @@ impl Scraper {
                 }
             }
         }
-        if let Some(g) = self.gpu_sample() {
+        self.take_gpu_samples(o);
+        if let Some(smi) = &mut self.smi {
+            smi.ask();
+        }
+        if let Some(g) = self.dcgm_sample() {
             o.gpus.add(&g);
         }
     }
 
-    fn finish(&mut self, o: Open, expected: u64) -> PointTelemetry {
+    /// The nvidia-smi samples that have arrived, into the open point (never waited for).
+    fn take_gpu_samples(&mut self, o: &mut Open) {
+        if let Some(smi) = &mut self.smi {
+            for s in smi.take() {
+                o.gpus.add(&s.readings);
+                o.gpu_cpu_s += s.cpu_s;
+            }
+        }
+    }
+
+    fn finish(&mut self, mut o: Open, expected: u64) -> PointTelemetry {
+        self.take_gpu_samples(&mut o);
         let stopped = o.metrics_stopped;
         let server = o.window.map(|w| {
             if stopped {
@@ -300,7 +344,7 @@ impl Scraper {
         PointTelemetry {
             server,
             gpus: o.gpus.finish(),
-            cpu_s: thread_cpu_s() - o.cpu_at_start,
+            cpu_s: thread_cpu_s() - o.cpu_at_start + o.gpu_cpu_s,
         }
     }
 
@@ -401,57 +445,23 @@ impl Scraper {
         None
     }
 
-    /// The GPUs now, only those the server uses.
-    fn gpu_sample(&mut self) -> Option<Vec<gpu::GpuReading>> {
-        if self.gpu_failed {
+    /// A DCGM exporter's GPUs now, only those the server uses (nvidia-smi is sampled on its
+    /// own thread instead).
+    fn dcgm_sample(&mut self) -> Option<Vec<gpu::GpuReading>> {
+        let Some(GpuSource::Dcgm { url, indices }) = self.plan.gpus.clone() else {
             return None;
-        }
-        match self.plan.gpus.clone()? {
-            GpuSource::Dcgm { url, indices } => {
-                let pool = self.dcgm.as_ref()?;
-                let path = url.prefix.clone();
-                let got = self.get(
-                    pool,
-                    if path.is_empty() { "/metrics" } else { "" },
-                    MAX_METRICS_BYTES,
-                );
-                match got.map(|(s, b)| (s, prom::parse(&String::from_utf8_lossy(&b)))) {
-                    Ok((200, Ok(x))) => Some(only(x.dcgm_gpus(), &indices)),
-                    Ok((s, _)) => {
-                        self.note_gpus(format!("{}: HTTP {s} or not Prometheus text", url.url))
-                    }
-                    Err(e) => self.note_gpus(format!("{}: {e}", url.url)),
-                }
-            }
-            GpuSource::NvidiaSmi {
-                host,
-                program,
-                ssh,
-                indices,
-                expected,
-            } => {
-                if self.exec.is_none() {
-                    match exec::connect(Some(&host), &ssh) {
-                        Ok(e) => self.exec = Some(e),
-                        Err(e) => {
-                            self.gpu_failed = true;
-                            return self.note_gpus(format!("{host}: {e}"));
-                        }
-                    }
-                }
-                match gpu::sample(self.exec.as_deref()?, &program, &indices) {
-                    Ok(Some(g)) => Some(g),
-                    Ok(None) => {
-                        self.gpu_failed = true;
-                        if expected {
-                            self.note_gpus(format!("no {program} on {host}"))
-                        } else {
-                            None
-                        }
-                    }
-                    Err(e) => self.note_gpus(format!("{host}: {e}")),
-                }
-            }
+        };
+        let pool = self.dcgm.as_ref()?;
+        let path = url.prefix.clone();
+        let got = self.get(
+            pool,
+            if path.is_empty() { "/metrics" } else { "" },
+            MAX_METRICS_BYTES,
+        );
+        match got.map(|(s, b)| (s, prom::parse(&String::from_utf8_lossy(&b)))) {
+            Ok((200, Ok(x))) => Some(only(x.dcgm_gpus(), &indices)),
+            Ok((s, _)) => self.note_gpus(format!("{}: HTTP {s} or not Prometheus text", url.url)),
+            Err(e) => self.note_gpus(format!("{}: {e}", url.url)),
         }
     }
 

@@ -7,7 +7,7 @@
 use anyhow::Result;
 use clap::Parser;
 use servbench::cli::{self, CommonArgs, DrainArgs, Exit, SshArgs, parse_duration};
-use servbench::exec::{self, Exec, ExecError};
+use servbench::exec::{self, Bounds, Exec, ExecError, gpu};
 use servbench::interrupt;
 use servbench::jsonl::{self, Disposition, OutputError, RecordWriter, Source};
 use servbench::kill::{self, KillOptions, KillOutcome};
@@ -60,9 +60,13 @@ pub struct Args {
     /// Time between SIGTERM and SIGKILL
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
     pub grace: Duration,
-    /// How long to wait for killed processes to release GPU memory (where nvidia-smi exists)
+    /// How long the GPU check after the kill may take: killed processes releasing GPU memory,
+    /// each nvidia-smi run within it (where nvidia-smi exists)
     #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
     pub gpu_wait: Duration,
+    /// nvidia-smi to run for --gpu and the GPU check (a path where it is not on PATH)
+    #[arg(long, value_name = "PROGRAM", default_value = "nvidia-smi")]
+    pub nvidia_smi: String,
     /// List what would be killed; signal nothing
     #[arg(long)]
     pub dry_run: bool,
@@ -346,6 +350,7 @@ fn base_record(host: &str, target: &Target, labels: &Labels, cfg: &Args) -> Kill
         gpu_used_before_bytes: None,
         gpu_used_after_bytes: None,
         gpu_released: None,
+        gpu_warning: None,
         refused: None,
         dry_run: false,
         elapsed_s: 0.0,
@@ -365,6 +370,9 @@ fn kill_target(
     let started = Instant::now();
     let mut rec = base_record(exec.host(), target, labels, cfg);
     let result = kill_target_inner(exec, target, cfg, opts, &mut rec);
+    if let Some(w) = &rec.gpu_warning {
+        cli::warn(format!("{} on {}: GPU check: {w}", rec.target, rec.host));
+    }
     rec.elapsed_s = started.elapsed().as_secs_f64();
     rec.ts = now_ts();
     Outcome::new(rec, result)
@@ -374,6 +382,7 @@ fn kill_target(
 fn resolve(
     exec: &dyn Exec,
     target: &Target,
+    cfg: &Args,
     rec: &mut KillRecord,
 ) -> Result<Option<TargetSpec>, ExecError> {
     let name = target.name();
@@ -458,14 +467,22 @@ fn resolve(
             })
         }
         Target::Gpu => {
-            let Some(pids) = exec.gpu_pids()? else {
+            let program = &cfg.nvidia_smi;
+            let Some(answer) = gpu::compute_pids(exec, program, Bounds::QUERY)? else {
                 return Err(ExecError::Command(format!(
-                    "--gpu needs nvidia-smi, which {} does not have",
+                    "--gpu needs {program}, which {} does not have",
                     exec.host()
                 )));
             };
+            if let Some(why) = &answer.failure {
+                if answer.rows.is_empty() {
+                    return Err(ExecError::Command(format!("--gpu: {why}")));
+                }
+                // One GPU lost, the others listed: their processes are still the target.
+                cli::warn(format!("--gpu: {why}; killing the processes it listed"));
+            }
             let table = exec.processes(None)?;
-            merge(&table, &pids, &name)
+            merge(&table, &answer.rows, &name)
         }
     })
 }
@@ -496,16 +513,25 @@ fn kill_target_inner(
     opts: &KillOptions,
     rec: &mut KillRecord,
 ) -> Result<(), TargetError> {
-    let spec = resolve(exec, target, rec)?;
-    let gpu_before = if opts.dry_run {
-        None
-    } else {
-        exec.gpu_used_bytes()?
-    };
-    let outcome = match &spec {
-        Some(spec) => kill::kill(exec, spec, opts)?,
-        None => KillOutcome::default(),
-    };
+    let spec = resolve(exec, target, cfg, rec)?;
+    let check_gpus = !opts.dry_run && spec.is_some();
+    let before_bounds = Bounds::QUERY.with_deadline(gpu_call_deadline(cfg.gpu_wait));
+    let (outcome, gpu_before) = std::thread::scope(|scope| {
+        // GPU memory is read as the kill starts, beside it: a hung nvidia-smi (a wedged
+        // driver, the very case a kill is for) never delays a signal.
+        let before = check_gpus
+            .then(|| scope.spawn(|| gpu::used_bytes(exec, &cfg.nvidia_smi, before_bounds)));
+        let outcome = match &spec {
+            Some(spec) => kill::kill(exec, spec, opts),
+            None => Ok(KillOutcome::default()),
+        };
+        let before = before.map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(ExecError::Command("the GPU reader panicked".into())))
+        });
+        (outcome, before)
+    });
+    let outcome = outcome?;
     rec.matched = outcome
         .matched
         .iter()
@@ -560,30 +586,7 @@ fn kill_target_inner(
         }
     }
     if let Some(before) = gpu_before {
-        // Teardown lags exit: wait until no killed pid holds GPU memory any more.
-        let killed: Vec<u32> = rec.matched.iter().map(|m| m.pid).collect();
-        let end = Instant::now() + cfg.gpu_wait;
-        let mut released = false;
-        loop {
-            let holders = exec.gpu_pids()?.unwrap_or_default();
-            if !holders.iter().any(|p| killed.contains(p)) {
-                released = true;
-                break;
-            }
-            if Instant::now() >= end {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        rec.gpu_used_before_bytes = Some(before);
-        rec.gpu_used_after_bytes = exec.gpu_used_bytes()?;
-        rec.gpu_released = Some(released);
-        if !released {
-            problems.push(format!(
-                "GPU memory still held by killed pids after {:?}",
-                cfg.gpu_wait
-            ));
-        }
+        check_gpu_release(exec, cfg, rec, before, &mut problems);
     }
     if let Some(why) = &rec.refused {
         cli::warn(format!("{}: {why}", rec.target));
@@ -593,4 +596,103 @@ fn kill_target_inner(
         return Err(TargetError::Unfinished(problems));
     }
     Ok(())
+}
+
+/// How long one nvidia-smi run of the GPU check may take, with `left` of `--gpu-wait` to go.
+fn gpu_call_deadline(left: Duration) -> Duration {
+    left.clamp(Duration::from_secs(1), Bounds::QUERY.deadline)
+}
+
+/// After the kill: waits (within `--gpu-wait`) until no killed pid holds GPU memory, and reads
+/// the memory again. nvidia-smi hanging, failing or printing without end is a warning in the
+/// record (`gpu_warning`), and ends the check; memory still held is a problem.
+fn check_gpu_release(
+    exec: &dyn Exec,
+    cfg: &Args,
+    rec: &mut KillRecord,
+    before: Result<Option<gpu::Answer<(u32, Option<u64>)>>, ExecError>,
+    problems: &mut Vec<String>,
+) {
+    let mut warnings: Vec<String> = Vec::new();
+    let warn = |warnings: &mut Vec<String>, w: String| {
+        if !warnings.contains(&w) {
+            warnings.push(w);
+        }
+    };
+    let before = match before {
+        // No nvidia-smi there: no GPU check.
+        Ok(None) => return,
+        Ok(Some(a)) => {
+            if let Some(w) = a.failure {
+                warn(&mut warnings, w);
+            }
+            a.rows
+        }
+        Err(e) => {
+            rec.gpu_warning = Some(e.to_string());
+            return;
+        }
+    };
+    if !before.is_empty() {
+        rec.gpu_used_before_bytes = Some(gpu::by_index(&before));
+    }
+    // Teardown lags exit: wait until no killed pid holds GPU memory any more.
+    let killed: Vec<u32> = rec.matched.iter().map(|m| m.pid).collect();
+    let end = Instant::now() + cfg.gpu_wait;
+    let left = || gpu_call_deadline(end.saturating_duration_since(Instant::now()));
+    let program = &cfg.nvidia_smi;
+    let mut released = None;
+    loop {
+        match gpu::compute_pids(exec, program, Bounds::QUERY.with_deadline(left())) {
+            Ok(Some(a)) => {
+                let blind = a.rows.is_empty() && a.failure.is_some();
+                if let Some(w) = a.failure {
+                    warn(&mut warnings, w);
+                }
+                if blind {
+                    // It answered nothing readable: whether the memory was released is unknown.
+                    break;
+                }
+                if !a.rows.iter().any(|p| killed.contains(p)) {
+                    released = Some(true);
+                    break;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                warn(&mut warnings, e.to_string());
+                break;
+            }
+        }
+        if Instant::now() >= end {
+            released = Some(false);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let timed_out = warnings.iter().any(|w| w.contains("did not finish within"));
+    if !timed_out {
+        match gpu::used_bytes(exec, program, Bounds::QUERY.with_deadline(left())) {
+            Ok(Some(a)) => {
+                if let Some(w) = a.failure {
+                    warn(&mut warnings, w);
+                }
+                if !a.rows.is_empty() {
+                    rec.gpu_used_after_bytes = Some(gpu::by_index(&a.rows));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => warn(&mut warnings, e.to_string()),
+        }
+    }
+    rec.gpu_released = released;
+    if released == Some(false) {
+        problems.push(format!(
+            "GPU memory still held by killed pids after {:?}",
+            cfg.gpu_wait
+        ));
+    }
+    if !warnings.is_empty() {
+        rec.gpu_warning = Some(warnings.join("; "));
+    }
 }

@@ -11,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 use testkit::{Guard, cmd, json_lines, matched_pids, wait_gone};
 
-/// Answers `--query-compute-apps=pid` and `--query-gpu=memory.used` like nvidia-smi with
+/// Answers `--query-compute-apps=pid` and `--query-gpu=index,memory.used` like nvidia-smi with
 /// `--format=csv,noheader,nounits`. A zombie holds nothing: the driver frees a context at exit.
 const FAKE_NVIDIA_SMI: &str = r#"#!/bin/sh
 held() {
@@ -22,10 +22,13 @@ held() {
 }
 case "$*" in
   *--query-compute-apps=pid*)
-    while read -r pid mib stuck; do held "$pid" "$stuck" && echo "$pid"; done < "$SERVBENCH_FAKE_GPUS" ;;
-  *--query-gpu=memory.used*)
+    while read -r pid mib stuck; do held "$pid" "$stuck" && echo "$pid"; done < "$SERVBENCH_FAKE_GPUS"
+    true ;;
+  *--query-gpu=index,memory.used*)
+    i=0
     while read -r pid mib stuck; do
-      if held "$pid" "$stuck"; then echo "$mib"; else echo 0; fi
+      if held "$pid" "$stuck"; then echo "$i, $mib"; else echo "$i, 0"; fi
+      i=$((i + 1))
     done < "$SERVBENCH_FAKE_GPUS" ;;
   *) echo "fake nvidia-smi: unexpected arguments: $*" >&2; exit 2 ;;
 esac

@@ -27,8 +27,8 @@ const LOG_TAIL_LINES: usize = 30;
 /// How often readiness is polled (after quicker first checks).
 const POLL: Duration = Duration::from_millis(500);
 
-/// Set by SIGINT/SIGTERM while a server is starting: it was never announced, so nobody else
-/// would stop it; srv-launch kills it and exits 130.
+/// Set by SIGINT/SIGTERM while a server is starting or its environment is being recorded: it
+/// was never announced, so nobody else would stop it; srv-launch kills it and exits 130.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_interrupt(_signal: libc::c_int) {
@@ -127,6 +127,9 @@ pub struct Args {
     /// Path of the engine's program, replacing its default (e.g. a llama-server build)
     #[arg(long, value_name = "PATH")]
     pub bin: Option<String>,
+    /// nvidia-smi to ask for the GPUs in the record's `env` (a path where it is not on PATH)
+    #[arg(long, value_name = "PROGRAM", default_value = "nvidia-smi")]
+    pub nvidia_smi: String,
     /// Print the exact command and log path on stderr
     #[arg(short, long)]
     pub verbose: bool,
@@ -431,6 +434,27 @@ fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRec
         plan.engine, plan.url, plan.log
     ));
 
+    // The environment, bounded (env::CAPTURE_BOUND) and stopped by a signal like the wait.
+    let env = env::gather(
+        exec,
+        &env::Capture {
+            url: &plan.url,
+            version_at: engines::engine(&plan.engine).map_or(engines::CMD_VERSION, |e| e.version),
+            program: (cfg.cmd.is_none()).then_some(plan.argv[0].as_str()),
+            gpus: cfg.gpus.as_deref(),
+            nvidia_smi: &cfg.nvidia_smi,
+            stop: &INTERRUPTED,
+        },
+    );
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        let result = kill_unannounced(exec, plan, id);
+        cli::info(format!(
+            "interrupted while recording {}'s environment: {result}",
+            plan.engine
+        ));
+        return Err(cli::Interrupted.into());
+    }
+
     let mut labels = Labels::new();
     labels.insert("engine".into(), plan.engine.clone());
     if let Some(m) = cfg.model.clone().or_else(|| served.clone()) {
@@ -461,13 +485,7 @@ fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRec
         gpus: cfg.gpus.clone(),
         name: cfg.name.clone(),
         argv: procs::redact_argv(&plan.argv),
-        env: Some(env::gather(
-            exec,
-            &plan.url,
-            engines::engine(&plan.engine).map_or(engines::CMD_VERSION, |e| e.version),
-            &plan.argv[0],
-            cfg.gpus.as_deref(),
-        )),
+        env: Some(env),
         extra: servbench::record::Extra::new(),
     })
 }

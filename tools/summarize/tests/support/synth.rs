@@ -535,6 +535,7 @@ pub fn lifecycle_lines(labels: &Labels) -> Vec<String> {
         gpu_used_before_bytes: None,
         gpu_used_after_bytes: None,
         gpu_released: None,
+        gpu_warning: None,
         refused: None,
         dry_run: false,
         elapsed_s: 0.21,

@@ -1,0 +1,194 @@
+//! nvidia-smi sampling on a thread of its own, so the telemetry thread (and through it a
+//! point's start and end) never waits for it: nvidia-smi on a wedged driver hangs, and an SSH
+//! connection takes its time. The telemetry thread asks for a sample at each of its instants
+//! and takes whatever samples have arrived; one still running is not waited for.
+//!
+//! Each run is bounded ([`SAMPLE_BOUNDS`]: its process group killed at the deadline, its output
+//! cut at the cap). A run that times out, prints without end, or answers nothing readable ends
+//! the sampling for the run, with one note saying what failed; nvidia-smi failing for one GPU
+//! while the others answer (a lost GPU) is noted once and the healthy GPUs are still sampled.
+
+use servbench::cli;
+use servbench::exec::{self, Bounds, Exec, SshOptions, gpu};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, TryRecvError};
+use std::time::Duration;
+
+/// One nvidia-smi run: 10 s, 1 MiB of output (a few hundred bytes per GPU is what it prints).
+pub const SAMPLE_BOUNDS: Bounds = Bounds::QUERY;
+
+/// How long dropping the sampler waits for its thread (which stops its nvidia-smi at once
+/// here, within the remote `timeout` over SSH) before leaving it behind.
+const DROP_WAIT: Duration = Duration::from_secs(3);
+
+/// Where and what to sample.
+#[derive(Debug, Clone)]
+pub struct SmiTarget {
+    pub host: String,
+    /// The program (`nvidia-smi`, or a path).
+    pub program: String,
+    pub ssh: SshOptions,
+    /// Empty: every GPU.
+    pub indices: Vec<u32>,
+    /// Say so when there is no nvidia-smi (asked for, or the server names its GPUs).
+    pub expected: bool,
+}
+
+/// One finished sample and the CPU time the sampler thread spent on it (kept out of the
+/// client's CPU like the telemetry thread's own).
+pub struct Sampled {
+    pub readings: Vec<gpu::GpuReading>,
+    pub cpu_s: f64,
+}
+
+/// The sampler's handle (owned by the telemetry thread).
+pub struct GpuSampler {
+    ask: Option<mpsc::Sender<()>>,
+    got: mpsc::Receiver<Sampled>,
+    ended: mpsc::Receiver<()>,
+    in_flight: bool,
+    stop: &'static AtomicBool,
+}
+
+impl GpuSampler {
+    pub fn start(target: SmiTarget, thread_cpu_s: fn() -> f64) -> Option<GpuSampler> {
+        let (ask, asked) = mpsc::channel::<()>();
+        let (tx, got) = mpsc::channel();
+        let (end_tx, ended) = mpsc::channel();
+        // One per run of loadgen: the flag must outlive the thread, which may be left behind.
+        let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+        std::thread::Builder::new()
+            .name("loadgen-gpu".into())
+            .spawn(move || {
+                super::telemetry::yield_to_the_senders();
+                let mut worker = Worker {
+                    target,
+                    exec: None,
+                    noted: false,
+                    bounds: SAMPLE_BOUNDS.stopped_by(stop),
+                };
+                while asked.recv().is_ok() {
+                    let cpu = thread_cpu_s();
+                    let sample = worker.sample();
+                    let cpu_s = thread_cpu_s() - cpu;
+                    match sample {
+                        Some(readings) => {
+                            if tx.send(Sampled { readings, cpu_s }).is_err() {
+                                break;
+                            }
+                        }
+                        None => break,
+                    }
+                }
+                let _ = end_tx.send(());
+            })
+            .ok()?;
+        Some(GpuSampler {
+            ask: Some(ask),
+            got,
+            ended,
+            in_flight: false,
+            stop,
+        })
+    }
+
+    /// Asks for a sample unless one is running (a slow nvidia-smi skips instants).
+    pub fn ask(&mut self) {
+        if !self.in_flight
+            && let Some(a) = &self.ask
+        {
+            self.in_flight = a.send(()).is_ok();
+        }
+    }
+
+    /// The samples that have arrived since the last call.
+    pub fn take(&mut self) -> Vec<Sampled> {
+        let mut out = Vec::new();
+        loop {
+            match self.got.try_recv() {
+                Ok(s) => {
+                    self.in_flight = false;
+                    out.push(s);
+                }
+                Err(TryRecvError::Empty) => return out,
+                Err(TryRecvError::Disconnected) => {
+                    // The sampler gave up (its note said why): nothing more will come.
+                    self.ask = None;
+                    return out;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for GpuSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        drop(self.ask.take());
+        let _ = self.ended.recv_timeout(DROP_WAIT);
+    }
+}
+
+/// The sampler thread's state.
+struct Worker {
+    target: SmiTarget,
+    exec: Option<Box<dyn Exec>>,
+    noted: bool,
+    bounds: Bounds,
+}
+
+impl Worker {
+    /// One sample; `None` when sampling ends (noted).
+    fn sample(&mut self) -> Option<Vec<gpu::GpuReading>> {
+        let host = self.target.host.clone();
+        if self.exec.is_none() {
+            match exec::connect(Some(&host), &self.target.ssh) {
+                Ok(e) => self.exec = Some(e),
+                Err(e) => return self.give_up(format!("{host}: {e}")),
+            }
+        }
+        let exec = self.exec.as_deref()?;
+        let program = &self.target.program;
+        match gpu::sample(exec, program, &self.target.indices, self.bounds) {
+            Ok(Some(answer)) => {
+                let Some(why) = answer.failure else {
+                    return Some(answer.rows);
+                };
+                if answer.rows.is_empty() {
+                    // Failing where GPUs were not asked for (a loopback URL) is said only
+                    // when it is a hang or an endless output, which a wedged driver gives.
+                    return match self.target.expected || answer.cut {
+                        true => self.give_up(why),
+                        false => None,
+                    };
+                }
+                // A lost GPU: the others still answer, and are still sampled.
+                if !std::mem::replace(&mut self.noted, true) {
+                    let got: Vec<String> =
+                        answer.rows.iter().map(|g| g.index.to_string()).collect();
+                    cli::info(format!(
+                        "note: GPU telemetry: {why}; sampling the GPUs that answer ({})",
+                        got.join(", ")
+                    ));
+                }
+                Some(answer.rows)
+            }
+            Ok(None) if self.target.expected => self.give_up(format!("no {program} on {host}")),
+            Ok(None) => None,
+            Err(_) if self.bounds.stop.is_some_and(|f| f.load(Ordering::SeqCst)) => None,
+            Err(e) => self.give_up(e.to_string()),
+        }
+    }
+
+    fn give_up<T>(&mut self, why: String) -> Option<T> {
+        if !std::mem::replace(&mut self.noted, true) {
+            cli::info(format!(
+                "note: no GPU telemetry: {why}; GPU sampling stopped for this run, summaries \
+                 have no `gpus` (--no-gpu to skip)"
+            ));
+        } else {
+            cli::info(format!("note: GPU sampling stopped: {why}"));
+        }
+        None
+    }
+}
