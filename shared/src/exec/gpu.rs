@@ -82,13 +82,15 @@ fn failure_of(out: &Output, text: &str, no_rows: bool, bounds: Bounds) -> Option
     }
 }
 
-/// Used memory per GPU in bytes, as (index, bytes); a GPU that reports no value (`[N/A]`)
-/// has `None`. `None` where there is no such program.
+/// One GPU's used memory: (index, bytes), `None` bytes where it reports no value (`[N/A]`).
+pub type MemoryRow = (u32, Option<u64>);
+
+/// Used memory per GPU in bytes; `None` where there is no such program.
 pub fn used_bytes<E: Exec + ?Sized>(
     exec: &E,
     program: &str,
     bounds: Bounds,
-) -> Result<Option<Answer<(u32, Option<u64>)>>, ExecError> {
+) -> Result<Option<Answer<MemoryRow>>, ExecError> {
     query(
         exec,
         program,
@@ -107,7 +109,7 @@ pub fn used_bytes<E: Exec + ?Sized>(
 
 /// Per-GPU values as a list whose position is the GPU index (`null` where a GPU gave none),
 /// so two lists taken at different times line up even when one GPU stops answering.
-pub fn by_index(rows: &[(u32, Option<u64>)]) -> Vec<Option<u64>> {
+pub fn by_index(rows: &[MemoryRow]) -> Vec<Option<u64>> {
     // Indices are small; one far beyond the GPUs a host can hold is not a row.
     let rows: Vec<_> = rows.iter().filter(|(i, _)| *i < 1024).collect();
     let len = rows.iter().map(|(i, _)| *i as usize + 1).max().unwrap_or(0);

@@ -3,8 +3,8 @@
 //! connection takes its time. The telemetry thread asks for a sample at each of its instants
 //! and takes whatever samples have arrived; one still running is not waited for.
 //!
-//! Each run is bounded ([`SAMPLE_BOUNDS`]: its process group killed at the deadline, its output
-//! cut at the cap). A run that times out, prints without end, or answers nothing readable ends
+//! Each run is bounded (by the plan's scrape timeout, `--timeout` and at most 5 s; its process
+//! group killed at the deadline; its output cut at [`SAMPLE_OUTPUT_CAP`]). A run that times out, prints without end, or answers nothing readable ends
 //! the sampling for the run, with one note saying what failed; nvidia-smi failing for one GPU
 //! while the others answer (a lost GPU) is noted once and the healthy GPUs are still sampled.
 
@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, TryRecvError};
 use std::time::Duration;
 
-/// One nvidia-smi run: 10 s, 1 MiB of output (a few hundred bytes per GPU is what it prints).
-pub const SAMPLE_BOUNDS: Bounds = Bounds::QUERY;
+/// What one nvidia-smi run may print: 1 MiB (a few hundred bytes per GPU is what it prints).
+pub const SAMPLE_OUTPUT_CAP: usize = 1 << 20;
 
 /// How long dropping the sampler waits for its thread (which stops its nvidia-smi at once
 /// here, within the remote `timeout` over SSH) before leaving it behind.
@@ -51,7 +51,12 @@ pub struct GpuSampler {
 }
 
 impl GpuSampler {
-    pub fn start(target: SmiTarget, thread_cpu_s: fn() -> f64) -> Option<GpuSampler> {
+    /// Starts the thread; each nvidia-smi run ends by `deadline`.
+    pub fn start(
+        target: SmiTarget,
+        deadline: Duration,
+        thread_cpu_s: fn() -> f64,
+    ) -> Option<GpuSampler> {
         let (ask, asked) = mpsc::channel::<()>();
         let (tx, got) = mpsc::channel();
         let (end_tx, ended) = mpsc::channel();
@@ -65,7 +70,7 @@ impl GpuSampler {
                     target,
                     exec: None,
                     noted: false,
-                    bounds: SAMPLE_BOUNDS.stopped_by(stop),
+                    bounds: Bounds::new(deadline, SAMPLE_OUTPUT_CAP).stopped_by(stop),
                 };
                 while asked.recv().is_ok() {
                     let cpu = thread_cpu_s();

@@ -43,7 +43,7 @@ pub struct Plan {
     pub metrics: Option<(Target, String)>,
     pub gpus: Option<GpuSource>,
     pub interval: Duration,
-    /// Longest one scrape may take.
+    /// Longest one scrape, or one nvidia-smi run, may take.
     pub timeout: Duration,
 }
 
@@ -201,6 +201,7 @@ impl Scraper {
                     indices: indices.clone(),
                     expected: *expected,
                 },
+                plan.timeout,
                 thread_cpu_s,
             ),
             _ => None,

@@ -610,7 +610,7 @@ fn check_gpu_release(
     exec: &dyn Exec,
     cfg: &Args,
     rec: &mut KillRecord,
-    before: Result<Option<gpu::Answer<(u32, Option<u64>)>>, ExecError>,
+    before: Result<Option<gpu::Answer<gpu::MemoryRow>>, ExecError>,
     problems: &mut Vec<String>,
 ) {
     let mut warnings: Vec<String> = Vec::new();
