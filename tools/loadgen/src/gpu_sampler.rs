@@ -45,6 +45,8 @@ pub struct Sampled {
 pub struct GpuSampler {
     ask: Option<mpsc::Sender<()>>,
     got: mpsc::Receiver<Sampled>,
+    /// Until the host is connected (over SSH; at once here).
+    ready: Option<mpsc::Receiver<()>>,
     ended: mpsc::Receiver<()>,
     in_flight: bool,
     stop: &'static AtomicBool,
@@ -60,6 +62,7 @@ impl GpuSampler {
         let (ask, asked) = mpsc::channel::<()>();
         let (tx, got) = mpsc::channel();
         let (end_tx, ended) = mpsc::channel();
+        let (ready_tx, ready) = mpsc::channel();
         // One per run of loadgen: the flag must outlive the thread, which may be left behind.
         let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
         std::thread::Builder::new()
@@ -72,18 +75,18 @@ impl GpuSampler {
                     noted: false,
                     bounds: Bounds::new(deadline, SAMPLE_OUTPUT_CAP).stopped_by(stop),
                 };
-                while asked.recv().is_ok() {
+                // Connected (over SSH) while loadgen sets up; the first point waits for that
+                // (bounded), never for nvidia-smi itself.
+                let mut alive = worker.connect();
+                let _ = ready_tx.send(());
+                while alive && asked.recv().is_ok() {
                     let cpu = thread_cpu_s();
                     let sample = worker.sample();
                     let cpu_s = thread_cpu_s() - cpu;
-                    match sample {
-                        Some(readings) => {
-                            if tx.send(Sampled { readings, cpu_s }).is_err() {
-                                break;
-                            }
-                        }
-                        None => break,
-                    }
+                    alive = match sample {
+                        Some(readings) => tx.send(Sampled { readings, cpu_s }).is_ok(),
+                        None => false,
+                    };
                 }
                 let _ = end_tx.send(());
             })
@@ -91,6 +94,7 @@ impl GpuSampler {
         Some(GpuSampler {
             ask: Some(ask),
             got,
+            ready: Some(ready),
             ended,
             in_flight: false,
             stop,
@@ -104,6 +108,30 @@ impl GpuSampler {
         {
             self.in_flight = a.send(()).is_ok();
         }
+    }
+
+    /// Waits (once, at most `bound`) until the host is connected, so a first short point
+    /// gets its samples; nvidia-smi itself is never waited for here.
+    pub fn wait_connected(&mut self, bound: Duration) {
+        if let Some(r) = self.ready.take() {
+            let _ = r.recv_timeout(bound);
+        }
+    }
+
+    /// [`GpuSampler::take`], waiting at most `bound` for the sample under way when there is
+    /// one and `none_yet` (a point shorter than one SSH round trip still gets a sample).
+    pub fn take_at_end(&mut self, none_yet: bool, bound: Duration) -> Vec<Sampled> {
+        let mut out = self.take();
+        if out.is_empty()
+            && none_yet
+            && self.in_flight
+            && self.ask.is_some()
+            && let Ok(s) = self.got.recv_timeout(bound)
+        {
+            self.in_flight = false;
+            out.push(s);
+        }
+        out
     }
 
     /// The samples that have arrived since the last call.
@@ -143,15 +171,21 @@ struct Worker {
 }
 
 impl Worker {
+    /// Connects to the host; false (noted) when that failed.
+    fn connect(&mut self) -> bool {
+        let host = self.target.host.clone();
+        match exec::connect(Some(&host), &self.target.ssh) {
+            Ok(e) => {
+                self.exec = Some(e);
+                true
+            }
+            Err(e) => self.give_up::<()>(format!("{host}: {e}")).is_some(),
+        }
+    }
+
     /// One sample; `None` when sampling ends (noted).
     fn sample(&mut self) -> Option<Vec<gpu::GpuReading>> {
         let host = self.target.host.clone();
-        if self.exec.is_none() {
-            match exec::connect(Some(&host), &self.target.ssh) {
-                Ok(e) => self.exec = Some(e),
-                Err(e) => return self.give_up(format!("{host}: {e}")),
-            }
-        }
         let exec = self.exec.as_deref()?;
         let program = &self.target.program;
         match gpu::sample(exec, program, &self.target.indices, self.bounds) {

@@ -503,7 +503,12 @@ impl<W: Write> Run<'_, W> {
             }
         }
         if let Some(t) = &self.telemetry {
-            t.begin().await;
+            // Bounded (the scrape timeout; the GPU host's connection before the first point),
+            // and given up at a stop.
+            tokio::select! {
+                _ = t.begin() => {}
+                _ = ctx.stop.wait() => {}
+            }
         }
         self.ranks.start_together(&total).await?;
         let cpu_before = cpu_seconds();

@@ -249,6 +249,7 @@ impl Scraper {
                 Cmd::Begin(reply) => {
                     let cpu_at_start = thread_cpu_s();
                     if let Some(smi) = &mut self.smi {
+                        smi.wait_connected(self.plan.timeout);
                         // A sample that ended after the last point is not this point's.
                         smi.take();
                         smi.ask();
@@ -316,7 +317,14 @@ impl Scraper {
     }
 
     fn finish(&mut self, mut o: Open, expected: u64) -> PointTelemetry {
-        self.take_gpu_samples(&mut o);
+        if let Some(smi) = &mut self.smi {
+            // At most a second, and only for a point with no sample yet.
+            let bound = self.plan.timeout.min(Duration::from_secs(1));
+            for s in smi.take_at_end(o.gpus.is_empty(), bound) {
+                o.gpus.add(&s.readings);
+                o.gpu_cpu_s += s.cpu_s;
+            }
+        }
         let stopped = o.metrics_stopped;
         let server = o.window.map(|w| {
             if stopped {
