@@ -46,10 +46,50 @@ fn records_pass_through_the_whole_pipeline_unchanged_and_labels_are_inherited() 
     for kind in ["request", "summary", "coll", "coll_run", "kill"] {
         assert!(kinds.contains(&kind), "no {kind} record in {kinds:?}");
     }
-    // srv-kill consumed the server record and stopped exactly that server.
-    assert!(!kinds.contains(&"server"));
+    // srv-kill stopped exactly that server, and passed its record on marked killed, just
+    // before its kill record (summarize's environment table reads it); a second srv-kill
+    // takes it for no target.
+    let at = kinds
+        .iter()
+        .position(|k| *k == "server")
+        .expect("the server record passed on");
+    let server = &records[at];
+    assert_eq!(server["killed"], true, "{server}");
+    assert_eq!(kinds[at + 1], "kill", "{kinds:?}");
     let kill = records.iter().find(|r| r["kind"] == "kill").unwrap();
     assert_eq!(kill["ok"], true, "{kill}");
+    assert_eq!(kill["matched"][0]["pid"], server["pid"]);
+    let piped = std::process::Stdio::piped;
+    let again = testkit::sh_cmd("srv-kill")
+        .stdin(piped())
+        .stdout(piped())
+        .stderr(piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .unwrap()
+                .write_all(format!("{server}\n").as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "nothing to kill: {}",
+        stderr(&again)
+    );
+    assert!(
+        stderr(&again).contains("nothing matched"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(
+        json_lines(&again.stdout),
+        vec![server.clone()],
+        "passed on unchanged"
+    );
     // The server's labels reach what loadgen derived from it, plus loadgen's own.
     for r in records
         .iter()

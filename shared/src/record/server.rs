@@ -50,6 +50,11 @@ pub struct ServerRecord {
     /// The engine's version and the host's GPUs, driver, CUDA, kernel, CPU and name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<ServerEnv>,
+    /// srv-kill passed this record on after killing its server (the `kill` record after it
+    /// says how that went): it tells downstream readers (summarize's environment table) what
+    /// ran; no tool takes it as a target.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub killed: bool,
     #[serde(flatten)]
     pub extra: Extra,
 }

@@ -95,6 +95,7 @@ fn server() -> impl Strategy<Value = Record> {
                     cpu_model: Some("AMD EPYC 9654".into()),
                     hostname: Some("gpu1".into()),
                 }),
+                killed: port % 2 == 0,
                 extra,
             })
         },

@@ -85,7 +85,10 @@ pub(crate) fn upstream<W: std::io::Write>(
     };
     if args.url.is_none() {
         jsonl::pass_through(args.common.strict, out, |line| {
-            if let Record::Server(s) = &line.record {
+            // A record srv-kill passed on names a server it killed: not a target.
+            if let Record::Server(s) = &line.record
+                && !s.killed
+            {
                 servers += 1;
                 if found.is_none() {
                     found = Some(s.clone());

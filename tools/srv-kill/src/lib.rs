@@ -151,11 +151,17 @@ fn catch_interrupts(cfg: &Args) {
 /// Reads the targets, kills them, and writes one record each (and every record passed on).
 fn kill_all(cfg: &Args, out: &mut RecordWriter<std::io::Stdout>) -> Result<Exit> {
     let mut targets: Vec<(Option<String>, Target, Labels)> = Vec::new();
+    // Server records from stdin, by target index: passed on (marked killed) beside their kill
+    // records, so the one-line loop's downstream still knows what ran.
+    let mut pass_on: BTreeMap<usize, ServerRecord> = BTreeMap::new();
     let flag_host = cfg.host.clone();
 
     let sources: Vec<Source> = cfg.from.iter().map(|f| Source::parse(f)).collect();
     jsonl::read_all(&sources, cfg.common.strict, |line| {
-        if let Record::Server(r) = line.record {
+        // A record srv-kill passed on names a server already killed: never a target again.
+        if let Record::Server(r) = line.record
+            && !r.killed
+        {
             targets.push((
                 Some(r.host.clone()),
                 Target::Server(Box::new(r)),
@@ -167,7 +173,8 @@ fn kill_all(cfg: &Args, out: &mut RecordWriter<std::io::Stdout>) -> Result<Exit>
     let stdin_piped = jsonl::stdin_is_piped() && !cfg.from.iter().any(|f| f == "-");
     if stdin_piped {
         jsonl::pass_through(cfg.common.strict, out, |line| match &line.record {
-            Record::Server(r) => {
+            Record::Server(r) if !r.killed => {
+                pass_on.insert(targets.len(), r.clone());
                 targets.push((
                     Some(r.host.clone()),
                     Target::Server(Box::new(r.clone())),
@@ -262,7 +269,13 @@ fn kill_all(cfg: &Args, out: &mut RecordWriter<std::io::Stdout>) -> Result<Exit>
     });
 
     let mut exit = Exit::Ok;
-    for Outcome { record: rec, error } in &outcomes {
+    for (i, Outcome { record: rec, error }) in outcomes.iter().enumerate() {
+        if let Some(mut server) = pass_on.remove(&i)
+            && !cfg.dry_run
+        {
+            server.killed = true;
+            out.emit(&server)?;
+        }
         out.emit(rec)?;
         let missing = matches!(error, Some(TargetError::NothingMatched));
         if rec.ok || (missing && cfg.missing_ok) {

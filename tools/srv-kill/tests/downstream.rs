@@ -136,6 +136,12 @@ fn a_line_that_is_not_utf8_is_skipped_with_its_place_and_the_kill_goes_on() {
     );
     assert!(wait_gone(&[server.pid()], Duration::from_secs(2)));
     let records = testkit::json_lines(&out.stdout);
-    assert_eq!(records.len(), 1, "the bad line is not passed on");
-    assert_eq!(records[0]["ok"], true);
+    // The server record passed on (marked killed) and its kill record; the bad line is not.
+    assert_eq!(
+        records.len(),
+        2,
+        "the bad line is not passed on: {records:?}"
+    );
+    assert_eq!(records[0]["killed"], true);
+    assert_eq!(records[1]["ok"], true);
 }

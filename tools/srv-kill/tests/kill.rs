@@ -239,7 +239,13 @@ fn in_a_pipeline_other_records_pass_through_and_the_kill_waits_for_the_end_of_in
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], note, "pass-through is byte for byte");
-    let kill: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+    // The server record comes after the kill, marked killed, before its kill record.
+    let server: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+    assert_eq!(
+        (&server["kind"], &server["killed"]),
+        (&"server".into(), &true.into())
+    );
+    let kill: serde_json::Value = serde_json::from_str(lines[2]).unwrap();
     assert_eq!(kill["kind"], "kill");
     assert_eq!(kill["ok"], true);
     assert_eq!(kill["signals"], serde_json::json!(["TERM"]));

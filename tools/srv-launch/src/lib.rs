@@ -486,6 +486,7 @@ fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRec
         name: cfg.name.clone(),
         argv: procs::redact_argv(&plan.argv),
         env: Some(env),
+        killed: false,
         extra: servbench::record::Extra::new(),
     })
 }

@@ -109,7 +109,29 @@ fn run_labels(points: &[Point]) -> BTreeSet<String> {
 fn stripped(p: &Point, drop: &BTreeSet<String>) -> (Labels, Params) {
     let mut labels = p.labels.clone();
     labels.retain(|k, _| !drop.contains(k));
-    (labels, p.params)
+    (labels, p.params.without(drop))
+}
+
+/// The point parameters (input or output length, trace speed) each side holds one value of,
+/// a different one: two runs of another workload. Matching ignores them (the comparison is on
+/// the rest) and a note names them, rather than no row matching at all.
+fn differing_params(base: &[Point], new: &[Point]) -> Vec<(String, String, String)> {
+    let (b, n) = (Keys::of(base), Keys::of(new));
+    ["in", "out", "speed"]
+        .iter()
+        .filter_map(|k| {
+            let value = |keys: &Keys| {
+                keys.constant
+                    .iter()
+                    .find(|(c, _)| c == k)
+                    .map(|(_, v)| v.clone())
+            };
+            match (value(&b), value(&n)) {
+                (Some(x), Some(y)) if x != y => Some((k.to_string(), x, y)),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// One comparison between a base and a new set of points, matched by what is left of their
@@ -311,8 +333,10 @@ pub fn compare_sides(
 ) -> Table {
     let mut drop = run_labels(base);
     drop.extend(run_labels(new));
+    let differ = differing_params(base, new);
+    drop.extend(differ.iter().map(|(k, _, _)| k.clone()));
     let pairing = pair(base, new, &drop);
-    table_for(
+    let mut table = table_for(
         "comparison",
         vec![
             ("base".into(), base_name.into()),
@@ -321,7 +345,19 @@ pub fn compare_sides(
         &pairing,
         metrics,
         false,
-    )
+    );
+    for (k, b, n) in differ {
+        let what = match k.as_str() {
+            "in" => "input length (tokens)",
+            "out" => "output length (max_tokens)",
+            _ => "trace speed",
+        };
+        table.notes.insert(
+            0,
+            format!("the runs differ in {what}: base {k}={b}, new {k}={n}; points are matched on the rest, so each ratio includes that difference"),
+        );
+    }
+    table
 }
 
 /// `--compare-by LABEL[=BASE]`: the base is the given value, else the first in sort order;

@@ -65,6 +65,22 @@ impl Params {
         }
     }
 
+    /// These parameters without the named ones (`in`, `out`, `speed`), to match points that
+    /// differ only there.
+    pub fn without(&self, keys: &std::collections::BTreeSet<String>) -> Params {
+        let mut p = *self;
+        if keys.contains("in") {
+            p.input_len = None;
+        }
+        if keys.contains("out") {
+            p.max_tokens = None;
+        }
+        if keys.contains("speed") {
+            p.trace_speed_bits = None;
+        }
+        p
+    }
+
     /// Sort order that puts rates in numeric order (bits of positive floats sort numerically).
     pub fn sort_key(&self) -> (Option<u32>, Option<u32>, Option<u32>, Option<u64>) {
         (

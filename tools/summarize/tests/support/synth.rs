@@ -516,6 +516,7 @@ pub fn lifecycle_lines(labels: &Labels) -> Vec<String> {
         name: None,
         argv: Vec::new(),
         env: None,
+        killed: false,
         extra: Default::default(),
     };
     let kill = KillRecord {
