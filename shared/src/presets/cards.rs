@@ -381,10 +381,10 @@ pub fn hardware_presets() -> Vec<Hardware> {
             interconnect: dual_socket(
                 "PCIe Gen4, 2 sockets x 4 GPUs",
                 level("socket", 4, 1.0, 24.0),
-                level("cross-socket", 8, 4.4, 16.0),
+                level("cross-socket", 8, 3.6, 16.0),
             ),
             source: format!(
-                "NVIDIA L40S datasheet: 864 GB/s GDDR6, 362 TFLOPS BF16 / 733 FP8 dense, 48 GB, no NVLink; {NCCL_SOURCE}; cross-socket hop as the RTX PRO 6000 calibration, inter-socket bandwidth AMD 16 GB/s (topo.cc)"
+                "NVIDIA L40S datasheet: 864 GB/s GDDR6, 362 TFLOPS BF16 / 733 FP8 dense, 48 GB, no NVLink; {NCCL_SOURCE}; cross-socket hop as the RTX PRO 6000 calibration (3.6 us, from measured allreduces), inter-socket bandwidth AMD 16 GB/s (topo.cc)"
             ),
         },
         rtx_pro_6000(
@@ -392,9 +392,9 @@ pub fn hardware_presets() -> Vec<Hardware> {
             dual_socket(
                 "PCIe Gen5, 2 sockets x 4 GPUs behind one switch each",
                 level("switch", 4, 1.1, 40.0),
-                level("cross-socket", 8, 4.4, 22.2),
+                level("cross-socket", 8, 3.6, 22.2),
             ),
-            "switch hop 1.1 us: 4 ranks on one socket 256 B-32 KB = 13.2-15.4 us; cross-socket hop 4.4 us: a 14 KiB allreduce at 8 ranks = ~70 us, the notes' 8.9 ms over 122 allreduces (73 us) and 57-68 us measured at 4-64 KB across sockets (voipmonitor/rtx6kpro asus-esc8000a-e13p-broadcom-switches.md); busbw 37.6-41.1 GB/s on one switch tuned, 22.2 GB/s default NCCL dual-socket (rtx6kpro pcie-bandwidth.md)",
+            "calibrated on measured NCCL allreduces of an 8x RTX PRO 6000 dual-socket box with Broadcom switches (voipmonitor/rtx6kpro @29f3863 hardware/asus-esc8000a-e13p-broadcom-switches.md): switch hop 1.1 us, so 4 ranks on one socket give 13.2-15.4 us at 256 B-32 KB as measured there; cross-socket hop 3.6 us, so 8 ranks give 57.6 / 58.3 / 67.3 us at 4 / 8 / 64 KB against 57.2 / 57.6 / 67.8 measured, and a Kimi-K2 14 KiB allreduce ~59 us (122 per step: ~7.2 ms). The notes' 8.9 ms per step is the BF16 GEMMs and the allreduces together, an upper bound of 73 us per allreduce, not a measurement of it. busbw 37.6-41.1 GB/s on one switch tuned, 22.2 GB/s default NCCL dual-socket (rtx6kpro hardware/pcie-bandwidth.md)",
         ),
         rtx_pro_6000(
             "rtx-pro-6000-switch",

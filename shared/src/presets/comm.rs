@@ -344,12 +344,22 @@ mod tests {
             .allreduce(ranks, bytes)
     }
 
+    /// The card was once calibrated on the notes' 8.9 ms per step over 122 allreduces (73 us
+    /// each), but that 8.9 ms is the BF16 GEMMs and the allreduces together: an upper bound.
+    /// The measured dual-socket figures (decode-step costs, rtx6kpro broadcom-switches) are
+    /// the calibration now.
     #[test]
-    fn rtx_pro_6000_dual_socket_matches_the_notes_73_us_at_tp8() {
-        // Kimi-K2 class at batch 1: 7168 x 2 B = 14 KiB, 122 allreduces in 8.9 ms = 73 us.
-        let c = us("rtx-pro-6000", 8, 14336.0);
-        assert!((65.0..78.0).contains(&c.us), "{c:?}");
-        assert_eq!(c.algo, Algo::RingLl);
+    fn rtx_pro_6000_dual_socket_matches_the_measured_57_to_68_us_at_tp8() {
+        // Measured, 8 ranks across the sockets: 4 KB 57.2, 8 KB 57.6, 64 KB 67.8 us.
+        for (bytes, measured) in [(4096.0, 57.2), (8192.0, 57.6), (65536.0, 67.8)] {
+            let c = us("rtx-pro-6000", 8, bytes);
+            assert!((c.us - measured).abs() < 0.05 * measured, "{bytes}: {c:?}");
+            assert_eq!(c.algo, Algo::RingLl);
+        }
+        // Kimi-K2 class at batch 1: 7168 x 2 B = 14 KiB, inside the measured range and under
+        // the notes' upper bound of 73 us.
+        let kimi = us("rtx-pro-6000", 8, 14336.0);
+        assert!((57.0..68.0).contains(&kimi.us), "{kimi:?}");
         // Inside one socket: 13-16 us, as measured at 4 ranks.
         let c4 = us("rtx-pro-6000", 4, 10240.0);
         assert!((12.5..16.0).contains(&c4.us), "{c4:?}");

@@ -7,18 +7,21 @@
 //! - [`roofline`]: a [`Deployment`] (model, hardware, layout, rates, communication) and the cost
 //!   of a step on it;
 //! - [`comm`]: what one allreduce costs, modelled from the topology the way NCCL picks its
-//!   algorithm, or read off a curve collbench measured.
+//!   algorithm, or read off a curve collbench measured;
+//! - [`verdict`]: the one answer to "communication or compute?" for a decode step.
 
 pub mod cards;
 pub mod comm;
 pub mod roofline;
+pub mod verdict;
 
 pub use cards::{
     Hardware, Interconnect, Level, LinkKind, ModelCard, Moe, WeightFormat, hardware_presets,
     model_presets,
 };
 pub use comm::{Algo, AllreduceCost, MeasuredCurve};
-pub use roofline::{Comm, Deployment, Layout, Rates, StepCost, StepWork};
+pub use roofline::{Comm, Deployment, Layout, MEMORY_UTILIZATION, Rates, StepCost, StepWork};
+pub use verdict::{Bound, ComputeParts, StepBasis, StepParts, StepVerdict};
 
 use std::path::Path;
 

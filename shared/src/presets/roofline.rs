@@ -222,6 +222,9 @@ impl ModelCard {
     }
 }
 
+/// vLLM's default `gpu_memory_utilization`: the share of GPU memory the engine may use.
+pub const MEMORY_UTILIZATION: f64 = 0.9;
+
 /// A model on a machine in a layout: what the roofline is computed for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Deployment {
@@ -376,6 +379,71 @@ impl Deployment {
             kv_tokens: u64::from(batch) * context,
         };
         self.round_cost(batch, work)
+    }
+
+    /// A speculative verify round: each of `batch` streams checks `drafts` draft tokens beside
+    /// its own token. The tokens beyond the first are pushed through the model like prompt
+    /// tokens (as srv-sim runs them): the weights are read once, the FLOPs grow.
+    pub fn verify_round(&self, batch: u32, context: u64, drafts: u32) -> StepCost {
+        let work = StepWork {
+            decode_seqs: batch,
+            prefill_tokens: batch.saturating_mul(drafts),
+            kv_tokens: u64::from(batch) * context,
+        };
+        self.round_cost(batch, work)
+    }
+
+    /// GPU memory per GPU the engine may use.
+    pub fn usable_bytes_per_gpu(&self) -> f64 {
+        self.hw.mem_bytes as f64 * MEMORY_UTILIZATION
+    }
+
+    /// Weight bytes each GPU holds.
+    pub fn weight_bytes_per_gpu(&self) -> f64 {
+        self.model.weight_bytes_total() / f64::from(self.layout.gpus())
+    }
+
+    /// KV-cache tokens that fit beside the weights (None: the weights alone do not fit).
+    pub fn kv_capacity_tokens(&self) -> Option<u64> {
+        let per_gpu_free = self.usable_bytes_per_gpu() - self.weight_bytes_per_gpu();
+        if per_gpu_free <= 0.0 {
+            return None;
+        }
+        // Each GPU holds its stage's layers and its share of the KV (see ModelCard::kv_split).
+        let per_gpu_per_token = self.model.kv_bytes_per_token()
+            / f64::from(self.layout.pp.max(1))
+            / self.model.kv_split(self.layout.tp);
+        Some((per_gpu_free / per_gpu_per_token) as u64)
+    }
+
+    /// Whether the weights fit this layout's GPUs at all (what srv-sim refuses to start
+    /// without): the layouts advice may name.
+    pub fn weights_fit(&self) -> bool {
+        self.kv_capacity_tokens().is_some()
+    }
+
+    /// Why this layout cannot serve `max_model_len`-token requests, if it cannot: the weights
+    /// do not fit, or the KV cache left holds less than one such request.
+    pub fn fit_problem(&self, max_model_len: u32) -> Option<String> {
+        let gpus = self.layout.gpus();
+        match self.kv_capacity_tokens() {
+            None => Some(format!(
+                "{} needs {:.1} GB of weights per GPU at tp={} pp={} ({:.0} GB in {}), more than the {:.1} GB usable of a {:.0} GB {}: raise --tp or --pp, or use a smaller weight format",
+                self.model.name,
+                self.weight_bytes_per_gpu() / 1e9,
+                self.layout.tp,
+                self.layout.pp,
+                self.model.weight_bytes_total() / 1e9,
+                self.model.formats(),
+                self.usable_bytes_per_gpu() / 1e9,
+                self.hw.mem_bytes as f64 / 1e9,
+                self.hw.name,
+            )),
+            Some(kv) if kv < u64::from(max_model_len) => Some(format!(
+                "the KV cache left beside the weights on {gpus} GPU(s) holds {kv} tokens, less than one request of --max-model-len {max_model_len}: lower --max-model-len or add GPUs"
+            )),
+            Some(_) => None,
+        }
     }
 
     /// Per-stream decode limit from memory alone (weights + KV per token over bandwidth), at

@@ -16,8 +16,8 @@ pub struct RampLevel {
 
 /// The end of a `loadgen --ramp` ("double the concurrency until it breaks"): every level tried,
 /// which rule stopped the ramp, and the best level: among the levels that broke no rule, the
-/// lowest concurrency within `--min-gain` of the highest output throughput (the saturation
-/// knee: more concurrency past it buys latency, not throughput).
+/// saturation knee under `--min-gain` (the last doubling that still gained that much; more
+/// concurrency past it buys latency, not throughput), else the highest output throughput.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RampRecord {
     #[serde(default = "current_version")]
@@ -37,6 +37,10 @@ pub struct RampRecord {
     pub best_concurrency: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best_output_tok_s: Option<f64>,
+    /// `--min-gain`: the knee rule the best level was chosen by (`servbench::stats::knee`),
+    /// so a reader of the record names the same knee.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_gain: Option<f64>,
     #[serde(flatten)]
     pub extra: Extra,
 }

@@ -371,6 +371,7 @@ fn ramp() -> impl Strategy<Value = Record> {
             reason: "gain 2% < 5%".into(),
             best_concurrency: (n > 0).then_some(1),
             best_output_tok_s: (n > 0).then_some(tok_s),
+            min_gain: (n > 1).then_some(0.05),
             extra,
         })
     })

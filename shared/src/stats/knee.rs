@@ -59,6 +59,23 @@ impl KneeRule {
     }
 }
 
+impl KneeRule {
+    /// The best load of a curve under this rule: the knee (the last load that still paid for
+    /// itself) when there is one, else the highest throughput. loadgen's ramp records it as its
+    /// best level and summarize's knee note names the same point: one rule, one knee.
+    pub fn best(&self, tok_s: &[Option<f64>]) -> Option<usize> {
+        if let Some(knee) = self.find(tok_s) {
+            return Some(knee.at);
+        }
+        tok_s
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| Some((i, (*t)?)))
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+            .map(|(i, _)| i)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +118,22 @@ mod tests {
             assert_eq!(at(RAMP, curve), *ramp, "ramp {curve:?}");
             assert_eq!(at(NOTE, curve), *note, "note {curve:?}");
         }
+    }
+
+    #[test]
+    fn the_best_load_is_the_knee_else_the_peak() {
+        let best = |rule: KneeRule, c: &[f64]| {
+            let curve: Vec<Option<f64>> = c.iter().copied().map(Some).collect();
+            rule.best(&curve)
+        };
+        // Flat past C index 2: the knee, not the 0.2% more after it.
+        assert_eq!(best(RAMP, &[1471.0, 2644.0, 2649.0]), Some(1));
+        assert_eq!(best(NOTE, &[100.0, 200.0, 400.0, 404.0]), Some(2));
+        // Still scaling: the highest.
+        assert_eq!(best(RAMP, &[100.0, 190.0, 380.0]), Some(2));
+        // Falls: the peak.
+        assert_eq!(best(RAMP, &[400.0, 300.0]), Some(0));
+        assert_eq!(best(RAMP, &[]), None);
     }
 
     #[test]

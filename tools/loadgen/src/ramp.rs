@@ -103,15 +103,14 @@ impl Rules {
         Verdict::Next(c * 2)
     }
 
-    /// The best level: among those that broke no rule, the lowest concurrency whose output
-    /// throughput is within `min_gain` of the highest. Past it, more concurrency buys latency,
-    /// not throughput (the saturation knee).
+    /// The best level: among those that broke no rule, the knee of their throughput under the
+    /// shared rule with `--min-gain` (the last doubling that still paid), else the highest.
+    /// Past it, more concurrency buys latency, not throughput; summarize's knee note reads the
+    /// same rule off the record's `min_gain`.
     pub fn best<'a>(&self, levels: &'a [RampLevel]) -> Option<&'a RampLevel> {
-        let passing = levels.iter().filter(|l| self.passes(l));
-        let top = passing.clone().map(|l| l.output_tok_s).reduce(f64::max)?;
-        passing
-            .filter(|l| l.output_tok_s >= top / (1.0 + self.min_gain))
-            .min_by_key(|l| l.concurrency)
+        let passing: Vec<&RampLevel> = levels.iter().filter(|l| self.passes(l)).collect();
+        let curve: Vec<Option<f64>> = passing.iter().map(|l| Some(l.output_tok_s)).collect();
+        self.knee_rule().best(&curve).map(|i| passing[i])
     }
 }
 
@@ -169,11 +168,11 @@ mod tests {
                 "saturated",
                 Some(4),
             ),
-            // Exactly 5% is enough to go on.
+            // Exactly 5% is enough to go on, so it is the best so far (the knee rule: it paid).
             (
                 &[(1, 100.0, 0.0, None), (2, 105.0, 0.0, None)],
                 "next 4",
-                Some(1),
+                Some(2),
             ),
             // Errors past 1%: the broken level is never best.
             (

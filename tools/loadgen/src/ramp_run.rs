@@ -110,6 +110,7 @@ impl<W: Write> Run<'_, W> {
             point: key,
             best_concurrency: best.map(|l| l.concurrency),
             best_output_tok_s: best.map(|l| l.output_tok_s),
+            min_gain: Some(rules.min_gain),
             levels,
             stopped_by,
             reason,

@@ -9,9 +9,6 @@ use servbench::presets::{self, Comm, Deployment, StepWork, WeightFormat};
 use servbench::record::{Extra, Labels, SCHEMA_VERSION, SimPlanRecord, now_ts};
 use std::time::Duration;
 
-/// vLLM's default `gpu_memory_utilization`: the share of GPU memory the engine may use.
-pub const MEMORY_UTILIZATION: f64 = 0.9;
-
 #[derive(Debug, Clone)]
 pub struct Roofline {
     pub dep: Deployment,
@@ -69,53 +66,25 @@ impl Roofline {
         }
     }
 
-    /// GPU memory per GPU the engine may use.
+    /// GPU memory per GPU the engine may use (the shared fit logic: summarize's advice reads
+    /// the same).
     pub fn usable_bytes_per_gpu(&self) -> f64 {
-        self.dep.hw.mem_bytes as f64 * MEMORY_UTILIZATION
+        self.dep.usable_bytes_per_gpu()
     }
 
     /// Weight bytes each GPU holds.
     pub fn weight_bytes_per_gpu(&self) -> f64 {
-        self.dep.model.weight_bytes_total() / f64::from(self.dep.layout.gpus())
+        self.dep.weight_bytes_per_gpu()
     }
 
     /// KV-cache tokens that fit beside the weights (None: the weights alone do not fit).
     pub fn kv_capacity_tokens(&self) -> Option<u64> {
-        let per_gpu_free = self.usable_bytes_per_gpu() - self.weight_bytes_per_gpu();
-        if per_gpu_free <= 0.0 {
-            return None;
-        }
-        // Each GPU holds its stage's layers and its share of the KV (see ModelCard::kv_split).
-        let layout = self.dep.layout;
-        let per_gpu_per_token = self.dep.model.kv_bytes_per_token()
-            / f64::from(layout.pp.max(1))
-            / self.dep.model.kv_split(layout.tp);
-        Some((per_gpu_free / per_gpu_per_token) as u64)
+        self.dep.kv_capacity_tokens()
     }
 
-    /// Why this layout cannot serve `max_model_len`-token requests, if it cannot: the weights
-    /// do not fit, or the KV cache left holds less than one such request.
+    /// Why this layout cannot serve `max_model_len`-token requests, if it cannot.
     pub fn fit_problem(&self, max_model_len: u32) -> Option<String> {
-        let dep = &self.dep;
-        let gpus = dep.layout.gpus();
-        match self.kv_capacity_tokens() {
-            None => Some(format!(
-                "{} needs {:.1} GB of weights per GPU at tp={} pp={} ({:.0} GB in {}), more than the {:.1} GB usable of a {:.0} GB {}: raise --tp or --pp, or use a smaller weight format",
-                dep.model.name,
-                self.weight_bytes_per_gpu() / 1e9,
-                dep.layout.tp,
-                dep.layout.pp,
-                dep.model.weight_bytes_total() / 1e9,
-                dep.model.formats(),
-                self.usable_bytes_per_gpu() / 1e9,
-                dep.hw.mem_bytes as f64 / 1e9,
-                dep.hw.name,
-            )),
-            Some(kv) if kv < u64::from(max_model_len) => Some(format!(
-                "the KV cache left beside the weights on {gpus} GPU(s) holds {kv} tokens, less than one request of --max-model-len {max_model_len}: lower --max-model-len or add GPUs"
-            )),
-            Some(_) => None,
-        }
+        self.dep.fit_problem(max_model_len)
     }
 
     /// The `sim_plan` record `--dry-run` writes, for one stream.
