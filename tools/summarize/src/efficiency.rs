@@ -13,12 +13,13 @@
 //! - A single stream far below its memory-bound limit gets a note, with what the modelled step
 //!   explains of the gap.
 //! - For `coll` records, busbw as a share of the bus bandwidth of the level their ranks span.
-//! - Decode budget: with `coll` records and rows split over TP ranks, the allreduce time per
-//!   decoded token (two per layer, each of batch x hidden x activation bytes, the mean time at
-//!   each measured size, as collbench decode reads it) beside the measured TPOT.
+//! - Decode budget without load points: the allreduce time per decoded token at batch 1 (two per
+//!   layer, each of batch x hidden x activation bytes, the mean time at each measured size, as
+//!   collbench decode reads it). With points, `steps` judges each point's step.
 
 use crate::metrics::{Metric, Scalar};
 use crate::points::{Keys, Point, point_name};
+use crate::steps::{SpecTokens, spec_tokens};
 use crate::table::{Cell, Column, Table, human};
 use servbench::presets::{
     self, Comm, DEFAULT_STEP_OVERHEAD_US, Deployment, Hardware, Layout, MeasuredCurve, ModelCard,
@@ -59,6 +60,8 @@ pub struct Limits {
     pub step: StepCost,
     /// The deployment they were computed for (its communication source included).
     pub dep: Deployment,
+    /// A speculative run: the limits are the verify step's cost over the tokens it emits.
+    pub spec: Option<SpecTokens>,
 }
 
 impl Roofline {
@@ -149,6 +152,85 @@ impl Roofline {
         dep
     }
 
+    /// Layouts with fewer TP ranks (the same PP) whose weights fit the card's GPUs, largest
+    /// first: the only ones advice may name (srv-sim refuses the others).
+    pub fn fewer_tp_that_fit(&self, layout: Layout) -> Vec<Layout> {
+        std::iter::successors(Some(layout.tp / 2), |tp| Some(tp / 2))
+            .take_while(|tp| *tp >= 1)
+            .map(|tp| Layout { tp, pp: layout.pp })
+            .filter(|l| self.deployment(*l).weights_fit())
+            .collect()
+    }
+
+    /// "fewer TP ranks (TP=4 fits) or a faster interconnect", or only the interconnect when no
+    /// layout with fewer ranks holds the weights.
+    pub fn fewer_ranks_advice(&self, layout: Layout) -> String {
+        let fit = self.fewer_tp_that_fit(layout);
+        match fit.first() {
+            Some(l) => format!("fewer TP ranks (TP={} fits) or a faster interconnect", l.tp),
+            None if layout.tp > 1 => {
+                let half = Layout {
+                    tp: layout.tp / 2,
+                    pp: layout.pp,
+                };
+                format!(
+                    "a faster interconnect (fewer TP ranks do not fit: {:.0} GB of weights per GPU at TP={}, {:.0} GB usable)",
+                    self.deployment(half).weight_bytes_per_gpu() / 1e9,
+                    half.tp,
+                    self.deployment(half).usable_bytes_per_gpu() / 1e9
+                )
+            }
+            None => "a faster interconnect".to_string(),
+        }
+    }
+
+    /// Warnings on what the roofline is asked to judge: a layout whose weights do not fit (srv-sim
+    /// refuses to start it, so no server runs it) and a model other than the records name.
+    pub fn warnings(&self, points: &[Point]) -> Vec<String> {
+        let keys = Keys::of(points);
+        let mut layouts: Vec<Layout> = points
+            .iter()
+            .filter_map(|p| self.layout_of(p, &keys).ok())
+            .collect();
+        if points.is_empty() {
+            layouts.push(Layout {
+                tp: self.tp.unwrap_or(1),
+                pp: self.pp.unwrap_or(1),
+            });
+        }
+        layouts.sort_by_key(|l| (l.tp, l.pp));
+        layouts.dedup();
+        let mut out = Vec::new();
+        for l in layouts {
+            let dep = self.deployment(l);
+            if !dep.weights_fit() {
+                let why = dep.fit_problem(0).unwrap_or_default();
+                out.push(format!(
+                    "--roofline {}: TP={} PP={} does not fit, so srv-sim refuses it and no server runs it: {why}; its limits describe nothing real",
+                    self.describe(),
+                    l.tp,
+                    l.pp
+                ));
+            }
+        }
+        let mut named: Vec<(&str, String)> = Vec::new();
+        for p in points {
+            if let Some(m) = crate::steps::records_model(p)
+                && !same_model(m, &self.model.name)
+                && !named.iter().any(|(n, _)| *n == m)
+            {
+                named.push((m, point_name(p, &keys.varying)));
+            }
+        }
+        for (m, at) in named {
+            out.push(format!(
+                "--roofline model {} differs from the records' model label {m} (at {at}): the limits are another model's; give --roofline {m}@{} if there is such a card",
+                self.model.name, self.hw.name
+            ));
+        }
+        out
+    }
+
     /// Mean context of a decode step at this point: the prompt plus half the output.
     fn context(p: &Point) -> u64 {
         u64::from(p.params.input_len.unwrap_or(0)) + u64::from(p.params.max_tokens.unwrap_or(0)) / 2
@@ -157,20 +239,60 @@ impl Roofline {
     /// The point's limits per stream at its batch (its concurrency, else 1), in its layout
     /// (TP=1 PP=1 when its layout is in error: [`Roofline::check`] reports that first). With
     /// PP, the batch fills the stages as srv-sim's engine fills them (`Deployment::round_cost`).
+    ///
+    /// A speculative run (the server's acceptance figures, else more than 1.05 tokens per
+    /// chunk) emits several tokens per verify step: its limits are the verify step's cost (its
+    /// draft tokens pushed through the model beside each stream's own) over the tokens per step.
     pub fn limits(&self, p: &Point, keys: &Keys) -> Limits {
         let layout = self.layout_of(p, keys).unwrap_or_default();
         let dep = self.deployment(layout);
         let batch = p.params.concurrency.unwrap_or(1).max(1);
         let context = Self::context(p);
-        let step = dep.decode_round(batch, context);
+        let spec = spec_tokens(p);
+        let (step, tokens) = match &spec {
+            None => (dep.decode_round(batch, context), 1.0),
+            Some(s) => {
+                // Drafts the server said; else at least the accepted ones were verified.
+                let drafts = s.draft_len.unwrap_or(s.per_step - 1.0).ceil().max(1.0) as u32;
+                (dep.verify_round(batch, context, drafts), s.per_step)
+            }
+        };
         Limits {
             layout,
-            memory_tok_s: 1.0 / step.memory_s,
-            step_tok_s: 1.0 / (step.total_s() + DEFAULT_STEP_OVERHEAD_US * 1e-6),
+            memory_tok_s: tokens / step.memory_s,
+            step_tok_s: tokens / (step.total_s() + DEFAULT_STEP_OVERHEAD_US * 1e-6),
             step,
             dep,
+            spec,
         }
     }
+}
+
+impl Limits {
+    /// `, speculative: 2.50 tokens per verify step (the server's mean accepted length)`, or
+    /// nothing for a run of one token per step.
+    pub fn spec_words(&self) -> String {
+        self.spec.as_ref().map_or(String::new(), |s| {
+            format!(
+                ", speculative: {:.2} tokens per verify step ({})",
+                s.per_step, s.from
+            )
+        })
+    }
+}
+
+/// Whether a records' model label names the card: case aside, without the organisation
+/// (`Qwen/Qwen3-32B`) and an `-instruct`/`-chat`/`-it` suffix.
+pub fn same_model(label: &str, card: &str) -> bool {
+    let norm = |s: &str| {
+        let s = s.trim().to_ascii_lowercase();
+        let s = s.rsplit('/').next().unwrap_or("").to_string();
+        ["-instruct", "-chat", "-it"]
+            .iter()
+            .find_map(|suffix| s.strip_suffix(suffix).map(str::to_string))
+            .unwrap_or(s)
+    };
+    norm(label) == norm(card)
 }
 
 /// A measured rate as a share of a limit: the share, clamped to 1 within the noise; None when
@@ -190,7 +312,7 @@ fn share_cell(rate: Option<f64>, limit: f64) -> Cell {
     match rate {
         None => Cell::Empty,
         Some(r) => match share(r, limit) {
-            Some(s) => Cell::num(Some(100.0 * s)),
+            Some(s) => Cell::pct(Some(100.0 * s)),
             None => Cell::Text("over".into()),
         },
     }
@@ -215,6 +337,7 @@ pub fn add_columns(table: &mut Table, points_in_order: &[&Point], keys: &Keys, r
     ]);
     let mut layouts: Vec<Layout> = Vec::new();
     let mut comms: Vec<String> = Vec::new();
+    let mut speculative: Vec<(String, &'static str)> = Vec::new();
     for (row, p) in table.rows.iter_mut().zip(points_in_order) {
         let rate = stream(p);
         let lim = roof.limits(p, keys);
@@ -229,6 +352,9 @@ pub fn add_columns(table: &mut Table, points_in_order: &[&Point], keys: &Keys, r
         let comm = lim.dep.comm.describe();
         if !comms.contains(&comm) {
             comms.push(comm);
+        }
+        if let Some(spec) = &lim.spec {
+            speculative.push((point_name(p, &keys.varying), spec.from));
         }
     }
     let layouts: Vec<String> = layouts
@@ -253,6 +379,19 @@ pub fn add_columns(table: &mut Table, points_in_order: &[&Point], keys: &Keys, r
             human(DEFAULT_STEP_OVERHEAD_US / 1000.0)
         ),
     ));
+    if !speculative.is_empty() {
+        let mut froms: Vec<&str> = speculative.iter().map(|(_, f)| *f).collect();
+        froms.dedup();
+        let rows: Vec<&str> = speculative.iter().map(|(n, _)| n.as_str()).collect();
+        table.context.push((
+            "speculative".into(),
+            format!(
+                "{}: limits are the verify step over the tokens it emits ({})",
+                rows.join(", "),
+                froms.join(", ")
+            ),
+        ));
+    }
 }
 
 /// The notes on rows against their limits: rates above a limit (impossible), single streams
@@ -294,12 +433,13 @@ pub fn over_limit_note(points: &[Point], roof: &Roofline) -> Vec<String> {
             continue;
         };
         out.push(format!(
-            "{} decodes {} tok/s per stream, {:.2}x the {which} of {} tok/s for {}: impossible, so the card (bandwidth, interconnect), the layout (tp/pp labels, --tp/--pp) or the data is wrong",
+            "{} decodes {} tok/s per stream, {:.2}x the {which} of {} tok/s for {}{}: impossible, so the card (bandwidth, interconnect), the layout (tp/pp labels, --tp/--pp) or the data is wrong",
             point_name(p, &keys.varying),
             human(rate),
             rate / limit,
             human(limit),
-            lim.dep.describe()
+            lim.dep.describe(),
+            lim.spec_words()
         ));
     }
     out
@@ -321,9 +461,10 @@ pub fn single_stream_note(points: &[Point], roof: &Roofline) -> Vec<String> {
         let measured_ms = 1000.0 / rate;
         let why = if step_ms >= STEP_EXPLAINS * measured_ms {
             format!(
-                "the modelled step explains it ({} ms, of which communication {} ms): fewer TP ranks or a faster interconnect, not engine tuning",
+                "the modelled step explains it ({} ms, of which communication {} ms): {}, not engine tuning",
                 human(step_ms),
-                human(lim.step.comm_s * 1e3)
+                human(lim.step.comm_s * 1e3),
+                roof.fewer_ranks_advice(lim.layout)
             )
         } else {
             format!(
@@ -335,12 +476,13 @@ pub fn single_stream_note(points: &[Point], roof: &Roofline) -> Vec<String> {
             )
         };
         out.push(format!(
-            "single stream at {} decodes {} tok/s: {:.0}% of the memory-bound limit of {} tok/s (weights + KV over bandwidth) for {}; {why}",
+            "single stream at {} decodes {} tok/s: {:.0}% of the memory-bound limit of {} tok/s (weights + KV over bandwidth) for {}{}; {why}",
             point_name(p, &keys.varying),
             human(rate),
             mem_share * 100.0,
             human(lim.memory_tok_s),
             lim.dep.describe(),
+            lim.spec_words(),
         ));
     }
     out
@@ -365,110 +507,41 @@ pub fn add_link_share(table: &mut Table, coll_in_order: &[&CollRecord], hw: &Har
     ));
     for (row, c) in table.rows.iter_mut().zip(coll_in_order) {
         let level = hw.interconnect.level_for(c.ranks);
-        row.push(Cell::num(Some(100.0 * c.busbw_gbps / level.busbw_gbps)));
+        row.push(Cell::pct(Some(100.0 * c.busbw_gbps / level.busbw_gbps)));
     }
 }
 
-/// The decode budget sentences: allreduce time per decoded token beside TPOT, per point split
-/// over TP ranks (or at batch 1 in the `--tp` layout when there are no points).
-pub fn decode_budget(points: &[Point], coll: &[CollRecord], roof: &Roofline) -> Vec<String> {
-    // The inputs' own coll records, else --comm-from's.
+/// Without load points: the per-token allreduce time at batch 1 in the `--tp` layout, from the
+/// `coll` records (or `--comm-from`'s). With points, each point's step is judged in `steps`.
+pub fn decode_budget_without_points(coll: &[CollRecord], roof: &Roofline) -> Vec<String> {
     let coll = match &roof.comm_from {
         Some((from, _)) if coll.is_empty() => from.as_slice(),
         _ => coll,
     };
-    if coll.is_empty() {
-        return Vec::new();
-    }
+    let tp = roof.tp.unwrap_or(1);
     let model = &roof.model;
-    let keys = Keys::of(points);
-    let budget = |tp: u32, batch: u32| -> Option<(f64, f64, MeasuredCurve)> {
-        let curve = MeasuredCurve::from_records(coll, tp, false)?;
-        let bytes = model.allreduce_bytes(batch);
-        let ms = f64::from(model.allreduces_per_step()) * curve.us_at(bytes) / 1000.0;
-        Some((ms, bytes, curve))
+    let Some(curve) = MeasuredCurve::from_records(coll, tp, false).filter(|_| tp > 1) else {
+        return Vec::new();
     };
-    let caveats = |curve: &MeasuredCurve, tp: u32| {
-        let mut c = format!("; allreduce as measured: {}", curve.describe());
-        if curve.ranks != tp {
-            c.push_str(&format!(
-                " (measured over {} ranks, the model runs TP={tp})",
-                curve.ranks
-            ));
-        }
-        if let Some(tcp) = curve.tcp_caveat() {
-            c.push_str(&format!("; {tcp}"));
-        }
-        c
-    };
-    let mut out = Vec::new();
-    if points.is_empty() {
-        let tp = roof.tp.unwrap_or(1);
-        if tp > 1
-            && let Some((ms, bytes, curve)) = budget(tp, 1)
-        {
-            out.push(format!(
-                "decode budget for {} at TP={tp}: 2 x {} layers x allreduce of {} = {} ms per decoded token at batch 1{}",
-                roof.describe(),
-                model.layers,
-                size(bytes),
-                human(ms),
-                caveats(&curve, tp)
-            ));
-        }
-        return out;
-    }
-    for p in points {
-        let tp = roof.layout_of(p, &keys).unwrap_or_default().tp;
-        let batch = p.params.concurrency.unwrap_or(1).max(1);
-        if tp <= 1 {
-            continue;
-        }
-        let (Some((ms, bytes, curve)), Some(tpot)) = (budget(tp, batch), p.mean(Metric::TPOT_P50))
-        else {
-            continue;
-        };
-        let share = ms / tpot;
-        let verdict = if share > 1.0 {
-            format!(
-                "more than the whole step, which is impossible for this server: these allreduces were not measured on its GPUs at its layout ({:.0}% is not a share)",
-                share * 100.0
-            )
-        } else {
-            format!("{:.0}%: {}", share * 100.0, comm_verdict(share))
-        };
-        out.push(format!(
-            "{}: allreduce is {} ms of a {} ms step (2 x {} layers x {} at batch {batch}) = {verdict}{}",
-            point_name(p, &keys.varying),
-            human(ms),
-            human(tpot),
-            model.layers,
-            size(bytes),
-            caveats(&curve, tp)
+    let bytes = model.allreduce_bytes(1);
+    let ms = f64::from(model.allreduces_per_step()) * curve.us_at(bytes) / 1000.0;
+    let mut caveats = format!("; allreduce as measured: {}", curve.describe());
+    if curve.ranks != tp {
+        caveats.push_str(&format!(
+            " (measured over {} ranks, the model runs TP={tp})",
+            curve.ranks
         ));
     }
-    out
-}
-
-/// What a share (at most 1) of the decode step spent in allreduces means for tuning.
-pub fn comm_verdict(share: f64) -> &'static str {
-    if share < 0.25 {
-        "not the bottleneck"
-    } else if share < 0.5 {
-        "a large share of the step"
-    } else {
-        "the bottleneck: communication latency caps this TP degree"
+    if let Some(tcp) = curve.tcp_caveat() {
+        caveats.push_str(&format!("; {tcp}"));
     }
-}
-
-fn size(bytes: f64) -> String {
-    if bytes >= 1048576.0 {
-        format!("{} MiB", human(bytes / 1048576.0))
-    } else if bytes >= 1024.0 {
-        format!("{} KiB", human(bytes / 1024.0))
-    } else {
-        format!("{} B", human(bytes))
-    }
+    vec![format!(
+        "decode budget for {} at TP={tp}: 2 x {} layers x allreduce of {} = {} ms per decoded token at batch 1{caveats}",
+        roof.describe(),
+        model.layers,
+        crate::steps::size(bytes),
+        human(ms),
+    )]
 }
 
 #[cfg(test)]

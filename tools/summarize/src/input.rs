@@ -15,7 +15,7 @@ use servbench::jsonl::{InputError, MAX_RECORD_LINE_BYTES, Source, excerpt, line_
 use servbench::record::{
     CollRecord, CollRunRecord, DecodeRecord, DeviceLimitsRecord, GemmRecord, GemmStepRecord,
     KillRecord, Labels, PointKey, PointStop, RampRecord, Record, RequestRecord, SCHEMA_VERSION,
-    SearchRecord, ServerRecord, SummaryRecord,
+    SearchRecord, ServerRecord, SimPlanRecord, SummaryRecord,
 };
 use servbench::stats::{PointStats, Slo};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -143,6 +143,8 @@ pub struct Inputs {
     pub gemms: Vec<GemmRecord>,
     pub gemm_steps: Vec<GemmStepRecord>,
     pub limits: Vec<DeviceLimitsRecord>,
+    /// srv-sim's `--dry-run` plans (a layout's modelled figures).
+    pub sim_plans: Vec<SimPlanRecord>,
     /// Records summarize does not tabulate, by kind (`kind vN` for a newer schema it cannot
     /// read).
     pub ignored: BTreeMap<String, u64>,
@@ -460,6 +462,7 @@ fn add_record(
                 .limits
                 .push(plausible("device_limits", l.implausible(), l)?)
         }
+        Record::SimPlan(p) if p.v <= SCHEMA_VERSION => inputs.sim_plans.push(p),
         // A known kind kept whole: a newer schema this build cannot read as typed.
         other if other.version() > SCHEMA_VERSION => {
             let name = format!("{} v{}", other.kind(), other.version());

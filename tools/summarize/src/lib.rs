@@ -10,11 +10,13 @@ pub mod env_diff;
 pub mod input;
 pub mod metrics;
 pub mod notes;
+pub mod plans;
 pub mod plot;
 pub mod points;
 pub mod report;
 pub mod runs;
 pub mod server_notes;
+pub mod steps;
 pub mod table;
 pub mod workloads;
 
@@ -47,7 +49,29 @@ pub struct Config {
     /// Hardware for the collectives' link share when no model is given.
     pub link_hw: Option<servbench::presets::Hardware>,
     pub strict: bool,
+    /// `--wide`: every column, however wide the text table gets.
+    pub wide: bool,
 }
+
+/// Text tables with `--roofline` or `--compare` fit this many columns unless `--wide`.
+pub const TEXT_WIDTH: usize = 120;
+
+/// The default columns of the load-points table a roofline's columns may push out, least
+/// needed first.
+const POINTS_DROPPABLE: [&str; 12] = [
+    "lag_p99",
+    "itl_p99",
+    "req_s",
+    "ttft_p99",
+    "itl_p50",
+    "gpu_util",
+    "prefix_hit",
+    "preemptions",
+    "kv_max",
+    "spec_accept",
+    "mem_limit_tok_s",
+    "step_limit_tok_s",
+];
 
 impl Default for Config {
     fn default() -> Self {
@@ -66,6 +90,7 @@ impl Default for Config {
             roofline: None,
             link_hw: None,
             strict: false,
+            wide: false,
         }
     }
 }
@@ -88,22 +113,21 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
         .roofline
         .as_ref()
         .map(|r| compute::with_measured_bandwidth(r, &inputs.limits));
+    // Each point's decode step judged once: the budget notes and the decode table print it.
+    let steps = steps::judge_points(points, inputs, measured.as_ref().map(|(r, _)| r));
     if !points.is_empty() {
         let roof = measured.as_ref().map(|(r, _)| r);
         let mut t = report::points_table(points, config.cols.as_deref(), &config.by, roof);
+        if roof.is_some() && config.cols.is_none() && fits_width(config) {
+            let names: Vec<String> = POINTS_DROPPABLE.iter().map(|s| s.to_string()).collect();
+            t.fit_width(TEXT_WIDTH, &names);
+        }
         if config.notes {
-            t.notes = notes::all(points);
+            t.notes = notes::all_with_ramps(points, &inputs.ramps);
             if let Some((roof, said)) = &measured {
                 t.notes.extend(said.clone());
                 t.notes.extend(efficiency::notes(points, roof));
-                // With measured GEMMs, the whole step's budget; else the allreduce's share.
-                let whole = compute::budget_lines(points, inputs, roof);
-                if whole.is_empty() {
-                    t.notes
-                        .extend(efficiency::decode_budget(points, &inputs.coll, roof));
-                } else {
-                    t.notes.extend(whole);
-                }
+                t.notes.extend(steps.iter().map(steps::PointStep::line));
             }
         }
         out.push(t);
@@ -120,7 +144,7 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
             && let Some(roof) = &config.roofline
         {
             t.notes
-                .extend(efficiency::decode_budget(points, &inputs.coll, roof));
+                .extend(efficiency::decode_budget_without_points(&inputs.coll, roof));
         }
         out.push(t);
     }
@@ -134,13 +158,16 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
         out.push(workloads::search_table(&inputs.searches));
     }
     if !inputs.decode.is_empty() {
-        out.push(report::decode_table(&inputs.decode));
+        out.push(report::decode_table(&inputs.decode, &steps));
     }
     if !inputs.gemms.is_empty() {
         out.push(compute::gemm_table(&inputs.gemms));
     }
     if !inputs.limits.is_empty() {
         out.push(compute::limits_table(&inputs.limits));
+    }
+    if !inputs.sim_plans.is_empty() {
+        out.push(plans::plan_table(&inputs.sim_plans));
     }
     if !inputs.kills.is_empty() {
         out.push(report::kill_table(&inputs.kills));
@@ -162,6 +189,26 @@ pub fn catch_interrupts(drain_wait: std::time::Duration) {
         }
         true
     });
+}
+
+/// Whether tables are fitted to [`TEXT_WIDTH`]: aligned text without `--wide`.
+fn fits_width(config: &Config) -> bool {
+    config.format == Format::Text && !config.wide
+}
+
+/// A comparison's value columns (base and new) a fitted table may drop, the last metric's
+/// first: the ratio with its verdict stays.
+fn fit_comparison(table: &mut Table, config: &Config) {
+    if !fits_width(config) {
+        return;
+    }
+    let names: Vec<String> = config
+        .compare_metrics
+        .iter()
+        .rev()
+        .flat_map(|m| [format!("{}_base", m.name()), format!("{}_new", m.name())])
+        .collect();
+    table.fit_width(TEXT_WIDTH, &names);
 }
 
 /// Runs summarize, writing the report to `out`: load, tabulate (or compare), note, plot; after
@@ -186,13 +233,16 @@ fn report(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
     report_ignored(&inputs);
     if let Some(roof) = &config.roofline {
         roof.check(&points).map_err(cli::usage)?;
+        for w in roof.warnings(&points) {
+            cli::warn(w);
+        }
     }
     let tables = match &config.compare_by {
-        Some(label) => vec![compare::compare_by_label(
-            &points,
-            label,
-            &config.compare_metrics,
-        )?],
+        Some(label) => {
+            let mut t = compare::compare_by_label(&points, label, &config.compare_metrics)?;
+            fit_comparison(&mut t, config);
+            vec![t]
+        }
         None => tables(&inputs, &points, config),
     };
     if tables.is_empty() {
@@ -236,13 +286,15 @@ fn compare_files(base: &Source, new: &Source, config: &Config) -> anyhow::Result
     let mut tables: Vec<Table> = env_diff::table(&base_inputs.servers, &new_inputs.servers)
         .into_iter()
         .collect();
-    tables.push(compare::compare_sides(
+    let mut t = compare::compare_sides(
         &base_points,
         &new_points,
         &base.name(),
         &new.name(),
         &config.compare_metrics,
-    ));
+    );
+    fit_comparison(&mut t, config);
+    tables.push(t);
     Ok(tables)
 }
 

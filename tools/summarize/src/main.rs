@@ -28,11 +28,7 @@ struct Args {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
-    /// Columns of the load-points table, comma-separated: conc, rate, in, out, label:NAME,
-    /// tok_s, req_s, total_tok_s, steady_tok_s, goodput_req_s, stream_tok_s, tok_per_chunk,
-    /// reasoning, errors, requests, ok, duration_s, or
-    /// {ttft,ttfo,itl,tpot,e2e,lag}_{mean,min,p50,p90,p95,p99,p999,max}
-    #[arg(long, value_delimiter = ',', value_parser = Col::parse)]
+    #[arg(long, value_delimiter = ',', value_parser = Col::parse, help = cols_help())]
     cols: Option<Vec<Col>>,
     /// Group rows (and plot lines) by these labels or params (in, out, conc, rate); default:
     /// every label or param that varies, except the load
@@ -85,11 +81,23 @@ struct Args {
     /// Draw a plot: FILE.svg, FILE.png, or - for a chart in the terminal
     #[arg(long, value_name = "FILE", conflicts_with_all = ["compare", "compare_by"])]
     plot: Option<PathBuf>,
+    /// Every column of the text tables; without it, tables with --roofline or --compare leave
+    /// out their least needed columns to fit 120 characters (the header line names them)
+    #[arg(long)]
+    wide: bool,
     /// Treat a malformed input line as an error (exit 2) instead of warning and skipping it
     #[arg(long)]
     strict: bool,
     #[command(flatten)]
     drain: cli::DrainArgs,
+}
+
+/// `--cols`' help: the list its error prints too.
+fn cols_help() -> String {
+    format!(
+        "Columns of the load-points table, comma-separated: {}",
+        Col::names()
+    )
 }
 
 fn parse_metric(s: &str) -> Result<Metric, String> {
@@ -185,6 +193,7 @@ fn main() -> ExitCode {
             roofline,
             link_hw,
             strict: args.strict,
+            wide: args.wide,
         };
         summarize::run(&config, &mut std::io::stdout().lock())
     })

@@ -158,10 +158,13 @@ pub enum Scalar {
     SpecAcceptance,
     PrefixHitPct,
     GpuUtilPct,
+    /// The server's gauges of requests running and waiting (largest sample in the point).
+    RunningMax,
+    WaitingMax,
 }
 
 impl Scalar {
-    const ALL: [Scalar; 17] = [
+    const ALL: [Scalar; 19] = [
         Scalar::ReqS,
         Scalar::OutputTokS,
         Scalar::TotalTokS,
@@ -179,6 +182,8 @@ impl Scalar {
         Scalar::SpecAcceptance,
         Scalar::PrefixHitPct,
         Scalar::GpuUtilPct,
+        Scalar::RunningMax,
+        Scalar::WaitingMax,
     ];
 
     fn name(self) -> &'static str {
@@ -200,6 +205,8 @@ impl Scalar {
             Scalar::SpecAcceptance => "spec_accept",
             Scalar::PrefixHitPct => "prefix_hit",
             Scalar::GpuUtilPct => "gpu_util",
+            Scalar::RunningMax => "running",
+            Scalar::WaitingMax => "waiting",
         }
     }
 
@@ -222,6 +229,8 @@ impl Scalar {
             Scalar::SpecAcceptance => "spec accept",
             Scalar::PrefixHitPct => "prefix hit %",
             Scalar::GpuUtilPct => "GPU util %",
+            Scalar::RunningMax => "running max",
+            Scalar::WaitingMax => "waiting max",
         }
     }
 }
@@ -292,6 +301,20 @@ impl Metric {
         Some(Metric::Dist(*d, *st))
     }
 
+    /// The names `parse` accepts, in short: the scalars, then the distributions' pattern
+    /// (`{ttft,itl,...}_{mean,p50,...}`). `--help` and the errors print this one list.
+    pub fn names_in_short() -> String {
+        let scalars: Vec<&str> = Scalar::ALL.iter().map(|s| s.name()).collect();
+        let dists: Vec<&str> = DistName::ALL.iter().map(|d| d.short()).collect();
+        let stats: Vec<&str> = Stat::ALL.iter().map(|s| s.short()).collect();
+        format!(
+            "{}, or {{{}}}_{{{}}}",
+            scalars.join(", "),
+            dists.join(","),
+            stats.join(",")
+        )
+    }
+
     /// Every name `parse` accepts, for error messages.
     pub fn all_names() -> Vec<String> {
         let mut out: Vec<String> = Scalar::ALL.iter().map(|s| s.name().to_string()).collect();
@@ -345,6 +368,8 @@ impl Metric {
                 Scalar::Preemptions => s.server.as_ref()?.preemptions.map(|n| n as f64),
                 Scalar::SpecAcceptance => s.server.as_ref()?.spec.as_ref()?.chain_alpha,
                 Scalar::PrefixHitPct => Some(s.server.as_ref()?.prefix_hit_rate? * 100.0),
+                Scalar::RunningMax => Some(s.server.as_ref()?.running?.max),
+                Scalar::WaitingMax => Some(s.server.as_ref()?.waiting?.max),
                 // Mean over the point and over the server's GPUs.
                 Scalar::GpuUtilPct => {
                     let utils: Vec<f64> = s

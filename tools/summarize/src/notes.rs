@@ -4,11 +4,12 @@
 //! Thresholds are constants here and in the README; a change inside the runs' noise never
 //! triggers a note.
 
-use crate::metrics::{DistName, Metric, Stat};
+use crate::metrics::{DistName, Metric, Scalar, Stat};
 use crate::points::{Keys, Point, point_name};
 use crate::runs::{self, run_of, without_run};
 use crate::server_notes;
 use crate::table::human;
+use servbench::record::RampRecord;
 use servbench::stats::knee::KneeRule;
 use std::collections::BTreeMap;
 
@@ -34,11 +35,16 @@ pub const MIN_FOR_P99: u64 = 20;
 
 /// Every note, in a fixed order.
 pub fn all(points: &[Point]) -> Vec<String> {
+    all_with_ramps(points, &[])
+}
+
+/// Every note, the knee of a ramp's levels judged by the ramp's own rule (its `min_gain`), so
+/// the note names the ramp's best C.
+pub fn all_with_ramps(points: &[Point], ramps: &[RampRecord]) -> Vec<String> {
     let keys = Keys::of(points);
-    let mut out = Vec::new();
+    let mut out = throughput_falls(points, &keys);
+    out.extend(saturation_knee_by(points, &keys, ramps));
     for f in [
-        throughput_falls,
-        saturation_knee,
         shorter_output_slower,
         ttft_tail,
         errors_or_partial,
@@ -200,10 +206,48 @@ pub const KNEE: KneeRule = KneeRule {
 };
 
 pub fn saturation_knee(points: &[Point], keys: &Keys) -> Vec<String> {
+    saturation_knee_by(points, keys, &[])
+}
+
+/// The knee rule of a series: the rule of the ramp that measured it (same workload and labels,
+/// every load one of its levels, its `min_gain` recorded), else the note's own.
+fn knee_rule_of(s: &[&Point], ramps: &[RampRecord]) -> KneeRule {
+    let first = s[0];
+    ramps
+        .iter()
+        .filter(|r| {
+            r.point.input_len == first.params.input_len
+                && r.point.max_tokens == first.params.max_tokens
+                && r.labels.iter().all(|(k, v)| first.labels.get(k) == Some(v))
+                && s.iter().all(|p| {
+                    r.levels
+                        .iter()
+                        .any(|l| Some(l.concurrency) == p.params.concurrency)
+                })
+        })
+        .find_map(|r| r.min_gain)
+        .map_or(KNEE, |min_gain| KneeRule {
+            min_gain,
+            scaled_first: None,
+        })
+}
+
+/// The server's gauges at a point past the knee: requests waiting while fewer than the load
+/// ran, (running max, waiting max, the point).
+fn batch_cap<'a>(past: &[&'a Point]) -> Option<(f64, f64, &'a Point)> {
+    past.iter().find_map(|p| {
+        let waiting = p.mean(Metric::Scalar(Scalar::WaitingMax))?;
+        let running = p.mean(Metric::Scalar(Scalar::RunningMax))?;
+        let load = f64::from(p.params.concurrency?);
+        (waiting >= 1.0 && running < load).then_some((running, waiting, *p))
+    })
+}
+
+pub fn saturation_knee_by(points: &[Point], keys: &Keys, ramps: &[RampRecord]) -> Vec<String> {
     let mut out = Vec::new();
     for s in series(points) {
         let tok: Vec<Option<f64>> = s.iter().map(|p| p.mean(Metric::TOK_S)).collect();
-        let Some(knee) = KNEE.find(&tok) else {
+        let Some(knee) = knee_rule_of(&s, ramps).find(&tok) else {
             continue;
         };
         let (i, gain) = (knee.at, knee.gain);
@@ -219,8 +263,15 @@ pub fn saturation_knee(points: &[Point], keys: &Keys) -> Vec<String> {
         } else {
             format!("gives {:.0}% less throughput", -gain * 100.0)
         };
+        let cause = match batch_cap(&s[i + 1..]) {
+            Some((running, waiting, at)) => format!(
+                "; at {} the server ran at most {running:.0} while {waiting:.0} waited: a batch limit (max running requests, PP micro-batch), not the hardware",
+                load_name(at)
+            ),
+            None => String::new(),
+        };
         out.push(format!(
-            "saturation knee{} at {}: {} tok/s; {} {step}{latency}: more load buys latency, not throughput",
+            "saturation knee{} at {}: {} tok/s; {} {step}{latency}: more load buys latency, not throughput{cause}",
             series_name(s[i], keys),
             load_name(s[i]),
             human(tok[i].unwrap_or(0.0)),

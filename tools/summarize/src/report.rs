@@ -4,8 +4,9 @@
 use crate::efficiency::{self, Roofline};
 use crate::metrics::Metric;
 use crate::points::{Keys, PARAM_KEYS, Point};
+use crate::steps::PointStep;
 use crate::table::{Cell, Column, Table};
-use servbench::presets::Hardware;
+use servbench::presets::{Hardware, StepBasis, StepParts, StepVerdict};
 use servbench::record::{
     CollRecord, CollRunRecord, DecodeRecord, KillRecord, RampRecord, ServerRecord,
 };
@@ -27,12 +28,18 @@ impl Col {
         if let Some(label) = name.strip_prefix("label:") {
             return Ok(Col::Key(label.to_string()));
         }
-        Metric::parse(name).map(Col::Metric).ok_or_else(|| {
-            format!(
-                "unknown column '{name}': use conc, rate, in, out, speed, label:NAME or one of {}",
-                Metric::all_names().join(", ")
-            )
-        })
+        Metric::parse(name)
+            .map(Col::Metric)
+            .ok_or_else(|| format!("unknown column '{name}': use {}", Col::names()))
+    }
+
+    /// Every column `--cols` takes, the one list `--help` and its error print.
+    pub fn names() -> String {
+        format!(
+            "{}, label:NAME, {}",
+            PARAM_KEYS.join(", "),
+            Metric::names_in_short()
+        )
     }
 
     fn column(&self) -> Column {
@@ -329,7 +336,15 @@ pub fn server_table(servers: &[ServerRecord]) -> Table {
             col("ready_s", "ready s"),
         ],
     );
+    // The same server read from several inputs (a launch record teed into each file, or
+    // passed on by srv-kill) is one server: listed once.
+    let mut seen: Vec<(&str, &str, u32, &str)> = Vec::new();
     for s in servers {
+        let id = (s.engine.as_str(), s.host.as_str(), s.pid, s.url.as_str());
+        if seen.contains(&id) {
+            continue;
+        }
+        seen.push(id);
         table.push(
             vec![
                 Cell::Text(s.engine.clone()),
@@ -396,8 +411,10 @@ pub fn kill_table(kills: &[KillRecord]) -> Table {
 }
 
 /// collbench's decode question, one row per batch: the allreduce each decode step pays, times
-/// the allreduces per step, against the roofline step of the model on the hardware.
-pub fn decode_table(decode: &[DecodeRecord]) -> Table {
+/// the allreduces per step, against the roofline step of the model on the hardware. The verdict
+/// under each row is the one the load point of that model, TP and batch got (from its measured
+/// step), else the modelled step's, labelled as such.
+pub fn decode_table(decode: &[DecodeRecord], steps: &[PointStep]) -> Table {
     let col = |name: &str, header: &str| Column {
         name: name.into(),
         header: header.into(),
@@ -432,21 +449,12 @@ pub fn decode_table(decode: &[DecodeRecord]) -> Table {
                 Cell::num(Some(d.allreduce_us.mean)),
                 Cell::num(Some(d.comm_us_per_token * 1e-3)),
                 Cell::num(Some(d.step_roofline_us * 1e-3)),
-                Cell::num(Some(d.comm_fraction * 100.0)),
+                Cell::pct(Some(d.comm_fraction * 100.0)),
                 Cell::int(d.wrong),
             ],
             0,
         );
-        let (comm, step) = (d.comm_us_per_token, d.step_roofline_us);
-        let share = comm / (comm + step);
-        let verdict = efficiency::comm_verdict(share);
-        table.notes.push(format!(
-            "batch {}: allreduce is {} ms of a {} ms step ({:.0}%): {verdict}",
-            d.batch,
-            crate::table::human(comm / 1000.0),
-            crate::table::human((comm + step) / 1000.0),
-            share * 100.0
-        ));
+        table.notes.push(decode_note(d, steps));
     }
     // comm ms/token is allreduces_per_step x the mean (collbench decode's figure, and what
     // summarize's decode budget reads): a step pays the sum of its allreduces.
@@ -497,4 +505,33 @@ pub fn ramp_table(ramps: &[RampRecord]) -> Table {
         table.notes.push(format!("ramp stopped: {}", r.reason));
     }
     table
+}
+
+/// The verdict of one decode record's batch: the matching point's, or the modelled step's.
+fn decode_note(d: &DecodeRecord, steps: &[PointStep]) -> String {
+    let comm_ms = d.comm_us_per_token / 1000.0;
+    if let Some(step) = steps
+        .iter()
+        .find(|s| s.model == d.model && s.tp == d.tp && s.batch == d.batch)
+    {
+        return format!(
+            "batch {}: allreduce {} ms per step, judged at {}: {}",
+            d.batch,
+            crate::table::human(comm_ms),
+            step.name,
+            step.verdict.text()
+        );
+    }
+    let verdict = StepVerdict::judge(StepParts {
+        step_ms: (d.comm_us_per_token + d.step_roofline_us) / 1000.0,
+        basis: StepBasis::Modelled,
+        allreduce_ms: comm_ms,
+        compute: None,
+    });
+    format!(
+        "batch {}: allreduce {} ms per step: {}",
+        d.batch,
+        crate::table::human(comm_ms),
+        verdict.text()
+    )
 }

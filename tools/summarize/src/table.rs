@@ -30,6 +30,12 @@ pub enum Cell {
     },
     /// A count or an integer parameter.
     Int(i64),
+    /// A number printed with a fixed number of decimals, so a column of them (shares in %)
+    /// reads in one format: `100.0` above `99.8`, never `100` above `99.8`.
+    Fixed {
+        value: f64,
+        decimals: usize,
+    },
 }
 
 impl Cell {
@@ -44,12 +50,24 @@ impl Cell {
         }
     }
 
+    /// A percentage, one decimal in every row.
+    pub fn pct(value: Option<f64>) -> Cell {
+        match value {
+            Some(v) if v.is_finite() => Cell::Fixed {
+                value: v,
+                decimals: 1,
+            },
+            _ => Cell::Empty,
+        }
+    }
+
     fn human(&self) -> String {
         match self {
             Cell::Empty => "-".to_string(),
             Cell::Text(t) => t.clone(),
             Cell::Int(i) => i.to_string(),
             Cell::Num { value, ci: None } => human(*value),
+            Cell::Fixed { value, decimals } => format!("{value:.decimals$}"),
             Cell::Num {
                 value,
                 ci: Some(ci),
@@ -69,7 +87,7 @@ impl Cell {
             Cell::Empty => String::new(),
             Cell::Text(t) => t.clone(),
             Cell::Int(i) => i.to_string(),
-            Cell::Num { value, .. } => machine(*value),
+            Cell::Num { value, .. } | Cell::Fixed { value, .. } => machine(*value),
         }
     }
 
@@ -78,7 +96,7 @@ impl Cell {
             Cell::Empty => Value::Null,
             Cell::Text(t) => json!(t),
             Cell::Int(i) => json!(i),
-            Cell::Num { value, .. } => json!(round6(*value)),
+            Cell::Num { value, .. } | Cell::Fixed { value, .. } => json!(round6(*value)),
         }
     }
 }
@@ -99,7 +117,12 @@ fn decimals(v: f64) -> usize {
 
 pub fn human(v: f64) -> String {
     let d = decimals(v);
-    format!("{v:.d$}")
+    let s = format!("{v:.d$}");
+    // 99.96 rounds to "100.0" at one decimal: print it as the 100 it became.
+    match s.parse::<f64>() {
+        Ok(r) if decimals(r) < d => format!("{r:.*}", decimals(r)),
+        _ => s,
+    }
 }
 
 fn round6(v: f64) -> f64 {
@@ -240,6 +263,49 @@ impl Table {
             let _ = writeln!(out, "note: {}", printable(n));
         }
         out
+    }
+
+    /// The width of the aligned text's header and rows (the `#` line and notes aside).
+    pub fn text_width(&self) -> usize {
+        self.text()
+            .lines()
+            .skip(1)
+            .take(self.rows.len() + 1 + self.groups.windows(2).filter(|w| w[0] != w[1]).count())
+            .map(|l| l.chars().count())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Drops the columns named in `droppable`, in that order, until the aligned text fits
+    /// `width` characters, and says so in the context (`--wide` shows them); returns the
+    /// names dropped.
+    pub fn fit_width(&mut self, width: usize, droppable: &[String]) -> Vec<String> {
+        let mut dropped = Vec::new();
+        for name in droppable {
+            if self.text_width() <= width {
+                break;
+            }
+            let Some(c) = self.columns.iter().position(|c| &c.name == name) else {
+                continue;
+            };
+            self.columns.remove(c);
+            for r in &mut self.rows {
+                if c < r.len() {
+                    r.remove(c);
+                }
+            }
+            dropped.push(name.clone());
+        }
+        if !dropped.is_empty() {
+            self.context.push((
+                "hidden".into(),
+                format!(
+                    "{} (to fit {width} columns; --wide shows all)",
+                    dropped.join(",")
+                ),
+            ));
+        }
+        dropped
     }
 
     pub fn markdown(&self) -> String {
@@ -421,6 +487,18 @@ mod tests {
             text,
             "# points: engine=sim\n C    tok/s\n 1     36.2\n32  250 ± 3\n"
         );
+    }
+
+    #[test]
+    fn a_column_of_shares_prints_one_format_and_rounding_up_drops_the_decimal() {
+        assert_eq!(human(99.96), "100");
+        assert_eq!(human(9.996), "10.0");
+        assert_eq!(human(99.94), "99.9");
+        let cells: Vec<String> = [100.0, 99.8, 8.4]
+            .iter()
+            .map(|v| Cell::pct(Some(*v)).human())
+            .collect();
+        assert_eq!(cells, ["100.0", "99.8", "8.4"]);
     }
 
     #[test]

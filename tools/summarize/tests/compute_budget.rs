@@ -17,9 +17,12 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The numbers in `ms` fields of the budget line, in order: allreduce, GEMMs, launch, rest, TPOT.
+/// The numbers in `ms` fields of the budget line, in order: allreduce, GEMMs, launch, rest, TPOT
+/// (the verdict after the TPOT names the step again).
 fn parts(line: &str) -> Vec<f64> {
-    line.split(" ms")
+    let budget = &line[..line.find(" TPOT").unwrap_or(line.len())];
+    budget
+        .split(" ms")
         .filter_map(|chunk| chunk.rsplit(' ').next()?.parse::<f64>().ok())
         .collect()
 }

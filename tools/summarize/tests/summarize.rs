@@ -298,7 +298,7 @@ fn decode_budget_puts_allreduce_time_beside_tpot() {
         "2",
     ]));
     assert!(out.contains("allreduce is"), "{out}");
-    assert!(out.contains("not the bottleneck"), "{out}");
+    assert!(out.contains("not communication-bound"), "{out}");
     assert!(out.contains("% link"), "{out}");
 }
 

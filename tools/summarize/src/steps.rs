@@ -1,0 +1,311 @@
+//! The decode step of every point, judged once: "communication or compute?" from the step the
+//! run measured (TPOT p50, times the tokens a speculative verify step emits), with the shared
+//! verdict (`servbench::presets::verdict`). The budget notes under the load points and the
+//! decode table's notes both print these verdicts, so one screen gives one answer per point.
+//!
+//! The parts: the allreduces from collbench `decode` records of the same model, TP and batch,
+//! else the `coll` curve (the inputs', else `--comm-from`'s), else (only when GEMMs were
+//! measured, to complete the budget) the card's topology model; the GEMMs and launch overhead
+//! from the `gemm_step` of the model at the point's TP nearest its batch.
+
+use crate::efficiency::Roofline;
+use crate::input::Inputs;
+use crate::metrics::Metric;
+use crate::notes::TPC_ABOVE;
+use crate::points::{Keys, Point, point_name};
+use crate::table::human;
+use servbench::presets::{ComputeParts, MeasuredCurve, StepBasis, StepParts, StepVerdict};
+use servbench::record::GemmStepRecord;
+
+/// Where a point's allreduce time comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AllreduceFrom {
+    /// collbench `decode` records of the same model, TP and batch, on this backend.
+    Decode(String),
+    /// A curve of `coll` records.
+    Curve(MeasuredCurve),
+    /// The card's topology model.
+    Modelled,
+    /// TP=1: none.
+    None,
+}
+
+/// Tokens one speculative verify step emits per stream, and which figure says so.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecTokens {
+    pub per_step: f64,
+    /// Draft tokens per verify step, when the server said.
+    pub draft_len: Option<f64>,
+    pub from: &'static str,
+}
+
+/// The server's acceptance figures (its mean accepted length per verify step, the bonus token
+/// included) when loadgen recorded them, else tokens per SSE chunk above 1.05; None for a run
+/// that emits one token per step.
+pub fn spec_tokens(p: &Point) -> Option<SpecTokens> {
+    let server: Vec<(f64, f64)> = p
+        .repeats
+        .iter()
+        .filter_map(|s| {
+            let spec = s.server.as_ref()?.spec.as_ref()?;
+            (spec.mean_accepted_len.is_finite() && spec.mean_accepted_len >= 1.0)
+                .then_some((spec.mean_accepted_len, spec.draft_len))
+        })
+        .collect();
+    if !server.is_empty() {
+        let n = server.len() as f64;
+        let per_step = server.iter().map(|s| s.0).sum::<f64>() / n;
+        let drafts = server.iter().map(|s| s.1).sum::<f64>() / n;
+        return (per_step > 1.0).then_some(SpecTokens {
+            per_step,
+            draft_len: (drafts.is_finite() && drafts > 0.0).then_some(drafts),
+            from: "the server's mean accepted length",
+        });
+    }
+    let tpc = p.mean(Metric::TPC)?;
+    (tpc > TPC_ABOVE).then_some(SpecTokens {
+        per_step: tpc,
+        draft_len: None,
+        from: "tokens per chunk",
+    })
+}
+
+/// The GEMMs' measurement a point's budget uses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GemmFrom {
+    pub backend: String,
+    /// The batch they were measured at, when it is not the point's.
+    pub batch: Option<u32>,
+}
+
+/// One point's decode step and its verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PointStep {
+    pub name: String,
+    pub batch: u32,
+    pub tp: u32,
+    /// The model it is judged as (the roofline's, else the point's `model` label).
+    pub model: String,
+    pub layers: u32,
+    pub allreduce_bytes: f64,
+    pub allreduce_from: AllreduceFrom,
+    pub tpot_ms: f64,
+    pub spec: Option<SpecTokens>,
+    pub gemm: Option<GemmFrom>,
+    pub verdict: StepVerdict,
+}
+
+/// The model a point's records name: its `model` label, else the one loadgen's summary names.
+pub fn records_model(p: &Point) -> Option<&str> {
+    p.labels
+        .get("model")
+        .map(String::as_str)
+        .or(p.model.as_deref())
+}
+
+/// The `gemm_step` record of `model` at `tp` nearest `batch` (exact first).
+fn nearest_step<'a>(
+    steps: &'a [GemmStepRecord],
+    model: &str,
+    tp: u32,
+    batch: u32,
+) -> Option<&'a GemmStepRecord> {
+    steps
+        .iter()
+        .filter(|s| s.model == model && s.tp == tp)
+        .min_by_key(|s| s.batch.abs_diff(batch))
+}
+
+/// Every point's step, judged once. Without a roofline only `decode` records can time the
+/// allreduces (the card gives the sizes of a `coll` curve and the model).
+pub fn judge_points(points: &[Point], inputs: &Inputs, roof: Option<&Roofline>) -> Vec<PointStep> {
+    let keys = Keys::of(points);
+    points
+        .iter()
+        .filter_map(|p| judge_point(p, &keys, inputs, roof))
+        .collect()
+}
+
+fn judge_point(
+    p: &Point,
+    keys: &Keys,
+    inputs: &Inputs,
+    roof: Option<&Roofline>,
+) -> Option<PointStep> {
+    let tpot_ms = p.mean(Metric::TPOT_P50).filter(|t| *t > 0.0)?;
+    let batch = p.params.concurrency.unwrap_or(1).max(1);
+    let (model, tp) = match roof {
+        Some(r) => (
+            r.model.name.clone(),
+            r.layout_of(p, keys).unwrap_or_default().tp,
+        ),
+        None => (
+            records_model(p)?.to_string(),
+            p.labels
+                .get("tp")
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or(1),
+        ),
+    };
+    let gemm_step = nearest_step(&inputs.gemm_steps, &model, tp, batch);
+    let decode = inputs
+        .decode
+        .iter()
+        .find(|d| d.model == model && d.tp == tp && d.batch == batch);
+    let (layers, bytes) = match (roof, decode) {
+        (Some(r), _) => (r.model.layers, r.model.allreduce_bytes(batch)),
+        (None, Some(d)) => (d.allreduces_per_step / 2, d.allreduce_bytes as f64),
+        (None, None) => (0, 0.0),
+    };
+    let (allreduce_ms, allreduce_from) = if tp <= 1 {
+        gemm_step?;
+        (0.0, AllreduceFrom::None)
+    } else if let Some(d) = decode {
+        (
+            f64::from(d.allreduces_per_step) * d.allreduce_us.mean / 1000.0,
+            AllreduceFrom::Decode(d.backend.clone()),
+        )
+    } else {
+        let r = roof?;
+        let coll = match &r.comm_from {
+            Some((from, _)) if inputs.coll.is_empty() => from.as_slice(),
+            _ => inputs.coll.as_slice(),
+        };
+        match MeasuredCurve::from_records(coll, tp, false) {
+            Some(curve) => (
+                f64::from(r.model.allreduces_per_step()) * curve.us_at(bytes) / 1000.0,
+                AllreduceFrom::Curve(curve),
+            ),
+            None => {
+                gemm_step?;
+                (r.limits(p, keys).step.comm_s * 1e3, AllreduceFrom::Modelled)
+            }
+        }
+    };
+    let spec = spec_tokens(p);
+    let basis = match &spec {
+        None => StepBasis::Measured("TPOT p50".into()),
+        Some(s) => StepBasis::Measured(format!(
+            "TPOT p50 {} ms x {:.2} tokens per verify step, from {}",
+            human(tpot_ms),
+            s.per_step,
+            s.from
+        )),
+    };
+    let verdict = StepVerdict::judge(StepParts {
+        step_ms: tpot_ms * spec.as_ref().map_or(1.0, |s| s.per_step),
+        basis,
+        allreduce_ms,
+        compute: gemm_step.map(|s| ComputeParts {
+            gemm_ms: s.gemm_us_per_step / 1000.0,
+            launch_ms: s.launch_overhead_us_per_step / 1000.0,
+            on_cpu: s.backend == "cpu",
+        }),
+    });
+    Some(PointStep {
+        name: point_name(p, &keys.varying),
+        batch,
+        tp,
+        model,
+        layers,
+        allreduce_bytes: bytes,
+        allreduce_from,
+        tpot_ms,
+        spec,
+        gemm: gemm_step.map(|s| GemmFrom {
+            backend: s.backend.clone(),
+            batch: (s.batch != batch).then_some(s.batch),
+        }),
+        verdict,
+    })
+}
+
+impl PointStep {
+    /// Where the allreduce figure came from, in words (the tcp backend named as not NCCL).
+    fn allreduce_words(&self) -> String {
+        match &self.allreduce_from {
+            AllreduceFrom::Decode(b) if b == "tcp" => {
+                "measured by collbench decode over tcp between processes, not NCCL on GPUs".into()
+            }
+            AllreduceFrom::Decode(b) => format!("measured by collbench decode, {b}"),
+            AllreduceFrom::Curve(c) => {
+                let mut s = format!("allreduce as measured: {}", c.describe());
+                if c.ranks != self.tp {
+                    s.push_str(&format!(
+                        " (measured over {} ranks, the model runs TP={})",
+                        c.ranks, self.tp
+                    ));
+                }
+                if let Some(tcp) = c.tcp_caveat() {
+                    s.push_str(&format!("; {tcp}"));
+                }
+                s
+            }
+            AllreduceFrom::Modelled => "modelled".into(),
+            AllreduceFrom::None => "none at TP=1".into(),
+        }
+    }
+
+    /// The note under the load points: with measured GEMMs the whole step split into its parts
+    /// (the rest only where the parts were counted), else the allreduces beside the step.
+    pub fn line(&self) -> String {
+        let v = &self.verdict;
+        let Some(gemm) = &self.gemm else {
+            return format!(
+                "{}: allreduce {} ms per step (2 x {} layers x {} at batch {}; {}): {}",
+                self.name,
+                human(v.parts.allreduce_ms),
+                self.layers,
+                size(self.allreduce_bytes),
+                self.batch,
+                self.allreduce_words(),
+                v.text()
+            );
+        };
+        let compute = v.parts.compute.as_ref();
+        let gemm_from = match (gemm.backend.as_str(), gemm.batch) {
+            ("cpu", Some(b)) => format!("measured on the CPU at batch {b}"),
+            ("cpu", None) => "measured on the CPU".to_string(),
+            (_, Some(b)) => format!("measured at batch {b}"),
+            _ => "measured".to_string(),
+        };
+        let rest = if v.counted.is_some() {
+            format!(
+                ", the rest {} ms (attention, sampling, scheduling)",
+                human(v.rest_ms)
+            )
+        } else {
+            String::new()
+        };
+        let of = match &self.spec {
+            None => format!("{} ms TPOT", human(self.tpot_ms)),
+            Some(s) => format!(
+                "{} ms verify step (TPOT {} ms x {:.2} tokens per step, from {})",
+                human(v.parts.step_ms),
+                human(self.tpot_ms),
+                s.per_step,
+                s.from
+            ),
+        };
+        format!(
+            "{}: per step at batch {}: allreduce {} ms ({}), GEMMs {} ms ({gemm_from}), launch overhead {} ms (measured){rest} of a {of}: {}",
+            self.name,
+            self.batch,
+            human(v.parts.allreduce_ms),
+            self.allreduce_words(),
+            human(compute.map_or(0.0, |c| c.gemm_ms)),
+            human(compute.map_or(0.0, |c| c.launch_ms)),
+            v.text()
+        )
+    }
+}
+
+pub fn size(bytes: f64) -> String {
+    if bytes >= 1048576.0 {
+        format!("{} MiB", human(bytes / 1048576.0))
+    } else if bytes >= 1024.0 {
+        format!("{} KiB", human(bytes / 1024.0))
+    } else {
+        format!("{} B", human(bytes))
+    }
+}
