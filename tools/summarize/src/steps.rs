@@ -40,8 +40,10 @@ pub struct SpecTokens {
 }
 
 /// The server's acceptance figures (its mean accepted length per verify step, the bonus token
-/// included) when loadgen recorded them, else tokens per SSE chunk above 1.05; None for a run
-/// that emits one token per step.
+/// included) when loadgen recorded them; tokens per SSE chunk above 1.05 only when loadgen read
+/// no server view at all (a server whose view has no speculative figures is not speculating:
+/// its chunks carry several tokens because the stream was batched, under load or by design).
+/// None for a run that emits one token per step.
 pub fn spec_tokens(p: &Point) -> Option<SpecTokens> {
     let server: Vec<(f64, f64)> = p
         .repeats
@@ -62,11 +64,14 @@ pub fn spec_tokens(p: &Point) -> Option<SpecTokens> {
             from: "the server's mean accepted length",
         });
     }
+    if p.repeats.iter().any(|s| s.server.is_some()) {
+        return None;
+    }
     let tpc = p.mean(Metric::TPC)?;
     (tpc > TPC_ABOVE).then_some(SpecTokens {
         per_step: tpc,
         draft_len: None,
-        from: "tokens per chunk",
+        from: "tokens per chunk, no server view",
     })
 }
 
