@@ -106,7 +106,13 @@ impl StepVerdict {
                 bound: Bound::Unknown,
                 comm_share,
                 counted: None,
-                left_out: parts.compute.as_ref().map(|_| EXCEED_LEFT_OUT),
+                left_out: parts.compute.as_ref().map(|c| {
+                    if c.on_cpu {
+                        CPU_LEFT_OUT
+                    } else {
+                        EXCEED_LEFT_OUT
+                    }
+                }),
                 rest_ms: 0.0,
                 parts,
             };
@@ -182,12 +188,12 @@ impl StepVerdict {
             Bound::Communication => format!(
                 "communication-bound: allreduce is {comm:.0}% of the {step}; communication latency caps this TP degree"
             ),
-            Bound::LargeCommunicationShare => format!(
-                "a large share in communication: allreduce is {comm:.0}% of the {step}"
-            ),
-            Bound::NotCommunication => format!(
-                "not communication-bound: allreduce is {comm:.0}% of the {step}"
-            ),
+            Bound::LargeCommunicationShare => {
+                format!("a large share in communication: allreduce is {comm:.0}% of the {step}")
+            }
+            Bound::NotCommunication => {
+                format!("not communication-bound: allreduce is {comm:.0}% of the {step}")
+            }
             Bound::Compute => format!(
                 "compute-bound: GEMMs are {:.0}% of the {step}",
                 pct(self.counted.as_ref().map_or(0.0, |c| c.gemm_ms))
@@ -261,7 +267,11 @@ mod tests {
             compute: None,
         });
         assert_eq!(m.bound, Bound::Communication);
-        assert!(m.text().contains("84% of the 10.6 ms modelled step"), "{}", m.text());
+        assert!(
+            m.text().contains("84% of the 10.6 ms modelled step"),
+            "{}",
+            m.text()
+        );
     }
 
     #[test]

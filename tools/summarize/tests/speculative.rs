@@ -18,7 +18,11 @@ fn run(extra: &[&str]) -> (String, Value) {
         .stdin(Stdio::null())
         .output()
         .expect("run loadgen");
-    assert!(load.status.success(), "{}", String::from_utf8_lossy(&load.stderr));
+    assert!(
+        load.status.success(),
+        "{}",
+        String::from_utf8_lossy(&load.stderr)
+    );
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.jsonl");
     std::fs::write(&path, &load.stdout).unwrap();
@@ -29,7 +33,11 @@ fn run(extra: &[&str]) -> (String, Value) {
             .stdin(Stdio::null())
             .output()
             .expect("run summarize");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
     let doc: Value = serde_json::from_str(&summarize("json")).unwrap();
@@ -55,7 +63,10 @@ fn a_speculative_stream_is_judged_against_the_verify_step_not_called_impossible(
     let (text, table) = run(&["--spec-tokens", "3", "--spec-accept", "1"]);
     assert!(!text.contains("impossible"), "{text}");
     for share in ["mem_pct", "step_pct"] {
-        assert!(table["rows"][0][share].is_number(), "{share} is no share: {table}");
+        assert!(
+            table["rows"][0][share].is_number(),
+            "{share} is no share: {table}"
+        );
     }
     let spec = table["context"]["speculative"]
         .as_str()

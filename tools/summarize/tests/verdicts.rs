@@ -109,7 +109,11 @@ fn the_kimi_95_ms_reproduction_gives_one_verdict_in_the_note_and_the_table() {
 #[test]
 fn without_a_run_the_decode_table_judges_the_modelled_step_and_says_so() {
     let step = fixture("kimi_step_cpu.jsonl");
-    let text = ok(&summarize(&[&step, "--roofline", "kimi-k2-nvfp4@rtx-pro-6000"]));
+    let text = ok(&summarize(&[
+        &step,
+        "--roofline",
+        "kimi-k2-nvfp4@rtx-pro-6000",
+    ]));
     let verdict = after(&text, "batch 1: allreduce ");
     assert!(
         verdict.contains("ms modelled step (roofline; no run measured this batch)"),
@@ -138,7 +142,11 @@ fn parts_that_fit_the_step_are_counted_and_leave_a_rest() {
          && srv-launch sim --tp 2 -- --ttft 1ms --itl 500ms | loadgen -c 1 -n 2 --max-tokens 4 --prompts builtin | srv-kill > {d}/run.jsonl",
         d = dir.path().display()
     ));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let d = dir.path().display().to_string();
     let text = ok(&summarize(&[
         &format!("{d}/run.jsonl"),
