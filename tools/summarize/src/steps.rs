@@ -45,22 +45,29 @@ pub struct SpecTokens {
 /// its chunks carry several tokens because the stream was batched, under load or by design).
 /// None for a run that emits one token per step.
 pub fn spec_tokens(p: &Point) -> Option<SpecTokens> {
-    let server: Vec<(f64, f64)> = p
+    let server: Vec<(f64, Option<f64>)> = p
         .repeats
         .iter()
         .filter_map(|s| {
             let spec = s.server.as_ref()?.spec.as_ref()?;
-            (spec.mean_accepted_len.is_finite() && spec.mean_accepted_len >= 1.0)
-                .then_some((spec.mean_accepted_len, spec.draft_len))
+            let drafts = spec.draft_len.filter(|d| d.is_finite() && *d > 0.0);
+            // Engines that count drafted and accepted tokens only (llama.cpp): 1 + accepted
+            // per verify step.
+            let len = spec
+                .mean_accepted_len
+                .or_else(|| Some(1.0 + spec.draft_acceptance? * drafts?))
+                .filter(|l| l.is_finite() && *l >= 1.0)?;
+            Some((len, drafts))
         })
         .collect();
     if !server.is_empty() {
         let n = server.len() as f64;
         let per_step = server.iter().map(|s| s.0).sum::<f64>() / n;
-        let drafts = server.iter().map(|s| s.1).sum::<f64>() / n;
+        let drafts: Vec<f64> = server.iter().filter_map(|s| s.1).collect();
         return (per_step > 1.0).then_some(SpecTokens {
             per_step,
-            draft_len: (drafts.is_finite() && drafts > 0.0).then_some(drafts),
+            draft_len: (!drafts.is_empty())
+                .then(|| drafts.iter().sum::<f64>() / drafts.len() as f64),
             from: "the server's mean accepted length",
         });
     }
