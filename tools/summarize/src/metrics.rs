@@ -334,6 +334,14 @@ impl Metric {
         )
     }
 
+    /// Figures that count requests (the server's gauges): whole numbers print without decimals.
+    pub fn is_whole(&self) -> bool {
+        matches!(
+            self,
+            Metric::Scalar(Scalar::RunningMax | Scalar::WaitingMax)
+        )
+    }
+
     pub fn better(&self) -> Better {
         match self {
             // Fewer reasoning tokens for the same answers cost less.

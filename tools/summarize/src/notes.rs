@@ -232,8 +232,8 @@ fn knee_rule_of(s: &[&Point], ramps: &[RampRecord]) -> KneeRule {
         })
 }
 
-/// The server's gauges at a point past the knee: requests waiting while fewer than the load
-/// ran, (running max, waiting max, the point).
+/// The server's gauges from the knee on: requests waiting while fewer than the load ran,
+/// (running max, waiting max, the first such point).
 fn batch_cap<'a>(past: &[&'a Point]) -> Option<(f64, f64, &'a Point)> {
     past.iter().find_map(|p| {
         let waiting = p.mean(Metric::Scalar(Scalar::WaitingMax))?;
@@ -263,7 +263,7 @@ pub fn saturation_knee_by(points: &[Point], keys: &Keys, ramps: &[RampRecord]) -
         } else {
             format!("gives {:.0}% less throughput", -gain * 100.0)
         };
-        let cause = match batch_cap(&s[i + 1..]) {
+        let cause = match batch_cap(&s[i..]) {
             Some((running, waiting, at)) => format!(
                 "; at {} the server ran at most {running:.0} while {waiting:.0} waited: a batch limit (max running requests, PP micro-batch), not the hardware",
                 load_name(at)

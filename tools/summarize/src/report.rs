@@ -215,6 +215,9 @@ pub fn points_table(
                 },
                 Col::Metric(m) => match p.figure(*m) {
                     Some(f) if m.is_count() => Cell::int(f.mean as i64),
+                    Some(f) if m.is_whole() && f.mean.fract() == 0.0 && f.half_width.is_none() => {
+                        Cell::int(f.mean as i64)
+                    }
                     Some(f) => Cell::Num {
                         value: f.mean,
                         ci: f.half_width,
