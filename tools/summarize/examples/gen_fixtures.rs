@@ -400,14 +400,19 @@ fn main() {
         ),
     );
 
-    // The notes' headline: one stream of the Kimi-K2-class FP8 model at 36 tok/s, labelled
-    // tp=8 as srv-launch labels it, on 8 RTX PRO 6000.
+    // The notes' headline: one stream of the Kimi-K2-class model at 36 tok/s, labelled tp=8 as
+    // srv-launch labels it, on 8 RTX PRO 6000: NVFP4 experts, the format that fits 8 x 96 GB
+    // (FP8 Kimi does not: srv-sim refuses that layout).
     write(
         &dir,
         "kimi_tp8_single_stream.jsonl",
         &sweep_lines(
             &Sweep {
-                labels: labels(&[("engine", "sglang"), ("model", "kimi-k2"), ("tp", "8")]),
+                labels: labels(&[
+                    ("engine", "sglang"),
+                    ("model", "kimi-k2-nvfp4"),
+                    ("tp", "8"),
+                ]),
                 concurrency: vec![1],
                 input_len: 1000,
                 max_tokens: vec![256],

@@ -561,6 +561,17 @@ mod tests {
     }
 
     #[test]
+    fn a_model_label_names_its_card_without_org_or_instruct_suffix() {
+        assert!(same_model("Qwen/Qwen3-32B", "qwen3-32b"));
+        assert!(same_model(
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "llama-3.1-8b"
+        ));
+        assert!(!same_model("kimi-k2-nvfp4", "kimi-k2"));
+        assert!(!same_model("llama-3.1-70b", "llama-3.1-8b"));
+    }
+
+    #[test]
     fn a_share_over_the_limit_is_not_a_share() {
         assert_eq!(share(50.0, 100.0), Some(0.5));
         assert_eq!(share(102.0, 100.0), Some(1.0));
