@@ -199,7 +199,7 @@ fn a_rate_above_the_limit_is_a_note_not_a_share() {
     }
     assert_eq!(t["rows"][0]["mem_pct"], "over", "{t}");
     assert!(
-        text.contains("note: tp=1 decodes 27.4 tok/s per stream")
+        text.contains("note: tp=1 decodes 27.3 tok/s per stream")
             && text.contains("the memory-bound limit (weights + KV over bandwidth) of 13.2 tok/s")
             && text.contains("impossible, so the card"),
         "{text}"
