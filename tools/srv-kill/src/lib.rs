@@ -403,21 +403,41 @@ fn kill_target_inner(
     let spec = resolve(exec, target, cfg, rec)?;
     let check_gpus = !opts.dry_run && spec.is_some();
     let before_bounds = Bounds::QUERY.with_deadline(gpu_call_deadline(cfg.gpu_wait));
-    let (outcome, gpu_before) = std::thread::scope(|scope| {
-        // GPU memory is read as the kill starts, beside it: a hung nvidia-smi (a wedged
-        // driver, the very case a kill is for) never delays a signal.
-        let before = check_gpus
-            .then(|| scope.spawn(|| gpu::used_bytes(exec, &cfg.nvidia_smi, before_bounds)));
-        let outcome = match &spec {
-            Some(spec) => kill::kill(exec, spec, opts),
-            None => Ok(KillOutcome::default()),
-        };
-        let before = before.map(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err(ExecError::Command("the GPU reader panicked".into())))
-        });
-        (outcome, before)
-    });
+    let kill = || match &spec {
+        Some(spec) => kill::kill(exec, spec, opts),
+        None => Ok(KillOutcome::default()),
+    };
+    let (outcome, gpu_before) = if !exec.is_local() {
+        // One SSH connection carries both, and its channels are not to be used from two
+        // threads at once: the reading goes first, within its deadline (--gpu-wait at most).
+        let before = check_gpus.then(|| gpu::used_bytes(exec, &cfg.nvidia_smi, before_bounds));
+        (kill(), before)
+    } else {
+        std::thread::scope(|scope| {
+            // GPU memory is read beside the kill: a hung nvidia-smi (a wedged driver, the very
+            // case a kill is for) holds the signals back by BEFORE_HEAD_START at most. Within it,
+            // a healthy nvidia-smi answers before any signal, so "before" is before the kill.
+            let before = check_gpus.then(|| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                scope.spawn(move || {
+                    let _ = tx.send(gpu::used_bytes(exec, &cfg.nvidia_smi, before_bounds));
+                });
+                rx
+            });
+            let early = before
+                .as_ref()
+                .and_then(|rx| rx.recv_timeout(BEFORE_HEAD_START.min(cfg.gpu_wait)).ok());
+            let outcome = kill();
+            let before = before.map(|rx| {
+                early.unwrap_or_else(|| {
+                    rx.recv().unwrap_or_else(|_| {
+                        Err(ExecError::Command("the GPU reader panicked".into()))
+                    })
+                })
+            });
+            (outcome, before)
+        })
+    };
     let outcome = outcome?;
     rec.matched = outcome
         .matched
@@ -484,6 +504,9 @@ fn kill_target_inner(
     }
     Ok(())
 }
+
+/// How long the memory reading before the kill may hold the signals back.
+const BEFORE_HEAD_START: Duration = Duration::from_secs(2);
 
 /// How long one nvidia-smi run of the GPU check may take, with `left` of `--gpu-wait` to go.
 fn gpu_call_deadline(left: Duration) -> Duration {

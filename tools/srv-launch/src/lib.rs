@@ -6,6 +6,7 @@
 
 mod env;
 mod ready;
+mod url;
 
 use anyhow::Result;
 use clap::Parser;
@@ -20,6 +21,7 @@ use servbench::record::{Labels, ServerRecord, inherit_labels, now_ts};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use url::{origin_of, port_of_url};
 
 /// How many log lines to show when a server dies during startup.
 const LOG_TAIL_LINES: usize = 30;
@@ -360,25 +362,6 @@ fn plan(cfg: &Args, exec: &dyn Exec) -> Result<Plan> {
     })
 }
 
-/// The authority of an `http://` URL; `None` for anything else (or a `{port}` not yet replaced).
-fn http_authority(url: &str) -> Option<http::uri::Authority> {
-    let uri: http::Uri = url.parse().ok()?;
-    (uri.scheme_str() == Some("http"))
-        .then(|| uri.authority().cloned())
-        .flatten()
-        .filter(|a| !a.host().is_empty())
-}
-
-/// `http://host:port` of an `http://` URL.
-fn origin_of(url: &str) -> Option<String> {
-    http_authority(url).map(|a| format!("http://{a}"))
-}
-
-/// The port an `http://` URL names, when it names one.
-fn port_of_url(url: &str) -> Option<u16> {
-    http_authority(url)?.port_u16()
-}
-
 /// The last `n` lines of the server's log (on its host).
 fn log_tail(exec: &dyn Exec, log: &str, n: usize) -> Vec<String> {
     let Ok(Some(bytes)) = exec.read_tail(log, 64 * 1024) else {
@@ -682,31 +665,5 @@ fn kill_unannounced(exec: &dyn Exec, plan: &Plan, id: ProcId) -> String {
         Ok(o) if o.survivors.is_empty() => format!("killed it (pid {})", id.pid),
         Ok(o) => format!("killing it left survivors {:?}", o.survivors),
         Err(e) => format!("killing it failed: {e}"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ready_urls_give_their_origin_and_port() {
-        assert_eq!(
-            origin_of("http://127.0.0.1:8000/health").as_deref(),
-            Some("http://127.0.0.1:8000")
-        );
-        assert_eq!(port_of_url("http://127.0.0.1:8000/health"), Some(8000));
-        assert_eq!(
-            origin_of("http://[::1]:9000/v1/models?x=1").as_deref(),
-            Some("http://[::1]:9000")
-        );
-        assert_eq!(port_of_url("http://[::1]:9000/"), Some(9000));
-        // No port named, or not yet replaced: srv-launch picks a free one.
-        assert_eq!(port_of_url("http://gpu1/health"), None);
-        assert_eq!(port_of_url("http://127.0.0.1:{port}/health"), None);
-        assert_eq!(port_of_url("http://[::1]/"), None);
-        for bad in ["https://h:1/", "127.0.0.1:8000", "http://", "ftp://h/"] {
-            assert_eq!(origin_of(bad), None, "{bad}");
-        }
     }
 }
