@@ -78,6 +78,15 @@ pub fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// srv-kill's kill records in its output (it passes the server records it was given on
+/// before them, marked killed).
+pub fn kill_records(stdout: &[u8]) -> Vec<serde_json::Value> {
+    json_lines(stdout)
+        .into_iter()
+        .filter(|r| r["kind"] == "kill")
+        .collect()
+}
+
 /// The records of one kind among a tool's output, in order.
 pub fn of_kind<'a>(records: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
     records.iter().filter(|r| r["kind"] == kind).collect()

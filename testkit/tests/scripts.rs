@@ -406,7 +406,7 @@ fn sbatch_load_splits_the_load_over_the_tasks_srun_starts() {
     write("scontrol", "#!/usr/bin/env bash\necho 127.0.0.1\n");
     write(
         "srun",
-        "#!/usr/bin/env bash\nrc=0; pids=()\nfor ((i = 0; i < SLURM_NTASKS; i++)); do SLURM_PROCID=$i \"$@\" & pids+=($!); done\nfor p in \"${pids[@]}\"; do wait \"$p\" || rc=$?; done\nexit $rc\n",
+        "#!/usr/bin/env bash\nrc=0; pids=()\nfor ((i = 0; i < SLURM_NTASKS; i++)); do SLURM_STEP_ID=0 SLURM_PROCID=$i \"$@\" & pids+=($!); done\nfor p in \"${pids[@]}\"; do wait \"$p\" || rc=$?; done\nexit $rc\n",
     );
     let path = format!(
         "{}:{}:{}",

@@ -18,7 +18,9 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use testkit::of_kind;
-use testkit::{Guard, bin_dir, cmd, free_port, json_lines, matched_pids, setup_env, wait_gone};
+use testkit::{
+    Guard, bin_dir, cmd, free_port, json_lines, kill_records, matched_pids, setup_env, wait_gone,
+};
 
 /// The engine's own flags in every launch: a short context keeps the KV cache and warm-up small.
 const ENGINE_ARGS: &[&str] = &["--max-model-len", "1024"];
@@ -329,9 +331,10 @@ fn srv_kill(args: &[&str], stdin: Option<&Value>) -> (Option<i32>, Vec<Value>, S
         drop(child.stdin.take());
     }
     let out = child.wait_with_output().unwrap();
+    // Only the kill records: srv-kill passes the server record it was given on before them.
     (
         out.status.code(),
-        json_lines(&out.stdout),
+        kill_records(&out.stdout),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }

@@ -5,7 +5,9 @@
 use std::io::Write;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use testkit::{alive, cmd, free_port, http_server, json_lines, matched_pids, sh_cmd, wait_gone};
+use testkit::{
+    alive, cmd, free_port, http_server, json_lines, kill_records, matched_pids, sh_cmd, wait_gone,
+};
 
 /// A stand-in engine: /health answers 503 for `delay` seconds, then 200; /v1/models lists
 /// "tiny"; POST /v1/completions answers one token.
@@ -145,7 +147,7 @@ fn readiness_waits_for_a_slow_server_and_the_record_drives_srv_kill() {
         "{}",
         String::from_utf8_lossy(&killed.stderr)
     );
-    let k = &json_lines(&killed.stdout)[0];
+    let k = &kill_records(&killed.stdout)[0];
     assert_eq!(k["ok"], true);
     assert_eq!(k["port_free"], true);
     assert_eq!(k["labels"]["run"], "a");
@@ -311,9 +313,14 @@ fn upstream_records_pass_through_before_the_server_record() {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 2, "{text}");
+    // The upstream note first, then srv-kill's: the server record passed on (marked killed),
+    // then its kill record.
+    assert_eq!(lines.len(), 3, "{text}");
     assert_eq!(lines[0], note);
-    let kill: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+    let server: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+    assert_eq!(server["kind"], "server");
+    assert_eq!(server["killed"], true);
+    let kill: serde_json::Value = serde_json::from_str(lines[2]).unwrap();
     assert_eq!(kill["kind"], "kill");
     assert_eq!(kill["ok"], true);
 }
@@ -420,7 +427,7 @@ fn readiness_waits_for_a_slow_srv_sim_and_maps_the_shared_flags() {
     );
     let killed = kill_record(r);
     assert_eq!(killed.status.code(), Some(0));
-    assert_eq!(json_lines(&killed.stdout)[0]["ok"], true);
+    assert_eq!(kill_records(&killed.stdout)[0]["ok"], true);
 }
 
 #[test]
@@ -507,7 +514,7 @@ fn a_worker_that_left_the_session_and_was_orphaned_is_found_by_the_launch_marker
 
     let killed = kill_record(r);
     assert_eq!(killed.status.code(), Some(0));
-    let k = &json_lines(&killed.stdout)[0];
+    let k = &kill_records(&killed.stdout)[0];
     let matched = matched_pids(k);
     assert!(matched.contains(&orphan), "orphan not matched: {matched:?}");
     assert!(

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::Duration;
-use testkit::{alive, cmd, json_lines, setup_env, sh};
+use testkit::{alive, cmd, json_lines, kill_records, setup_env, sh};
 
 /// One HTTP/1.1 POST with `Connection: close`: status code and body.
 fn post(url: &str, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
@@ -93,7 +93,7 @@ fn llama_server_launches_serves_completions_and_chat_and_is_killed() {
     drop(child.stdin.take());
     let killed = child.wait_with_output().unwrap();
     assert_eq!(killed.status.code(), Some(0));
-    let k = &json_lines(&killed.stdout)[0];
+    let k = &kill_records(&killed.stdout)[0];
     assert_eq!(k["ok"], true);
     assert_eq!(k["port_free"], true);
     std::thread::sleep(Duration::from_millis(200));

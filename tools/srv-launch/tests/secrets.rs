@@ -2,7 +2,7 @@
 //! are redacted in the `server` record, on stderr and in srv-kill's records; look-alikes such
 //! as `--max-tokens` are not.
 
-use testkit::{json_lines, sh};
+use testkit::{json_lines, kill_records, sh};
 
 #[test]
 fn secret_engine_arguments_are_redacted_in_the_server_record_and_srv_kills_output() {
@@ -32,7 +32,7 @@ fn secret_engine_arguments_are_redacted_in_the_server_record_and_srv_kills_outpu
             + &server["port"].to_string()
             + " --bind 127.0.0.1; : --api-key ***"
     );
-    let killed = &json_lines(&kill.stdout)[0];
+    let killed = &kill_records(&kill.stdout)[0];
     let commands: Vec<&str> = killed["matched"]
         .as_array()
         .unwrap()

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-use testkit::{alive, cmd, free_port, json_lines, sshd};
+use testkit::{alive, cmd, free_port, json_lines, kill_records, sshd};
 
 /// A Python the remote (non-interactive, default PATH) shell can run: the absolute path.
 fn python() -> String {
@@ -95,7 +95,7 @@ fn launch_over_ssh_outlives_the_session_and_srv_kill_over_ssh_stops_it() {
     drop(child.stdin.take());
     let killed = child.wait_with_output().unwrap();
     assert_eq!(killed.status.code(), Some(0), "{}", stderr(&killed));
-    let k = &json_lines(&killed.stdout)[0];
+    let k = &kill_records(&killed.stdout)[0];
     assert_eq!(k["host"], s.target.as_str());
     assert_eq!(k["ok"], true);
     assert_eq!(k["port_free"], true);
