@@ -10,7 +10,10 @@
 //! - this file: the trait and its small types, shell quoting, [`connect`];
 //! - [`local`]: this machine, through syscalls and /proc;
 //! - [`ssh`]: another machine over the `ssh2` crate (libssh2): agent or key auth, host keys
-//!   checked against known_hosts, keepalives and timeouts, one clear error per failure kind;
+//!   checked against known_hosts, keepalives and timeouts, one clear error per failure kind.
+//!   Only with the `ssh` feature (default for this crate; tools that never reach another host,
+//!   summarize and srv-sim, build without it and so without libssh2 and OpenSSL);
+//! - [`host`]: naming a remote host and the SSH options, with or without the feature;
 //! - [`gpu`]: nvidia-smi's queries, on either;
 //! - [`bounded`]: how every run of another program is bounded ([`Bounds`]): a deadline past
 //!   which its whole process group gets TERM, then KILL, and a cap on what it prints.
@@ -20,12 +23,16 @@
 
 pub mod bounded;
 pub mod gpu;
+pub mod host;
 pub mod local;
+#[cfg(feature = "ssh")]
 pub mod ssh;
 
 pub use bounded::{Bounds, KILL_GRACE};
+pub use host::{HostSpec, SshOptions};
 pub use local::Local;
-pub use ssh::{HostSpec, Ssh, SshOptions};
+#[cfg(feature = "ssh")]
+pub use ssh::Ssh;
 
 use crate::procs::{ProcId, ProcTable, parse_stat, start_ticks_of};
 
@@ -120,7 +127,7 @@ impl Listeners {
     }
 }
 
-/// The primitives every tool needs on a host. Implemented by [`Local`] and [`Ssh`].
+/// The primitives every tool needs on a host. Implemented by [`Local`] and `ssh::Ssh`.
 pub trait Exec: Send + Sync {
     /// `localhost`, or the SSH target as given (`user@addr:port`).
     fn host(&self) -> &str;
@@ -215,7 +222,16 @@ pub fn detached_script(spec: &Detached) -> String {
 pub fn connect(host: Option<&str>, opts: &SshOptions) -> Result<Box<dyn Exec>, ExecError> {
     match host {
         None | Some("") | Some("localhost") => Ok(Box::new(Local)),
+        #[cfg(feature = "ssh")]
         Some(h) => Ok(Box::new(Ssh::connect(h, opts)?)),
+        #[cfg(not(feature = "ssh"))]
+        Some(h) => {
+            let _ = opts;
+            Err(ExecError::Connect(format!(
+                "--host {h}: this tool is built without SSH (servbench's `ssh` feature); \
+                 run it on that host, or use a tool that reaches hosts (srv-launch, srv-kill)"
+            )))
+        }
     }
 }
 

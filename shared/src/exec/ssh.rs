@@ -2,11 +2,10 @@
 //! and authentication), one channel per primitive, every script through `sh -c`.
 
 mod auth;
-mod host;
 mod host_cert;
 mod known_hosts;
 
-pub use host::{HostSpec, SshOptions};
+pub use super::host::{HostSpec, SshOptions};
 
 use super::{
     Bounds, Detached, Exec, ExecError, Listeners, Output, Signal, bounded, detached_script,

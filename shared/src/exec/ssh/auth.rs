@@ -3,9 +3,9 @@
 //! revoked key always), then our authentication (an explicit key, else the agent, else the
 //! default keys). Each refusal says what to fix.
 
-use super::host::{HostSpec, SshOptions};
 use super::host_cert;
 use super::known_hosts::{self, HostNames, KnownHosts, Verdict};
+use super::{HostSpec, SshOptions};
 use crate::diag;
 use crate::exec::ExecError;
 use std::path::PathBuf;
