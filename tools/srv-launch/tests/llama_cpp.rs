@@ -130,7 +130,10 @@ fn llama_server_in_the_pipeline_srv_launch_loadgen_completions_and_chat_srv_kill
             "{s}"
         );
         assert_eq!(s["output_len_mismatch"], 0, "{s}");
-        assert!(s["prompt_tokens"].as_u64().unwrap() >= requests * 20, "{s}");
+        // Prompts reached the engine: at least half the 24-token target each. The tiny model's
+        // tokenizer is not the one loadgen targets, so a prompt lands near, not at, 24 tokens
+        // (a random prompt of 8 came to 159, under 8 x 20, and failed CI).
+        assert!(s["prompt_tokens"].as_u64().unwrap() >= requests * 12, "{s}");
         assert_eq!(s["labels"]["engine"], "llama-cpp");
         assert_eq!(s["labels"]["run"], "llama");
         // llama-server sends one token per chunk.
