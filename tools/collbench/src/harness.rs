@@ -1,35 +1,16 @@
-//! The shared harness every collective runs under (nccl-tests' common.cu): the size sweep,
-//! warmup, the two timing modes, the exact correctness check, the bandwidth formulas and the
-//! records. Backends supply "run the op once"; everything measured goes through here.
+//! What every collective run shares around the measure loop (nccl-tests' common.cu): the run's
+//! configuration, the size sweep, the exact correctness check, the bandwidth formulas, the
+//! records and the table. The loop itself (warmup, timing modes) is `measure.rs`; the backends
+//! (`tcp.rs`, `nccl/`) run it for each size.
 
-use crate::comm::Comm;
 use crate::dtype::{Dtype, RedOp};
-use crate::ops::{Algo, Op, Params, Scratch, Shape};
-use clap::ValueEnum;
+use crate::measure::{Iters, Mode};
+use crate::ops::{Algo, Op, Params, Shape};
 use servbench::jsonl::RecordWriter;
 use servbench::record::{CollRecord, CollRunRecord, Dist, Extra, Labels, SCHEMA_VERSION, now_ts};
 use servbench::stats::Hist;
 use std::io::Write;
-use std::time::{Duration, Instant};
-
-/// How ops are timed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Mode {
-    /// Back-to-back ops, time per op = total / iterations (nccl-tests' default figure).
-    Pipelined,
-    /// A barrier before each op and the op timed alone: percentiles of single ops, what a
-    /// decode step pays for each of its allreduces.
-    Latency,
-}
-
-impl Mode {
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Pipelined => "pipelined",
-            Mode::Latency => "latency",
-        }
-    }
-}
+use std::time::Duration;
 
 /// Everything one run measures, the same on every rank.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,8 +18,7 @@ pub struct RunConfig {
     pub op: Op,
     pub algo: Algo,
     pub sizes: Vec<u64>,
-    pub iters: u32,
-    pub warmup: u32,
+    pub iters: Iters,
     pub dtype: Dtype,
     pub redop: RedOp,
     pub root: usize,
@@ -56,8 +36,8 @@ impl RunConfig {
             self.op,
             self.algo,
             self.sizes,
-            self.iters,
-            self.warmup,
+            self.iters.timed,
+            self.iters.warmup,
             self.dtype,
             self.redop,
             self.root,
@@ -169,8 +149,8 @@ pub fn coll_record(cfg: &RunConfig, ctx: &RecordContext, m: &Measured) -> CollRe
         busbw_gbps: busbw,
         wrong: m.wrong,
         checked: cfg.check,
-        iters: cfg.iters,
-        warmup: cfg.warmup,
+        iters: cfg.iters.timed,
+        warmup: cfg.iters.warmup,
         root: cfg.op.rooted().then_some(cfg.root as u32),
         extra: Extra::new(),
     }
@@ -195,8 +175,8 @@ impl<'w, W: Write> Reporter<'w, W> {
             cfg.dtype.name(),
             cfg.redop.name(),
             cfg.mode.name(),
-            cfg.iters,
-            cfg.warmup
+            cfg.iters.timed,
+            cfg.iters.warmup
         );
         eprintln!(
             "#{:>12} {:>12} {:>6} {:>18} {:>10} {:>10} {:>9} {:>9} {:>7}",
@@ -296,90 +276,6 @@ pub fn buffer(elems: usize, esz: usize, what: &str) -> anyhow::Result<Vec<u8>> {
         .map_err(|_| fail(len.to_string()))?;
     v.resize(len, 0);
     Ok(v)
-}
-
-/// Measures one size on the tcp backend (every rank calls this in step).
-pub fn measure_tcp(
-    comm: &Comm,
-    cfg: &RunConfig,
-    requested: u64,
-    scratch: &mut Scratch,
-) -> anyhow::Result<Measured> {
-    let p = cfg.params();
-    let shape = cfg.op.shape(requested, cfg.dtype, comm.world);
-    let algo = cfg
-        .op
-        .resolve_algo(cfg.algo, shape.bytes)
-        .map_err(servbench::cli::usage)?;
-    let esz = cfg.dtype.size();
-    let mut send = buffer(shape.send_elems, esz, "send")?;
-    let mut recv = buffer(shape.recv_elems, esz, "receive")?;
-    cfg.op.fill(comm.rank, &shape, &p, &mut send);
-    let where_ = |e: crate::comm::CommError| {
-        servbench::cli::failure(format!(
-            "rank {}: {} at {} bytes: {e}",
-            comm.rank,
-            cfg.op.name(),
-            shape.bytes
-        ))
-    };
-    let mut once = |recv: &mut [u8]| {
-        cfg.op
-            .run_tcp(comm, algo, &p, &send, recv, scratch)
-            .map_err(where_)
-    };
-    for _ in 0..cfg.warmup {
-        once(&mut recv)?;
-    }
-    let mut samples = Vec::with_capacity(cfg.iters as usize);
-    comm.barrier().map_err(where_)?;
-    let start = Instant::now();
-    match cfg.mode {
-        Mode::Pipelined => {
-            let mut prev = start;
-            for _ in 0..cfg.iters {
-                once(&mut recv)?;
-                let now = Instant::now();
-                samples.push((now - prev).as_secs_f64() * 1e6);
-                prev = now;
-            }
-        }
-        Mode::Latency => {
-            for _ in 0..cfg.iters {
-                comm.barrier().map_err(where_)?;
-                let t = Instant::now();
-                once(&mut recv)?;
-                samples.push(t.elapsed().as_secs_f64() * 1e6);
-            }
-        }
-    }
-    let mut wrong = 0;
-    if cfg.check {
-        // Poison the output (all-ones bytes are NaN in every dtype) so a stale result cannot pass.
-        recv.fill(0xff);
-        once(&mut recv)?;
-        wrong = count_wrong(cfg.op, comm.rank, comm.world, &shape, &p, &recv);
-    }
-    let totals = comm.sum_f64(&[wrong as f64]).map_err(where_)?;
-    Ok(Measured {
-        shape,
-        algo: algo.name(),
-        samples_us: samples,
-        wrong: totals[0] as u64,
-    })
-}
-
-/// Runs the whole sweep on the tcp backend, handing each size's result to `each` (on every rank).
-pub fn sweep_tcp(
-    comm: &Comm,
-    cfg: &RunConfig,
-    mut each: impl FnMut(Measured) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    let mut scratch = Scratch::default();
-    for &size in &cfg.sizes {
-        each(measure_tcp(comm, cfg, size, &mut scratch)?)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

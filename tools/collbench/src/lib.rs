@@ -13,8 +13,11 @@ pub mod harness;
 pub mod hosts;
 pub mod launch;
 pub mod limits;
+pub mod measure;
 pub mod nccl;
 pub mod ops;
+pub mod shape;
+pub mod tcp;
 
 use clap::ValueEnum;
 use harness::{RecordContext, RunConfig};
@@ -227,7 +230,7 @@ pub fn sweep(
     each: impl FnMut(harness::Measured) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     match job.backend {
-        Backend::Tcp => harness::sweep_tcp(comm, cfg, each),
+        Backend::Tcp => tcp::sweep(comm, cfg, each),
         Backend::Nccl => nccl::sweep(comm, cfg, job.gpus, each),
     }
 }

@@ -129,7 +129,7 @@ pub fn human(bytes: u128) -> String {
 mod tests {
     use super::*;
     use crate::dtype::{Dtype, RedOp};
-    use crate::harness::Mode;
+    use crate::measure::{Iters, Mode};
     use crate::ops::{Algo, Op, allreduce::Allreduce};
 
     fn cfg(max: u64) -> RunConfig {
@@ -137,8 +137,10 @@ mod tests {
             op: Op::new(&Allreduce),
             algo: Algo::Auto,
             sizes: vec![8, max],
-            iters: 1,
-            warmup: 0,
+            iters: Iters {
+                warmup: 0,
+                timed: 1,
+            },
             dtype: Dtype::F32,
             redop: RedOp::Sum,
             root: 0,

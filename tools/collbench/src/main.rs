@@ -4,8 +4,9 @@ use collbench::compute::shapes::{GemmShape, parse_shape};
 use collbench::compute::{ComputeBackend, GemmConfig, GemmDtype};
 use collbench::decode::DecodeConfig;
 use collbench::dtype::{Dtype, RedOp};
-use collbench::harness::{Mode, RunConfig, size_sweep};
+use collbench::harness::{RunConfig, size_sweep};
 use collbench::launch::{self, RankFlags};
+use collbench::measure::{Iters, Mode};
 use collbench::ops::{Algo, Op, allreduce::Allreduce};
 use collbench::{Backend, Job};
 use servbench::cli::{self, CommonArgs, Exit, SshArgs};
@@ -296,21 +297,21 @@ fn job(run: &RunArgs, default_np: Option<usize>, args: Vec<OsString>) -> anyhow:
     })
 }
 
-/// `-n` and `-w` of a collective run, bounded (each timed iteration keeps a sample).
-fn check_counts(run: &RunArgs) -> anyhow::Result<()> {
-    collbench::limits::check_iters("-n/--iters", run.iters)?;
-    collbench::limits::check_iters("-w/--warmup-iters", run.warmup)
+/// `-w` and `-n`, bounded (each timed iteration keeps a sample).
+fn checked_iters(warmup: u32, timed: u32) -> anyhow::Result<Iters> {
+    collbench::limits::check_iters("-n/--iters", timed)?;
+    collbench::limits::check_iters("-w/--warmup-iters", warmup)?;
+    Ok(Iters { warmup, timed })
 }
 
 fn bench(b: BenchArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
-    check_counts(&b.run)?;
+    let iters = checked_iters(b.run.warmup, b.run.iters)?;
     let sizes = size_sweep(b.min_bytes, b.max_bytes, b.step_factor).map_err(cli::usage)?;
     let cfg = RunConfig {
         op: b.coll,
         algo: b.algo,
         sizes,
-        iters: b.run.iters,
-        warmup: b.run.warmup,
+        iters,
         dtype: b.run.dtype.unwrap_or(Dtype::F32),
         redop: b.redop,
         root: b.root,
@@ -335,7 +336,7 @@ fn decode(d: DecodeArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
             "--batch 0: a decode step runs at least one sequence (give 1 or more)",
         ));
     }
-    check_counts(&d.run)?;
+    let iters = checked_iters(d.run.warmup, d.run.iters)?;
     collbench::limits::check_local_ranks("--tp", d.tp)?;
     let dtype = d.run.dtype.unwrap_or(if model.act_bytes >= 4.0 {
         Dtype::F32
@@ -351,8 +352,7 @@ fn decode(d: DecodeArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
         op: Op::new(&Allreduce),
         algo: Algo::Auto,
         sizes,
-        iters: d.run.iters,
-        warmup: d.run.warmup,
+        iters,
         dtype,
         redop: RedOp::Sum,
         root: 0,
@@ -388,7 +388,7 @@ fn decode(d: DecodeArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
             Some(model.clone()),
             hardware.clone(),
             (d.tp as u32, d.batch.clone()),
-            (d.run.iters, d.run.warmup),
+            iters,
             d.run.common.labels(),
         )?;
         Some((cfg, target(&d.compute_args, backend)))
@@ -423,14 +423,13 @@ fn gemm_config(
     model: Option<presets::ModelCard>,
     hardware: presets::Hardware,
     (tp, batches): (u32, U32List),
-    (iters, warmup): (u32, u32),
+    iters: Iters,
     labels: servbench::record::Labels,
 ) -> anyhow::Result<GemmConfig> {
-    if iters == 0 {
+    if iters.timed == 0 {
         return Err(cli::usage("-n/--iters must be at least 1"));
     }
-    collbench::limits::check_iters("-n/--iters", iters)?;
-    collbench::limits::check_iters("-w/--warmup-iters", warmup)?;
+    let iters = checked_iters(iters.warmup, iters.timed)?;
     collbench::limits::check_iters("--step-iters", c.step_iters)?;
     let dtype = match c.gemm_dtype {
         Some(d) => d,
@@ -445,7 +444,6 @@ fn gemm_config(
         custom: Vec::new(),
         dtype,
         iters,
-        warmup,
         step_iters: c.step_iters.max(1),
         labels,
     })
@@ -472,7 +470,10 @@ fn gemm(g: GemmArgs) -> anyhow::Result<Exit> {
         model,
         hardware,
         (tp, batches),
-        (g.iters, g.warmup),
+        Iters {
+            warmup: g.warmup,
+            timed: g.iters,
+        },
         g.common.labels(),
     )?;
     if let Some(shapes) = g.shape {
@@ -496,13 +497,12 @@ fn limits(l: LimitsArgs) -> anyhow::Result<Exit> {
             "--bytes must be at least 1M and -n at least 1 (a bandwidth needs a buffer past the caches)",
         ));
     }
-    collbench::limits::check_iters("-n/--iters", l.iters)?;
-    collbench::limits::check_iters("-w/--warmup-iters", l.warmup)?;
+    let iters = checked_iters(l.warmup, l.iters)?;
     collbench::compute::run::limits(
         &target(&l.compute, backend),
         &hardware,
         bytes,
-        (l.warmup, l.iters),
+        iters,
         &l.common.labels(),
         l.common.strict,
     )

@@ -7,6 +7,7 @@
 
 use super::shapes::GemmShape;
 use super::{Device, GemmDtype, Limits};
+use crate::measure::Iters;
 use gemm::Parallelism;
 use std::hint::black_box;
 use std::time::Instant;
@@ -160,15 +161,10 @@ fn sum_lanes(data: &[u64]) -> u64 {
     acc.iter().fold(tail, |a, &b| a.wrapping_add(b))
 }
 
-/// `iters` timed copies of `src` into `dst` and read passes over `src` on `threads` threads,
-/// after `warmup` untimed ones: microseconds each.
-fn passes(
-    src: &[u64],
-    dst: &mut [u64],
-    threads: usize,
-    warmup: u32,
-    iters: u32,
-) -> (Vec<f64>, Vec<f64>) {
+/// `iters.timed` timed copies of `src` into `dst` and read passes over `src` on `threads`
+/// threads, after `iters.warmup` untimed ones: microseconds each.
+fn passes(src: &[u64], dst: &mut [u64], threads: usize, iters: Iters) -> (Vec<f64>, Vec<f64>) {
+    let Iters { warmup, timed } = iters;
     let parts = ranges(src.len(), threads);
     let copy = |dst: &mut [u64]| {
         std::thread::scope(|s| {
@@ -197,7 +193,7 @@ fn passes(
         })
     };
     let (mut copies, mut reads) = (Vec::new(), Vec::new());
-    for i in 0..warmup + iters {
+    for i in 0..warmup + timed {
         let t = Instant::now();
         copy(dst);
         let copy_us = t.elapsed().as_secs_f64() * 1e6;
@@ -254,14 +250,14 @@ impl Device for Cpu {
         Ok(())
     }
 
-    fn time_gemm(&mut self, i: usize, warmup: u32, iters: u32) -> anyhow::Result<Vec<f64>> {
+    fn time_gemm(&mut self, i: usize, iters: Iters) -> anyhow::Result<Vec<f64>> {
         let par = self.parallelism();
         let o = &mut self.loaded[i];
-        for _ in 0..warmup {
+        for _ in 0..iters.warmup {
             Cpu::call(o, par);
         }
-        let mut samples = Vec::with_capacity(iters as usize);
-        for _ in 0..iters {
+        let mut samples = Vec::with_capacity(iters.timed as usize);
+        for _ in 0..iters.timed {
             let t = Instant::now();
             Cpu::call(o, par);
             samples.push(t.elapsed().as_secs_f64() * 1e6);
@@ -289,7 +285,7 @@ impl Device for Cpu {
         crate::limits::mem_available().map(|a| (a, "this host".into()))
     }
 
-    fn limits(&mut self, bytes: u64, warmup: u32, iters: u32) -> anyhow::Result<Limits> {
+    fn limits(&mut self, bytes: u64, iters: Iters) -> anyhow::Result<Limits> {
         self.loaded.clear();
         let words = (bytes / 8) as usize;
         let src: Vec<u64> = buffer(words, |i| i as u64);
@@ -303,7 +299,7 @@ impl Device for Cpu {
         counts.push(self.threads);
         let (mut copy_best, mut read_best) = (1, 1);
         for &threads in &counts {
-            let (copy_us, read_us) = passes(&src, &mut dst, threads, warmup, iters);
+            let (copy_us, read_us) = passes(&src, &mut dst, threads, iters);
             let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
             if out.copy_us.is_empty() || mean(&copy_us) < mean(&out.copy_us) {
                 (out.copy_us, copy_best) = (copy_us, threads);
@@ -320,10 +316,14 @@ impl Device for Cpu {
         // product is the nearest thing.
         let tiny = super::shapes::parse_shape("1x1x1").map_err(anyhow::Error::msg)?;
         self.load(&[tiny], &[1], GemmDtype::F32)?;
-        let calls = iters
-            .saturating_mul(50)
-            .clamp(100, crate::limits::MAX_ITERS);
-        out.launch_us = self.time_gemm(0, warmup * 10, calls)?;
+        let calls = Iters {
+            warmup: iters.warmup * 10,
+            timed: iters
+                .timed
+                .saturating_mul(50)
+                .clamp(100, crate::limits::MAX_ITERS),
+        };
+        out.launch_us = self.time_gemm(0, calls)?;
         self.loaded.clear();
         Ok(out)
     }

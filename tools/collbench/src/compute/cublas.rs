@@ -13,6 +13,7 @@
 use super::shapes::GemmShape;
 use super::{Device, GemmDtype, Limits};
 use crate::culibs::{self, Lib};
+use crate::measure::Iters;
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::cublaslt::{result as lt, sys as lt_sys};
 use cudarc::driver::sys::{CUevent_flags, CUfunction};
@@ -484,12 +485,12 @@ impl Device for Cublas {
             .map_err(cuda("cuStreamSynchronize"))
     }
 
-    fn time_gemm(&mut self, i: usize, warmup: u32, iters: u32) -> anyhow::Result<Vec<f64>> {
-        for _ in 0..warmup {
+    fn time_gemm(&mut self, i: usize, iters: Iters) -> anyhow::Result<Vec<f64>> {
+        for _ in 0..iters.warmup {
             self.call(i)?;
         }
         self.stream.synchronize().map_err(cuda("warmup"))?;
-        self.timed(iters, |me| me.call(i))
+        self.timed(iters.timed, |me| me.call(i))
     }
 
     fn time_sequence(&mut self, order: &[usize], reps: u32) -> anyhow::Result<Vec<f64>> {
@@ -510,7 +511,8 @@ impl Device for Cublas {
         true
     }
 
-    fn limits(&mut self, bytes: u64, warmup: u32, iters: u32) -> anyhow::Result<Limits> {
+    fn limits(&mut self, bytes: u64, iters: Iters) -> anyhow::Result<Limits> {
+        let Iters { warmup, timed } = iters;
         self.loaded.clear();
         let bytes = (bytes as usize / 16) * 16;
         let src = self.operand(bytes / 4, GemmDtype::F32, 7)?;
@@ -548,11 +550,11 @@ impl Device for Cublas {
             self.timed(1, &mut read)?;
         }
         let mut limits = Limits {
-            copy_us: self.timed(iters, &mut copy)?,
-            read_us: self.timed(iters, &mut read)?,
+            copy_us: self.timed(timed, &mut copy)?,
+            read_us: self.timed(timed, &mut read)?,
             ..Limits::default()
         };
-        let launches = iters
+        let launches = timed
             .saturating_mul(50)
             .clamp(100, crate::limits::MAX_ITERS);
         self.timed(warmup.max(1) * 10, empty)?;

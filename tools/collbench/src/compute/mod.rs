@@ -12,6 +12,7 @@ pub mod run;
 pub mod shapes;
 
 use crate::harness::time_dist;
+use crate::measure::Iters;
 use clap::ValueEnum;
 use servbench::cli;
 use servbench::presets::{Hardware, ModelCard, WeightFormat};
@@ -127,12 +128,13 @@ pub trait Device {
         copies: &[u32],
         dtype: GemmDtype,
     ) -> anyhow::Result<()>;
-    /// `iters` calls of loaded shape `i` after `warmup`, back to back; one time per call (µs).
-    fn time_gemm(&mut self, i: usize, warmup: u32, iters: u32) -> anyhow::Result<Vec<f64>>;
+    /// `iters.timed` calls of loaded shape `i` after `iters.warmup`, back to back; one time per
+    /// call (µs).
+    fn time_gemm(&mut self, i: usize, iters: Iters) -> anyhow::Result<Vec<f64>>;
     /// The calls in `order` back to back, `reps` times after one untimed run; µs per run.
     fn time_sequence(&mut self, order: &[usize], reps: u32) -> anyhow::Result<Vec<f64>>;
     /// Copy and read bandwidth over `bytes`, and launch cost.
-    fn limits(&mut self, bytes: u64, warmup: u32, iters: u32) -> anyhow::Result<Limits>;
+    fn limits(&mut self, bytes: u64, iters: Iters) -> anyhow::Result<Limits>;
     /// Bytes free where operands go, and the place's name (`this host`, `GPU 0`), when known.
     fn memory_available(&self) -> Option<(u64, String)>;
     /// Whether each operand is filled in host memory before it is copied over (a GPU's).
@@ -237,8 +239,7 @@ pub struct GemmConfig {
     /// `--shape`: these instead of a card's.
     pub custom: Vec<GemmShape>,
     pub dtype: GemmDtype,
-    pub iters: u32,
-    pub warmup: u32,
+    pub iters: Iters,
     /// Back-to-back runs of a whole step's sequence.
     pub step_iters: u32,
     pub labels: Labels,
@@ -303,7 +304,7 @@ pub fn measure_batch(
         .map(str::to_string);
     let mut gemms = Vec::with_capacity(shapes.len());
     for (i, shape) in shapes.iter().enumerate() {
-        let samples = dev.time_gemm(i, cfg.warmup, cfg.iters)?;
+        let samples = dev.time_gemm(i, cfg.iters)?;
         let time_us = time_dist(&samples);
         let secs = time_us.mean * 1e-6;
         let rate = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
@@ -330,8 +331,8 @@ pub fn measure_batch(
             peak_tflops: dtype.peak_tflops(hw),
             peak_mem_gbps: hw.mem_bw_gbps,
             weight_copies: copies[i],
-            iters: cfg.iters,
-            warmup: cfg.warmup,
+            iters: cfg.iters.timed,
+            warmup: cfg.iters.warmup,
             extra: Extra::new(),
         });
     }
@@ -401,10 +402,10 @@ pub fn limits_record(
     dev: &mut dyn Device,
     hw: &Hardware,
     bytes: u64,
-    (warmup, iters): (u32, u32),
+    iters: Iters,
     labels: &Labels,
 ) -> anyhow::Result<DeviceLimitsRecord> {
-    let l = dev.limits(bytes, warmup, iters)?;
+    let l = dev.limits(bytes, iters)?;
     let (copy_us, read_us) = (time_dist(&l.copy_us), time_dist(&l.read_us));
     let gbps = |b: f64, d: &Dist| {
         if d.mean > 0.0 {
@@ -431,8 +432,8 @@ pub fn limits_record(
         launch_us: time_dist(&l.launch_us),
         launch_sync_us: l.launch_sync_us.as_deref().map(time_dist),
         datasheet_mem_gbps: hw.mem_bw_gbps,
-        iters,
-        warmup,
+        iters: iters.timed,
+        warmup: iters.warmup,
         extra: Extra::new(),
     })
 }

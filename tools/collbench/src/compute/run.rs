@@ -4,6 +4,7 @@
 use super::{
     ComputeBackend, Device, GEMM_HEADER, GemmConfig, gemm_line, limits_record, measure_batch,
 };
+use crate::measure::Iters;
 use servbench::cli::{self, Exit};
 use servbench::jsonl::{self, Disposition, RecordWriter};
 use servbench::presets::Hardware;
@@ -43,8 +44,8 @@ pub fn gemm_records<W: Write>(
         dev.backend(cfg.dtype),
         dev.name(),
         cfg.dtype.name(),
-        cfg.iters,
-        cfg.warmup
+        cfg.iters.timed,
+        cfg.iters.warmup
     );
     eprintln!("{GEMM_HEADER}");
     for &batch in &cfg.batches {
@@ -82,7 +83,7 @@ pub fn limits(
     target: &Target,
     hw: &Hardware,
     bytes: u64,
-    (warmup, iters): (u32, u32),
+    iters: Iters,
     labels: &Labels,
     strict: bool,
 ) -> anyhow::Result<Exit> {
@@ -98,7 +99,7 @@ pub fn limits(
         need,
         u128::from(bytes),
     )?;
-    let rec = limits_record(dev.as_mut(), hw, bytes, (warmup, iters), labels)?;
+    let rec = limits_record(dev.as_mut(), hw, bytes, iters, labels)?;
     cli::info(format!(
         "{} ({}): copy {:.1} GB/s, read {:.1} GB/s (datasheet of {}: {:.0} GB/s), launch {:.2} us{}",
         rec.device,

@@ -5,7 +5,7 @@
 use super::{Algo, Collective, Counts, Params, Scratch, Shape, per_rank};
 use crate::comm::{Comm, CommError, Recv, Send};
 use crate::dtype::input_value;
-use crate::nccl::NcclCall;
+use crate::nccl::call::NcclCall;
 
 pub struct Allgather;
 

@@ -8,7 +8,7 @@ use super::{
 };
 use crate::comm::{Comm, CommError};
 use crate::dtype::reduced_value;
-use crate::nccl::NcclCall;
+use crate::nccl::call::NcclCall;
 
 pub struct Allreduce;
 

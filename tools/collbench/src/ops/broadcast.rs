@@ -5,7 +5,7 @@
 use super::{Algo, Collective, Counts, Params, Scratch, Shape};
 use crate::comm::{Comm, CommError, Recv, Send};
 use crate::dtype::input_value;
-use crate::nccl::NcclCall;
+use crate::nccl::call::NcclCall;
 
 const SEGMENT_BYTES: usize = 512 << 10;
 

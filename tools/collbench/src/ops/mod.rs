@@ -5,8 +5,9 @@
 //! reduce-on-arrival).
 
 use crate::comm::{Comm, CommError, Recv, Send};
-use crate::dtype::{Dtype, RedOp, input_value, reduce_into};
-use crate::nccl::NcclCall;
+use crate::dtype::{Dtype, input_value, reduce_into};
+use crate::nccl::call::NcclCall;
+pub use crate::shape::{Params, Shape};
 use clap::ValueEnum;
 use clap::builder::PossibleValue;
 use std::ops::{Deref, Range};
@@ -222,27 +223,6 @@ impl Algo {
 
 /// Below this many bytes `auto` picks the latency-optimal algorithm, at or above it the ring.
 pub const SMALL_MESSAGE_BYTES: u64 = 64 << 10;
-
-/// Buffer sizes of one collective at one size, in elements, and the size nccl-tests reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shape {
-    /// Elements in each rank's send buffer.
-    pub send_elems: usize,
-    /// Elements in each rank's receive buffer.
-    pub recv_elems: usize,
-    /// The `count` column: elements of the whole array the op moves (as `bytes` counts them).
-    pub count: u64,
-    /// The `size` column: bytes nccl-tests uses for algbw (whole array for gather/scatter ops).
-    pub bytes: u64,
-}
-
-/// What every op needs to know besides the buffers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Params {
-    pub dtype: Dtype,
-    pub redop: RedOp,
-    pub root: usize,
-}
 
 /// Buffers an op needs besides its input and output, kept across iterations so that the timed
 /// loop allocates nothing: a fresh 64 MiB buffer per op would put page faults in the figures.

@@ -6,7 +6,7 @@
 use super::{Algo, Collective, Counts, Params, Scratch, Shape, per_rank, send_recv_reduce, split_pair};
 use crate::comm::{Comm, CommError, Recv, Send};
 use crate::dtype::{reduce_into, reduced_value};
-use crate::nccl::NcclCall;
+use crate::nccl::call::NcclCall;
 
 pub struct ReduceScatter;
 

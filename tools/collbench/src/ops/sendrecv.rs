@@ -4,7 +4,7 @@
 use super::{Algo, Collective, Counts, Params, Scratch, Shape};
 use crate::comm::{Comm, CommError};
 use crate::dtype::input_value;
-use crate::nccl::NcclCall;
+use crate::nccl::call::NcclCall;
 
 pub struct Sendrecv;
 
