@@ -3,10 +3,12 @@
 //! process a test starts is ended (by pid) when the test ends, pass or fail.
 
 pub mod collected;
+pub mod run;
 pub mod smi;
 pub mod tty;
 
 pub use collected::Collected;
+pub use run::{Run, loadgen, loadgen_ok, ok, run, run_cmd, run_in, run_ok, stderr};
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;

@@ -3,16 +3,13 @@
 //! a reader that goes away ends a tool quietly. These are the properties that make
 //! `srv-launch ... | loadgen ... | srv-kill | summarize` one product.
 
+use testkit::stderr;
 use testkit::{bash, json_lines, sh};
 
 /// A record of a kind no tool knows, with fields in an unusual order and non-ASCII text.
 const FUTURE_KIND: &str = r#"{"zeta":[1,{"b":2}],"kind":"gpu_trace","v":1,"ts":"2026-11-30T17:00:00.000Z","labels":{"who":"upstream"},"note":"μs → ok"}"#;
 /// A known kind from a newer schema version, with a field this build does not know.
 const NEWER_VERSION: &str = r#"{"kind":"coll_run","v":2,"ts":"2026-11-30T17:00:00.000Z","labels":{},"op":"allreduce","backend":"tcp","ranks":2,"sizes":1,"avg_busbw_gbps":1.5,"wrong":0,"new_field_in_v2":{"x":true}}"#;
-
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 #[test]
 fn records_pass_through_the_whole_pipeline_unchanged_and_labels_are_inherited() {

@@ -9,18 +9,14 @@
 
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::process::Output;
 use std::time::Duration;
 use testkit::of_kind;
+use testkit::stderr;
 use testkit::{alive, bash, json_lines, sh, wait_gone};
 
 /// A record of a kind no tool knows: passed on by every tool that passes records on.
 const NOTE: &str =
     r#"{"kind":"note","v":1,"ts":"2026-11-30T17:00:00.000Z","labels":{},"text":"kept"}"#;
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 /// Lines of `stderr` that are error lines.
 fn error_lines(stderr: &str) -> Vec<&str> {

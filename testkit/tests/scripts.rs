@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 use testkit::of_kind;
+use testkit::stderr;
 use testkit::{Guard, bin_dir, free_port, json_lines, wait_port};
 
 fn script(name: &str) -> PathBuf {
@@ -30,10 +31,6 @@ fn run_script(name: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("run the script")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]

@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 use std::process::Output;
+use testkit::stderr;
 use testkit::{cmd, json_lines};
 
 /// -b 4 -e 4M -f 7: 4, 28, 196, 1372, 9604, 67228, 470596, 3294172 bytes.
@@ -11,10 +12,6 @@ const ODD_SIZES: &[&str] = &["-b", "4", "-e", "4M", "-f", "7", "-n", "2", "-w", 
 
 fn run(args: &[&str]) -> Output {
     cmd("collbench").args(args).output().expect("run collbench")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Runs `args` and checks the records: every size checked, nothing wrong, a footer.

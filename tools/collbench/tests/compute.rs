@@ -3,13 +3,9 @@
 //! machine without CUDA (one line naming the library, exit 2, nothing measured).
 
 use serde_json::Value;
-use std::process::Output;
 use testkit::of_kind;
+use testkit::stderr;
 use testkit::{cmd, json_lines};
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 /// A card small enough that every GEMM of its step takes microseconds, with a dense layer,
 /// a MoE layer and a shared expert.

@@ -1,13 +1,10 @@
 //! What happens when things go wrong: a rank dies or hangs mid-run, a rank never joins, bad
 //! flags, and the nccl backend on a machine without CUDA.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use testkit::stderr;
 use testkit::{Guard, cmd};
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 /// A rank started by hand, stdout/stderr captured.
 fn rank(rank: usize, world: usize, coordinator: &str, extra: &[&str]) -> Command {

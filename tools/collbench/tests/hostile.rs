@@ -6,11 +6,8 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Output, Stdio};
 use std::time::Duration;
+use testkit::stderr;
 use testkit::{Guard, cmd};
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 fn run(args: &[&str]) -> Output {
     let mut child = cmd("collbench")

@@ -6,27 +6,9 @@ mod server;
 
 use serde_json::{Value, json};
 use server::Behavior;
-use std::process::{Output, Stdio};
 use std::time::Duration;
 use testkit::of_kind;
-
-fn loadgen(args: &[&str]) -> Output {
-    testkit::cmd("loadgen")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run loadgen")
-}
-
-fn run_ok(args: &[&str]) -> Vec<Value> {
-    let out = loadgen(args);
-    assert!(
-        out.status.success(),
-        "loadgen {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    testkit::json_lines(&out.stdout)
-}
+use testkit::{loadgen, loadgen_ok};
 
 /// The capture server's reply to a request: one word naming the request's own text, so a
 /// reply found in a later prompt says which request it answered.
@@ -67,7 +49,7 @@ fn generations(srv: &server::TestServer) -> Vec<Value> {
 #[test]
 fn turn_k_prompt_holds_turns_1_to_k_minus_1_and_their_replies_chat() {
     let srv = capture_server();
-    let recs = run_ok(&[
+    let recs = loadgen_ok(&[
         "--url",
         &srv.url(),
         "--api",
@@ -82,7 +64,8 @@ fn turn_k_prompt_holds_turns_1_to_k_minus_1_and_their_replies_chat() {
         "12",
         "--max-tokens",
         "3",
-    ]);
+    ])
+    .values();
     let bodies = generations(&srv);
     assert_eq!(bodies.len(), 9, "3 sessions of 3 turns");
     let mut by_turns = [0; 4];
@@ -148,7 +131,7 @@ fn turn_k_prompt_holds_turns_1_to_k_minus_1_and_their_replies_chat() {
 #[test]
 fn completions_turns_continue_the_previous_prompt_and_its_reply() {
     let srv = capture_server();
-    run_ok(&[
+    loadgen_ok(&[
         "--url",
         &srv.url(),
         "-c",
@@ -163,7 +146,8 @@ fn completions_turns_continue_the_previous_prompt_and_its_reply() {
         "2",
         "--seed",
         "3",
-    ]);
+    ])
+    .values();
     let bodies = generations(&srv);
     let prompt = |b: &Value| b["prompt"].as_str().unwrap().to_string();
     // The server counts a BOS token besides the words: 9 words make the 10 tokens asked for.
@@ -197,7 +181,7 @@ fn completions_turns_continue_the_previous_prompt_and_its_reply() {
 #[test]
 fn think_time_separates_turns_and_sessions_fill_the_slots() {
     let srv = capture_server();
-    let recs = run_ok(&[
+    let recs = loadgen_ok(&[
         "--url",
         &srv.url(),
         "-c",
@@ -212,7 +196,8 @@ fn think_time_separates_turns_and_sessions_fill_the_slots() {
         "8",
         "--max-tokens",
         "2",
-    ]);
+    ])
+    .values();
     let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len(), 8);
     let f = |r: &Value, k: &str| r[k].as_f64().unwrap();
@@ -255,7 +240,7 @@ fn a_conversations_file_gives_its_user_turns_in_order() {
         r#"[{"conversations":[{"from":"human","value":"What is a prefix cache?"},{"from":"gpt","value":"..."},{"from":"human","value":"And its hit rate?"}]}]"#,
     )
     .unwrap();
-    run_ok(&[
+    loadgen_ok(&[
         "--url",
         &srv.url(),
         "--api",
@@ -268,7 +253,8 @@ fn a_conversations_file_gives_its_user_turns_in_order() {
         file.to_str().unwrap(),
         "--max-tokens",
         "2",
-    ]);
+    ])
+    .values();
     let bodies = generations(&srv);
     assert_eq!(bodies.len(), 2);
     let m = bodies[1]["messages"].as_array().unwrap();
@@ -298,7 +284,7 @@ fn conversations_refuse_what_they_cannot_run() {
 fn conversations_against_srv_sim_count_the_whole_history() {
     let (_sim, url) = testkit::srv_sim(&["--ttft", "5ms", "--itl", "1ms"]);
     for api in ["chat", "completions"] {
-        let recs = run_ok(&[
+        let recs = loadgen_ok(&[
             "--url",
             &url,
             "--api",
@@ -313,7 +299,8 @@ fn conversations_against_srv_sim_count_the_whole_history() {
             "20",
             "--max-tokens",
             "4",
-        ]);
+        ])
+        .values();
         for r in of_kind(&recs, "request") {
             let t = r["turn"].as_u64().unwrap();
             // srv-sim counts words: 20 per user turn, 4 per reply.
@@ -348,7 +335,7 @@ fn no_stream_conversations_resend_the_reply_and_record_cached_tokens() {
             extra,
         ]
         .concat();
-        let records = run_ok(&args);
+        let records = loadgen_ok(&args).values();
         let mut t: Vec<_> = of_kind(&records, "request")
             .iter()
             .map(|r| {

@@ -3,23 +3,9 @@
 //! server completes at most M / that many requests a second, and past it the queue (and TTFT)
 //! grows without bound.
 
-use serde_json::Value;
-use std::process::Stdio;
+use testkit::loadgen;
 use testkit::of_kind;
 use testkit::{check, holds_in_one_of_three};
-
-fn loadgen(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
-    let out = testkit::cmd("loadgen")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run loadgen");
-    (
-        out.status.code(),
-        testkit::json_lines(&out.stdout),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[test]
 fn find_max_rate_lands_within_its_precision_of_a_known_capacity() {
@@ -58,7 +44,8 @@ fn find_max_rate_lands_within_its_precision_of_a_known_capacity() {
             "--find-max-precision",
             "0.05",
             "--no-requests",
-        ]);
+        ])
+        .parts();
         assert_eq!(code, Some(0), "{err}");
         let search = of_kind(&recs, "search");
         assert_eq!(search.len(), 1, "{err}");
@@ -130,7 +117,8 @@ fn find_max_concurrency_finds_the_slots() {
             "--slo-attainment",
             "0.95",
             "--no-requests",
-        ]);
+        ])
+        .parts();
         assert_eq!(code, Some(0), "{err}");
         let s = of_kind(&recs, "search")[0];
         assert_eq!(s["var"], "concurrency");
@@ -170,7 +158,8 @@ fn find_max_refuses_what_it_cannot_search() {
             "--ramp",
         ),
     ] {
-        let (code, recs, err) = loadgen(&[&["--url", "http://127.0.0.1:9"][..], args].concat());
+        let (code, recs, err) =
+            loadgen(&[&["--url", "http://127.0.0.1:9"][..], args].concat()).parts();
         assert_eq!(code, Some(2), "{args:?}: {err}");
         assert!(recs.is_empty());
         assert!(err.contains(want), "{args:?}: {err}");

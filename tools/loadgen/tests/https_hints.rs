@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use testkit::stderr;
 
 /// `openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -addext subjectAltName=SAN`:
 /// writes NAME.pem and NAME.key in `dir`.
@@ -77,10 +78,6 @@ fn ok_requests(out: &Output) -> Option<u64> {
         .into_iter()
         .find(|r| r["kind"] == "summary")
         .and_then(|s| s["ok"].as_u64())
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]

@@ -9,14 +9,7 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 use testkit::of_kind;
 use testkit::{check, holds_in_one_of_three};
-
-fn loadgen(args: &[&str]) -> Output {
-    testkit::cmd("loadgen")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run loadgen")
-}
+use testkit::{loadgen, loadgen_ok};
 
 fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
@@ -33,16 +26,6 @@ fn median(xs: &[f64]) -> f64 {
     v[v.len() / 2]
 }
 
-fn run_ok(args: &[&str]) -> Vec<Value> {
-    let out = loadgen(args);
-    assert!(
-        out.status.success(),
-        "loadgen {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    testkit::json_lines(&out.stdout)
-}
-
 #[test]
 fn ttft_and_itl_match_fixed_latency_truth() {
     let srv = server::start(Behavior {
@@ -53,7 +36,7 @@ fn ttft_and_itl_match_fixed_latency_truth() {
     for c in ["1", "4"] {
         holds_in_one_of_three(&format!("loadgen vs truth, c={c}"), || {
             let before = srv.truths().len();
-            let recs = run_ok(&[
+            let recs = loadgen_ok(&[
                 "--url",
                 &srv.url(),
                 "-c",
@@ -64,7 +47,8 @@ fn ttft_and_itl_match_fixed_latency_truth() {
                 "40",
                 "--max-tokens",
                 "20",
-            ]);
+            ])
+            .values();
             let truth = &srv.truths()[before..];
             let reqs = of_kind(&recs, "request");
             assert_eq!(reqs.len(), 8);
@@ -146,7 +130,7 @@ fn multi_token_chunks_count_tokens_not_chunks() {
     });
     holds_in_one_of_three("multi-token chunks vs truth", || {
         let before = srv.truths().len();
-        let recs = run_ok(&["--url", &srv.url(), "-n", "3", "--max-tokens", "16"]);
+        let recs = loadgen_ok(&["--url", &srv.url(), "-n", "3", "--max-tokens", "16"]).values();
         let truth = &srv.truths()[before..];
         let reqs = of_kind(&recs, "request");
         assert_eq!(reqs.len(), truth.len());
@@ -186,7 +170,7 @@ fn role_only_first_chunk_is_not_the_first_token() {
         role_first: true,
         ..Behavior::default()
     });
-    let recs = run_ok(&[
+    let recs = loadgen_ok(&[
         "--url",
         &srv.url(),
         "--api",
@@ -195,7 +179,8 @@ fn role_only_first_chunk_is_not_the_first_token() {
         "3",
         "--max-tokens",
         "5",
-    ]);
+    ])
+    .values();
     for r in of_kind(&recs, "request") {
         let ttft = f(&r["ttft_ms"]);
         assert!(ttft >= 79.0, "role-only chunk counted: ttft {ttft}");
@@ -214,7 +199,7 @@ fn usage_in_the_final_chunk_moves_neither_ttft_nor_e2e() {
         },
         ..Behavior::default()
     });
-    let recs = run_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "4"]);
+    let recs = loadgen_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "4"]).values();
     for r in of_kind(&recs, "request") {
         let (ttft, e2e) = (f(&r["ttft_ms"]), f(&r["e2e_ms"]));
         assert!((29.0..45.0).contains(&ttft), "ttft {ttft}");
@@ -228,7 +213,7 @@ fn usage_in_the_final_chunk_moves_neither_ttft_nor_e2e() {
         usage: Usage::LastContent,
         ..Behavior::default()
     });
-    let recs = run_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "6"]);
+    let recs = loadgen_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "6"]).values();
     for r in of_kind(&recs, "request") {
         assert_eq!(r["output_tokens"], 6);
         assert_eq!(r["output_tokens_source"], "usage");
@@ -238,7 +223,7 @@ fn usage_in_the_final_chunk_moves_neither_ttft_nor_e2e() {
         usage: Usage::None,
         ..Behavior::default()
     });
-    let recs = run_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "6"]);
+    let recs = loadgen_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "6"]).values();
     for r in of_kind(&recs, "request") {
         assert_eq!(r["output_tokens"], 6);
         assert_eq!(r["output_tokens_source"], "chunks");
@@ -254,7 +239,7 @@ fn exact_input_lengths_via_tokenize_or_probes() {
             tokenize,
             ..Behavior::default()
         });
-        let recs = run_ok(&[
+        let recs = loadgen_ok(&[
             "--url",
             &srv.url(),
             "-c",
@@ -267,7 +252,8 @@ fn exact_input_lengths_via_tokenize_or_probes() {
             "2",
             "--shared-prefix",
             "10",
-        ]);
+        ])
+        .values();
         let reqs = of_kind(&recs, "request");
         assert_eq!(reqs.len(), 12);
         for r in &reqs {
@@ -291,7 +277,7 @@ fn open_loop_latency_includes_the_wait_for_a_send_slot() {
         ..Behavior::default()
     });
     // Sends are due every 50 ms but one slot frees only every ~100 ms: request i waits ~50*i ms.
-    let recs = run_ok(&[
+    let recs = loadgen_ok(&[
         "--url",
         &srv.url(),
         "-r",
@@ -304,7 +290,8 @@ fn open_loop_latency_includes_the_wait_for_a_send_slot() {
         "6",
         "--max-tokens",
         "2",
-    ]);
+    ])
+    .values();
     let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len(), 6);
     for r in &reqs {
@@ -333,7 +320,7 @@ fn open_loop_follows_absolute_deadlines() {
         itl: Duration::from_millis(1),
         ..Behavior::default()
     });
-    let recs = run_ok(&[
+    let recs = loadgen_ok(&[
         "--url",
         &srv.url(),
         "-r",
@@ -344,7 +331,8 @@ fn open_loop_follows_absolute_deadlines() {
         "100",
         "--max-tokens",
         "2",
-    ]);
+    ])
+    .values();
     let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len(), 100);
     for r in &reqs {
@@ -585,7 +573,7 @@ fn ramp_stops_on_saturation_and_names_the_best_level() {
         serial: true,
         ..Behavior::default()
     });
-    let recs = run_ok(&[
+    let recs = loadgen_ok(&[
         "--url",
         &srv.url(),
         "--ramp",
@@ -596,7 +584,8 @@ fn ramp_stops_on_saturation_and_names_the_best_level() {
         "--max-tokens",
         "4",
         "--no-requests",
-    ]);
+    ])
+    .values();
     assert!(of_kind(&recs, "request").is_empty());
     let ramp = of_kind(&recs, "ramp");
     assert_eq!(ramp.len(), 1);
@@ -638,7 +627,7 @@ fn warmup_is_not_counted_and_repeats_are_numbered() {
         itl: Duration::from_millis(1),
         ..Behavior::default()
     });
-    let recs = run_ok(&[
+    let recs = loadgen_ok(&[
         "--url",
         &srv.url(),
         "-c",
@@ -651,7 +640,8 @@ fn warmup_is_not_counted_and_repeats_are_numbered() {
         "2",
         "--max-tokens",
         "3",
-    ]);
+    ])
+    .values();
     // 4 points x (2 warmup + 3 counted) generation requests reached the server.
     assert_eq!(srv.requests.load(std::sync::atomic::Ordering::SeqCst), 20);
     assert_eq!(of_kind(&recs, "request").len(), 12);
@@ -677,7 +667,7 @@ fn duration_bounds_a_point() {
         ..Behavior::default()
     });
     let started = std::time::Instant::now();
-    let recs = run_ok(&[
+    let recs = loadgen_ok(&[
         "--url",
         &srv.url(),
         "-c",
@@ -686,7 +676,8 @@ fn duration_bounds_a_point() {
         "1s",
         "--max-tokens",
         "4",
-    ]);
+    ])
+    .values();
     assert!(started.elapsed() < Duration::from_secs(10));
     let s = of_kind(&recs, "summary")[0];
     assert_eq!(s["partial"], false);

@@ -13,6 +13,7 @@ use std::io::{Read, Write};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use testkit::of_kind;
+use testkit::stderr;
 use testkit::{Guard, check, holds_in_one_of_three, json_lines, wait_output};
 
 const WORLD: usize = 3;
@@ -23,10 +24,6 @@ static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn one_job() -> std::sync::MutexGuard<'static, ()> {
     ONE_JOB.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// One rank started by hand in a process group of its own, stdout and stderr piped; `stdin`

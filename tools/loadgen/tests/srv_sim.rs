@@ -1,27 +1,13 @@
 //! loadgen against the real srv-sim in fixed-latency mode: the figures must come out at the
 //! latencies srv-sim was told to hold, and srv-sim's faults must land in the right classes.
 
-use serde_json::Value;
-use std::process::Stdio;
+use testkit::loadgen;
 use testkit::of_kind;
 use testkit::{Guard, check, holds_in_one_of_three};
 
 /// Starts srv-sim on a free port with `args`; returns its guard and base URL.
 fn sim(args: &[&str]) -> (Guard, String) {
     testkit::srv_sim(args)
-}
-
-fn loadgen(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
-    let out = testkit::cmd("loadgen")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run loadgen");
-    (
-        out.status.code(),
-        testkit::json_lines(&out.stdout),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -45,7 +31,8 @@ fn fixed_latency_figures_match_what_srv_sim_holds() {
                 "64",
                 "--max-tokens",
                 "24",
-            ]);
+            ])
+            .parts();
             assert_eq!(code, Some(0), "{err}");
             let reqs = of_kind(&recs, "request");
             assert_eq!(reqs.len(), 32);
@@ -83,7 +70,7 @@ fn fixed_latency_figures_match_what_srv_sim_holds() {
 #[test]
 fn multi_token_chunks_from_srv_sim() {
     let (_sim, url) = sim(&["--ttft", "20ms", "--itl", "8ms", "--tokens-per-chunk", "4"]);
-    let (code, recs, err) = loadgen(&["--url", &url, "-n", "4", "--max-tokens", "32"]);
+    let (code, recs, err) = loadgen(&["--url", &url, "-n", "4", "--max-tokens", "32"]).parts();
     assert_eq!(code, Some(0), "{err}");
     for r in of_kind(&recs, "request") {
         assert_eq!(r["output_tokens"], 32, "{r}");
@@ -106,7 +93,8 @@ fn srv_sim_faults_are_classified() {
         "--reset-rate",
         "0.3",
     ]);
-    let (code, recs, err) = loadgen(&["--url", &url, "-c", "4", "-n", "60", "--max-tokens", "8"]);
+    let (code, recs, err) =
+        loadgen(&["--url", &url, "-c", "4", "-n", "60", "--max-tokens", "8"]).parts();
     assert_eq!(code, Some(0), "{err}");
     let s = of_kind(&recs, "summary")[0];
     let by = &s["errors_by_class"];
@@ -133,7 +121,8 @@ fn srv_sim_faults_are_classified() {
         "16",
         "--timeout",
         "500ms",
-    ]);
+    ])
+    .parts();
     assert_eq!(code, Some(0), "{err}");
     let s = of_kind(&recs, "summary")[0];
     assert_eq!(s["ok"], 2, "{s}");

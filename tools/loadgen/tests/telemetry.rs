@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 use std::process::Stdio;
+use testkit::loadgen;
 use testkit::{FakeNvidiaSmi, Guard};
 
 /// Llama-3.1-8B on an A100-80G: ~8 ms decode steps.
@@ -40,10 +41,6 @@ fn loadgen_with(
     )
 }
 
-fn loadgen(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
-    loadgen_with(args, &[], None)
-}
-
 fn summaries(records: &[Value]) -> Vec<&Value> {
     records.iter().filter(|r| r["kind"] == "summary").collect()
 }
@@ -77,7 +74,8 @@ fn speculative_acceptance_reads_the_same_in_both_name_flavours() {
             "--no-requests",
             "--scrape-interval",
             "100ms",
-        ]);
+        ])
+        .parts();
         assert_eq!(code, Some(0), "{err}");
         let s = summaries(&recs)[0];
         let server = &s["server"];
@@ -124,7 +122,8 @@ fn a_small_kv_budget_fills_and_preempts_at_high_concurrency_only() {
         "--no-requests",
         "--scrape-interval",
         "50ms",
-    ]);
+    ])
+    .parts();
     assert_eq!(code, Some(0), "{err}");
     let s = summaries(&recs);
     let (one, many) = (&s[0]["server"], &s[1]["server"]);
@@ -150,7 +149,8 @@ fn a_server_without_metrics_is_noted_once_and_is_no_error() {
         "4",
         "--metrics-url",
         &missing,
-    ]);
+    ])
+    .parts();
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(err.matches("note: no server metrics").count(), 1, "{err}");
     assert!(err.contains("HTTP 404"), "{err}");
@@ -158,7 +158,7 @@ fn a_server_without_metrics_is_noted_once_and_is_no_error() {
         assert!(s.get("server").is_none(), "{s}");
     }
     // --no-metrics: not even a note.
-    let (code, recs, err) = loadgen(&["--url", &url, "-n", "2", "--no-metrics"]);
+    let (code, recs, err) = loadgen(&["--url", &url, "-n", "2", "--no-metrics"]).parts();
     assert_eq!(code, Some(0), "{err}");
     assert!(!err.contains("note:"), "{err}");
     assert!(summaries(&recs)[0].get("server").is_none());
@@ -300,7 +300,8 @@ fn gpu_telemetry_from_a_dcgm_exporter() {
         &dcgm,
         "--gpus",
         "1",
-    ]);
+    ])
+    .parts();
     assert_eq!(code, Some(0), "{err}");
     let s = summaries(&recs)[0];
     assert_eq!(gpus(s), vec![(1, 12.0)], "{s}");
@@ -334,7 +335,8 @@ fn the_servers_prefix_hit_rate_matches_the_prefix_groups_in_both_name_flavours()
             "--max-tokens",
             "4",
             "--no-requests",
-        ]);
+        ])
+        .parts();
         assert_eq!(code, Some(0), "{err}");
         let points = summaries(&recs);
         assert_eq!(points.len(), 2);

@@ -5,27 +5,9 @@ mod server;
 
 use serde_json::{Value, json};
 use server::Behavior;
-use std::process::{Output, Stdio};
 use std::time::Duration;
 use testkit::of_kind;
-
-fn loadgen(args: &[&str]) -> Output {
-    testkit::cmd("loadgen")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run loadgen")
-}
-
-fn run_ok(args: &[&str]) -> Vec<Value> {
-    let out = loadgen(args);
-    assert!(
-        out.status.success(),
-        "loadgen {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    testkit::json_lines(&out.stdout)
-}
+use testkit::{loadgen, loadgen_ok};
 
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
     let p = dir.path().join(name);
@@ -120,14 +102,15 @@ fn equal_hash_ids_send_equal_prefixes() {
             (30, 40, 2, &[]),
         ]),
     );
-    run_ok(&[
+    loadgen_ok(&[
         "--url",
         &srv.url(),
         "--trace",
         &trace,
         "--trace-block",
         "16",
-    ]);
+    ])
+    .values();
     let prompts: Vec<Vec<String>> = srv
         .captured()
         .into_iter()
@@ -169,7 +152,7 @@ fn azure_csv_times_are_dates_and_bad_traces_name_the_line() {
         "azure.csv",
         "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,48,3\n2023-11-16 18:17:04.1319600,31,2\n",
     );
-    let recs = run_ok(&["--url", &url, "--trace", &csv, "--trace-speed", "0.5"]);
+    let recs = loadgen_ok(&["--url", &url, "--trace", &csv, "--trace-speed", "0.5"]).values();
     let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len(), 2);
     let t = reqs

@@ -7,23 +7,8 @@ mod server;
 
 use serde_json::{Value, json};
 use server::Behavior;
-use std::process::{Output, Stdio};
 use testkit::of_kind;
-
-fn loadgen(args: &[&str]) -> Output {
-    testkit::cmd("loadgen")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run loadgen")
-}
-
-fn run_ok(args: &[&str]) -> (Vec<Value>, String) {
-    let out = loadgen(args);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "loadgen {args:?} failed: {err}");
-    (testkit::json_lines(&out.stdout), err)
-}
+use testkit::{loadgen, loadgen_ok};
 
 /// The generation requests' bodies the capture server received.
 fn generation_bodies(srv: &server::TestServer) -> Vec<Value> {
@@ -37,7 +22,7 @@ fn generation_bodies(srv: &server::TestServer) -> Vec<Value> {
 #[test]
 fn extra_body_arrives_merged_and_loadgen_keeps_what_it_measures() {
     let srv = server::start(Behavior::default());
-    let (recs, err) = run_ok(&[
+    let (_, recs, err) = loadgen_ok(&[
         "--url",
         &srv.url(),
         "--api",
@@ -52,7 +37,7 @@ fn extra_body_arrives_merged_and_loadgen_keeps_what_it_measures() {
         r#"{"chat_template_kwargs":{"enable_thinking":false},"stream_options":{"include_usage":false},"max_tokens":99,"top_k":20,"temperature":0.3}"#,
         "--top-p",
         "0.95",
-    ]);
+    ]).parts();
     let bodies = generation_bodies(&srv);
     assert_eq!(bodies.len(), 3);
     for b in &bodies {
@@ -90,7 +75,7 @@ fn extra_body_arrives_merged_and_loadgen_keeps_what_it_measures() {
     let file = dir.path().join("body.json");
     std::fs::write(&file, r#"{"temperature": 0.9, "seed": 7}"#).unwrap();
     let before = generation_bodies(&srv).len();
-    let (recs, err) = run_ok(&[
+    let (_, recs, err) = loadgen_ok(&[
         "--url",
         &srv.url(),
         "-n",
@@ -103,7 +88,8 @@ fn extra_body_arrives_merged_and_loadgen_keeps_what_it_measures() {
         &format!("@{}", file.display()),
         "--temperature",
         "0.7",
-    ]);
+    ])
+    .parts();
     assert!(!err.contains("--extra-body sets"), "{err}");
     let b = &generation_bodies(&srv)[before];
     assert_eq!(
@@ -131,7 +117,7 @@ fn extra_body_arrives_merged_and_loadgen_keeps_what_it_measures() {
 #[test]
 fn flush_cache_calls_the_engine_endpoint_before_each_point() {
     let srv = server::start(Behavior::default());
-    let (recs, err) = run_ok(&[
+    let (_, recs, err) = loadgen_ok(&[
         "--url",
         &srv.url(),
         "--engine",
@@ -147,7 +133,8 @@ fn flush_cache_calls_the_engine_endpoint_before_each_point() {
         "2",
         "--warmup",
         "1",
-    ]);
+    ])
+    .parts();
     assert!(!err.contains("flush"), "{err}");
     // Per point: the reset, then the warmup request, then the point's three (telemetry's
     // /metrics scrapes aside).
@@ -277,7 +264,7 @@ fn prefix_groups_give_the_stated_hit_rate_in_srv_sim() {
     let before = prefix_counters(&url);
     let mut args = common.to_vec();
     args.extend(["-c", "1,4", "--flush-cache", "--engine", "sim"]);
-    let (recs, _) = run_ok(&args);
+    let (_, recs, _) = loadgen_ok(&args).parts();
     let after = prefix_counters(&url);
     let summaries = of_kind(&recs, "summary");
     assert_eq!(summaries.len(), 2);
@@ -309,7 +296,7 @@ fn prefix_groups_give_the_stated_hit_rate_in_srv_sim() {
     let mut args = common.to_vec();
     // Another seed: other prefixes than the run above cached.
     args.extend(["-c", "2", "--repeat", "2", "--seed", "1"]);
-    let (recs, _) = run_ok(&args);
+    let (_, recs, _) = loadgen_ok(&args).parts();
     let after = prefix_counters(&url);
     let stated: Vec<f64> = of_kind(&recs, "summary")
         .iter()
@@ -342,7 +329,7 @@ fn prefix_groups_give_the_stated_hit_rate_in_srv_sim() {
 #[test]
 fn no_stream_measures_e2e_and_tokens_and_leaves_ttft_out() {
     let (_sim, url) = testkit::srv_sim(&["--ttft", "50ms", "--itl", "5ms"]);
-    let (recs, _) = run_ok(&[
+    let (_, recs, _) = loadgen_ok(&[
         "--url",
         &url,
         "--no-stream",
@@ -354,7 +341,8 @@ fn no_stream_measures_e2e_and_tokens_and_leaves_ttft_out() {
         "32",
         "--max-tokens",
         "11",
-    ]);
+    ])
+    .parts();
     let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len(), 4);
     for r in &reqs {

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
+use testkit::stderr;
 use testkit::{Guard, cmd, json_lines, matched_pids, wait_gone};
 
 /// Answers `--query-compute-apps=pid` and `--query-gpu=index,memory.used` like nvidia-smi with
@@ -90,10 +91,6 @@ fn worker(ignore_term: bool) -> Guard {
     let mut c = Command::new("sh");
     c.arg("-c").arg(script);
     Guard::spawn(c)
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 const MIB: u64 = 1 << 20;

@@ -7,6 +7,7 @@
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use testkit::smi::{HostileSmi, Smi};
+use testkit::stderr;
 use testkit::{Guard, cmd, json_lines, sshd, wait_gone};
 
 /// A process standing for a server.
@@ -42,10 +43,6 @@ fn srv_kill(smi: &HostileSmi, via: Via, pid: u32, extra: &[&str]) -> (Output, Du
     let started = Instant::now();
     let out = c.stdin(Stdio::null()).output().expect("run srv-kill");
     (out, started.elapsed())
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// The one kill record, checked to say the kill itself went as asked.

@@ -8,14 +8,11 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use testkit::smi::{HostileSmi, Smi};
+use testkit::stderr;
 use testkit::{cmd, json_lines, sshd, wait_gone};
 
 /// The capture's documented bound (15 s) and startup, with generous slack for a loaded machine.
 const WITHIN: Duration = Duration::from_secs(60);
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 fn ssh_flags() -> Vec<String> {
     let s = sshd();

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use testkit::cmd;
 use testkit::own_sshd::{OwnSshd, key_pair, public_key_fields, ssh_keygen};
+use testkit::stderr;
 
 /// A server whose ed25519 host key carries a certificate signed by `ca` for `principals`,
 /// valid over `validity` (ssh-keygen -V).
@@ -48,10 +49,6 @@ fn connect(server: &OwnSshd, known_hosts: &Path, accept_new: bool) -> Output {
         c.arg("--accept-new-host");
     }
     c.output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn ca_line(pattern: &str, ca: &Path) -> String {

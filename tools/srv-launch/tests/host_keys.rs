@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::process::{Output, Stdio};
 use testkit::own_sshd::{OwnSshd, key_pair, public_key_fields};
+use testkit::stderr;
 use testkit::{cmd, sshd};
 
 /// srv-kill over SSH with nothing to kill: it connects, checks the host key, and stops.
@@ -27,10 +28,6 @@ fn connect(target: &str, key: &str, known_hosts: Option<&Path>, home: Option<&Pa
         c.env("HOME", home);
     }
     c.output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! never corrupts a last line without a newline (the port rule: tests/host_keys.rs).
 
 use std::process::{Command, Output, Stdio};
+use testkit::stderr;
 use testkit::{cmd, sshd};
 
 /// The server's host key as known_hosts writes it: `ssh-ed25519 AAAA...`.
@@ -26,10 +27,6 @@ fn connect(known_hosts: &std::path::Path, extra: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[test]

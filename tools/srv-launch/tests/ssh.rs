@@ -5,6 +5,7 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
+use testkit::stderr;
 use testkit::{alive, cmd, free_port, json_lines, kill_records, sshd};
 
 /// A Python the remote (non-interactive, default PATH) shell can run: the absolute path.
@@ -18,10 +19,6 @@ fn python() -> String {
 
 fn run(c: &mut Command) -> Output {
     c.stdin(Stdio::null()).output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn parent_of(pid: u32) -> Option<u32> {

@@ -7,13 +7,10 @@
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use testkit::stderr;
 
 fn summarize(args: &[&str]) -> Output {
     testkit::cmd("summarize").args(args).output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn write(dir: &Path, name: &str, lines: &[String]) -> String {

@@ -1,0 +1,180 @@
+//! Running one workspace binary the way the tests do, and reading what it wrote: the exit code,
+//! stderr, and stdout as typed records (`servbench::record`) or, where a test reads a field the
+//! schema does not name, as JSON values.
+
+use servbench::record::{Record, RecordKind};
+use std::ops::Deref;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+/// The longest any test run of a tool may take: past it the tool is killed and the test fails
+/// saying so, instead of hanging the suite.
+pub const RUN_LIMIT: Duration = Duration::from_secs(600);
+
+/// What one run gave: the process's output (`status`, `stdout`, `stderr` through `Deref`) and
+/// the command it was, for messages.
+#[derive(Debug)]
+pub struct Run {
+    pub output: Output,
+    /// The tool and its arguments, as a failure message names them.
+    pub what: String,
+}
+
+impl Deref for Run {
+    type Target = Output;
+    fn deref(&self) -> &Output {
+        &self.output
+    }
+}
+
+impl Run {
+    /// The exit code (None when a signal ended the process).
+    pub fn code(&self) -> Option<i32> {
+        self.output.status.code()
+    }
+
+    /// Stderr as text.
+    pub fn err(&self) -> String {
+        stderr(&self.output)
+    }
+
+    /// Stdout as text.
+    pub fn out(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    /// Panics naming the command and its stderr unless it exited 0; the run otherwise.
+    #[track_caller]
+    pub fn ok(self) -> Run {
+        assert!(
+            self.output.status.success(),
+            "{} failed ({}): {}",
+            self.what,
+            self.output.status,
+            self.err()
+        );
+        self
+    }
+
+    /// Every stdout line as a typed record (each must parse: stdout carries records only).
+    pub fn records(&self) -> Vec<Record> {
+        lines(&self.output.stdout)
+            .map(|l| {
+                Record::parse(l)
+                    .unwrap_or_else(|e| panic!("stdout line is not a record ({e}): {l}"))
+            })
+            .collect()
+    }
+
+    /// The records of kind `T`, typed, in order.
+    pub fn of<T: RecordKind>(&self) -> Vec<T> {
+        lines(&self.output.stdout)
+            .filter(|l| kind_of(l).as_deref() == Some(T::KIND))
+            .map(|l| {
+                serde_json::from_str(l)
+                    .unwrap_or_else(|e| panic!("bad {} record ({e}): {l}", T::KIND))
+            })
+            .collect()
+    }
+
+    /// The one record of kind `T`; panics unless there is exactly one.
+    #[track_caller]
+    pub fn one<T: RecordKind>(&self) -> T {
+        let mut all = self.of::<T>();
+        assert_eq!(
+            all.len(),
+            1,
+            "{} wrote {} {} records: {}",
+            self.what,
+            all.len(),
+            T::KIND,
+            self.out()
+        );
+        all.remove(0)
+    }
+
+    /// Stdout lines as JSON values (for fields a test reads by name).
+    pub fn values(&self) -> Vec<serde_json::Value> {
+        crate::json_lines(&self.output.stdout)
+    }
+
+    /// (exit code, stdout records as JSON values, stderr): the shape the tests that check all
+    /// three read.
+    pub fn parts(&self) -> (Option<i32>, Vec<serde_json::Value>, String) {
+        (self.code(), self.values(), self.err())
+    }
+}
+
+fn lines(out: &[u8]) -> impl Iterator<Item = &str> {
+    std::str::from_utf8(out)
+        .expect("stdout is UTF-8")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+}
+
+fn kind_of(line: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    Some(v.get("kind")?.as_str()?.to_string())
+}
+
+/// Stderr of a finished process as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Stdout of a finished process that must have exited 0 (else panics with its stderr).
+#[track_caller]
+pub fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "the run failed ({}): {}",
+        out.status,
+        stderr(out)
+    );
+    String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
+}
+
+/// Runs `c` (stdin empty unless set), bounded by [`RUN_LIMIT`].
+pub fn run_cmd(mut c: Command) -> Run {
+    let what = format!("{c:?}");
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    Run {
+        output: crate::wait_output(&mut child, RUN_LIMIT),
+        what,
+    }
+}
+
+/// Runs workspace binary `tool` with `args` and no stdin.
+pub fn run(tool: &str, args: &[&str]) -> Run {
+    let mut c = crate::cmd(tool);
+    c.args(args).stdin(Stdio::null());
+    run_cmd(c)
+}
+
+/// [`run`] in directory `dir` (relative paths in `args` are read from there).
+pub fn run_in(dir: &std::path::Path, tool: &str, args: &[&str]) -> Run {
+    let mut c = crate::cmd(tool);
+    c.args(args).current_dir(dir).stdin(Stdio::null());
+    run_cmd(c)
+}
+
+/// [`run`], which must exit 0.
+#[track_caller]
+pub fn run_ok(tool: &str, args: &[&str]) -> Run {
+    run(tool, args).ok()
+}
+
+/// loadgen with `args` and no stdin.
+pub fn loadgen(args: &[&str]) -> Run {
+    run("loadgen", args)
+}
+
+/// loadgen with `args`, which must exit 0.
+#[track_caller]
+pub fn loadgen_ok(args: &[&str]) -> Run {
+    run("loadgen", args).ok()
+}
