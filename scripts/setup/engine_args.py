@@ -17,9 +17,11 @@ import json
 import sys
 
 SGLANG_KEYS = ["model_path", "host", "port", "tp_size", "pp_size", "dp_size", "ep_size",
-               "pp_max_micro_batch_size", "speculative_algorithm", "speculative_num_steps"]
+               "pp_max_micro_batch_size", "speculative_algorithm", "speculative_num_steps",
+               "enable_metrics", "enable_mfu_metrics", "enable_request_time_stats_logging"]
 VLLM_KEYS = ["model_tag", "host", "port", "tensor_parallel_size", "pipeline_parallel_size",
-             "data_parallel_size", "enable_expert_parallel", "speculative_config"]
+             "data_parallel_size", "enable_expert_parallel", "speculative_config",
+             "enable_per_request_metrics", "enable_logging_iteration_details", "enable_mfu_metrics"]
 
 
 def sglang_parser():

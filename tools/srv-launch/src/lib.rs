@@ -132,6 +132,10 @@ pub struct Args {
     /// nvidia-smi to ask for the GPUs in the record's `env` (a path where it is not on PATH)
     #[arg(long, value_name = "PROGRAM", default_value = "nvidia-smi")]
     pub nvidia_smi: String,
+    /// Add the engine's own flags that make it report on itself (per-request server timing, a
+    /// log line per engine step, FLOP and byte counters; see README), recorded in the record
+    #[arg(long)]
+    pub self_report: bool,
     /// Print the exact command and log path on stderr
     #[arg(short, long)]
     pub verbose: bool,
@@ -253,83 +257,91 @@ fn plan(cfg: &Args, exec: &dyn Exec) -> Result<Plan> {
         reach
     };
 
-    let (engine, argv, command, port, health_url, models_url, probe_url, url) =
-        match (&cfg.engine, &cfg.cmd) {
-            (Some(preset), None) => {
-                let name = preset.name;
-                let port = match cfg.port {
+    let (engine, argv, command, port, health_url, models_url, probe_url, url) = match (
+        &cfg.engine,
+        &cfg.cmd,
+    ) {
+        (Some(preset), None) => {
+            let name = preset.name;
+            let port = match cfg.port {
+                Some(p) => p,
+                None => exec.free_port()?,
+            };
+            let program = cfg
+                .bin
+                .clone()
+                .or_else(|| (preset.name == "sim").then(|| sibling_or_path("srv-sim", exec)));
+            let argv = preset
+                .argv(&LaunchParams {
+                    model: cfg.model.clone(),
+                    tp: cfg.tp,
+                    pp: cfg.pp,
+                    bind: bind.clone(),
+                    port,
+                    program,
+                    self_report: cfg.self_report,
+                    extra: cfg.extra.clone(),
+                })
+                .map_err(|e| cli::usage(format!("{e} (srv-launch {name})")))?;
+            let url = format!("http://{reach_host}:{port}");
+            let command = shell_join(&argv);
+            (
+                preset.name.to_string(),
+                argv,
+                command,
+                port,
+                format!("{url}{}", preset.health_path),
+                Some(format!("{url}{}", preset.models_path)),
+                cfg.probe.then(|| format!("{url}/v1/completions")),
+                url,
+            )
+        }
+        (None, Some(cmd)) => {
+            if cfg.self_report {
+                return Err(cli::usage(
+                    "--self-report needs an engine preset: with --cmd, pass the engine's own flags in the command",
+                ));
+            }
+            let ready = cfg.ready_url.as_deref().ok_or_else(|| {
+                cli::usage("--cmd needs --ready-url URL (answers 200 once the server is ready)")
+            })?;
+            let port = match cfg.port {
+                Some(p) => p,
+                None => match port_of_url(ready) {
                     Some(p) => p,
                     None => exec.free_port()?,
-                };
-                let program = cfg
-                    .bin
-                    .clone()
-                    .or_else(|| (preset.name == "sim").then(|| sibling_or_path("srv-sim", exec)));
-                let argv = preset
-                    .argv(&LaunchParams {
-                        model: cfg.model.clone(),
-                        tp: cfg.tp,
-                        pp: cfg.pp,
-                        bind: bind.clone(),
-                        port,
-                        program,
-                        extra: cfg.extra.clone(),
-                    })
-                    .map_err(|e| cli::usage(format!("{e} (srv-launch {name})")))?;
-                let url = format!("http://{reach_host}:{port}");
-                let command = shell_join(&argv);
-                (
-                    preset.name.to_string(),
-                    argv,
-                    command,
-                    port,
-                    format!("{url}{}", preset.health_path),
-                    Some(format!("{url}{}", preset.models_path)),
-                    cfg.probe.then(|| format!("{url}/v1/completions")),
-                    url,
-                )
+                },
+            };
+            let subst = |s: &str| s.replace("{port}", &port.to_string());
+            let command = subst(cmd);
+            let ready = subst(ready);
+            let origin = origin_of(&ready).ok_or_else(|| {
+                cli::usage(format!("--ready-url '{ready}' is not an http:// URL"))
+            })?;
+            let mut argv = vec!["sh".to_string(), "-c".to_string(), command.clone()];
+            if !cfg.extra.is_empty() {
+                // `sh -c CMD sh ARGS...`: the extra arguments become "$@" of the command.
+                argv.push("sh".into());
+                argv.extend(cfg.extra.iter().cloned());
             }
-            (None, Some(cmd)) => {
-                let ready = cfg.ready_url.as_deref().ok_or_else(|| {
-                    cli::usage("--cmd needs --ready-url URL (answers 200 once the server is ready)")
-                })?;
-                let port = match cfg.port {
-                    Some(p) => p,
-                    None => match port_of_url(ready) {
-                        Some(p) => p,
-                        None => exec.free_port()?,
-                    },
-                };
-                let subst = |s: &str| s.replace("{port}", &port.to_string());
-                let command = subst(cmd);
-                let ready = subst(ready);
-                let origin = origin_of(&ready).ok_or_else(|| {
-                    cli::usage(format!("--ready-url '{ready}' is not an http:// URL"))
-                })?;
-                let mut argv = vec!["sh".to_string(), "-c".to_string(), command.clone()];
-                if !cfg.extra.is_empty() {
-                    // `sh -c CMD sh ARGS...`: the extra arguments become "$@" of the command.
-                    argv.push("sh".into());
-                    argv.extend(cfg.extra.iter().cloned());
-                }
-                (
-                    "cmd".to_string(),
-                    argv,
-                    command,
-                    port,
-                    ready,
-                    cfg.probe.then(|| format!("{origin}/v1/models")),
-                    cfg.probe.then(|| format!("{origin}/v1/completions")),
-                    origin,
-                )
-            }
-            _ => {
-                return Err(cli::usage(format!(
-                    "give an ENGINE ({}) or --cmd '...' --ready-url URL",
-                    engines::names().join(", ")
-                )));
-            }
-        };
+            (
+                "cmd".to_string(),
+                argv,
+                command,
+                port,
+                ready,
+                cfg.probe.then(|| format!("{origin}/v1/models")),
+                cfg.probe.then(|| format!("{origin}/v1/completions")),
+                origin,
+            )
+        }
+        _ => {
+            return Err(cli::usage(format!(
+                "give an ENGINE ({}) or --cmd '...' --ready-url URL",
+                engines::names().join(", ")
+            )));
+        }
+    };
 
     let name = cfg.name.clone().unwrap_or_else(|| engine.clone());
     let log = cfg.log.clone().unwrap_or_else(|| {
@@ -469,9 +481,22 @@ fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRec
         name: cfg.name.clone(),
         argv: procs::redact_argv(&plan.argv),
         env: Some(env),
+        self_report: cfg.self_report,
+        self_report_flags: self_report_flags(cfg),
         killed: false,
         extra: servbench::record::Extra::new(),
     })
+}
+
+/// The flags `--self-report` added, said once on stderr with what the engine cannot report.
+fn self_report_flags(cfg: &Args) -> Vec<String> {
+    let Some(preset) = cfg.engine.filter(|_| cfg.self_report) else {
+        return Vec::new();
+    };
+    if let Some(note) = preset.self_report_note {
+        cli::info(format!("--self-report on {}: {note}", preset.name));
+    }
+    preset.self_report.iter().map(|f| f.to_string()).collect()
 }
 
 /// Refuses a taken port, or with --replace kills whoever holds it (srv-kill's logic).

@@ -156,6 +156,14 @@ fn every_sglang_preset_command_is_accepted_by_sglangs_own_parser() {
                 ("speculative_num_steps", json!(3)),
             ],
         ),
+        (
+            &["--self-report"],
+            vec![
+                ("enable_metrics", json!(true)),
+                ("enable_mfu_metrics", json!(true)),
+                ("enable_request_time_stats_logging", json!(true)),
+            ],
+        ),
     ];
     // `python3 -m sglang.launch_server` comes first.
     check("sglang", 3, variants, &["--", "--no-such-sglang-flag", "1"]);
@@ -200,6 +208,14 @@ fn every_vllm_preset_command_is_accepted_by_vllms_own_parser() {
                 r#"{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}"#,
             ],
             vec![],
+        ),
+        (
+            &["--self-report", "--", "--max-model-len", "1024"],
+            vec![
+                ("enable_per_request_metrics", json!(true)),
+                ("enable_logging_iteration_details", json!(true)),
+                ("enable_mfu_metrics", json!(true)),
+            ],
         ),
     ];
     // `vllm` comes first, then `serve MODEL ...`.

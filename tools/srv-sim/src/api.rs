@@ -2,6 +2,7 @@
 //! anything the simulator does not support), and the exact bytes of every response and SSE event.
 //! Streaming chunks are built from per-request prefixes so a token costs a few memcpys.
 
+use crate::progress::Progress;
 use crate::{prefix, tokens};
 use serde_json::{Map, Value, json};
 use std::fmt::Write as _;
@@ -412,6 +413,8 @@ pub struct Formatter {
     /// Cached prompt tokens, where usage reports them (`--enable-prompt-tokens-details`).
     cached_tokens: Option<u32>,
     continuous_usage: bool,
+    /// The final usage chunk and the whole answer carry vLLM's per-request `metrics`.
+    pub per_request_metrics: bool,
     /// `data: {"id":..,"object":..,"created":..,"model":..,"choices":[{"index":0,` for this request.
     head: String,
 }
@@ -442,6 +445,7 @@ impl Formatter {
             prompt_tokens: req.prompt_tokens,
             cached_tokens: None,
             continuous_usage: req.continuous_usage,
+            per_request_metrics: false,
             head,
         }
     }
@@ -512,11 +516,20 @@ impl Formatter {
     }
 
     /// The final usage event (`choices: []`), sent when `stream_options.include_usage` is set.
-    pub fn usage_chunk(&self, out: &mut Vec<u8>, completion: u32) {
+    pub fn usage_chunk(&self, out: &mut Vec<u8>, completion: u32, progress: &Progress) {
         out.extend_from_slice(self.head.as_bytes());
         out.extend_from_slice(b"],");
         self.usage(out, completion);
+        if let Some(m) = self.metrics(progress, completion) {
+            out.extend_from_slice(b",\"metrics\":");
+            out.extend_from_slice(m.to_string().as_bytes());
+        }
         out.extend_from_slice(b"}\n\n");
+    }
+
+    fn metrics(&self, progress: &Progress, completion: u32) -> Option<Value> {
+        self.per_request_metrics
+            .then(|| crate::selfreport::metrics_json(&progress.read_times(), completion))
     }
 
     pub fn done(out: &mut Vec<u8>) {
@@ -524,7 +537,7 @@ impl Formatter {
     }
 
     /// The whole non-streaming response.
-    pub fn full_response(&self, text: &str, completion: u32) -> String {
+    pub fn full_response(&self, text: &str, completion: u32, progress: &Progress) -> String {
         let model: Value = serde_json::from_str(&self.model_json).unwrap_or(Value::Null);
         let usage = json!({
             "prompt_tokens": self.prompt_tokens,
@@ -532,7 +545,7 @@ impl Formatter {
             "completion_tokens": completion,
             "prompt_tokens_details": self.cached_tokens.map(|c| json!({"cached_tokens": c})),
         });
-        let v = match self.endpoint {
+        let mut v = match self.endpoint {
             Endpoint::Completions => json!({
                 "id": self.id, "object": "text_completion", "created": self.created, "model": model,
                 "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": "length",
@@ -546,6 +559,9 @@ impl Formatter {
                 "usage": usage,
             }),
         };
+        if let Some(m) = self.metrics(progress, completion) {
+            v["metrics"] = m;
+        }
         v.to_string()
     }
 }
@@ -587,7 +603,7 @@ mod tests {
         f.role_chunk(&mut out);
         f.token_chunk(&mut out, &[" ka", " lo"], false, 2);
         f.token_chunk(&mut out, &[" mi"], true, 3);
-        f.usage_chunk(&mut out, 3);
+        f.usage_chunk(&mut out, 3, &crate::progress::Progress::new(3));
         Formatter::done(&mut out);
         let text = String::from_utf8(out).unwrap();
         let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();

@@ -5,6 +5,7 @@
 //! attention, and a fixed per-step overhead.
 
 use crate::engine::{CostModel, StepShape};
+use crate::selfreport::StepCounts;
 use servbench::presets::{self, Comm, Deployment, StepWork, WeightFormat};
 use servbench::record::{Extra, Labels, SCHEMA_VERSION, SimPlanRecord, now_ts};
 use std::time::Duration;
@@ -163,6 +164,20 @@ impl CostModel for Roofline {
                 shape.seqs
             )
         })
+    }
+
+    /// The step's compute and memory times at the card's rates, per GPU of one stage: its
+    /// FLOPs at the weight format's peak and its bytes at the memory bandwidth, so MFU and MBU
+    /// over a point are those times' shares of it.
+    fn step_counts(&self, shape: &StepShape) -> StepCounts {
+        let cost = self.step_cost(shape);
+        let stages = f64::from(self.dep.layout.pp.max(1));
+        StepCounts {
+            flops_per_gpu: cost.compute_s * self.dep.rates.flops(self.dep.model.weight_format)
+                / stages,
+            read_bytes_per_gpu: cost.memory_s * self.dep.rates.mem_bw_gbps * 1e9 / stages,
+            write_bytes_per_gpu: 0.0,
+        }
     }
 }
 

@@ -16,41 +16,16 @@
 //!   chunk every ITL; with ITL 0 every token is available at once.
 
 use crate::metrics::{MetricNames, Metrics};
+pub use crate::progress::Progress;
+use crate::selfreport::{EngineReport, StepCounts};
 use crate::tokens::{splitmix64, unit};
-use futures_util::task::AtomicWaker;
 use servbench::presets::StepWork;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// What one request's stream reads: how many tokens exist so far.
-#[derive(Debug)]
-pub struct Progress {
-    pub available: AtomicU32,
-    pub total: u32,
-    pub waker: AtomicWaker,
-    /// Set by the HTTP side when the client went away; the engine frees the request's slot.
-    pub cancelled: AtomicBool,
-}
-
-impl Progress {
-    pub fn new(total: u32) -> Arc<Progress> {
-        Arc::new(Progress {
-            available: AtomicU32::new(0),
-            total,
-            waker: AtomicWaker::new(),
-            cancelled: AtomicBool::new(false),
-        })
-    }
-
-    fn publish(&self, available: u32) {
-        self.available.store(available, Ordering::Release);
-        self.waker.wake();
-    }
-}
 
 /// A request handed to the engine.
 #[derive(Debug)]
@@ -85,6 +60,10 @@ impl StepShape {
 /// Duration of one engine step for a shape of work.
 pub trait CostModel: Send {
     fn step_time(&self, shape: &StepShape) -> Duration;
+    /// The step's FLOPs and bytes per GPU (`--enable-mfu-metrics`); none by default.
+    fn step_counts(&self, _shape: &StepShape) -> StepCounts {
+        StepCounts::default()
+    }
 }
 
 /// Speculative decoding: `k` draft tokens per step, each accepted with probability `accept`
@@ -124,6 +103,7 @@ pub struct EngineConfig {
     pub seed: u64,
     /// Whose metric names (and histogram buckets) `/metrics` shows.
     pub names: MetricNames,
+    pub report: EngineReport,
 }
 
 /// The HTTP side's handle: submit requests, read metrics.
@@ -185,6 +165,7 @@ impl Engine {
                 waiting: VecDeque::new(),
                 running: Vec::new(),
                 rng: config.seed,
+                report: config.report,
             }
             .run(),
         }
@@ -260,6 +241,7 @@ impl Req {
         }
         self.published += n;
         self.last_publish = now;
+        self.sub.progress.tokens_at(now);
         m.generation_tokens += u64::from(n);
         self.sub.progress.publish(self.published);
         if self.published >= self.total() {
@@ -397,6 +379,7 @@ impl FixedLoop {
                 continue;
             }
             let start = freed_at.map_or(s.arrival, |t| t.max(s.arrival));
+            s.progress.scheduled(s.arrival, start);
             let first_due = start + self.ttft;
             let id = self.next_id;
             self.next_id += 1;
@@ -457,6 +440,7 @@ struct StepLoop {
     /// In admission order: the last is the first preempted.
     running: Vec<Running>,
     rng: u64,
+    report: EngineReport,
 }
 
 /// What a step does to one running request.
@@ -490,6 +474,9 @@ impl StepLoop {
                 }
                 self.drop_cancelled(&mut m);
                 self.admit();
+                for r in &self.running {
+                    r.req.sub.progress.scheduled(r.req.sub.arrival, start);
+                }
                 self.preempt_for_decode(&mut m);
                 self.gauges(&mut m);
             }
@@ -498,7 +485,8 @@ impl StepLoop {
                 step_start = None;
                 continue;
             }
-            let deadline = start + self.cost.step_time(&shape);
+            let step = self.cost.step_time(&shape);
+            let deadline = start + step;
             if !wait_until(&self.rx, deadline, Duration::ZERO, &mut inbox) {
                 return;
             }
@@ -507,6 +495,11 @@ impl StepLoop {
             m.late(secs(now.saturating_duration_since(deadline)));
             self.apply(&plan, now, &mut m);
             m.step_done();
+            let (drafts, counts) = (
+                self.spec.map_or(0, |s| s.tokens),
+                self.cost.step_counts(&shape),
+            );
+            self.report.step(&shape, drafts, step, counts, &mut m);
             // Absolute deadlines: the next step starts when this one was due to end.
             step_start = Some(deadline);
         }

@@ -9,6 +9,7 @@
 use crate::api::{self, ApiError, Endpoint, Formatter, Limits};
 use crate::engine::{Engine, Progress, Submit};
 use crate::prefix::{self, PrefixCache};
+use crate::progress::WaitFor;
 use crate::tokens::{self, splitmix64, unit};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -68,6 +69,8 @@ pub struct App {
     pub prefix: Vec<Mutex<PrefixCache>>,
     /// `--enable-prompt-tokens-details`: usage carries the request's cached prompt tokens.
     pub prompt_tokens_details: bool,
+    /// `--enable-per-request-metrics`: answers carry the request's `metrics`.
+    pub per_request_metrics: bool,
     /// HTTPS (`--ssl-certfile`): connections are served behind this acceptor; set after [`App::new`].
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     pub generation_requests: AtomicU64,
@@ -101,6 +104,7 @@ impl App {
             spec_decoding: c.spec_decoding,
             body_timeout: None,
             prompt_tokens_details: false,
+            per_request_metrics: false,
             prefix: Vec::new(),
             tls: None,
             generation_requests: AtomicU64::new(0),
@@ -507,6 +511,7 @@ async fn generate(
     if app.prompt_tokens_details {
         fmt.report_cached(cached);
     }
+    fmt.per_request_metrics = app.per_request_metrics;
     let text_seed = request.text_seed ^ app.seed;
     let stream = TokenStream {
         progress,
@@ -562,27 +567,10 @@ async fn whole(mut stream: TokenStream) -> Response<SimBody> {
     let text: String = (0..total)
         .map(|p| tokens::generated(stream.text_seed, p))
         .collect();
-    json_response(200, stream.fmt.full_response(&text, total))
-}
-
-/// Resolves once the engine has published `count` tokens.
-struct WaitFor<'a> {
-    progress: &'a Progress,
-    count: u32,
-}
-
-impl Future for WaitFor<'_> {
-    type Output = ();
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.progress.available.load(Ordering::Acquire) >= self.count {
-            return Poll::Ready(());
-        }
-        self.progress.waker.register(cx.waker());
-        if self.progress.available.load(Ordering::Acquire) >= self.count {
-            return Poll::Ready(());
-        }
-        Poll::Pending
-    }
+    json_response(
+        200,
+        stream.fmt.full_response(&text, total, &stream.progress),
+    )
 }
 
 /// One request's SSE stream.
@@ -666,7 +654,7 @@ impl TokenStream {
         }
         if self.sent == total {
             if self.include_usage {
-                self.fmt.usage_chunk(&mut buf, total);
+                self.fmt.usage_chunk(&mut buf, total, &self.progress);
             }
             Formatter::done(&mut buf);
             self.finished = true;

@@ -15,6 +15,8 @@ pub mod engine;
 pub mod http;
 pub mod metrics;
 pub mod prefix;
+pub mod progress;
+pub mod selfreport;
 pub mod tls;
 pub mod tokens;
 
@@ -143,6 +145,8 @@ pub struct Config {
     pub metrics_names: metrics::MetricNames,
     #[command(flatten)]
     pub faults: Faults,
+    #[command(flatten)]
+    pub self_report: selfreport::SelfReport,
     /// Turn prefix caching off (vLLM's spelling; on by default, as in vLLM)
     #[arg(long)]
     pub no_enable_prefix_caching: bool,
@@ -327,6 +331,10 @@ impl CostModel for PanicAfter {
         self.steps_left.set(left - 1);
         self.cost.step_time(shape)
     }
+
+    fn step_counts(&self, shape: &engine::StepShape) -> selfreport::StepCounts {
+        self.cost.step_counts(shape)
+    }
 }
 
 /// `--comm-from FILE`: the allreduce curve collbench measured at `tp` ranks.
@@ -454,6 +462,7 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
                 max_running: config.max_running(),
                 seed: config.seed ^ u64::from(replica),
                 names: config.metrics_names,
+                report: config.self_report.for_engine(replica),
             })
         })
         .collect();
@@ -478,6 +487,7 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
     let idle = (!config.idle_timeout.is_zero()).then_some(config.idle_timeout);
     app.body_timeout = idle;
     app.prompt_tokens_details = config.enable_prompt_tokens_details;
+    app.per_request_metrics = config.self_report.enable_per_request_metrics;
     if !config.no_enable_prefix_caching {
         let tokens = kv_cache_tokens.unwrap_or(prefix::UNBOUNDED_TOKENS);
         app.prefix = (0..config.replicas())

@@ -141,6 +141,8 @@ pub struct Metrics {
     /// How late the engine published tokens against its own schedule (srv-sim's own metric).
     pub lateness: Histogram,
     pub max_lateness_s: f64,
+    /// `--enable-mfu-metrics`: the cost model's FLOPs and bytes per GPU so far.
+    pub est: Option<crate::selfreport::EstCounters>,
 }
 
 /// The speculative figures of the decode steps since the gauges were last set.
@@ -198,6 +200,7 @@ impl Metrics {
             e2e: Histogram::new(e2e),
             lateness: Histogram::new(LATENESS_BUCKETS),
             max_lateness_s: 0.0,
+            est: None,
         }
     }
 
@@ -325,6 +328,22 @@ pub fn render(engines: &[Metrics], model: &str, spec_decoding: bool) -> String {
 }
 
 fn vllm(f: &mut Families, spec_decoding: bool) {
+    if f.engines.iter().any(|m| m.est.is_some()) {
+        type Get = fn(&crate::selfreport::EstCounters) -> f64;
+        let rows: [(&str, &str, Get); 3] = [
+            ("flops", "floating point operations", |c| c.flops),
+            ("read_bytes", "bytes read from memory", |c| c.read_bytes),
+            ("write_bytes", "bytes written to memory", |c| c.write_bytes),
+        ];
+        for (name, what, get) in rows {
+            f.family(
+                &format!("vllm:estimated_{name}_per_gpu_total"),
+                "counter",
+                &format!("Estimated number of {what} per GPU (srv-sim's cost model)."),
+                &|m| format!("{:?}", m.est.as_ref().map_or(0.0, get)),
+            );
+        }
+    }
     f.family(
         "vllm:num_requests_running",
         "gauge",

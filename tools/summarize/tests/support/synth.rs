@@ -516,6 +516,8 @@ pub fn lifecycle_lines(labels: &Labels) -> Vec<String> {
         name: None,
         argv: Vec::new(),
         env: None,
+        self_report: false,
+        self_report_flags: Vec::new(),
         killed: false,
         extra: Default::default(),
     };

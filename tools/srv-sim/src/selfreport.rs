@@ -1,0 +1,200 @@
+//! What srv-sim says about itself when asked with vLLM's flags, as the truth of its own model:
+//! - `--enable-per-request-metrics`: a `metrics` object in each answer (the stream's final
+//!   usage chunk, or the whole answer), in vLLM's shape and by vLLM's definitions
+//!   (`entrypoints/generate/base/serving.py`): `queue_time_ms` = scheduled − queued,
+//!   `time_to_first_token_ms` = first token − scheduled (queueing not included),
+//!   `generation_time_ms` = last token − first token, `mean_itl_ms` = generation time over
+//!   tokens − 1, `tokens_per_second` = tokens over last token − scheduled.
+//! - `--enable-logging-iteration-details`: one line per engine step on stderr (the server's
+//!   log) in vLLM's format (`v1/metrics/loggers.py`), the step time the cost model gave.
+//! - `--enable-mfu-metrics`: `vllm:estimated_flops_per_gpu_total` and
+//!   `vllm:estimated_{read,write}_bytes_per_gpu_total`, each step's FLOPs and bytes per GPU from
+//!   the cost model (its compute and memory times at the card's rates; the roofline counts
+//!   bytes read, so written bytes stay 0).
+
+use crate::progress::ReqTimes;
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+/// vLLM's self-report flags, taken by srv-sim under the same names.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct SelfReport {
+    /// A `metrics` object (queue, TTFT, generation time, mean ITL) in each answer, as vLLM's flag
+    #[arg(long)]
+    pub enable_per_request_metrics: bool,
+    /// A log line per engine step on stderr in vLLM's format (modelled timing only)
+    #[arg(long)]
+    pub enable_logging_iteration_details: bool,
+    /// FLOP and byte counters from the cost model in /metrics under vLLM's names
+    #[arg(long)]
+    pub enable_mfu_metrics: bool,
+}
+
+impl SelfReport {
+    pub fn for_engine(self, index: u32) -> EngineReport {
+        EngineReport {
+            flags: self,
+            index,
+            iteration: 0,
+        }
+    }
+}
+
+/// Estimated work of one step per GPU, from the cost model.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepCounts {
+    pub flops_per_gpu: f64,
+    pub read_bytes_per_gpu: f64,
+    pub write_bytes_per_gpu: f64,
+}
+
+/// The counters `/metrics` shows with `--enable-mfu-metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EstCounters {
+    pub flops: f64,
+    pub read_bytes: f64,
+    pub write_bytes: f64,
+}
+
+/// One engine's self-report state.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineReport {
+    pub flags: SelfReport,
+    index: u32,
+    iteration: u64,
+}
+
+/// The line vLLM logs for one step (`Engine 000: Iteration(N): ...`), after its logger prefix.
+#[allow(clippy::too_many_arguments)]
+pub fn iteration_line(
+    engine: u32,
+    iteration: u64,
+    ctx_requests: u32,
+    ctx_tokens: u32,
+    gen_requests: u32,
+    gen_tokens: u32,
+    elapsed: Duration,
+    kv_usage: f64,
+) -> String {
+    format!(
+        "Engine {engine:03}: Iteration({iteration}): {ctx_requests} context requests, {ctx_tokens} context tokens, {gen_requests} generation requests, {gen_tokens} generation tokens, iteration elapsed time: {:.2} ms, GPU KV cache usage: {:.1}%",
+        elapsed.as_secs_f64() * 1e3,
+        kv_usage * 100.0
+    )
+}
+
+impl EngineReport {
+    /// After a step of `shape` (with `drafts` speculative tokens per decoding request) that the
+    /// cost model timed at `elapsed`: logs it and counts its work, as asked.
+    pub fn step(
+        &mut self,
+        shape: &crate::engine::StepShape,
+        drafts: u32,
+        elapsed: Duration,
+        counts: StepCounts,
+        m: &mut crate::metrics::Metrics,
+    ) {
+        if self.flags.enable_mfu_metrics {
+            let c = m.est.get_or_insert_with(EstCounters::default);
+            c.flops += counts.flops_per_gpu;
+            c.read_bytes += counts.read_bytes_per_gpu;
+            c.write_bytes += counts.write_bytes_per_gpu;
+        }
+        if self.flags.enable_logging_iteration_details {
+            let gen_requests = shape.work.decode_seqs;
+            let verify = gen_requests.saturating_mul(drafts);
+            let line = iteration_line(
+                self.index,
+                self.iteration,
+                shape.seqs.saturating_sub(gen_requests),
+                shape.work.prefill_tokens.saturating_sub(verify),
+                gen_requests,
+                gen_requests.saturating_add(verify),
+                elapsed,
+                m.kv_usage,
+            );
+            log_line(&line);
+        }
+        self.iteration += 1;
+    }
+}
+
+/// One line on stderr with vLLM's logger prefix (`(APIServer pid=N) INFO MM-DD HH:MM:SS
+/// [loggers.py:200] `), written whole so a reader of the log never sees half of it.
+fn log_line(msg: &str) {
+    let ts = servbench::record::now_ts();
+    // 2026-12-01T23:30:00.123Z -> 12-01 23:30:00
+    let stamp = format!(
+        "{} {}",
+        ts.get(5..10).unwrap_or(""),
+        ts.get(11..19).unwrap_or("")
+    );
+    let line = format!(
+        "(APIServer pid={}) INFO {stamp} [loggers.py:200] {msg}\n",
+        std::process::id()
+    );
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+fn ms(later: Option<Instant>, earlier: Option<Instant>) -> Option<f64> {
+    Some(later?.saturating_duration_since(earlier?).as_nanos() as f64 / 1e6)
+}
+
+/// The `metrics` object vLLM puts in an answer, from the request's times and its `tokens`.
+pub fn metrics_json(t: &ReqTimes, tokens: u32) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    let mut put = |k: &str, v: Option<f64>| {
+        if let Some(v) = v {
+            m.insert(k.into(), v.into());
+        }
+    };
+    put("time_to_first_token_ms", ms(t.first, t.scheduled));
+    put("generation_time_ms", ms(t.last, t.first));
+    put("queue_time_ms", ms(t.scheduled, t.queued));
+    put(
+        "mean_itl_ms",
+        ms(t.last, t.first)
+            .filter(|_| tokens > 1)
+            .map(|g| g / f64::from(tokens - 1)),
+    );
+    put(
+        "tokens_per_second",
+        ms(t.last, t.scheduled)
+            .filter(|&d| d > 0.0)
+            .map(|d| f64::from(tokens) / d * 1e3),
+    );
+    serde_json::Value::Object(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_step_line_is_vllms() {
+        let l = iteration_line(0, 7, 1, 8, 3, 3, Duration::from_micros(12_345), 0.0123);
+        assert_eq!(
+            l,
+            "Engine 000: Iteration(7): 1 context requests, 8 context tokens, 3 generation requests, 3 generation tokens, iteration elapsed time: 12.35 ms, GPU KV cache usage: 1.2%"
+        );
+    }
+
+    #[test]
+    fn per_request_metrics_follow_vllms_definitions() {
+        let q = Instant::now();
+        let t = ReqTimes {
+            queued: Some(q),
+            scheduled: Some(q + Duration::from_millis(5)),
+            first: Some(q + Duration::from_millis(15)),
+            last: Some(q + Duration::from_millis(45)),
+        };
+        let m = metrics_json(&t, 4);
+        assert_eq!(m["queue_time_ms"], 5.0);
+        assert_eq!(m["time_to_first_token_ms"], 10.0);
+        assert_eq!(m["generation_time_ms"], 30.0);
+        assert_eq!(m["mean_itl_ms"], 10.0);
+        assert_eq!(m["tokens_per_second"], 100.0);
+        let one = metrics_json(&t, 1);
+        assert!(one.get("mean_itl_ms").is_none(), "{one}");
+    }
+}
