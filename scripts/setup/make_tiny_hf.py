@@ -26,7 +26,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import LlamaConfig, LlamaForCausalLM
 
-# loadgen's synthetic-prompt words (tools/loadgen/src/workload.rs, VOCAB): each must be 1 token.
+# loadgen's synthetic-prompt words (tools/loadgen/src/workload/prompts.rs, VOCAB): each must be 1 token.
 LOADGEN_WORDS = """
 the of and to in is that for it as was with be by on not he this are or his from at which but
 have an had they you were their one all we can her has there been if more when will would who so

@@ -3,37 +3,28 @@
 //! `summary` records. The measuring is the point: chunks are timed as their bytes arrive,
 //! open-loop latency counts from the intended send time, the client's own CPU cost is recorded.
 
-pub mod body;
-pub mod conversation;
-pub mod dispatch;
-pub mod downstream;
-pub mod exec;
-pub mod find_max;
-pub mod flush;
-pub mod gpu_sampler;
-pub mod http;
+//!
+//! Layout: `client/` (one request over HTTP/1.1: the pool, TLS, the SSE scanner, the body),
+//! `workload/` (what the requests are made of, behind one trait), `modes/` (sweep, ramp,
+//! find-max), `run/` (the run and its points: the dispatcher, the request tasks, the
+//! dead-server watch), `ranks/` (one rank of several), `telemetry/` (the server's metrics and
+//! GPUs), `limits.rs` (what is refused before any load), `pacing.rs` (send times), `stop.rs`
+//! (the stop switch).
+
+pub mod client;
 pub mod limits;
+pub mod modes;
 pub mod pacing;
-pub mod probe;
-pub mod progress;
-pub mod prompt_files;
-pub mod ramp;
-pub mod ramp_run;
 pub mod ranks;
 pub mod run;
-pub mod search;
-pub mod setup;
-pub mod sse;
 pub mod stop;
 pub mod telemetry;
-pub mod tls;
-pub mod trace;
 pub mod workload;
 
 use clap::Parser;
 use servbench::cli::{CommonArgs, SshArgs};
 use std::time::Duration;
-pub use workload::Api;
+pub use workload::prompts::Api;
 
 /// A whole list in one flag value (`1,2,4` or `1..256`); an alias so clap takes it as one value.
 pub type U32List = Vec<u32>;
@@ -145,7 +136,7 @@ pub struct Args {
         value_name = "rate|concurrency",
         conflicts_with = "ramp"
     )]
-    pub find_max: Option<search::Var>,
+    pub find_max: Option<modes::search::Var>,
     /// --find-max: end when the first failing load is within this share above the passing one
     #[arg(long, default_value_t = 0.05)]
     pub find_max_precision: f64,
@@ -190,8 +181,8 @@ pub struct Args {
     #[arg(long)]
     pub flush_cache: bool,
     /// Merged into every request body: a JSON object, or @FILE.json (loadgen's own fields win)
-    #[arg(long, value_name = "JSON|@FILE", value_parser = body::ExtraBody::parse)]
-    pub extra_body: Option<body::ExtraBody>,
+    #[arg(long, value_name = "JSON|@FILE", value_parser = client::body::ExtraBody::parse)]
+    pub extra_body: Option<client::body::ExtraBody>,
     /// Sampling temperature of every request (default 0)
     #[arg(long)]
     pub temperature: Option<f64>,
@@ -205,11 +196,11 @@ pub struct Args {
     #[arg(long)]
     pub prompts: Option<String>,
     /// Conversations: turns per session, N or LO..HI (or `all` of a --prompts file's turns)
-    #[arg(long, value_parser = conversation::Turns::parse)]
-    pub turns: Option<conversation::Turns>,
+    #[arg(long, value_parser = workload::conversation::Turns::parse)]
+    pub turns: Option<workload::conversation::Turns>,
     /// Conversations: pause between a reply and the next turn, e.g. 2s or 500ms..3s
-    #[arg(long, default_value = "0s", value_parser = conversation::Think::parse, requires = "turns")]
-    pub think_time: conversation::Think,
+    #[arg(long, default_value = "0s", value_parser = workload::conversation::Think::parse, requires = "turns")]
+    pub think_time: workload::conversation::Think,
     /// Replay a trace: Mooncake-style JSON lines, or CSV with timestamp and lengths
     #[arg(long, value_name = "FILE")]
     pub trace: Option<String>,

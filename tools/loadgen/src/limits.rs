@@ -124,7 +124,7 @@ fn workloads(a: &Args) -> anyhow::Result<()> {
             "--turns needs synthetic prompts (--input-len) or a conversations file (--prompts FILE), not the built-in prompts",
         ));
     }
-    if a.turns == Some(crate::conversation::Turns::All) && a.prompts.is_none() {
+    if a.turns == Some(crate::workload::conversation::Turns::All) && a.prompts.is_none() {
         return Err(cli::usage(
             "--turns all takes every turn of a conversations file (--prompts FILE); synthetic conversations need a count (--turns 3) or a range (--turns 2..6)",
         ));
@@ -141,8 +141,8 @@ fn workloads(a: &Args) -> anyhow::Result<()> {
             ));
         }
         let (given, flag) = match var {
-            crate::search::Var::Rate => (a.rate.as_ref().map(Vec::len), "-r"),
-            crate::search::Var::Concurrency => (a.concurrency.as_ref().map(Vec::len), "-c"),
+            crate::modes::search::Var::Rate => (a.rate.as_ref().map(Vec::len), "-r"),
+            crate::modes::search::Var::Concurrency => (a.concurrency.as_ref().map(Vec::len), "-c"),
         };
         if given.is_some_and(|n| n > 1) {
             return Err(cli::usage(format!(
@@ -150,8 +150,8 @@ fn workloads(a: &Args) -> anyhow::Result<()> {
             )));
         }
         let other = match var {
-            crate::search::Var::Rate => a.concurrency.is_some().then_some("-c"),
-            crate::search::Var::Concurrency => a.rate.is_some().then_some("-r"),
+            crate::modes::search::Var::Rate => a.concurrency.is_some().then_some("-c"),
+            crate::modes::search::Var::Concurrency => a.rate.is_some().then_some("-r"),
         };
         if let Some(other) = other {
             return Err(cli::usage(format!(
@@ -200,7 +200,7 @@ pub fn fit_open_files(a: &mut Args, limit: u64) -> anyhow::Result<()> {
     let room = limit.saturating_sub(SPARE_FILES);
     let fixed = if a.rate.is_some() {
         a.max_concurrency.map(|c| ("--max-concurrency", c))
-    } else if a.ramp || a.find_max == Some(crate::search::Var::Concurrency) {
+    } else if a.ramp || a.find_max == Some(crate::modes::search::Var::Concurrency) {
         a.concurrency
             .as_ref()
             .and_then(|l| l.first())
@@ -218,7 +218,7 @@ pub fn fit_open_files(a: &mut Args, limit: u64) -> anyhow::Result<()> {
             "{flag} {c} needs {c} connections but this process may open only {limit} files (ulimit -Hn; {SPARE_FILES} go elsewhere): raise the limit or lower {flag}"
         )));
     }
-    let searching = a.find_max == Some(crate::search::Var::Concurrency);
+    let searching = a.find_max == Some(crate::modes::search::Var::Concurrency);
     if searching
         && let Some(l) = a.find_max_limit
         && l > room as f64

@@ -6,6 +6,6 @@ fn main() -> ExitCode {
         let Some(args) = cli::parse_args::<loadgen::Args>()? else {
             return Ok(Exit::Ok);
         };
-        loadgen::run::main(args)
+        loadgen::run::entry::main(args)
     })
 }

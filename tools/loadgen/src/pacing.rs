@@ -1,6 +1,6 @@
 //! When each request is sent. One pure function, [`next_send`], decides the intended send time
 //! of the next request for every load mode, so it is tested from a table. (The precise wait for
-//! each deadline is the dispatcher's, in `run.rs`: a runtime timer to within 1.5 ms, then
+//! each deadline is the dispatcher's, in `run/inflight.rs`: a runtime timer to within 1.5 ms, then
 //! yielding until the deadline, so sends do not inherit the timer's millisecond rounding, the
 //! way AIPerf silently under-delivered rates.)
 

@@ -1,4 +1,5 @@
-//! A run's stop switch, shared by the dispatch loop, the run and the signal handling.
+//! A run's stop switch, shared by the dispatch loop, the run and the signal handling, and how a
+//! phase ended (by its budget, the switch, a server gone, a rank gone).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -71,5 +72,39 @@ impl Stop {
             }
             notified.await;
         }
+    }
+}
+
+/// How a phase ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ended {
+    /// Its budget was spent.
+    Completed,
+    /// The run's stop was pulled (Ctrl-C, SIGTERM; or hard, when stdout's reader is gone).
+    Stopped,
+    /// The server is gone (see `run::health`): why, in words.
+    ServerDown(String),
+    /// Another rank of the job died or failed (see `ranks`): which, and why.
+    RankFailed(String),
+}
+
+/// A start-up step (a probe, aligning prompts) that gives way to the run's stop.
+pub async fn until_stopped<T>(
+    stop: &Stop,
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::select! {
+        r = work => r,
+        _ = stop.wait() => Err(stopped(stop)),
+    }
+}
+
+/// The error a stopped run ends with: interrupted (exit 130), or for a stdout nobody reads,
+/// the quiet end of a closed pipe.
+pub fn stopped(stop: &Stop) -> anyhow::Error {
+    if stop.is_aborted() {
+        servbench::jsonl::OutputError::Closed.into()
+    } else {
+        servbench::cli::Interrupted.into()
     }
 }

@@ -4,9 +4,9 @@
 mod server;
 
 use clap::Parser;
-use loadgen::dispatch::Stop;
-use loadgen::http::Target;
+use loadgen::client::http::Target;
 use loadgen::run::{self, Setup};
+use loadgen::stop::Stop;
 use serde_json::Value;
 use servbench::cli::{self, Exit};
 use servbench::jsonl::RecordWriter;

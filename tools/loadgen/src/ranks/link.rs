@@ -9,7 +9,7 @@
 //! Under `--rank-output rank0` the other ranks' records travel here as messages too, and rank
 //! 0's reader threads write them to its stdout, each line whole.
 
-use crate::dispatch::Stop;
+use crate::stop::Stop;
 use serde::{Deserialize, Serialize};
 use servbench::cli;
 use servbench::jsonl::RecordWriter;

@@ -14,24 +14,25 @@
 //! the merged summary and sends it back, so every rank goes on (or stops a ramp) on the same
 //! merged figures. A rank that dies or goes silent fails the point on every rank, naming it.
 //!
-//! The hooks in `run.rs` are few: [`Ranks::share`] for a point's load, [`Ranks::start_together`]
-//! before each phase, [`Ranks::merge`] after the point's summary.
+//! The hooks in `run/point.rs` are few: [`Ranks::share`] for a point's load,
+//! [`Ranks::start_together`] before each phase, [`Ranks::finish`] after the point's summary.
+//! The rank's start (the job from rank 0, its labels) is `run/entry.rs`.
 
 pub mod link;
 
 use crate::Args;
-use crate::dispatch::{Budget, Ended, Stop};
 use crate::pacing::{Arrival, Load};
-use crate::run::{self, Setup};
+use crate::stop::{Ended, Stop};
 use crate::telemetry::Telemetry;
+use crate::workload::Budget;
 use clap::ValueEnum;
 use link::{Inbound, Link, tag};
 use serde::{Deserialize, Serialize};
-use servbench::cli::{self, Exit};
+use servbench::cli;
 use servbench::jsonl::RecordWriter;
 use servbench::ranks::clock::{self, Offset};
 use servbench::ranks::{self as shared, Detected};
-use servbench::record::{Labels, PointStop, RankPart, SummaryRecord, inherit_labels};
+use servbench::record::{Labels, PointStop, RankPart, SummaryRecord};
 use servbench::stats::{PointStats, Slo};
 use std::io::Write;
 use std::sync::Arc;
@@ -91,13 +92,13 @@ pub struct Ranks {
 
 /// What rank 0 tells every rank before the first point.
 #[derive(Serialize, Deserialize)]
-struct Job {
-    url: String,
-    from: String,
+pub(crate) struct Job {
+    pub url: String,
+    pub from: String,
     /// The upstream `server` record's labels, which every rank's records inherit.
-    labels: Option<Labels>,
+    pub labels: Option<Labels>,
     /// The job's seed: `--seed`, else the one rank 0 drew (each rank derives its own from it).
-    seed: u64,
+    pub seed: u64,
 }
 
 /// Joins the job when this process is one rank of several (flags, or mpirun's, a PMI
@@ -150,81 +151,6 @@ fn fingerprint(args: &Args) -> u64 {
         .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
         })
-}
-
-/// loadgen's main as one rank: rank 0 takes the target from `--url` or stdin (passing
-/// upstream records on) and tells the others; then every rank runs the sweep.
-pub fn main(args: Args, ranks: Ranks) -> anyhow::Result<Exit> {
-    let link = ranks.link.clone();
-    let result = match rank_main(args, ranks) {
-        // A rank that failed or vanished stopped this one: say that, not "interrupted".
-        Err(e) if e.downcast_ref::<cli::Interrupted>().is_some() => match link.failed() {
-            Some(why) => Err(cli::failure(why)),
-            None => Err(e),
-        },
-        other => other,
-    };
-    if let Err(e) = &result
-        && link.failed().is_none()
-        && !matches!(e.downcast_ref::<servbench::jsonl::OutputError>(), Some(o) if o.is_closed())
-    {
-        link.fail(format!("{} failed: {e:#}", link.name(link.rank)));
-    }
-    link.finish(link::finish_wait(Duration::from_secs(5)));
-    result
-}
-
-fn rank_main(mut args: Args, mut ranks: Ranks) -> anyhow::Result<Exit> {
-    let mut out = RecordWriter::stdout();
-    let rank = ranks.rank();
-    // Only rank 0 empties the server's cache (before the point's common start) and watches the
-    // server (its engine, its server record).
-    let (job, background, engine, server) = if rank == 0 {
-        let up = crate::setup::upstream(&args, &mut out)?;
-        let job = Job {
-            url: up.url,
-            from: up.from.to_string(),
-            labels: up.server_labels,
-            seed: args.draw_seed(),
-        };
-        ranks.link.broadcast(tag::JOB, &serde_json::to_vec(&job)?)?;
-        (job, up.background, up.engine, up.server)
-    } else {
-        let (_, body) = ranks.blocking_expect(tag::JOB)?;
-        (serde_json::from_slice::<Job>(&body)?, None, None, None)
-    };
-    // Every rank's seeds derive from rank 0's: the job is reproducible from the one seed its
-    // merged summaries record.
-    args.seed = Some(job.seed);
-    ranks.job_seed = job.seed;
-    let own = args.common.labels();
-    let mut labels = match &job.labels {
-        Some(up) => inherit_labels(up, &own),
-        None => own,
-    };
-    labels.insert("rank".into(), rank.to_string());
-    labels.entry("host".into()).or_insert_with(shared::hostname);
-    let from = if rank == 0 {
-        job.from.clone()
-    } else {
-        format!("{} (from rank 0)", job.from)
-    };
-    let gathered = (rank != 0 && ranks.output == RankOutput::Rank0).then(|| ranks.link.clone());
-    let setup = Setup {
-        target: crate::setup::target(&args, &job.url, &from)?,
-        engine,
-        labels,
-        stop: ranks.stop.clone(),
-        signals: true,
-        watch_stdout: gathered.is_none(),
-        upstream: background,
-        ranks: Some(ranks),
-        server,
-    };
-    match gathered {
-        Some(link) => run::run(args, setup, &mut RecordWriter::new(link::Sink::new(link))),
-        None => run::run(args, setup, &mut out),
-    }
 }
 
 impl Ranks {
@@ -380,6 +306,26 @@ impl Ranks {
         Ok((merged, ended))
     }
 
+    /// After a point: this rank's part annotated and merged with the others' (see
+    /// [`Ranks::merge`]); the merged summary, how the point ended by it and its requests that
+    /// met every `--slo` (so a search decides the same on every rank).
+    pub async fn finish<W: Write>(
+        &mut self,
+        mut summary: SummaryRecord,
+        share: &Load,
+        slo: Option<&Slo>,
+        out: &mut RecordWriter<W>,
+        telemetry: Option<&Telemetry>,
+    ) -> anyhow::Result<(SummaryRecord, Ended, u64)> {
+        self.annotate(&mut summary, share);
+        let (merged, ended) = self.merge(summary, slo, out, telemetry).await?;
+        // Read back from the merged summary, the same on every rank.
+        let good = PointStats::from_summary(&merged)
+            .map_err(cli::failure)?
+            .good;
+        Ok((merged, ended, good))
+    }
+
     /// Labels for a record of the whole job (rank 0's ramp record): without `rank` and `host`.
     pub fn job_labels(labels: &Labels) -> Labels {
         let mut l = labels.clone();
@@ -429,6 +375,36 @@ impl Ranks {
         cli::failure(msg)
     }
 
+    /// Rank 0: tells every rank the job (before the first point).
+    pub(crate) fn tell_job(&mut self, job: &Job) -> anyhow::Result<()> {
+        self.job_seed = job.seed;
+        self.link.broadcast(tag::JOB, &serde_json::to_vec(job)?)?;
+        Ok(())
+    }
+
+    /// The other ranks: the job rank 0 tells (before the first point).
+    pub(crate) fn hear_job(&mut self) -> anyhow::Result<Job> {
+        let (_, body) = self.blocking_expect(tag::JOB)?;
+        let job: Job = serde_json::from_slice(&body)?;
+        self.job_seed = job.seed;
+        Ok(job)
+    }
+
+    /// Where the ranks' records go.
+    pub fn output(&self) -> RankOutput {
+        self.output
+    }
+
+    /// The stop every rank's run shares (pulled when a rank fails).
+    pub fn stop(&self) -> Stop {
+        self.stop.clone()
+    }
+
+    /// The connections to the other ranks.
+    pub(crate) fn link(&self) -> Arc<Link> {
+        self.link.clone()
+    }
+
     /// Before the runtime starts: the next message, which must be `t`.
     fn blocking_expect(&mut self, t: u8) -> anyhow::Result<(usize, Vec<u8>)> {
         match self.inbox.blocking_recv() {
@@ -455,18 +431,6 @@ pub(crate) trait Hooks {
     async fn start_together(&mut self, total: &Load) -> anyhow::Result<()>;
     /// A rank of the job died or failed: how that ended the phase.
     fn failure(&self) -> Option<Ended>;
-    /// Writes the point's summary; as one rank of several, with its part of the job, then
-    /// the merged summary (rank 0 writes it), how the point ended by it and its requests that
-    /// met every `--slo` (so a search decides the same on every rank).
-    async fn finish<W: Write>(
-        &mut self,
-        summary: SummaryRecord,
-        ended: (Ended, u64),
-        share: &Load,
-        slo: Option<&Slo>,
-        out: &mut RecordWriter<W>,
-        telemetry: Option<&Telemetry>,
-    ) -> anyhow::Result<(SummaryRecord, Ended, u64)>;
 }
 
 impl Hooks for Option<Ranks> {
@@ -486,28 +450,6 @@ impl Hooks for Option<Ranks> {
 
     fn failure(&self) -> Option<Ended> {
         self.as_ref()?.failed().map(Ended::RankFailed)
-    }
-
-    async fn finish<W: Write>(
-        &mut self,
-        mut summary: SummaryRecord,
-        (ended, good): (Ended, u64),
-        share: &Load,
-        slo: Option<&Slo>,
-        out: &mut RecordWriter<W>,
-        telemetry: Option<&Telemetry>,
-    ) -> anyhow::Result<(SummaryRecord, Ended, u64)> {
-        let Some(r) = self else {
-            out.emit(&summary)?;
-            return Ok((summary, ended, good));
-        };
-        r.annotate(&mut summary, share);
-        let (merged, ended) = r.merge(summary, slo, out, telemetry).await?;
-        // Read back from the merged summary, the same on every rank.
-        let good = PointStats::from_summary(&merged)
-            .map_err(cli::failure)?
-            .good;
-        Ok((merged, ended, good))
     }
 }
 

@@ -54,7 +54,9 @@ const CLIFF_SHARE: f64 = 0.25;
 /// could be either side of it.
 const Z95: f64 = 1.96;
 
-/// One try of a probe: its requests, and how many of them met the SLO.
+/// One level's requests (a try of a probe, a repeat of a ramp level): all of them, how many
+/// succeeded and met every objective, and the errors; the one definition of a good request
+/// both `--ramp` and `--find-max` judge by.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Tally {
     pub requests: u64,
@@ -64,7 +66,7 @@ pub struct Tally {
 }
 
 impl Tally {
-    fn sum(tries: &[Tally]) -> Tally {
+    pub fn sum(tries: &[Tally]) -> Tally {
         tries.iter().fold(Tally::default(), |a, t| Tally {
             requests: a.requests + t.requests,
             good: a.good + t.good,
@@ -72,7 +74,8 @@ impl Tally {
         })
     }
 
-    fn attainment(&self) -> f64 {
+    /// The share of requests that met the SLO (0 of none).
+    pub fn attainment(&self) -> f64 {
         if self.requests == 0 {
             0.0
         } else {

@@ -68,7 +68,7 @@ impl GpuSampler {
         std::thread::Builder::new()
             .name("loadgen-gpu".into())
             .spawn(move || {
-                super::telemetry::yield_to_the_senders();
+                super::yield_to_the_senders();
                 let mut worker = Worker {
                     target,
                     exec: None,

@@ -2,8 +2,8 @@
 //! us, classified (content, reasoning, usage, error), and turned into the `request` record.
 //! A non-streaming one (`--no-stream`) is timed at the end of its answer, tokens from its usage.
 
-use crate::http::{Failure, Pool, hyper_failure, read_whole, status_failure};
-use crate::sse::{Field, SseParser, classify};
+use crate::client::http::{Failure, Pool, hyper_failure, read_whole, status_failure};
+use crate::client::sse::{Field, SseParser, classify};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use servbench::record::{ErrorClass, PointKey, RequestError, RequestRecord, TokenSource};
@@ -120,7 +120,7 @@ async fn whole_inner(pool: &Pool, path: &str, body: Bytes, o: &mut Outcome) -> R
     // The same rule as a stream's usage chunk: counts that are not token counts (negative,
     // fractional, past u32) make the answer malformed; and without completion_tokens a whole
     // answer has no token count at all.
-    let usage = crate::sse::usage(&v["usage"]).map_err(|why| {
+    let usage = crate::client::sse::usage(&v["usage"]).map_err(|why| {
         Failure::new(
             ErrorClass::Protocol,
             format!(
@@ -245,7 +245,7 @@ async fn stream_inner(
                 if ev.content
                     && let Some(reply) = o.reply.as_mut()
                 {
-                    crate::conversation::append_reply(payload, reply);
+                    crate::client::sse::append_reply(payload, reply);
                     if reply.len() > MAX_REPLY_BYTES {
                         bad = Some(reply_too_long());
                         return false;

@@ -4,9 +4,10 @@
 //! a count that cannot be right for the prompt is not believed, and every probe is bounded by
 //! `--timeout`.
 
-use crate::body::{BodySpec, ExtraBody, Template};
-use crate::http::Pool;
-use crate::workload::{self, Api, PromptText, Synthetic};
+use crate::client::body::put_prompt;
+use crate::client::body::{BodySpec, ExtraBody, Template};
+use crate::client::http::Pool;
+use crate::workload::prompts::{Api, PromptText, Synthetic};
 use bytes::Bytes;
 use serde_json::{Value, json};
 use servbench::cli;
@@ -234,7 +235,7 @@ impl Aligner {
             {
                 b["chat_template_kwargs"] = kwargs.clone();
             }
-            workload::put_prompt(&mut b, self.api, &prompt);
+            put_prompt(&mut b, self.api, &prompt);
             let body = Bytes::from(serde_json::to_vec(&b).unwrap_or_default());
             if let Ok((200, reply)) = self
                 .pool

@@ -18,14 +18,18 @@
 //! tokenizers; the tokens the server adds around a prompt (BOS, a chat template), measured once
 //! before the first point, are taken off the last block so the server counts the row's length.
 
-use crate::dispatch::{Budget, Maker, Prepared};
+use super::prompts::{PromptText, VOCAB};
+use super::{Asked, Budget, Prepared, Unit, Workload};
+use crate::client::body::Bodies;
 use crate::pacing::Load;
-use crate::workload::{PromptText, VOCAB};
+use crate::run::probe::Aligner;
+use crate::stop::{Stop, until_stopped};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use servbench::files::{self, FileKind};
 use servbench::record::SummaryRecord;
+use std::sync::Arc;
 
 /// One request of a trace.
 #[derive(Debug, Clone, PartialEq)]
@@ -301,7 +305,9 @@ impl Trace {
 
 /// A trace ready to replay: its rows, and how its prompts are made.
 pub struct Replay {
-    pub trace: std::sync::Arc<Trace>,
+    /// `--trace`, as given.
+    pub path: String,
+    pub trace: Arc<Trace>,
     /// Tokens the server adds around any prompt, taken off each prompt's end.
     pub overhead: u32,
     pub seed: u64,
@@ -309,106 +315,107 @@ pub struct Replay {
     pub rows_of: (u64, u64),
 }
 
-impl Replay {
+impl Workload for Replay {
     /// Row `id` (the phase's `id`-th request) as a request: its prompt, output length and send
     /// time.
-    pub(crate) fn prepare(&self, id: u64, maker: &Maker) -> Prepared {
+    fn next(&self, _seq: u64, id: u64, bodies: &Arc<Bodies>) -> Unit {
         let (rank, world) = self.rows_of;
         let i = ((rank + id * world.max(1)) % self.trace.rows.len() as u64) as usize;
         let row = &self.trace.rows[i];
         let text = self.trace.prompt(i, self.overhead, self.seed);
         let max_tokens = row.output_len.max(1);
-        Prepared {
-            body: maker.body(&PromptText::Text(text), max_tokens),
+        Unit::Request(Prepared {
+            body: bodies.build(&PromptText::Text(text), max_tokens),
             target: Some(row.input_len),
             max_tokens,
             at_s: Some(row.at_s),
-            script: None,
+        })
+    }
+
+    /// A trace point's budget: its rows, never past the trace's end (`-n` takes the first
+    /// rows, `--duration` the rows due within it at the point's speed).
+    fn budget(&self, load: &Load, asked: Asked) -> Option<Budget> {
+        let Load::Trace { speed, .. } = load else {
+            return None;
+        };
+        let rows = self
+            .trace
+            .rows_within(asked.duration.map(|d| d.as_secs_f64()), *speed) as u64;
+        Some(Budget::Requests(
+            asked.requests.map_or(rows, |n| n.min(rows)),
+        ))
+    }
+
+    /// What a trace point replayed, in its summary.
+    fn describe(&self, load: &Load, s: &mut SummaryRecord) {
+        if let Load::Trace {
+            max_concurrency, ..
+        } = load
+        {
+            s.trace = Some(self.path.clone());
+            s.trace_rows = Some(s.requests);
+            s.max_concurrency = *max_concurrency;
         }
     }
 }
 
 /// One load per `--trace-speed`.
-pub fn loads(args: &crate::Args) -> Vec<Load> {
-    args.trace_speed
+pub fn loads(speeds: &[f64], max_concurrency: Option<u32>) -> Vec<Load> {
+    speeds
         .iter()
         .map(|&speed| Load::Trace {
             speed,
-            max_concurrency: args.max_concurrency,
+            max_concurrency,
         })
         .collect()
 }
 
-/// A trace point's budget: its rows, never past the trace's end (`-n` takes the first rows,
-/// `--duration` the rows due within it at the point's speed). `None` for other loads.
-pub fn budget(replay: Option<&Replay>, args: &crate::Args, load: &Load) -> Option<Budget> {
-    let (Load::Trace { speed, .. }, Some(r)) = (load, replay) else {
-        return None;
-    };
-    let rows = r
-        .trace
-        .rows_within(args.duration.map(|d| d.as_secs_f64()), *speed) as u64;
-    Some(Budget::Requests(
-        args.requests.map_or(rows, |n| n.min(rows)),
-    ))
-}
-
-/// What a trace point replayed, in its summary.
-pub fn describe(args: &crate::Args, load: &Load, s: &mut SummaryRecord) {
-    if let Load::Trace {
-        max_concurrency, ..
-    } = load
-    {
-        s.trace = args.trace.clone();
-        s.trace_rows = Some(s.requests);
-        s.max_concurrency = *max_concurrency;
+/// Reads `--trace` and learns how many tokens the server adds around a prompt (a short
+/// synthetic prompt aligned to its count, less its words), so the rows' lengths hold. Rows
+/// the server's `max_model_len` cannot hold are left out. `seed`: the job's (a hash id names
+/// the same words on every rank); `rows_of`: this rank's rows.
+pub async fn replay(
+    path: &str,
+    block: u32,
+    aligner: &mut Aligner,
+    stop: &Stop,
+    max_model_len: Option<u32>,
+    seed: u64,
+    rows_of: (u64, u64),
+) -> anyhow::Result<Replay> {
+    let mut trace = read(path, block).map_err(servbench::cli::usage)?;
+    for note in &trace.notes {
+        servbench::cli::warn(note);
     }
-}
-
-impl<W: std::io::Write> crate::run::Run<'_, W> {
-    /// Reads `--trace` and learns how many tokens the server adds around a prompt (a short
-    /// synthetic prompt aligned to its count, less its words), so the rows' lengths hold.
-    pub(crate) async fn replay(&mut self, path: &str) -> anyhow::Result<std::sync::Arc<Replay>> {
-        let mut trace = read(path, self.args.trace_block).map_err(servbench::cli::usage)?;
-        for note in &trace.notes {
-            servbench::cli::warn(note);
+    const PROBE: u32 = 64;
+    let aligned = until_stopped(stop, async { Ok(aligner.align(PROBE).await) }).await?;
+    let overhead = PROBE.saturating_sub(aligned.words.len() as u32);
+    if let Some(limit) = max_model_len {
+        // The server refuses such a row: it is not built (a prompt of millions of tokens)
+        // only to be refused.
+        let rows = trace.rows.len();
+        trace
+            .rows
+            .retain(|r| u64::from(r.input_len) + u64::from(r.output_len) <= u64::from(limit));
+        let over = rows - trace.rows.len();
+        if trace.rows.is_empty() {
+            return Err(servbench::cli::usage(format!(
+                "{path}: every row needs more than the server's max_model_len {limit} (prompt and output tokens): none can be served"
+            )));
         }
-        const PROBE: u32 = 64;
-        let stop = self.ctx.stop.clone();
-        let aligned =
-            crate::run::until_stopped(&stop, async { Ok(self.aligner.align(PROBE).await) }).await?;
-        let overhead = PROBE.saturating_sub(aligned.words.len() as u32);
-        if let Some(limit) = self.max_model_len {
-            // The server refuses such a row: it is not built (a prompt of millions of tokens)
-            // only to be refused.
-            let rows = trace.rows.len();
-            trace
-                .rows
-                .retain(|r| u64::from(r.input_len) + u64::from(r.output_len) <= u64::from(limit));
-            let over = rows - trace.rows.len();
-            if trace.rows.is_empty() {
-                return Err(servbench::cli::usage(format!(
-                    "{path}: every row needs more than the server's max_model_len {limit} (prompt and output tokens): none can be served"
-                )));
-            }
-            if over > 0 {
-                servbench::cli::warn(format!(
-                    "{path}: {over} of {rows} rows need more than the server's max_model_len {limit}: they are left out (the server would refuse them)"
-                ));
-            }
+        if over > 0 {
+            servbench::cli::warn(format!(
+                "{path}: {over} of {rows} rows need more than the server's max_model_len {limit}: they are left out (the server would refuse them)"
+            ));
         }
-        // Ranks share the job's seed here: a hash id names the same words on every rank.
-        let (seed, rows_of) = match &self.ranks {
-            Some(r) => (r.job_seed(), (r.rank() as u64, r.world() as u64)),
-            None => (self.args.seed(), (0, 1)),
-        };
-        Ok(std::sync::Arc::new(Replay {
-            trace: std::sync::Arc::new(trace),
-            overhead,
-            seed,
-            rows_of,
-        }))
     }
+    Ok(Replay {
+        path: path.to_string(),
+        trace: Arc::new(trace),
+        overhead,
+        seed,
+        rows_of,
+    })
 }
 
 #[cfg(test)]

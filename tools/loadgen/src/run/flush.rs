@@ -3,7 +3,7 @@
 //! on the cache the previous one filled. What a server cannot do is said once, with the fix,
 //! and the summaries say whether each point started from an emptied cache.
 
-use crate::http::Pool;
+use crate::client::http::Pool;
 use bytes::Bytes;
 use serde_json::Value;
 use servbench::engines::{CacheReset, EnginePreset};

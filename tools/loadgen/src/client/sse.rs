@@ -557,5 +557,39 @@ impl<'de> Deserialize<'de> for FirstChoice {
     }
 }
 
+/// The text a content chunk carries (`text`, or `delta.content`; reasoning is left out, as
+/// chat history leaves it out), appended to `out`: a conversation resends its replies. Only
+/// conversations read it; the metrics never decode text.
+pub fn append_reply(payload: &[u8], out: &mut String) {
+    #[derive(serde::Deserialize)]
+    struct Chunk<'a> {
+        #[serde(default, borrow)]
+        choices: Vec<TextChoice<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct TextChoice<'a> {
+        #[serde(default, borrow)]
+        text: Option<std::borrow::Cow<'a, str>>,
+        #[serde(default, borrow)]
+        delta: Option<TextDelta<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct TextDelta<'a> {
+        #[serde(default, borrow)]
+        content: Option<std::borrow::Cow<'a, str>>,
+    }
+    let Ok(chunk) = serde_json::from_slice::<Chunk>(payload.trim_ascii()) else {
+        return;
+    };
+    if let Some(c) = chunk.choices.into_iter().next() {
+        if let Some(t) = c.text {
+            out.push_str(&t);
+        }
+        if let Some(t) = c.delta.and_then(|d| d.content) {
+            out.push_str(&t);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

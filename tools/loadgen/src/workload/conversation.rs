@@ -9,15 +9,17 @@
 //! synthetic prompt), or the human turns of a ShareGPT-style file in order. The replies are the
 //! server's own, collected from the stream.
 
-use crate::dispatch::{Budget, Finished, InFlight, Maker, Request, Source, deliver, execute};
+use super::prompts::{Api, PromptText, Synthetic};
+use super::{Asked, Budget, Session, Task, Unit, Workload};
+use crate::client::body::Bodies;
 use crate::pacing::Load;
-use crate::workload::{Api, PromptText, Synthetic};
+use crate::run::inflight::{Finished, InFlight, Slot, deliver, execute};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `--turns`: turns per conversation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -145,61 +147,41 @@ pub struct Sessions {
     pub seed: u64,
 }
 
-/// The source of a point's units: `source` itself, or with `--turns` the sessions built on it
-/// (its synthetic prompts as each turn's length, or `--prompts FILE` read as conversations).
-pub fn source(args: &crate::Args, source: Source) -> anyhow::Result<Source> {
-    let Some(turns) = args.turns else {
-        return Ok(source);
-    };
-    let users = match (&source, args.prompts.as_deref()) {
-        (Source::Synthetic(s), _) => Users::Synthetic(s.clone()),
-        (_, Some(path)) if path != "builtin" => {
-            let all =
-                crate::prompt_files::read_conversations(path).map_err(servbench::cli::usage)?;
-            let order = crate::workload::shuffled_order(all.len(), args.seed());
-            Users::Listed(Arc::new(all), Arc::new(order))
-        }
-        _ => {
-            return Err(servbench::cli::usage(
-                "--turns needs synthetic prompts (--input-len) or a conversations file (--prompts FILE)",
-            ));
-        }
-    };
-    Ok(Source::Sessions(Arc::new(Sessions {
-        api: args.api,
-        users,
-        turns,
-        think: args.think_time,
-        seed: args.seed(),
-    })))
-}
-
-/// Sessions per point unless `-n` or `--duration` says: a closed loop runs at least 16 and
-/// 2 per slot, an open loop 10 s of its session rate. `None` without `--turns`, or with
-/// `--duration` (a time budget).
-pub fn budget(args: &crate::Args, load: &Load) -> Option<Budget> {
-    if args.turns.is_none() || args.duration.is_some() {
-        return None;
+impl Workload for Sessions {
+    fn next(&self, seq: u64, _id: u64, bodies: &Arc<Bodies>) -> Unit {
+        Unit::Session(Box::new(Conversation {
+            script: self.script(seq),
+            api: self.api,
+            bodies: bodies.clone(),
+            target: self.first_target(),
+        }))
     }
-    Some(Budget::Requests(args.requests.unwrap_or(match *load {
-        Load::Closed { concurrency } => (u64::from(concurrency) * 2).max(16),
-        Load::Open { rate_rps, .. } => ((rate_rps * 10.0).ceil() as u64).max(10),
-        Load::Trace { .. } => 0,
-    })))
-}
 
-/// What a conversation point ran, in its summary: the turns and think times asked for, and
-/// the sessions started (its turn-1 requests).
-pub fn describe(args: &crate::Args, s: &mut servbench::record::SummaryRecord) {
-    let Some(turns) = args.turns else { return };
-    s.turns = Some(turns.text());
-    s.think_time = Some(args.think_time.text());
-    s.sessions = Some(
-        s.by_turn
-            .iter()
-            .find(|t| t.turn == 1)
-            .map_or(0, |t| t.requests),
-    );
+    /// Sessions per point unless `-n` or `--duration` says: a closed loop runs at least 16 and
+    /// 2 per slot, an open loop 10 s of its session rate; `--duration`: a time budget (the
+    /// run's rule).
+    fn budget(&self, load: &Load, asked: Asked) -> Option<Budget> {
+        if asked.duration.is_some() {
+            return None;
+        }
+        Some(Budget::Requests(asked.requests.unwrap_or(match *load {
+            Load::Closed { concurrency } => (u64::from(concurrency) * 2).max(16),
+            Load::Open { rate_rps, .. } => ((rate_rps * 10.0).ceil() as u64).max(10),
+            Load::Trace { .. } => 0,
+        })))
+    }
+
+    /// The turns and think times asked for, and the sessions started (its turn-1 requests).
+    fn describe(&self, _load: &Load, s: &mut servbench::record::SummaryRecord) {
+        s.turns = Some(self.turns.text());
+        s.think_time = Some(self.think.text());
+        s.sessions = Some(
+            s.by_turn
+                .iter()
+                .find(|t| t.turn == 1)
+                .map_or(0, |t| t.requests),
+        );
+    }
 }
 
 /// One session's script: its user messages (one per turn) and think times.
@@ -296,66 +278,43 @@ impl History {
     }
 }
 
-/// The text a content chunk carries (`text`, or `delta.content`; reasoning is left out, as
-/// chat history leaves it out), appended to `out`: a conversation resends its replies. Only
-/// conversations read it; the metrics never decode text.
-pub fn append_reply(payload: &[u8], out: &mut String) {
-    #[derive(serde::Deserialize)]
-    struct Chunk<'a> {
-        #[serde(default, borrow)]
-        choices: Vec<TextChoice<'a>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct TextChoice<'a> {
-        #[serde(default, borrow)]
-        text: Option<std::borrow::Cow<'a, str>>,
-        #[serde(default, borrow)]
-        delta: Option<TextDelta<'a>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct TextDelta<'a> {
-        #[serde(default, borrow)]
-        content: Option<std::borrow::Cow<'a, str>>,
-    }
-    let Ok(chunk) = serde_json::from_slice::<Chunk>(payload.trim_ascii()) else {
-        return;
-    };
-    if let Some(c) = chunk.choices.into_iter().next() {
-        if let Some(t) = c.text {
-            out.push_str(&t);
-        }
-        if let Some(t) = c.delta.and_then(|d| d.content) {
-            out.push_str(&t);
-        }
+/// One session as the dispatcher starts it.
+struct Conversation {
+    script: Script,
+    api: Api,
+    bodies: Arc<Bodies>,
+    /// The prompt length turn 1 aims for (synthetic messages only).
+    target: Option<u32>,
+}
+
+impl Session for Conversation {
+    fn run(self: Box<Self>, lane: Arc<InFlight>, slot: Slot) -> Task {
+        Box::pin(session(lane, *self, slot))
     }
 }
 
 /// Runs one session, turn after turn, holding its slot throughout: each turn's prompt is the
 /// history so far plus the next user message, and is meant to leave `think` after the previous
-/// reply ended (no further turn after a stop, after `end`, or once a turn failed: there is no
-/// reply to build on). Every turn's record goes to the collector as it finishes.
-pub(crate) async fn session(
-    shared: Arc<InFlight>,
-    maker: Arc<Maker>,
-    mut req: Request,
-    end: Option<Instant>,
-) {
-    let Some(script) = req.prepared.script.take() else {
-        return;
-    };
-    let Source::Sessions(sessions) = &maker.source else {
-        return;
-    };
-    let api = sessions.api;
-    let max_tokens = req.prepared.max_tokens;
+/// reply ended (no further turn after a stop, after the time budget's end, or once a turn
+/// failed: there is no reply to build on). Every turn's record goes to the collector as it
+/// finishes.
+async fn session(shared: Arc<InFlight>, c: Conversation, mut slot: Slot) {
+    let Conversation {
+        script,
+        api,
+        bodies,
+        target,
+    } = c;
+    let max_tokens = bodies.max_tokens;
     let mut history = History::default();
-    let mut intended = req.intended;
+    let mut intended = slot.intended;
     for (k, user) in script.users.iter().enumerate() {
-        if k > 0 && (end.is_some_and(|e| intended >= e) || !shared.wait_until(intended).await) {
+        if k > 0 && (slot.end.is_some_and(|e| intended >= e) || !shared.wait_until(intended).await)
+        {
             return;
         }
         history.ask(user);
-        let body = maker.body(&history.prompt(api), max_tokens);
+        let body = bodies.build(&history.prompt(api), max_tokens);
         let id = shared.requests.fetch_add(1, Ordering::Relaxed);
         let (mut o, dispatched, cancelled) =
             execute(&shared, body, intended, Some(String::new())).await;
@@ -367,12 +326,12 @@ pub(crate) async fn session(
             intended,
             dispatched,
             outcome: o,
-            target: req.prepared.target.filter(|_| k == 0),
+            target: target.filter(|_| k == 0),
             max_tokens,
-            turn: Some((req.id, k as u32 + 1)),
+            turn: Some((slot.id, k as u32 + 1)),
         };
         if last {
-            deliver(&shared, finished, req.permit.take(), cancelled).await;
+            deliver(&shared, finished, slot.permit.take(), cancelled).await;
             return;
         }
         let _ = shared.tx.send(finished);
@@ -384,22 +343,6 @@ pub(crate) async fn session(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reply_text_is_the_content_without_reasoning() {
-        let mut out = String::new();
-        for p in [
-            r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
-            r#"{"choices":[{"delta":{"reasoning_content":"hmm"}}]}"#,
-            r#"{"choices":[{"delta":{"content":" Hello \"you\""}}]}"#,
-            r#"{"choices":[{"index":0,"text":" there\n"}]}"#,
-            r#"{"choices":[],"usage":{"completion_tokens":3}}"#,
-            "{not json",
-        ] {
-            append_reply(p.as_bytes(), &mut out);
-        }
-        assert_eq!(out, " Hello \"you\" there\n");
-    }
 
     #[test]
     fn turns_and_think_times_parse() {

@@ -4,7 +4,7 @@
 //! instead of loading the server until the next record fails to write (which, with long
 //! requests or `--no-requests`, can be the end of the point).
 
-use crate::dispatch::Stop;
+use crate::stop::Stop;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -1,47 +1,16 @@
 //! What a run starts from besides its flags: the target (`--url`, or the `server` record on
 //! stdin, whose records pass on unchanged), its TLS trust, the server's engine, the labels, and
 //! the binary's Ctrl-C/SIGTERM handling. Rank 0 of several resolves the target here too and
-//! tells the other ranks ([`crate::ranks`]). [`main`] resolves these for the binary; a library
+//! tells the other ranks ([`crate::ranks`]). `entry.rs` resolves these for the binary; a library
 //! caller builds a [`Setup`] itself.
 
-use crate::dispatch::Stop;
-use crate::http::Target;
-use crate::run::run;
-use crate::{Args, limits};
+use crate::Args;
+use crate::client::http::Target;
+use crate::stop::Stop;
 use servbench::cli::{self, Exit};
 use servbench::engines::EnginePreset;
 use servbench::jsonl::{self, BackgroundPassThrough, Disposition, RecordWriter};
 use servbench::record::{Labels, Record, ServerRecord, inherit_labels};
-
-/// Entry point from main: the target from `--url` or the `server` record on stdin, records to
-/// stdout, Ctrl-C/SIGTERM as the stop. One rank of several runs through [`crate::ranks`].
-pub fn main(args: Args) -> anyhow::Result<Exit> {
-    limits::validate(&args)?;
-    if let Some(ranks) = crate::ranks::join(&args)? {
-        return crate::ranks::main(args, ranks);
-    }
-    let mut out = RecordWriter::stdout();
-    // Caught before upstream is read: a Ctrl-C while srv-launch's record is on its way still
-    // passes it on (srv-kill downstream needs it), then ends the run.
-    let stop = Stop::new();
-    watch_signals(stop.clone());
-    let up = upstream(&args, &mut out)?;
-    if stop.is_stopped() {
-        return Err(cli::Interrupted.into());
-    }
-    let setup = Setup {
-        target: target(&args, &up.url, up.from)?,
-        engine: up.engine,
-        labels: up.labels_with(args.common.labels()),
-        stop,
-        signals: false,
-        watch_stdout: true,
-        upstream: up.background,
-        ranks: None,
-        server: up.server,
-    };
-    run(args, setup, &mut out)
-}
 
 /// Where the target comes from, found before the run.
 pub(crate) struct Upstream {
@@ -158,16 +127,16 @@ pub(crate) fn target(args: &Args, url: &str, from: &str) -> anyhow::Result<Targe
         headers.push((hyper::header::AUTHORIZATION, v));
     }
     let trust = match (&args.cacert, args.insecure) {
-        (Some(file), _) => crate::tls::Trust::CaFile(file.clone()),
-        (None, true) => crate::tls::Trust::Insecure,
-        (None, false) => crate::tls::Trust::System,
+        (Some(file), _) => crate::client::tls::Trust::CaFile(file.clone()),
+        (None, true) => crate::client::tls::Trust::Insecure,
+        (None, false) => crate::client::tls::Trust::System,
     };
     Target::parse(url, headers)
         .and_then(|t| t.with_trust(&trust))
         .map_err(|e| cli::usage(format!("{from} {e}")))
 }
 
-/// A run's inputs besides its flags: resolved by [`main`] from the flags and stdin, or given by
+/// A run's inputs besides its flags: resolved by `entry::main` from the flags and stdin, or given by
 /// a library caller (who may run more than once in a process).
 pub struct Setup {
     pub target: Target,
@@ -178,7 +147,7 @@ pub struct Setup {
     pub labels: Labels,
     pub stop: Stop,
     /// Catch Ctrl-C/SIGTERM when the run starts: the first pulls `stop`, a second exits the
-    /// process (the binary's [`main`] catches them earlier itself, before reading upstream).
+    /// process (the binary's `entry::main` catches them earlier itself, before reading upstream).
     pub signals: bool,
     /// Watch the process's stdout: once its reader is gone, `stop` is pulled hard (in-flight
     /// requests cancelled at once) and the run ends as a closed stdout does.

@@ -1,11 +1,12 @@
 //! `--ramp`'s run loop: doubles the concurrency, each level a normal point (as one rank of
-//! several, judged on the merged figures), until a rule of [`crate::ramp`] stops it; ends with
+//! several, judged on the merged figures), until a rule of `ramp_rules.rs` stops it; ends with
 //! one `ramp` record.
 
-use crate::dispatch::Ended;
+use super::ramp_rules::{Rules, Verdict};
+use super::search::Tally;
 use crate::pacing::Load;
-use crate::ramp::{Rules, Verdict};
-use crate::run::{PointOutcome, Run, Work};
+use crate::run::point::{PointOutcome, Run, Work};
+use crate::stop::Ended;
 use servbench::cli;
 use servbench::record::{PointKey, RampLevel, RampRecord, now_ts};
 use std::io::Write;
@@ -36,7 +37,7 @@ impl<W: Write> Run<'_, W> {
         let (stopped_by, reason, cut) = loop {
             let mut tok_s = 0.0;
             let mut req_s = 0.0;
-            let (mut requests, mut errors, mut good) = (0u64, 0u64, 0.0f64);
+            let mut tries: Vec<Tally> = Vec::new();
             let mut cut: Option<PointOutcome> = None;
             for repeat in 0..self.args.repeat {
                 let mut k = key.clone();
@@ -50,26 +51,19 @@ impl<W: Write> Run<'_, W> {
                 let s = &p.summary;
                 tok_s += s.output_tok_s / f64::from(self.args.repeat);
                 req_s += s.req_s / f64::from(self.args.repeat);
-                requests += s.requests;
-                errors += s.errors;
-                good += s.goodput_req_s.unwrap_or(0.0) * s.duration_s;
+                tries.push(super::tally(&p));
                 if p.ended != Ended::Completed {
                     cut = Some(p);
                     break;
                 }
             }
-            let error_rate = if requests > 0 {
-                errors as f64 / requests as f64
+            let level = Tally::sum(&tries);
+            let error_rate = if level.requests > 0 {
+                level.errors as f64 / level.requests as f64
             } else {
                 0.0
             };
-            let slo_attainment = self.args.slo.as_ref().map(|_| {
-                if requests > 0 {
-                    (good / requests as f64).min(1.0)
-                } else {
-                    0.0
-                }
-            });
+            let slo_attainment = self.args.slo.as_ref().map(|_| level.attainment().min(1.0));
             levels.push(RampLevel {
                 concurrency,
                 output_tok_s: tok_s,

@@ -6,9 +6,11 @@
 //! waits for its first scrape before it starts and its last after it ends. The thread's own
 //! CPU time is measured and kept out of `client_cpu_s`.
 
-use crate::gpu_sampler::{GpuSampler, SmiTarget};
-use crate::http::{Pool, Target};
+pub mod gpu_sampler;
+
+use crate::client::http::{Pool, Target};
 use bytes::Bytes;
+use gpu_sampler::{GpuSampler, SmiTarget};
 use servbench::cli;
 use servbench::exec::{SshOptions, gpu};
 use servbench::record::{GpuStats, ServerStats};
@@ -164,7 +166,7 @@ struct Scraper {
     runtime: Option<tokio::runtime::Runtime>,
     metrics: Option<Pool>,
     dcgm: Option<Pool>,
-    /// nvidia-smi, here or over SSH, on a thread of its own (see [`crate::gpu_sampler`]).
+    /// nvidia-smi, here or over SSH, on a thread of its own (see [`gpu_sampler`]).
     smi: Option<GpuSampler>,
     engine: Option<Engine>,
     /// Notes already given (a server without metrics is noted once, not every point).

@@ -12,7 +12,7 @@
 //! characters (about right for English under the usual BPE tokenizers). Entries with nothing to
 //! send are skipped with one warning that counts them.
 
-use crate::workload::{Entry, PromptText};
+use crate::workload::prompts::{Entry, PromptText};
 use serde_json::Value;
 use servbench::files::{self, FileKind};
 

@@ -1,7 +1,7 @@
 //! A small HTTP/1.1 client on hyper's connection API: keep-alive connections pooled and
 //! reused (the pool grows to the number of requests in flight, no further), TCP_NODELAY, and
 //! response bodies read frame by frame as they arrive so each chunk is timed when it lands.
-//! `https://` targets speak the same HTTP/1.1 over TLS ([`crate::tls`]).
+//! `https://` targets speak the same HTTP/1.1 over TLS ([`crate::client::tls`]).
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -104,10 +104,10 @@ impl Target {
 
     /// Sets up TLS for an https target with `trust`; for an http one, `trust` must be the
     /// default (a `--cacert` or `--insecure` that would do nothing is refused).
-    pub fn with_trust(mut self, trust: &crate::tls::Trust) -> Result<Target, String> {
+    pub fn with_trust(mut self, trust: &crate::client::tls::Trust) -> Result<Target, String> {
         if !self.https {
             return match trust {
-                crate::tls::Trust::System => Ok(self),
+                crate::client::tls::Trust::System => Ok(self),
                 _ => Err(format!(
                     "{}: --cacert and --insecure apply to https:// URLs only",
                     self.url
@@ -115,8 +115,8 @@ impl Target {
             };
         }
         self.tls = Some(Tls {
-            connector: crate::tls::connector(trust)?,
-            name: crate::tls::server_name(&self.host)?,
+            connector: crate::client::tls::connector(trust)?,
+            name: crate::client::tls::server_name(&self.host)?,
         });
         Ok(self)
     }
@@ -494,7 +494,7 @@ mod tests {
         assert!(
             Target::parse("http://h", vec![])
                 .unwrap()
-                .with_trust(&crate::tls::Trust::Insecure)
+                .with_trust(&crate::client::tls::Trust::Insecure)
                 .unwrap_err()
                 .contains("--cacert and --insecure apply to https:// URLs only")
         );

@@ -1,6 +1,6 @@
 //! What each request asks for: synthetic prompts of an exact token length (as the server counts
 //! it), optionally in prefix groups, prompts from a file (JSON lines or ShareGPT), or the
-//! built-in set. The request body around a prompt is built in [`crate::body`].
+//! built-in set. The request body around a prompt is built in `client/body.rs`.
 //!
 //! Exact lengths: a synthetic prompt is a sequence of common English words, each one token with
 //! its leading space in the usual BPE tokenizers. The word count is aligned once per target
@@ -11,7 +11,7 @@
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Which OpenAI endpoint the load uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -134,15 +134,6 @@ impl Synthetic {
     }
 }
 
-/// The prompts of a run.
-#[derive(Debug, Clone)]
-pub enum Prompts {
-    /// Aligned per target length (filled in by the runner before the points that need it).
-    Synthetic,
-    /// From a file or the built-in set, taken in a seeded shuffled order.
-    Listed(Vec<Entry>),
-}
-
 /// The built-in prompts: one each of code, explanation, arithmetic, poem and JSON, for the quick
 /// "is the server healthy" check.
 pub fn builtin() -> Vec<Entry> {
@@ -179,16 +170,6 @@ pub fn shuffled_order(len: usize, seed: u64) -> Vec<usize> {
     let mut order: Vec<usize> = (0..len).collect();
     order.shuffle(&mut StdRng::seed_from_u64(seed));
     order
-}
-
-/// Sets `prompt` or `messages`, converting between the two forms where the API needs the other.
-pub fn put_prompt(b: &mut Value, api: Api, prompt: &PromptText) {
-    match (api, prompt) {
-        (Api::Completions, PromptText::Text(t)) => b["prompt"] = json!(t),
-        (Api::Chat, PromptText::Messages(m)) => b["messages"] = m.clone(),
-        (Api::Chat, PromptText::Text(t)) => b["messages"] = json!([{"role": "user", "content": t}]),
-        (Api::Completions, PromptText::Messages(m)) => b["prompt"] = json!(crate::body::joined(m)),
-    }
 }
 
 #[cfg(test)]

@@ -234,3 +234,19 @@ fn events_are_classified() {
         assert!(classify(bad.as_bytes()).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn reply_text_is_the_content_without_reasoning() {
+    let mut out = String::new();
+    for p in [
+        r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
+        r#"{"choices":[{"delta":{"reasoning_content":"hmm"}}]}"#,
+        r#"{"choices":[{"delta":{"content":" Hello \"you\""}}]}"#,
+        r#"{"choices":[{"index":0,"text":" there\n"}]}"#,
+        r#"{"choices":[],"usage":{"completion_tokens":3}}"#,
+        "{not json",
+    ] {
+        append_reply(p.as_bytes(), &mut out);
+    }
+    assert_eq!(out, " Hello \"you\" there\n");
+}

@@ -10,7 +10,7 @@
 //! length is forced, and the per-request `max_tokens`/`min_tokens`/`max_completion_tokens`,
 //! `prompt` and `messages`.
 
-use crate::workload::{Api, PromptText};
+use crate::workload::prompts::{Api, PromptText};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::io::Write as _;
@@ -252,6 +252,40 @@ fn string(out: &mut Vec<u8>, s: &str) {
 }
 
 /// Chat messages as one completions prompt: their text contents, blank-line separated.
+/// What a point's requests share for their bodies: the template, and the output tokens asked
+/// for unless a listed prompt says otherwise.
+pub struct Bodies {
+    pub template: Template,
+    pub max_tokens: u32,
+    /// `--max-tokens` was given: it overrides a prompt file's own `max_tokens`.
+    pub max_given: bool,
+}
+
+impl Bodies {
+    /// The body of one request of `max_tokens` output tokens.
+    pub fn build(&self, prompt: &PromptText, max_tokens: u32) -> Bytes {
+        self.template.build(prompt, max_tokens)
+    }
+
+    /// The output tokens of a prompt with its own `max_tokens` (a listed one's).
+    pub fn max_for(&self, own: Option<u32>) -> u32 {
+        match own.filter(|_| !self.max_given) {
+            Some(m) => m,
+            None => self.max_tokens,
+        }
+    }
+}
+
+/// Sets `prompt` or `messages`, converting between the two forms where the API needs the other.
+pub fn put_prompt(b: &mut Value, api: Api, prompt: &PromptText) {
+    match (api, prompt) {
+        (Api::Completions, PromptText::Text(t)) => b["prompt"] = json!(t),
+        (Api::Chat, PromptText::Messages(m)) => b["messages"] = m.clone(),
+        (Api::Chat, PromptText::Text(t)) => b["messages"] = json!([{"role": "user", "content": t}]),
+        (Api::Completions, PromptText::Messages(m)) => b["prompt"] = json!(joined(m)),
+    }
+}
+
 pub fn joined(m: &Value) -> String {
     m.as_array()
         .into_iter()

@@ -1,13 +1,13 @@
-//! `--find-max rate|concurrency`: runs the probes [`crate::search`] asks for, each a normal
+//! `--find-max rate|concurrency`: runs the probes `search.rs` asks for, each a normal
 //! point (its records written like any other), and ends with one `search` record. A stop or a
 //! server gone down ends the search like a point: the record says so and keeps what was found.
 //! As ranks of several, every rank runs its share of each probe and decides on the merged
 //! figures (the same on every rank); rank 0 alone writes the `search` record.
 
-use crate::dispatch::Ended;
+use super::search::{self, Decision, Rules, Step, Var};
 use crate::pacing::Load;
-use crate::run::{Run, Work};
-use crate::search::{self, Decision, Rules, Step, Tally, Var};
+use crate::run::point::{Run, Work};
+use crate::stop::Ended;
 use servbench::cli;
 use servbench::record::{ErrorClass, PointKey, SearchProbe, SearchRecord, now_ts};
 use std::io::Write;
@@ -86,12 +86,7 @@ impl<W: Write> Run<'_, W> {
                 {
                     self.check_point(&p)?;
                 }
-                let s = &p.summary;
-                tries.push(Tally {
-                    requests: s.requests,
-                    good: p.good,
-                    errors: s.errors,
-                });
+                tries.push(super::tally(&p));
                 match rules.decide(&tries) {
                     Decision::Repeat => continue,
                     Decision::Pass => break true,

@@ -1,0 +1,102 @@
+//! The load modes: each walks its points, every point run by `run/point.rs`. `sweep.rs` the
+//! sweep matrix (`-c`, `-r`, `--trace-speed`, `--repeat`), `ramp.rs` (`--ramp`: doubling the
+//! concurrency until a rule of `ramp_rules.rs` stops it), `find_max.rs` (`--find-max`: the
+//! probes `search.rs` asks for). Ramp and find-max judge a level by one tally
+//! ([`search::Tally`]).
+
+pub mod find_max;
+pub mod ramp;
+pub mod ramp_rules;
+pub mod search;
+pub mod sweep;
+
+use crate::client::body::{Bodies, BodySpec, Template};
+use crate::run::point::{PointOutcome, Run, Work};
+use crate::workload::registry::Catalog;
+use search::Tally;
+use servbench::cli::Exit;
+use servbench::record::PointKey;
+use std::io::Write;
+use std::sync::Arc;
+
+/// A point's level as ramp and find-max judge it.
+pub(crate) fn tally(p: &PointOutcome) -> Tally {
+    Tally {
+        requests: p.summary.requests,
+        good: p.good,
+        errors: p.summary.errors,
+    }
+}
+
+impl<W: Write> Run<'_, W> {
+    /// Every point of the run: for each prompt length and output length, the mode's points.
+    pub(crate) async fn all(&mut self) -> anyhow::Result<Exit> {
+        let stop = self.ctx.stop.clone();
+        // Ranks share the job's seed for a trace: a hash id names the same words on every rank.
+        let job = match &self.ranks {
+            Some(r) => (r.job_seed(), (r.rank() as u64, r.world() as u64)),
+            None => (self.args.seed(), (0, 1)),
+        };
+        let catalog = Catalog::open(
+            self.args.workload_spec(),
+            self.args.seed(),
+            job,
+            &mut self.aligner,
+            &stop,
+            self.max_model_len,
+        )
+        .await?;
+        let max_tokens: Vec<Option<u32>> = match &self.args.max_tokens {
+            Some(m) => m.iter().copied().map(Some).collect(),
+            None => vec![None],
+        };
+        let mut index = 0u32;
+        for input_len in catalog.input_lens() {
+            let workload = catalog
+                .workload(input_len, &mut self.aligner, &stop)
+                .await?;
+            for &max in &max_tokens {
+                let (template, warnings) = Template::new(&BodySpec {
+                    api: self.args.api,
+                    model: self.model.clone(),
+                    stream: !self.args.no_stream,
+                    force_length: catalog.exact_lengths(input_len) && !self.args.allow_eos,
+                    usage_per_chunk: !self.args.no_usage_per_chunk,
+                    temperature: self.args.temperature,
+                    top_p: self.args.top_p,
+                    extra: self.args.extra_body.clone(),
+                });
+                for w in warnings {
+                    self.warn_once(w);
+                }
+                let work = Work {
+                    bodies: Arc::new(Bodies {
+                        template,
+                        max_tokens: max.unwrap_or(256),
+                        max_given: max.is_some(),
+                    }),
+                    workload: workload.clone(),
+                };
+                let key = PointKey {
+                    index: 0,
+                    concurrency: None,
+                    rate_rps: None,
+                    input_len,
+                    max_tokens: max
+                        .or(input_len.map(|_| 256))
+                        .filter(|_| !catalog.is_trace()),
+                    repeat: 0,
+                    trace_speed: None,
+                };
+                if self.args.ramp {
+                    self.ramp(&mut index, key, &work).await?;
+                } else if let Some(var) = self.args.find_max {
+                    self.find_max(var, &mut index, key, &work).await?;
+                } else {
+                    self.sweep(&mut index, key, &work).await?;
+                }
+            }
+        }
+        Ok(Exit::Ok)
+    }
+}

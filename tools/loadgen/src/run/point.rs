@@ -1,0 +1,421 @@
+//! One point of the run: its warmup, the measured phase through the dispatcher, and its
+//! summary from the collector (the `request` records written as requests finish). As one rank
+//! of several, the point's part is this rank's share, started together with the others, and
+//! the summary the merged one.
+
+use crate::client::body::Bodies;
+use crate::client::request::{RequestMeta, to_record};
+use crate::pacing::Load;
+use crate::ranks::{Hooks, Ranks};
+use crate::run::dispatch::{Context, Phase};
+use crate::run::flush::Flusher;
+use crate::run::inflight::Finished;
+use crate::run::probe::Aligner;
+use crate::run::progress::{Progress, cpu_seconds};
+use crate::stop::{Ended, stopped, until_stopped};
+use crate::telemetry::{PointTelemetry, Telemetry};
+use crate::workload::{Asked, Budget, Workload};
+use crate::{Args, Warmup};
+use servbench::cli;
+use servbench::jsonl::RecordWriter;
+use servbench::record::{ErrorClass, Labels, PointKey, PointStop, SummaryRecord};
+use servbench::stats::PointStats;
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub(crate) struct Run<'a, W: Write> {
+    pub(crate) args: Args,
+    pub(crate) ctx: Context,
+    pub(crate) labels: Labels,
+    pub(crate) out: &'a mut RecordWriter<W>,
+    pub(crate) model: String,
+    pub(crate) first_errors: BTreeSet<ErrorClass>,
+    pub(crate) aligner: Aligner,
+    pub(crate) flusher: Option<Flusher>,
+    /// The server's metrics and GPUs, read on a thread of their own.
+    pub(crate) telemetry: Option<Telemetry>,
+    /// Warnings already given (each once per run).
+    pub(crate) warned: BTreeSet<String>,
+    /// Prefix groups sent since the cache was last emptied, by (group, prefix words).
+    pub(crate) warm: BTreeSet<(u32, usize)>,
+    /// The server's context length, where /v1/models says.
+    pub(crate) max_model_len: Option<u32>,
+    /// This process as one rank of several, when it is.
+    pub(crate) ranks: Option<Ranks>,
+}
+
+/// What a point's requests are made of.
+pub(crate) struct Work {
+    pub(crate) bodies: Arc<Bodies>,
+    pub(crate) workload: Arc<dyn Workload>,
+}
+
+/// What a point gave.
+pub(crate) struct PointOutcome {
+    pub(crate) summary: SummaryRecord,
+    pub(crate) ended: Ended,
+    pub(crate) first_failure: Option<(ErrorClass, String)>,
+    /// Requests that succeeded and met every `--slo`.
+    pub(crate) good: u64,
+}
+
+impl<W: Write> Run<'_, W> {
+    /// Labels for a record of the whole job (a ramp's, a search's): `None` on a rank other than
+    /// 0, which writes none (every rank decided the same from the merged figures).
+    pub(crate) fn job_labels(&self) -> Option<Labels> {
+        match &self.ranks {
+            Some(r) if r.rank() != 0 => None,
+            Some(_) => Some(Ranks::job_labels(&self.labels)),
+            None => Some(self.labels.clone()),
+        }
+    }
+
+    pub(crate) fn warn_once(&mut self, message: String) {
+        if self.warned.insert(message.clone()) {
+            cli::warn(message);
+        }
+    }
+
+    /// Marks the prefix groups the first `n` requests of a phase used as cached; returns how
+    /// many of them were not cached before.
+    fn touch_groups(&mut self, n: u64, work: &Work) -> u64 {
+        let warmed = work.workload.groups_warmed(n);
+        warmed.into_iter().filter(|g| self.warm.insert(*g)).count() as u64
+    }
+
+    /// What the summary says about the requests' bodies and the workload.
+    fn describe(&self, s: &mut SummaryRecord, work: &Work, load: &Load) {
+        work.workload.describe(load, s);
+        s.stream = Some(!self.args.no_stream);
+        s.temperature = work.bodies.template.temperature();
+        s.top_p = work.bodies.template.top_p();
+        s.extra_body = self
+            .args
+            .extra_body
+            .as_ref()
+            .map(|e| serde_json::Value::Object(e.0.clone()));
+        s.prefix_groups = self.args.prefix_groups;
+        s.prefix_len = self.args.prefix_len;
+    }
+
+    /// The run goes on after a point only when it ran its course with a success: exit 130
+    /// after a stop, exit 1 with a clear message when the server went down or every request
+    /// of the point failed.
+    pub(crate) fn check_point(&self, p: &PointOutcome) -> anyhow::Result<()> {
+        match &p.ended {
+            Ended::Stopped => return Err(stopped(&self.ctx.stop)),
+            Ended::ServerDown(why) => {
+                return Err(cli::failure(format!(
+                    "{why}; point {} stopped after {} requests ({} ok), its summary is partial",
+                    p.summary.point.index, p.summary.requests, p.summary.ok
+                )));
+            }
+            Ended::RankFailed(why) => return Err(cli::failure(why.clone())),
+            Ended::Completed => {}
+        }
+        if p.summary.ok > 0 || p.summary.requests == 0 {
+            return Ok(());
+        }
+        let (class, msg) = p
+            .first_failure
+            .clone()
+            .unwrap_or((ErrorClass::Other, String::new()));
+        Err(cli::failure(if class == ErrorClass::Connect {
+            format!("no server answering at {}: {msg}", self.ctx.pool.target.url)
+        } else {
+            format!(
+                "every request of point {} failed ({} of them); first: {class}: {msg}",
+                p.summary.point.index, p.summary.requests
+            )
+        }))
+    }
+
+    fn budget(&self, load: &Load, work: &Work) -> Budget {
+        let asked = Asked {
+            requests: self.args.requests,
+            duration: self.args.duration,
+        };
+        if let Some(b) = work.workload.budget(load, asked) {
+            return b;
+        }
+        if let Some(d) = self.args.duration {
+            return Budget::Time(d);
+        }
+        Budget::Requests(self.args.requests.unwrap_or(match *load {
+            Load::Closed { concurrency } => (u64::from(concurrency) * 4).max(100),
+            Load::Open { rate_rps, .. } => ((rate_rps * 10.0).ceil() as u64).max(10),
+            Load::Trace { .. } => unreachable!("a trace's budget is its rows"),
+        }))
+    }
+
+    /// Empties the server's prefix cache (`--flush-cache`): whether it was, None without the flag.
+    async fn flush(&mut self) -> anyhow::Result<Option<bool>> {
+        let Some(flusher) = self.flusher.as_mut() else {
+            return Ok(None);
+        };
+        let mut warning = None;
+        let done = until_stopped(&self.ctx.stop, async {
+            Ok(flusher
+                .flush(&self.ctx.pool, self.args.timeout, &mut |w| {
+                    warning = Some(w)
+                })
+                .await)
+        })
+        .await?;
+        if let Some(w) = warning {
+            self.warn_once(w);
+        }
+        if done {
+            self.warm.clear();
+        }
+        Ok(Some(done))
+    }
+
+    /// Runs one sweep point (after its warmup) and writes its summary.
+    pub(crate) async fn point(
+        &mut self,
+        mut key: PointKey,
+        load: Load,
+        work: &Work,
+    ) -> anyhow::Result<PointOutcome> {
+        match load {
+            Load::Closed { concurrency } => key.concurrency = Some(concurrency),
+            Load::Open { rate_rps, .. } => key.rate_rps = Some(rate_rps),
+            Load::Trace { speed, .. } => key.trace_speed = Some(speed),
+        }
+        let cache_flushed = self.flush().await?;
+        let ctx = self.ctx.clone();
+        let seed = self.args.arrival_seed(&key);
+        // One rank of several takes its share of the point (`total` names the point).
+        let total = load;
+        let (load, budget) = self.ranks.part(&total, self.budget(&total, work));
+        if let Some(w) = self.args.warmup {
+            let budget = match w {
+                Warmup::Requests(n) => Budget::Requests(n),
+                Warmup::Time(d) => Budget::Time(d),
+            };
+            if !matches!(budget, Budget::Requests(0)) {
+                self.ranks.start_together(&total).await?;
+                let warmup = Phase {
+                    load,
+                    budget: self.ranks.part(&total, budget).1,
+                    arrival_seed: seed ^ 0xa11,
+                    work: work.workload.clone(),
+                    bodies: work.bodies.clone(),
+                };
+                let mut sent = 0u64;
+                let ended = ctx.phase(warmup, &mut |_, _| sent += 1).await;
+                self.touch_groups(sent, work);
+                if ended != Ended::Completed {
+                    if ctx.stop.is_aborted() {
+                        return Err(stopped(&ctx.stop));
+                    }
+                    let ended = self.ranks.failure().unwrap_or(ended);
+                    let mut summary = self.summary(&PointStats::new(), key, &ended, 0.0, &total);
+                    self.describe(&mut summary, work, &total);
+                    summary.cache_flushed = cache_flushed;
+                    return self.finish_point(summary, ended, None, 0, &load).await;
+                }
+            }
+        }
+        if let Some(n) = load
+            .slots()
+            .filter(|_| !matches!(budget, Budget::Requests(0)))
+        {
+            // Bounded by --timeout per connection, and given up at a stop.
+            tokio::select! {
+                _ = ctx.pool.prewarm(n as usize, self.args.timeout) => {}
+                _ = ctx.stop.wait() => {}
+            }
+        }
+        if let Some(t) = &self.telemetry {
+            // Bounded (the scrape timeout; the GPU host's connection before the first point),
+            // and given up at a stop.
+            tokio::select! {
+                _ = t.begin() => {}
+                _ = ctx.stop.wait() => {}
+            }
+        }
+        self.ranks.start_together(&total).await?;
+        let cpu_before = cpu_seconds();
+        let mut stats = PointStats::new();
+        let mut first_failure = None;
+        let slo = self.args.slo.clone();
+        let labels = self.labels.clone();
+        let write_requests = !self.args.no_requests;
+        let progress = Progress::new(&key, &budget);
+        let out = &mut *self.out;
+        let first_errors = &mut self.first_errors;
+        let stop = ctx.stop.clone();
+        let mut write_error: Option<anyhow::Error> = None;
+        let mut on_done = |f: Finished, point_start: Instant| {
+            let meta = RequestMeta {
+                point: key.clone(),
+                id: f.id,
+                point_start,
+                intended: f.intended,
+                dispatched: f.dispatched,
+                prompt_tokens_target: f.target,
+                max_tokens: Some(f.max_tokens),
+                turn: f.turn,
+            };
+            let rec = to_record(meta, f.outcome, &labels);
+            stats.add_request(&rec, slo.as_ref());
+            if let Some(e) = &rec.error {
+                if first_failure.is_none() {
+                    first_failure = Some((e.class, e.message.clone()));
+                }
+                if first_errors.insert(e.class) {
+                    cli::warn(format!(
+                        "first {} error: request {}: {}",
+                        e.class, rec.id, e.message
+                    ));
+                }
+            }
+            progress.tick(&stats);
+            if write_requests
+                && write_error.is_none()
+                && let Err(e) = out.emit(&rec)
+            {
+                // Nothing more can be delivered: stop sending and cancel what is in flight.
+                write_error = Some(e.into());
+                stop.abort();
+            }
+        };
+        let measured = Phase {
+            load,
+            budget,
+            arrival_seed: seed,
+            work: work.workload.clone(),
+            bodies: work.bodies.clone(),
+        };
+        let ended = ctx.phase(measured, &mut on_done).await;
+        progress.finish();
+        if let Some(e) = write_error {
+            return Err(e);
+        }
+        if ctx.stop.is_aborted() {
+            return Err(stopped(&ctx.stop));
+        }
+        // As one rank of several, rank 0 ends the server's window once every rank has finished
+        // (in the merge).
+        let tele = match &self.telemetry {
+            Some(t) if self.ranks.is_none() => t.end(stats.output_tokens).await,
+            _ => PointTelemetry::default(),
+        };
+        let cpu = cpu_seconds() - cpu_before - tele.cpu_s;
+        let ended = self.ranks.failure().unwrap_or(ended);
+        let mut summary = self.summary(&stats, key, &ended, cpu, &total);
+        self.describe(&mut summary, work, &total);
+        summary.cache_flushed = cache_flushed;
+        let cold = self.touch_groups(stats.requests, work);
+        summary.prefix_hit_rate_expected = work.workload.expected_hit_rate(stats.requests, cold);
+        if self.telemetry.is_some() && self.ranks.is_none() {
+            summary.telemetry_cpu_s = Some(tele.cpu_s);
+        }
+        (summary.server, summary.gpus) = (tele.server, tele.gpus);
+        self.finish_point(summary, ended, first_failure, stats.good, &load)
+            .await
+    }
+
+    /// Writes the point's summary (as one rank of several: its part, then the merged one
+    /// decides how the point ended on every rank).
+    async fn finish_point(
+        &mut self,
+        summary: SummaryRecord,
+        ended: Ended,
+        first_failure: Option<(ErrorClass, String)>,
+        good: u64,
+        share: &Load,
+    ) -> anyhow::Result<PointOutcome> {
+        let slo = self.args.slo.as_ref();
+        let (summary, ended, good) = match &mut self.ranks {
+            None => {
+                self.out.emit(&summary)?;
+                (summary, ended, good)
+            }
+            Some(r) => {
+                r.finish(summary, share, slo, self.out, self.telemetry.as_ref())
+                    .await?
+            }
+        };
+        Ok(PointOutcome {
+            summary,
+            ended,
+            first_failure,
+            good,
+        })
+    }
+
+    fn summary(
+        &self,
+        stats: &PointStats,
+        key: PointKey,
+        ended: &Ended,
+        cpu: f64,
+        load: &Load,
+    ) -> SummaryRecord {
+        let partial = *ended != Ended::Completed;
+        let mut s = stats.to_summary(key, self.labels.clone(), partial, self.args.slo.as_ref());
+        match ended {
+            Ended::Completed => {}
+            Ended::Stopped => s.stopped_by = Some(PointStop::Interrupted),
+            Ended::ServerDown(why) => {
+                s.stopped_by = Some(PointStop::ServerDown);
+                s.stop_reason = Some(why.clone());
+            }
+            Ended::RankFailed(why) => {
+                s.stopped_by = Some(PointStop::RankFailed);
+                s.stop_reason = Some(why.clone());
+            }
+        }
+        s.client_cpu_s = Some(cpu);
+        s.model = Some(self.model.clone());
+        s.api = Some(self.args.api.name().to_string());
+        s.seed = Some(self.args.seed());
+        if let Load::Open {
+            arrival,
+            max_concurrency,
+            ..
+        } = load
+        {
+            s.arrival = Some(arrival.name());
+            s.max_concurrency = *max_concurrency;
+        }
+        s
+    }
+}
+
+impl Args {
+    fn arrival_seed(&self, key: &PointKey) -> u64 {
+        self.seed() ^ (u64::from(key.index) << 32) ^ u64::from(key.repeat)
+    }
+
+    /// The run's seed: `--seed`, else the one [`Args::draw_seed`] drew as the run started.
+    pub fn seed(&self) -> u64 {
+        self.seed.unwrap_or_default()
+    }
+
+    /// Without `--seed`, draws the run's seed: a fresh one each run, so a rerun against the
+    /// same server sends prompts its prefix cache has not seen. 53 bits, so that every JSON
+    /// reader (jq, JavaScript) gives the recorded seed back exactly for `--seed`.
+    pub fn draw_seed(&mut self) -> u64 {
+        *self.seed.get_or_insert_with(|| rand::random::<u64>() >> 11)
+    }
+
+    /// The workload flags.
+    pub fn workload_spec(&self) -> crate::workload::registry::Spec {
+        crate::workload::registry::Spec {
+            api: self.api,
+            prompts: self.prompts.clone(),
+            input_len: self.input_len.clone(),
+            prefix_groups: self.prefix_groups,
+            turns: self.turns,
+            think: self.think_time,
+            trace: self.trace.clone(),
+            trace_block: self.trace_block,
+        }
+    }
+}
