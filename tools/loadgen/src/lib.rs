@@ -12,9 +12,9 @@
 //! (the stop switch).
 
 pub mod client;
-pub mod limits;
 pub mod modes;
 pub mod pacing;
+pub mod plan;
 pub mod ranks;
 pub mod run;
 pub mod stop;

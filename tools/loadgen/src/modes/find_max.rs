@@ -5,6 +5,7 @@
 //! figures (the same on every rank); rank 0 alone writes the `search` record.
 
 use super::search::{self, Decision, Rules, Step, Var};
+use crate::pacing::Arrival;
 use crate::pacing::Load;
 use crate::run::point::{Run, Work};
 use crate::stop::Ended;
@@ -12,38 +13,19 @@ use servbench::cli;
 use servbench::record::{ErrorClass, PointKey, SearchProbe, SearchRecord, now_ts};
 use std::io::Write;
 
-/// `--find-max-limit`'s default for a rate search, requests per second.
-pub const RATE_LIMIT: f64 = 10_000.0;
-
 impl<W: Write> Run<'_, W> {
-    /// Searches for the highest load meeting `--slo` for one workload (`key`).
+    /// Searches for the highest load meeting `--slo` for one workload (`key`); `open`: the
+    /// arrivals and cap of a rate search's open loop.
     pub(crate) async fn find_max(
         &mut self,
-        var: Var,
+        rules: Rules,
+        open: (Arrival, Option<u32>),
         index: &mut u32,
         key: PointKey,
         work: &Work,
     ) -> anyhow::Result<()> {
-        let a = &self.args;
-        let start = match var {
-            Var::Rate => a.rate.as_ref().and_then(|r| r.first().copied()),
-            Var::Concurrency => a
-                .concurrency
-                .as_ref()
-                .and_then(|c| c.first().map(|&c| c.into())),
-        };
-        let rules = Rules {
-            var,
-            target: a.slo_attainment,
-            precision: a.find_max_precision,
-            max_tries: a.find_max_tries,
-            start: start.unwrap_or(1.0),
-            limit: a.find_max_limit.unwrap_or(match var {
-                Var::Rate => RATE_LIMIT,
-                Var::Concurrency => f64::from(a.ramp_max),
-            }),
-        };
-        let (arrival, max_concurrency) = (a.arrival, a.max_concurrency);
+        let var = rules.var;
+        let (arrival, max_concurrency) = open;
         let mut probes: Vec<SearchProbe> = Vec::new();
         let mut cut = None;
         let outcome = 'search: loop {
@@ -139,7 +121,7 @@ impl<W: Write> Run<'_, W> {
             point,
             var: var.field().to_string(),
             slo: self
-                .args
+                .plan
                 .slo
                 .as_ref()
                 .map(|s| s.to_text())

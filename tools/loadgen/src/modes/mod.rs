@@ -11,6 +11,7 @@ pub mod search;
 pub mod sweep;
 
 use crate::client::body::{Bodies, BodySpec, Template};
+use crate::plan::Mode;
 use crate::run::point::{PointOutcome, Run, Work};
 use crate::workload::registry::Catalog;
 use search::Tally;
@@ -35,36 +36,34 @@ impl<W: Write> Run<'_, W> {
         // Ranks share the job's seed for a trace: a hash id names the same words on every rank.
         let job = match &self.ranks {
             Some(r) => (r.job_seed(), (r.rank() as u64, r.world() as u64)),
-            None => (self.args.seed(), (0, 1)),
+            None => (self.plan.job_seed, (0, 1)),
         };
         let catalog = Catalog::open(
-            self.args.workload_spec(),
-            self.args.seed(),
+            self.plan.workload.clone(),
+            self.plan.seed,
             job,
             &mut self.aligner,
             &stop,
             self.max_model_len,
         )
         .await?;
-        let max_tokens: Vec<Option<u32>> = match &self.args.max_tokens {
-            Some(m) => m.iter().copied().map(Some).collect(),
-            None => vec![None],
-        };
+        let max_tokens = self.plan.body.max_tokens.clone();
         let mut index = 0u32;
         for input_len in catalog.input_lens() {
             let workload = catalog
                 .workload(input_len, &mut self.aligner, &stop)
                 .await?;
             for &max in &max_tokens {
+                let body = &self.plan.body;
                 let (template, warnings) = Template::new(&BodySpec {
-                    api: self.args.api,
+                    api: body.api,
                     model: self.model.clone(),
-                    stream: !self.args.no_stream,
-                    force_length: catalog.exact_lengths(input_len) && !self.args.allow_eos,
-                    usage_per_chunk: !self.args.no_usage_per_chunk,
-                    temperature: self.args.temperature,
-                    top_p: self.args.top_p,
-                    extra: self.args.extra_body.clone(),
+                    stream: body.stream,
+                    force_length: catalog.exact_lengths(input_len) && !body.allow_eos,
+                    usage_per_chunk: body.usage_per_chunk,
+                    temperature: body.temperature,
+                    top_p: body.top_p,
+                    extra: body.extra.clone(),
                 });
                 for w in warnings {
                     self.warn_once(w);
@@ -88,12 +87,19 @@ impl<W: Write> Run<'_, W> {
                     repeat: 0,
                     trace_speed: None,
                 };
-                if self.args.ramp {
-                    self.ramp(&mut index, key, &work).await?;
-                } else if let Some(var) = self.args.find_max {
-                    self.find_max(var, &mut index, key, &work).await?;
-                } else {
-                    self.sweep(&mut index, key, &work).await?;
+                match self.plan.mode.clone() {
+                    Mode::Ramp { first, rules } => {
+                        self.ramp(first, rules, &mut index, key, &work).await?
+                    }
+                    Mode::FindMax {
+                        rules,
+                        arrival,
+                        max_concurrency,
+                    } => {
+                        let open = (arrival, max_concurrency);
+                        self.find_max(rules, open, &mut index, key, &work).await?
+                    }
+                    Mode::Sweep { loads } => self.sweep(&loads, &mut index, key, &work).await?,
                 }
             }
         }

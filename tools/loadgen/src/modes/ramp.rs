@@ -16,22 +16,12 @@ impl<W: Write> Run<'_, W> {
     /// when a stop or a server gone down ends it, which then ends the run as for a point).
     pub(crate) async fn ramp(
         &mut self,
+        first: u32,
+        rules: Rules,
         index: &mut u32,
         key: PointKey,
         work: &Work,
     ) -> anyhow::Result<()> {
-        let first = self
-            .args
-            .concurrency
-            .as_ref()
-            .and_then(|c| c.first().copied())
-            .unwrap_or(1);
-        let rules = Rules {
-            max_error_rate: self.args.max_error_rate,
-            slo_attainment: self.args.slo_attainment,
-            min_gain: self.args.min_gain,
-            max_concurrency: self.args.ramp_max,
-        };
         let mut levels: Vec<RampLevel> = Vec::new();
         let mut concurrency = first;
         let (stopped_by, reason, cut) = loop {
@@ -39,7 +29,7 @@ impl<W: Write> Run<'_, W> {
             let mut req_s = 0.0;
             let mut tries: Vec<Tally> = Vec::new();
             let mut cut: Option<PointOutcome> = None;
-            for repeat in 0..self.args.repeat {
+            for repeat in 0..self.plan.budget.repeat {
                 let mut k = key.clone();
                 k.index = *index;
                 k.repeat = repeat;
@@ -49,8 +39,8 @@ impl<W: Write> Run<'_, W> {
                     self.check_point(&p)?;
                 }
                 let s = &p.summary;
-                tok_s += s.output_tok_s / f64::from(self.args.repeat);
-                req_s += s.req_s / f64::from(self.args.repeat);
+                tok_s += s.output_tok_s / f64::from(self.plan.budget.repeat);
+                req_s += s.req_s / f64::from(self.plan.budget.repeat);
                 tries.push(super::tally(&p));
                 if p.ended != Ended::Completed {
                     cut = Some(p);
@@ -63,7 +53,7 @@ impl<W: Write> Run<'_, W> {
             } else {
                 0.0
             };
-            let slo_attainment = self.args.slo.as_ref().map(|_| level.attainment().min(1.0));
+            let slo_attainment = self.plan.slo.as_ref().map(|_| level.attainment().min(1.0));
             levels.push(RampLevel {
                 concurrency,
                 output_tok_s: tok_s,

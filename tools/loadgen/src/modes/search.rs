@@ -54,6 +54,9 @@ const CLIFF_SHARE: f64 = 0.25;
 /// could be either side of it.
 const Z95: f64 = 1.96;
 
+/// `--find-max-limit`'s default for a rate search, requests per second.
+pub const RATE_LIMIT: f64 = 10_000.0;
+
 /// One level's requests (a try of a probe, a repeat of a ramp level): all of them, how many
 /// succeeded and met every objective, and the errors; the one definition of a good request
 /// both `--ramp` and `--find-max` judge by.

@@ -3,7 +3,6 @@
 use crate::pacing::Load;
 use crate::run::point::{Run, Work};
 use crate::stop::stopped;
-use crate::workload::trace;
 use servbench::record::PointKey;
 use std::io::Write;
 
@@ -11,13 +10,14 @@ impl<W: Write> Run<'_, W> {
     /// Runs each load of the sweep for one workload (`key`), `--repeat` times each.
     pub(crate) async fn sweep(
         &mut self,
+        loads: &[Load],
         index: &mut u32,
         key: PointKey,
         work: &Work,
     ) -> anyhow::Result<()> {
         let stop = self.ctx.stop.clone();
-        for load in self.loads() {
-            for repeat in 0..self.args.repeat {
+        for &load in loads {
+            for repeat in 0..self.plan.budget.repeat {
                 let mut key = key.clone();
                 key.index = *index;
                 key.repeat = repeat;
@@ -33,26 +33,5 @@ impl<W: Write> Run<'_, W> {
             }
         }
         Ok(())
-    }
-
-    fn loads(&self) -> Vec<Load> {
-        match (&self.args.rate, &self.args.concurrency) {
-            (Some(rates), _) => rates
-                .iter()
-                .map(|&rate_rps| Load::Open {
-                    rate_rps,
-                    arrival: self.args.arrival,
-                    max_concurrency: self.args.max_concurrency,
-                })
-                .collect(),
-            _ if self.args.trace.is_some() => {
-                trace::loads(&self.args.trace_speed, self.args.max_concurrency)
-            }
-            (None, Some(c)) => c
-                .iter()
-                .map(|&concurrency| Load::Closed { concurrency })
-                .collect(),
-            (None, None) => vec![Load::Closed { concurrency: 1 }],
-        }
     }
 }

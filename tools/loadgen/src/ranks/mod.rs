@@ -20,7 +20,6 @@
 
 pub mod link;
 
-use crate::Args;
 use crate::pacing::{Arrival, Load};
 use crate::stop::{Ended, Stop};
 use crate::telemetry::Telemetry;
@@ -103,8 +102,7 @@ pub(crate) struct Job {
 
 /// Joins the job when this process is one rank of several (flags, or mpirun's, a PMI
 /// launcher's or srun's variables); `None` when it runs alone.
-pub fn join(args: &Args) -> anyhow::Result<Option<Ranks>> {
-    let a = &args.ranks;
+pub fn join(a: &RankArgs, fingerprint: u64) -> anyhow::Result<Option<Ranks>> {
     let flags = shared::Flags {
         rank: a.rank,
         world: a.world,
@@ -116,14 +114,8 @@ pub fn join(args: &Args) -> anyhow::Result<Option<Ranks>> {
     };
     let stop = Stop::new();
     let forward = a.rank_output == RankOutput::Rank0;
-    let c = link::connect(
-        &id,
-        fingerprint(args),
-        a.rank_timeout,
-        stop.clone(),
-        forward,
-    )
-    .map_err(|e| link::join_error(id.rank, e))?;
+    let c = link::connect(&id, fingerprint, a.rank_timeout, stop.clone(), forward)
+        .map_err(|e| link::join_error(id.rank, e))?;
     Ok(Some(Ranks {
         link: c.link,
         inbox: c.inbox,
@@ -135,22 +127,6 @@ pub fn join(args: &Args) -> anyhow::Result<Option<Ranks>> {
         seq: 0,
         started_unix_ms: 0.0,
     }))
-}
-
-/// What the ranks must agree on: every flag but the rank flags, `--label` and `--threads`.
-fn fingerprint(args: &Args) -> u64 {
-    let mut a = args.clone();
-    a.ranks = RankArgs {
-        rank_output: a.ranks.rank_output,
-        ..RankArgs::default()
-    };
-    a.common.labels.clear();
-    a.threads = None;
-    format!("{a:?}")
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        })
 }
 
 impl Ranks {

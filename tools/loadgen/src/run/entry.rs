@@ -3,10 +3,10 @@
 //! (its target, labels and seed), then every rank runs its share.
 
 use crate::Args;
-use crate::limits;
+use crate::plan::Plan;
 use crate::ranks::link::{Sink, finish_wait};
 use crate::ranks::{Job, RankOutput, Ranks};
-use crate::run::run;
+use crate::run::run_plan;
 use crate::run::setup::{Setup, target, upstream, watch_signals};
 use crate::stop::Stop;
 use servbench::cli::{self, Exit};
@@ -18,23 +18,23 @@ use std::time::Duration;
 /// Entry point from main: the target from `--url` or the `server` record on stdin, records to
 /// stdout, Ctrl-C/SIGTERM as the stop. One rank of several runs through [`crate::ranks`].
 pub fn main(args: Args) -> anyhow::Result<Exit> {
-    limits::validate(&args)?;
-    if let Some(ranks) = crate::ranks::join(&args)? {
-        return rank(args, ranks);
+    let plan = args.plan()?;
+    if let Some(ranks) = crate::ranks::join(&plan.ranks, plan.fingerprint)? {
+        return rank(plan, ranks);
     }
     let mut out = RecordWriter::stdout();
     // Caught before upstream is read: a Ctrl-C while srv-launch's record is on its way still
     // passes it on (srv-kill downstream needs it), then ends the run.
     let stop = Stop::new();
     watch_signals(stop.clone());
-    let up = upstream(&args, &mut out)?;
+    let up = upstream(&plan, &mut out)?;
     if stop.is_stopped() {
         return Err(cli::Interrupted.into());
     }
     let setup = Setup {
-        target: target(&args, &up.url, up.from)?,
+        target: target(&plan, &up.url, up.from)?,
         engine: up.engine,
-        labels: up.labels_with(args.common.labels()),
+        labels: up.labels_with(plan.labels.clone()),
         stop,
         signals: false,
         watch_stdout: true,
@@ -42,14 +42,14 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
         ranks: None,
         server: up.server,
     };
-    run(args, setup, &mut out)
+    run_plan(plan, setup, &mut out)
 }
 
 /// loadgen's main as one rank: rank 0 takes the target from `--url` or stdin (passing
 /// upstream records on) and tells the others; then every rank runs the sweep.
-fn rank(args: Args, ranks: Ranks) -> anyhow::Result<Exit> {
+fn rank(plan: Plan, ranks: Ranks) -> anyhow::Result<Exit> {
     let link = ranks.link();
-    let result = match rank_main(args, ranks) {
+    let result = match rank_main(plan, ranks) {
         // A rank that failed or vanished stopped this one: say that, not "interrupted".
         Err(e) if e.downcast_ref::<cli::Interrupted>().is_some() => match link.failed() {
             Some(why) => Err(cli::failure(why)),
@@ -67,18 +67,18 @@ fn rank(args: Args, ranks: Ranks) -> anyhow::Result<Exit> {
     result
 }
 
-fn rank_main(mut args: Args, mut ranks: Ranks) -> anyhow::Result<Exit> {
+fn rank_main(plan: Plan, mut ranks: Ranks) -> anyhow::Result<Exit> {
     let mut out = RecordWriter::stdout();
     let rank = ranks.rank();
     // Only rank 0 empties the server's cache (before the point's common start) and watches the
     // server (its engine, its server record).
     let (job, background, engine, server) = if rank == 0 {
-        let up = upstream(&args, &mut out)?;
+        let up = upstream(&plan, &mut out)?;
         let job = Job {
             url: up.url,
             from: up.from.to_string(),
             labels: up.server_labels,
-            seed: args.draw_seed(),
+            seed: plan.seed,
         };
         ranks.tell_job(&job)?;
         (job, up.background, up.engine, up.server)
@@ -87,8 +87,8 @@ fn rank_main(mut args: Args, mut ranks: Ranks) -> anyhow::Result<Exit> {
     };
     // Every rank's seeds derive from rank 0's: the job is reproducible from the one seed its
     // merged summaries record.
-    args.seed = Some(job.seed);
-    let own = args.common.labels();
+    let plan = plan.for_rank(job.seed, rank);
+    let own = plan.labels.clone();
     let mut labels = match &job.labels {
         Some(up) => inherit_labels(up, &own),
         None => own,
@@ -102,7 +102,7 @@ fn rank_main(mut args: Args, mut ranks: Ranks) -> anyhow::Result<Exit> {
     };
     let gathered = (rank != 0 && ranks.output() == RankOutput::Rank0).then(|| ranks.link());
     let setup = Setup {
-        target: target(&args, &job.url, &from)?,
+        target: target(&plan, &job.url, &from)?,
         engine,
         labels,
         stop: ranks.stop(),
@@ -113,7 +113,7 @@ fn rank_main(mut args: Args, mut ranks: Ranks) -> anyhow::Result<Exit> {
         server,
     };
     match gathered {
-        Some(link) => run(args, setup, &mut RecordWriter::new(Sink::new(link))),
-        None => run(args, setup, &mut out),
+        Some(link) => run_plan(plan, setup, &mut RecordWriter::new(Sink::new(link))),
+        None => run_plan(plan, setup, &mut out),
     }
 }

@@ -29,7 +29,7 @@ pub use setup::Setup;
 
 use crate::Args;
 use crate::client::http::Pool;
-use crate::limits;
+use crate::plan::Plan;
 use crate::run::dispatch::Context;
 use crate::run::flush::Flusher;
 use crate::run::point::Run;
@@ -45,32 +45,31 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 /// The whole run: the model, every sweep point (or ramp), their records to `out`.
-pub fn run<W: Write>(
-    mut args: Args,
+/// A library caller's entry: the flags' plan, then [`run_plan`].
+pub fn run<W: Write>(args: Args, setup: Setup, out: &mut RecordWriter<W>) -> anyhow::Result<Exit> {
+    run_plan(args.plan()?, setup, out)
+}
+
+/// The whole run of `plan` (one rank's, for one of several).
+pub fn run_plan<W: Write>(
+    plan: Plan,
     setup: Setup,
     out: &mut RecordWriter<W>,
 ) -> anyhow::Result<Exit> {
-    limits::validate(&args)?;
-    limits::fit_open_files(&mut args, servbench::rlimit::raise_nofile_limit())?;
-    // Before anything reads it (one rank of several has the job's seed already).
-    args.draw_seed();
     // Of several ranks, rank 0 alone empties the cache (before the point's common start) and
     // watches the server: one server, one view of it.
     let first = setup.ranks.as_ref().is_none_or(|r| r.rank() == 0);
-    let flusher = Flusher::for_run(args.flush_cache && first, setup.engine)?;
+    let flusher = Flusher::for_run(plan.flush_cache && first, setup.engine)?;
     let telemetry = match first {
         true => Telemetry::start(telemetry::plan(
-            &args,
+            &plan.telemetry,
             &setup.target,
             setup.server.as_ref(),
         )?),
         false => None,
     };
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get().min(8)));
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads.max(1))
+        .worker_threads(plan.threads)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
@@ -83,32 +82,33 @@ pub fn run<W: Write>(
             .then(|| downstream::Watch::start(setup.stop.clone()));
         let pool = Arc::new(Pool::new(setup.target));
         let stop = setup.stop.clone();
-        let found = probe::find_model(&pool, args.model.as_deref(), args.timeout);
+        let found = probe::find_model(&pool, plan.body.model.as_deref(), plan.timeout);
         let Model {
             name: model,
             max_model_len,
         } = until_stopped(&stop, found).await?;
-        limits::check_lengths(&args, max_model_len)?;
+        plan.lengths.check(max_model_len)?;
         let ctx = Context {
             pool: pool.clone(),
-            path: args.api.path(),
-            stream: !args.no_stream,
-            timeout: args.timeout,
-            grace: args.grace,
+            path: plan.body.api.path(),
+            stream: plan.body.stream,
+            timeout: plan.timeout,
+            grace: plan.grace,
             seq: Arc::new(AtomicU64::new(0)),
             stop: setup.stop,
         };
         let mut aligner = Aligner::new(
             pool,
-            args.api,
+            plan.body.api,
             model.clone(),
-            args.prefix_len.unwrap_or(args.shared_prefix),
-            args.seed(),
-            args.timeout,
+            plan.body.shared_prefix,
+            // The job's: the shared prefix is common to every rank.
+            plan.job_seed,
+            plan.timeout,
         );
-        aligner.extra = args.extra_body.clone();
+        aligner.extra = plan.body.extra.clone();
         let mut run = Run {
-            args,
+            plan,
             ctx,
             labels: setup.labels,
             out,
@@ -122,10 +122,6 @@ pub fn run<W: Write>(
             ranks: setup.ranks,
             telemetry,
         };
-        // Each rank draws its own prompts and arrivals; the aligner's shared prefix stays common.
-        if let Some(r) = &run.ranks {
-            run.args.seed = Some(r.seed());
-        }
         let exit = run.all().await;
         // Upstream records still on their way pass on, after a Ctrl-C too (then bounded by
         // the drain rule: servbench::interrupt).

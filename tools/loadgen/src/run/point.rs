@@ -3,9 +3,11 @@
 //! of several, the point's part is this rank's share, started together with the others, and
 //! the summary the merged one.
 
+use crate::Warmup;
 use crate::client::body::Bodies;
 use crate::client::request::{RequestMeta, to_record};
 use crate::pacing::Load;
+use crate::plan::Plan;
 use crate::ranks::{Hooks, Ranks};
 use crate::run::dispatch::{Context, Phase};
 use crate::run::flush::Flusher;
@@ -14,8 +16,7 @@ use crate::run::probe::Aligner;
 use crate::run::progress::{Progress, cpu_seconds};
 use crate::stop::{Ended, stopped, until_stopped};
 use crate::telemetry::{PointTelemetry, Telemetry};
-use crate::workload::{Asked, Budget, Workload};
-use crate::{Args, Warmup};
+use crate::workload::{Budget, Workload};
 use servbench::cli;
 use servbench::jsonl::RecordWriter;
 use servbench::record::{ErrorClass, Labels, PointKey, PointStop, SummaryRecord};
@@ -26,7 +27,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub(crate) struct Run<'a, W: Write> {
-    pub(crate) args: Args,
+    pub(crate) plan: Plan,
     pub(crate) ctx: Context,
     pub(crate) labels: Labels,
     pub(crate) out: &'a mut RecordWriter<W>,
@@ -88,16 +89,17 @@ impl<W: Write> Run<'_, W> {
     /// What the summary says about the requests' bodies and the workload.
     fn describe(&self, s: &mut SummaryRecord, work: &Work, load: &Load) {
         work.workload.describe(load, s);
-        s.stream = Some(!self.args.no_stream);
+        s.stream = Some(self.plan.body.stream);
         s.temperature = work.bodies.template.temperature();
         s.top_p = work.bodies.template.top_p();
         s.extra_body = self
-            .args
-            .extra_body
+            .plan
+            .body
+            .extra
             .as_ref()
             .map(|e| serde_json::Value::Object(e.0.clone()));
-        s.prefix_groups = self.args.prefix_groups;
-        s.prefix_len = self.args.prefix_len;
+        s.prefix_groups = self.plan.body.prefix_groups;
+        s.prefix_len = self.plan.body.prefix_len;
     }
 
     /// The run goes on after a point only when it ran its course with a success: exit 130
@@ -133,17 +135,14 @@ impl<W: Write> Run<'_, W> {
     }
 
     fn budget(&self, load: &Load, work: &Work) -> Budget {
-        let asked = Asked {
-            requests: self.args.requests,
-            duration: self.args.duration,
-        };
+        let asked = self.plan.budget.asked;
         if let Some(b) = work.workload.budget(load, asked) {
             return b;
         }
-        if let Some(d) = self.args.duration {
+        if let Some(d) = asked.duration {
             return Budget::Time(d);
         }
-        Budget::Requests(self.args.requests.unwrap_or(match *load {
+        Budget::Requests(asked.requests.unwrap_or(match *load {
             Load::Closed { concurrency } => (u64::from(concurrency) * 4).max(100),
             Load::Open { rate_rps, .. } => ((rate_rps * 10.0).ceil() as u64).max(10),
             Load::Trace { .. } => unreachable!("a trace's budget is its rows"),
@@ -158,7 +157,7 @@ impl<W: Write> Run<'_, W> {
         let mut warning = None;
         let done = until_stopped(&self.ctx.stop, async {
             Ok(flusher
-                .flush(&self.ctx.pool, self.args.timeout, &mut |w| {
+                .flush(&self.ctx.pool, self.plan.timeout, &mut |w| {
                     warning = Some(w)
                 })
                 .await)
@@ -187,11 +186,11 @@ impl<W: Write> Run<'_, W> {
         }
         let cache_flushed = self.flush().await?;
         let ctx = self.ctx.clone();
-        let seed = self.args.arrival_seed(&key);
+        let seed = self.plan.arrival_seed(key.index, key.repeat);
         // One rank of several takes its share of the point (`total` names the point).
         let total = load;
         let (load, budget) = self.ranks.part(&total, self.budget(&total, work));
-        if let Some(w) = self.args.warmup {
+        if let Some(w) = self.plan.budget.warmup {
             let budget = match w {
                 Warmup::Requests(n) => Budget::Requests(n),
                 Warmup::Time(d) => Budget::Time(d),
@@ -226,7 +225,7 @@ impl<W: Write> Run<'_, W> {
         {
             // Bounded by --timeout per connection, and given up at a stop.
             tokio::select! {
-                _ = ctx.pool.prewarm(n as usize, self.args.timeout) => {}
+                _ = ctx.pool.prewarm(n as usize, self.plan.timeout) => {}
                 _ = ctx.stop.wait() => {}
             }
         }
@@ -242,9 +241,9 @@ impl<W: Write> Run<'_, W> {
         let cpu_before = cpu_seconds();
         let mut stats = PointStats::new();
         let mut first_failure = None;
-        let slo = self.args.slo.clone();
+        let slo = self.plan.slo.clone();
         let labels = self.labels.clone();
-        let write_requests = !self.args.no_requests;
+        let write_requests = self.plan.write_requests;
         let progress = Progress::new(&key, &budget);
         let out = &mut *self.out;
         let first_errors = &mut self.first_errors;
@@ -330,7 +329,7 @@ impl<W: Write> Run<'_, W> {
         good: u64,
         share: &Load,
     ) -> anyhow::Result<PointOutcome> {
-        let slo = self.args.slo.as_ref();
+        let slo = self.plan.slo.as_ref();
         let (summary, ended, good) = match &mut self.ranks {
             None => {
                 self.out.emit(&summary)?;
@@ -358,7 +357,7 @@ impl<W: Write> Run<'_, W> {
         load: &Load,
     ) -> SummaryRecord {
         let partial = *ended != Ended::Completed;
-        let mut s = stats.to_summary(key, self.labels.clone(), partial, self.args.slo.as_ref());
+        let mut s = stats.to_summary(key, self.labels.clone(), partial, self.plan.slo.as_ref());
         match ended {
             Ended::Completed => {}
             Ended::Stopped => s.stopped_by = Some(PointStop::Interrupted),
@@ -373,8 +372,8 @@ impl<W: Write> Run<'_, W> {
         }
         s.client_cpu_s = Some(cpu);
         s.model = Some(self.model.clone());
-        s.api = Some(self.args.api.name().to_string());
-        s.seed = Some(self.args.seed());
+        s.api = Some(self.plan.body.api.name().to_string());
+        s.seed = Some(self.plan.seed);
         if let Load::Open {
             arrival,
             max_concurrency,
@@ -385,37 +384,5 @@ impl<W: Write> Run<'_, W> {
             s.max_concurrency = *max_concurrency;
         }
         s
-    }
-}
-
-impl Args {
-    fn arrival_seed(&self, key: &PointKey) -> u64 {
-        self.seed() ^ (u64::from(key.index) << 32) ^ u64::from(key.repeat)
-    }
-
-    /// The run's seed: `--seed`, else the one [`Args::draw_seed`] drew as the run started.
-    pub fn seed(&self) -> u64 {
-        self.seed.unwrap_or_default()
-    }
-
-    /// Without `--seed`, draws the run's seed: a fresh one each run, so a rerun against the
-    /// same server sends prompts its prefix cache has not seen. 53 bits, so that every JSON
-    /// reader (jq, JavaScript) gives the recorded seed back exactly for `--seed`.
-    pub fn draw_seed(&mut self) -> u64 {
-        *self.seed.get_or_insert_with(|| rand::random::<u64>() >> 11)
-    }
-
-    /// The workload flags.
-    pub fn workload_spec(&self) -> crate::workload::registry::Spec {
-        crate::workload::registry::Spec {
-            api: self.api,
-            prompts: self.prompts.clone(),
-            input_len: self.input_len.clone(),
-            prefix_groups: self.prefix_groups,
-            turns: self.turns,
-            think: self.think_time,
-            trace: self.trace.clone(),
-            trace_block: self.trace_block,
-        }
     }
 }

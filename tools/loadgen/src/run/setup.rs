@@ -4,8 +4,8 @@
 //! tells the other ranks ([`crate::ranks`]). `entry.rs` resolves these for the binary; a library
 //! caller builds a [`Setup`] itself.
 
-use crate::Args;
 use crate::client::http::Target;
+use crate::plan::Plan;
 use crate::stop::Stop;
 use servbench::cli::{self, Exit};
 use servbench::engines::EnginePreset;
@@ -40,7 +40,7 @@ impl Upstream {
 /// `--url`, else the first `server` record on stdin, else the default; upstream records pass
 /// on to `out` first, unchanged.
 pub(crate) fn upstream<W: std::io::Write>(
-    args: &Args,
+    plan: &Plan,
     out: &mut RecordWriter<W>,
 ) -> anyhow::Result<Upstream> {
     // Upstream records go through first, unchanged; a `server` record names the target.
@@ -48,12 +48,12 @@ pub(crate) fn upstream<W: std::io::Write>(
     let mut servers = 0;
     // With --url, upstream records still pass on, on a thread of their own: loadgen does not
     // wait for an upstream that may never close (an SSH session's stdin).
-    let background = match args.url {
-        Some(_) => BackgroundPassThrough::start(args.common.strict),
+    let background = match plan.target.url {
+        Some(_) => BackgroundPassThrough::start(plan.strict),
         None => None,
     };
-    if args.url.is_none() {
-        jsonl::pass_through(args.common.strict, out, |line| {
+    if plan.target.url.is_none() {
+        jsonl::pass_through(plan.strict, out, |line| {
             // A record srv-kill passed on names a server it killed: not a target.
             if let Record::Server(s) = &line.record
                 && !s.killed
@@ -71,14 +71,14 @@ pub(crate) fn upstream<W: std::io::Write>(
             ));
         }
     }
-    let mut engine = args.engine.and_then(|e| servbench::engines::engine(e.name));
-    let (url, server_labels, from) = match (&args.url, &found) {
+    let mut engine = plan.engine();
+    let (url, server_labels, from) = match (&plan.target.url, &found) {
         (Some(url), _) => (url.clone(), None, "--url"),
         (None, Some(s)) => {
             let recorded = &s.engine;
             if engine.is_none() {
                 engine = servbench::engines::engine(recorded);
-                if engine.is_none() && args.flush_cache {
+                if engine.is_none() && plan.flush_cache {
                     return Err(cli::usage(format!(
                         "--flush-cache: the server record's engine '{recorded}' has no preset; pass --engine NAME"
                     )));
@@ -98,21 +98,21 @@ pub(crate) fn upstream<W: std::io::Write>(
         from,
         engine,
         background,
-        server: found.filter(|_| args.url.is_none()),
+        server: found.filter(|_| plan.target.url.is_none()),
     })
 }
 
 /// The target with `--header` and `--api-key`; `from` names where `url` came from.
-pub(crate) fn target(args: &Args, url: &str, from: &str) -> anyhow::Result<Target> {
+pub(crate) fn target(plan: &Plan, url: &str, from: &str) -> anyhow::Result<Target> {
     let mut headers = Vec::new();
-    for (k, v) in &args.headers {
+    for (k, v) in &plan.target.headers {
         let name = hyper::header::HeaderName::from_bytes(k.as_bytes())
             .map_err(|_| cli::usage(format!("--header '{k}': not a header name")))?;
         let value = hyper::header::HeaderValue::from_str(v)
             .map_err(|_| cli::usage(format!("--header '{k}': value is not valid in a header")))?;
         headers.push((name, value));
     }
-    if let Some(key) = &args.api_key
+    if let Some(key) = &plan.target.api_key
         && !headers
             .iter()
             .any(|(k, _)| k == hyper::header::AUTHORIZATION)
@@ -126,13 +126,8 @@ pub(crate) fn target(args: &Args, url: &str, from: &str) -> anyhow::Result<Targe
         v.set_sensitive(true);
         headers.push((hyper::header::AUTHORIZATION, v));
     }
-    let trust = match (&args.cacert, args.insecure) {
-        (Some(file), _) => crate::client::tls::Trust::CaFile(file.clone()),
-        (None, true) => crate::client::tls::Trust::Insecure,
-        (None, false) => crate::client::tls::Trust::System,
-    };
     Target::parse(url, headers)
-        .and_then(|t| t.with_trust(&trust))
+        .and_then(|t| t.with_trust(&plan.target.trust))
         .map_err(|e| cli::usage(format!("{from} {e}")))
 }
 

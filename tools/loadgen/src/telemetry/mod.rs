@@ -498,24 +498,43 @@ fn only(gpus: Vec<gpu::GpuReading>, indices: &[u32]) -> Vec<gpu::GpuReading> {
         .collect()
 }
 
+/// The telemetry flags, as the run's plan holds them.
+#[derive(Debug, Clone)]
+pub struct TelemetryFlags {
+    /// `--metrics-url`.
+    pub metrics_url: Option<String>,
+    pub no_metrics: bool,
+    /// `--scrape-interval`.
+    pub interval: Duration,
+    /// `--timeout` (a scrape's is at most 5 s of it).
+    pub timeout: Duration,
+    pub gpu_host: Option<String>,
+    pub nvidia_smi: String,
+    pub ssh: SshOptions,
+    /// `--gpus`.
+    pub gpus: Option<String>,
+    pub gpu_metrics: Option<String>,
+    pub no_gpu: bool,
+}
+
 /// What to read, from the flags, the target and the upstream `server` record: the target's
 /// `/metrics` unless `--metrics-url` or `--no-metrics`; the GPUs of `--gpu-metrics` (DCGM),
 /// of `--gpu-host`, or of the record's host (its `gpus` only), or of this host when the server
 /// is on loopback; none for srv-sim (it has no GPUs) unless asked, nor with `--no-gpu`.
 pub fn plan(
-    args: &crate::Args,
+    flags: &TelemetryFlags,
     target: &Target,
     server: Option<&servbench::record::ServerRecord>,
 ) -> anyhow::Result<Plan> {
     let parse = |flag: &str, url: &str| {
         Target::parse(url, Vec::new()).map_err(|e| cli::usage(format!("{flag} {e}")))
     };
-    let metrics = match (&args.metrics_url, args.no_metrics) {
+    let metrics = match (&flags.metrics_url, flags.no_metrics) {
         (_, true) => None,
         (Some(url), false) => Some((parse("--metrics-url", url)?, String::new())),
         (None, false) => Some((target.clone(), "/metrics".to_string())),
     };
-    let indices = match &args.gpus {
+    let indices = match &flags.gpus {
         Some(list) => {
             let i = gpu::indices_of(Some(list));
             if i.is_empty() {
@@ -529,19 +548,19 @@ pub fn plan(
     };
     let nvidia_smi = |host: &str, expected: bool| GpuSource::NvidiaSmi {
         host: host.to_string(),
-        program: args.nvidia_smi.clone(),
-        ssh: args.ssh.options(),
+        program: flags.nvidia_smi.clone(),
+        ssh: flags.ssh.clone(),
         indices: indices.clone(),
         expected,
     };
-    let gpus = if args.no_gpu {
+    let gpus = if flags.no_gpu {
         None
-    } else if let Some(url) = &args.gpu_metrics {
+    } else if let Some(url) = &flags.gpu_metrics {
         Some(GpuSource::Dcgm {
             url: parse("--gpu-metrics", url)?,
             indices: indices.clone(),
         })
-    } else if let Some(host) = &args.gpu_host {
+    } else if let Some(host) = &flags.gpu_host {
         Some(nvidia_smi(host, true))
     } else {
         match server {
@@ -554,8 +573,8 @@ pub fn plan(
     Ok(Plan {
         metrics,
         gpus,
-        interval: args.scrape_interval.max(Duration::from_millis(10)),
-        timeout: args.timeout.min(Duration::from_secs(5)),
+        interval: flags.interval.max(Duration::from_millis(10)),
+        timeout: flags.timeout.min(Duration::from_secs(5)),
     })
 }
 

@@ -143,10 +143,10 @@ fn note_no_output(path: &str, no_output: u64, notes: &mut Vec<String>) {
 /// An input length: a token count within loadgen's bound on a prompt (`--input-len`'s).
 fn input_length(x: f64, at: &str, key: &str) -> Result<u32, String> {
     let n = length(x, at, key)?;
-    if n > crate::limits::MAX_INPUT_LEN {
+    if n > crate::plan::limits::MAX_INPUT_LEN {
         return Err(format!(
             "{at}: \"{key}\" {n}: at most {} tokens, as --input-len (beyond any model's context)",
-            crate::limits::MAX_INPUT_LEN
+            crate::plan::limits::MAX_INPUT_LEN
         ));
     }
     Ok(n)

@@ -238,34 +238,63 @@ pub fn fit_open_files(a: &mut Args, limit: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Synthetic prompts plus their output must fit the server's context, where /v1/models says
-/// what it is: checked before any prompt is built (a server would refuse each request).
-pub fn check_lengths(a: &Args, max_model_len: Option<u32>) -> anyhow::Result<()> {
-    let Some(limit) = max_model_len else {
-        return Ok(());
-    };
-    let out = a
-        .max_tokens
-        .as_ref()
-        .and_then(|m| m.iter().max().copied())
-        .unwrap_or(256);
-    let longest = a.input_len.as_ref().and_then(|l| l.iter().max().copied());
-    // A conversation's last turn holds every turn before it and their replies.
-    let turns = a.turns.and_then(|t| t.most()).unwrap_or(1);
-    let need = u64::from(turns) * (u64::from(longest.unwrap_or(1)) + u64::from(out));
-    if need > u64::from(limit) {
-        let mut what = match longest {
-            Some(n) => format!("--input-len {n} with {out} output tokens"),
-            None => format!("--max-tokens {out}"),
-        };
-        if turns > 1 {
-            what = format!("{what} over {turns} turns");
+/// The longest prompt and output a run asks for, checked against the server's context once
+/// /v1/models says what it is.
+#[derive(Debug, Clone, Copy)]
+pub struct Lengths {
+    /// The most `--max-tokens` (256 without).
+    pub out: u32,
+    /// The longest `--input-len`.
+    pub longest: Option<u32>,
+    /// The most turns of a conversation (1 without).
+    pub turns: u32,
+}
+
+impl Lengths {
+    pub fn of(a: &Args) -> Lengths {
+        Lengths {
+            out: a
+                .max_tokens
+                .as_ref()
+                .and_then(|m| m.iter().max().copied())
+                .unwrap_or(256),
+            longest: a.input_len.as_ref().and_then(|l| l.iter().max().copied()),
+            turns: a.turns.and_then(|t| t.most()).unwrap_or(1),
         }
-        return Err(cli::usage(format!(
-            "{what} needs {need} tokens of context but the server's max_model_len is {limit} (from /v1/models): lower --input-len or --max-tokens"
-        )));
     }
-    Ok(())
+
+    /// Synthetic prompts plus their output must fit the server's context, where /v1/models
+    /// says what it is: checked before any prompt is built (a server would refuse each
+    /// request). A conversation's last turn holds every turn before it and their replies.
+    pub fn check(&self, max_model_len: Option<u32>) -> anyhow::Result<()> {
+        let Some(limit) = max_model_len else {
+            return Ok(());
+        };
+        let Lengths {
+            out,
+            longest,
+            turns,
+        } = *self;
+        let need = u64::from(turns) * (u64::from(longest.unwrap_or(1)) + u64::from(out));
+        if need > u64::from(limit) {
+            let mut what = match longest {
+                Some(n) => format!("--input-len {n} with {out} output tokens"),
+                None => format!("--max-tokens {out}"),
+            };
+            if turns > 1 {
+                what = format!("{what} over {turns} turns");
+            }
+            return Err(cli::usage(format!(
+                "{what} needs {need} tokens of context but the server's max_model_len is {limit} (from /v1/models): lower --input-len or --max-tokens"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// [`Lengths::check`] of the flags.
+pub fn check_lengths(a: &Args, max_model_len: Option<u32>) -> anyhow::Result<()> {
+    Lengths::of(a).check(max_model_len)
 }
 
 #[cfg(test)]

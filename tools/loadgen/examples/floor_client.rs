@@ -1,0 +1,165 @@
+//! The practical floor of a streaming client's CPU per token, for `scripts/bench-loadgen.sh`:
+//! one hyper HTTP/1.1 connection per stream, each stream read to its `[DONE]` with its lines
+//! split (memchr) and nothing else: no records, no statistics, no timestamps. Closed loop at
+//! concurrency C for a time, then one line on stdout:
+//! `streams=N tokens=T cpu_s=S cpu_s_per_1m_tokens=X` (tokens: streams x max tokens, which
+//! srv-sim gives exactly with `ignore_eos`).
+//!
+//!     cargo run --release -p loadgen --example floor_client -- URL C SECONDS MAX_TOKENS
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct we own.
+    unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut ru) != 0 {
+            return 0.0;
+        }
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        tv(ru.ru_utime) + tv(ru.ru_stime)
+    }
+}
+
+struct Args {
+    host: String,
+    port: u16,
+    concurrency: usize,
+    time: Duration,
+    max_tokens: u32,
+}
+
+fn args() -> Result<Args, String> {
+    let a: Vec<String> = std::env::args().skip(1).collect();
+    let [url, c, secs, max] = a.as_slice() else {
+        return Err("usage: floor_client URL CONCURRENCY SECONDS MAX_TOKENS".into());
+    };
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url}: an http:// URL"))?;
+    let (host, port) = rest
+        .trim_end_matches('/')
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{url}: host:port"))?;
+    let num = |s: &str, what: &str| {
+        s.parse::<u64>()
+            .map_err(|_| format!("{what} '{s}': a count"))
+    };
+    Ok(Args {
+        host: host.to_string(),
+        port: num(port, "port")? as u16,
+        concurrency: num(c, "concurrency")?.clamp(1, 100_000) as usize,
+        time: Duration::from_secs(num(secs, "seconds")?.clamp(1, 3600)),
+        max_tokens: num(max, "max tokens")?.clamp(1, 1 << 20) as u32,
+    })
+}
+
+/// One slot: a connection of its own, streams one after another until `end`.
+async fn slot(
+    a: Arc<Args>,
+    body: Bytes,
+    end: Instant,
+    streams: Arc<AtomicU64>,
+) -> Result<(), String> {
+    let tcp = tokio::net::TcpStream::connect((a.host.as_str(), a.port))
+        .await
+        .map_err(|e| e.to_string())?;
+    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let authority = format!("{}:{}", a.host, a.port);
+    while Instant::now() < end {
+        let req = Request::post("/v1/completions")
+            .header("host", &authority)
+            .header("content-type", "application/json")
+            .body(Full::new(body.clone()))
+            .map_err(|e| e.to_string())?;
+        let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+        if !resp.status().is_success() {
+            return Err(format!("HTTP {}", resp.status()));
+        }
+        let mut incoming = resp.into_body();
+        let mut partial: Vec<u8> = Vec::new();
+        let mut done = false;
+        while let Some(frame) = incoming.frame().await {
+            let frame = frame.map_err(|e| e.to_string())?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            let mut bytes: &[u8] = &data;
+            while let Some(i) = memchr::memchr(b'\n', bytes) {
+                let line: &[u8] = if partial.is_empty() {
+                    &bytes[..i]
+                } else {
+                    partial.extend_from_slice(&bytes[..i]);
+                    &partial
+                };
+                done |= line.starts_with(b"data: [DONE]");
+                partial.clear();
+                bytes = &bytes[i + 1..];
+            }
+            partial.extend_from_slice(bytes);
+        }
+        if !done {
+            return Err("a stream ended without [DONE]".into());
+        }
+        streams.fetch_add(1, Ordering::Relaxed);
+        send.ready().await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let a = match args() {
+        Ok(a) => Arc::new(a),
+        Err(e) => {
+            eprintln!("floor_client: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let body = Bytes::from(format!(
+        r#"{{"model":"sim","prompt":"the of and to in is that for it as was with be by on not he this are or his from at which but have an had they you were their one all we can her has there been if more when will would who so no time people year new first","max_tokens":{m},"min_tokens":{m},"ignore_eos":true,"temperature":0,"stream":true,"stream_options":{{"include_usage":true,"continuous_usage_stats":true}}}}"#,
+        m = a.max_tokens
+    ));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let streams = Arc::new(AtomicU64::new(0));
+    let cpu0 = cpu_seconds();
+    let result: Result<(), String> = runtime.block_on(async {
+        let end = Instant::now() + a.time;
+        let tasks: Vec<_> = (0..a.concurrency)
+            .map(|_| tokio::spawn(slot(a.clone(), body.clone(), end, streams.clone())))
+            .collect();
+        for t in tasks {
+            t.await.map_err(|e| e.to_string())??;
+        }
+        Ok(())
+    });
+    let cpu = cpu_seconds() - cpu0;
+    if let Err(e) = result {
+        eprintln!("floor_client: {e}");
+        return std::process::ExitCode::from(1);
+    }
+    let n = streams.load(Ordering::Relaxed);
+    let tokens = n * u64::from(a.max_tokens);
+    println!(
+        "streams={n} tokens={tokens} cpu_s={cpu:.3} cpu_s_per_1m_tokens={:.3}",
+        if tokens > 0 {
+            cpu / tokens as f64 * 1e6
+        } else {
+            f64::NAN
+        }
+    );
+    std::process::ExitCode::SUCCESS
+}
