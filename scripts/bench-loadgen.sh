@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Benchmark of loadgen itself against srv-sim: how much CPU the client spends per million output
-# tokens (over plain HTTP and over TLS), how many streams it holds, how close its TTFT/ITL are to
-# a fixed-latency truth, and how late its open-loop sends are. Client and server run pinned to
-# different cores.
+# tokens (over plain HTTP and over TLS, and beside a floor client that records nothing), how many
+# streams it holds, how close its TTFT/ITL are to a fixed-latency truth, and how late its
+# open-loop sends are. Client and server run pinned to different cores.
+#
+#   ONLY=floor scripts/bench-loadgen.sh # the loadgen-vs-floor rows and the send lag only
+#   LOADGEN=/path/to/loadgen            # another loadgen build (a before/after comparison)
 #
 #   scripts/bench-loadgen.sh            # full run (a few minutes), prints a table on stdout
 #   QUICK=1 scripts/bench-loadgen.sh    # shorter points, for a smoke check
@@ -15,12 +18,15 @@ cd "$(dirname "$0")/.."
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 QUICK=${QUICK:-0}
+ONLY=${ONLY:-all}
 SECS=10
 [ "$QUICK" = 1 ] && SECS=3
 
-echo "== cargo build --release -p loadgen -p srv-sim" >&2
+echo "== cargo build --release -p loadgen -p srv-sim (and loadgen's floor_client example)" >&2
 cargo build --release -q -p loadgen -p srv-sim
+cargo build --release -q -p loadgen --example floor_client
 BIN=target/release
+LOADGEN=${LOADGEN:-$BIN/loadgen}
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 work=$(mktemp -d)
@@ -50,7 +56,7 @@ start_server() {
 
 # lg ARGS...: loadgen pinned, summaries only, to $work/out.jsonl.
 lg() {
-  taskset -c "$CLIENT_CPU" "$BIN/loadgen" --url "$url" --threads 1 --no-requests "$@" \
+  taskset -c "$CLIENT_CPU" "$LOADGEN" --url "$url" --threads 1 --no-requests "$@" \
     </dev/null >"$work/out.jsonl" 2>"$work/lg.err" || {
     echo "loadgen $* failed: $(tail -3 "$work/lg.err")" >&2
     return 1
@@ -62,34 +68,50 @@ printf '%-44s %s\n' "figure" "value"
 printf '%-44s %s\n' "------" "-----"
 
 # 1. Client CPU per million output tokens, server streaming 256 tokens as fast as it can.
+if [ "$ONLY" != floor ]; then
+  start_server --ttft 0ms --itl 0ms
+  for c in 1 64 256 1024 4096; do
+    lg -c "$c" --duration "${SECS}s" --warmup 2s --max-tokens 256 --input-len 32
+    summ '"\(.output_tok_s) \(.client_cpu_s) \(.output_tokens) \(.errors)"' | while read -r toks cpu out errs; do
+      per_m=$(echo "$cpu $out" | awk '{ if ($2 > 0) printf "%.2f", $1 / $2 * 1e6; else print "n/a" }')
+      printf '%-44s %s\n' "c=$c output tok/s" "$(printf '%.0f' "$toks") (errors $errs)"
+      printf '%-44s %s\n' "c=$c client CPU-s per 1M output tokens" "$per_m"
+    done
+  done
+fi
+
+# 1b. The same streams from the floor client (tools/loadgen/examples/floor_client.rs: one hyper
+#     connection per stream, lines split, nothing recorded), side by side with loadgen at each C.
 start_server --ttft 0ms --itl 0ms
-for c in 1 64 256 1024 4096; do
+for c in 1 4 16 64 256 1024; do
+  floor=$(taskset -c "$CLIENT_CPU" "$BIN/examples/floor_client" "$url" "$c" "$SECS" 256 | sed -n 's/.*cpu_s_per_1m_tokens=//p')
   lg -c "$c" --duration "${SECS}s" --warmup 2s --max-tokens 256 --input-len 32
-  summ '"\(.output_tok_s) \(.client_cpu_s) \(.output_tokens) \(.errors)"' | while read -r toks cpu out errs; do
-    per_m=$(echo "$cpu $out" | awk '{ if ($2 > 0) printf "%.2f", $1 / $2 * 1e6; else print "n/a" }')
-    printf '%-44s %s\n' "c=$c output tok/s" "$(printf '%.0f' "$toks") (errors $errs)"
-    printf '%-44s %s\n' "c=$c client CPU-s per 1M output tokens" "$per_m"
+  summ '"\(.client_cpu_s) \(.output_tokens)"' | while read -r cpu out; do
+    printf '%-44s %s\n' "c=$c CPU-s per 1M tokens loadgen / floor" \
+      "$(awk -v a="$cpu" -v b="$out" -v f="$floor" 'BEGIN { l = a / b * 1e6; printf "%.2f / %.2f (%.2fx)", l, f, l / f }')"
   done
 done
 
-# 2. Concurrent streams held: 10,000 streams of ~3 s each, all open at once.
-start_server --ttft 1s --itl 50ms
-lg -c 10000 -n 10000 --max-tokens 40 --input-len 16 --timeout 120s
-summ '"\(.ok) \(.requests)"' | while read -r ok n; do
-  printf '%-44s %s\n' "streams held at once (c=10000)" "$ok of $n succeeded"
-done
-
-# 3. TTFT / ITL error against srv-sim's fixed 200 ms / 10 ms.
-start_server --ttft 200ms --itl 10ms
-for c in 1 64 512; do
-  n=$(( c * 4 < 40 ? 40 : c * 4 ))
-  lg -c "$c" -n "$n" --max-tokens 64 --input-len 32
-  summ '"\(.ttft_ms.mean - 200) \(.itl_ms.mean - 10) \(.tpot_ms.mean - 10)"' | while read -r t i p; do
-    printf '%-44s %s\n' "c=$c mean TTFT error (ms)" "$(printf '%+.3f' "$t")"
-    printf '%-44s %s\n' "c=$c mean ITL error (ms)" "$(printf '%+.3f' "$i")"
-    printf '%-44s %s\n' "c=$c mean TPOT error (ms)" "$(printf '%+.3f' "$p")"
+if [ "$ONLY" != floor ]; then
+  # 2. Concurrent streams held: 10,000 streams of ~3 s each, all open at once.
+  start_server --ttft 1s --itl 50ms
+  lg -c 10000 -n 10000 --max-tokens 40 --input-len 16 --timeout 120s
+  summ '"\(.ok) \(.requests)"' | while read -r ok n; do
+    printf '%-44s %s\n' "streams held at once (c=10000)" "$ok of $n succeeded"
   done
-done
+
+  # 3. TTFT / ITL error against srv-sim's fixed 200 ms / 10 ms.
+  start_server --ttft 200ms --itl 10ms
+  for c in 1 64 512; do
+    n=$(( c * 4 < 40 ? 40 : c * 4 ))
+    lg -c "$c" -n "$n" --max-tokens 64 --input-len 32
+    summ '"\(.ttft_ms.mean - 200) \(.itl_ms.mean - 10) \(.tpot_ms.mean - 10)"' | while read -r t i p; do
+      printf '%-44s %s\n' "c=$c mean TTFT error (ms)" "$(printf '%+.3f' "$t")"
+      printf '%-44s %s\n' "c=$c mean ITL error (ms)" "$(printf '%+.3f' "$i")"
+      printf '%-44s %s\n' "c=$c mean TPOT error (ms)" "$(printf '%+.3f' "$p")"
+    done
+  done
+fi
 
 # 4. Send lag, open loop at 1k and 5k requests/s.
 start_server --ttft 5ms --itl 1ms
@@ -100,6 +122,8 @@ for r in 1000 5000; do
       "$(awk -v a="$p50" -v b="$p99" 'BEGIN { printf "%.0f / %.0f", a * 1000, b * 1000 }') (achieved $(printf '%.0f' "$rs") req/s)"
   done
 done
+
+[ "$ONLY" = floor ] && exit 0
 
 # 5. The same streams as 1, over TLS: srv-sim with a certificate made here, loadgen trusting it
 #    with --cacert. Connections are set up before each point, so this is the per-byte cost.

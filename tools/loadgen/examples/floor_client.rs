@@ -1,7 +1,8 @@
 //! The practical floor of a streaming client's CPU per token, for `scripts/bench-loadgen.sh`:
 //! one hyper HTTP/1.1 connection per stream, each stream read to its `[DONE]` with its lines
 //! split (memchr) and nothing else: no records, no statistics, no timestamps. Closed loop at
-//! concurrency C for a time, then one line on stdout:
+//! concurrency C for a time (the connections made first, outside the measured CPU, as loadgen
+//! makes its pool before a point), then one line on stdout:
 //! `streams=N tokens=T cpu_s=S cpu_s_per_1m_tokens=X` (tokens: streams x max tokens, which
 //! srv-sim gives exactly with `ignore_eos`).
 //!
@@ -60,22 +61,35 @@ fn args() -> Result<Args, String> {
     })
 }
 
-/// One slot: a connection of its own, streams one after another until `end`.
-async fn slot(
-    a: Arc<Args>,
-    body: Bytes,
-    end: Instant,
-    streams: Arc<AtomicU64>,
-) -> Result<(), String> {
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+/// A connection of its own, its driver spawned.
+async fn connect(a: &Args) -> Result<Sender, String> {
     let tcp = tokio::net::TcpStream::connect((a.host.as_str(), a.port))
         .await
         .map_err(|e| e.to_string())?;
     tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(conn);
+    Ok(send)
+}
+
+/// One slot: a connection of its own, then (once every slot has one) streams one after another
+/// for the time asked.
+async fn slot(
+    a: Arc<Args>,
+    body: Bytes,
+    ready: Arc<tokio::sync::Barrier>,
+    streams: Arc<AtomicU64>,
+) -> Result<(), String> {
+    let connected = tokio::time::timeout(Duration::from_secs(30), connect(&a)).await;
+    // Every slot passes the barrier, connected or not, so a failure cannot hang the others.
+    ready.wait().await;
+    let mut send = connected.map_err(|_| "no connection within 30 s".to_string())??;
     let authority = format!("{}:{}", a.host, a.port);
+    let end = Instant::now() + a.time;
     while Instant::now() < end {
         let req = Request::post("/v1/completions")
             .header("host", &authority)
@@ -135,22 +149,46 @@ fn main() -> std::process::ExitCode {
         .build()
         .expect("a runtime");
     let streams = Arc::new(AtomicU64::new(0));
-    let cpu0 = cpu_seconds();
-    let result: Result<(), String> = runtime.block_on(async {
-        let end = Instant::now() + a.time;
+    let ready = Arc::new(tokio::sync::Barrier::new(a.concurrency + 1));
+    // Bounded: a server that never ends its streams ends this a while after the time asked.
+    let bound = a.time + Duration::from_secs(60);
+    let result: Result<f64, String> = runtime.block_on(async {
         let tasks: Vec<_> = (0..a.concurrency)
-            .map(|_| tokio::spawn(slot(a.clone(), body.clone(), end, streams.clone())))
+            .map(|_| {
+                tokio::spawn(slot(
+                    a.clone(),
+                    body.clone(),
+                    ready.clone(),
+                    streams.clone(),
+                ))
+            })
             .collect();
-        for t in tasks {
-            t.await.map_err(|e| e.to_string())??;
+        ready.wait().await;
+        let cpu0 = cpu_seconds();
+        let all = async {
+            for t in tasks {
+                t.await.map_err(|e| e.to_string())??;
+            }
+            Ok::<(), String>(())
+        };
+        match tokio::time::timeout(bound, all).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(format!(
+                    "streams still open {} s after the end",
+                    bound.as_secs()
+                ));
+            }
         }
-        Ok(())
+        Ok(cpu_seconds() - cpu0)
     });
-    let cpu = cpu_seconds() - cpu0;
-    if let Err(e) = result {
-        eprintln!("floor_client: {e}");
-        return std::process::ExitCode::from(1);
-    }
+    let cpu = match result {
+        Ok(cpu) => cpu,
+        Err(e) => {
+            eprintln!("floor_client: {e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
     let n = streams.load(Ordering::Relaxed);
     let tokens = n * u64::from(a.max_tokens);
     println!(
