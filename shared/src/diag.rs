@@ -76,6 +76,11 @@ pub struct UsageError(pub String);
 #[error("{0}")]
 pub struct Failure(pub String);
 
+/// A check before the measurement refused to go on (srv-launch `--strict-preflight`): exit 3.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
 /// The run was interrupted after writing what it had (exit 130).
 #[derive(Debug, thiserror::Error)]
 #[error("interrupted")]

@@ -15,12 +15,13 @@
 //! - [`ranks`]: processes of one job on many machines: rank detection (flags, mpirun, srun),
 //!   the coordinator rendezvous, framed messages, clock offsets;
 //! - [`telemetry`]: the server's `/metrics` and its GPUs over a point, in one vocabulary;
+//! - [`host`]: the box itself: its tunables, GPUs and topology, and the pre-flight verdict;
 //! - [`interrupt`]: Ctrl-C/SIGTERM in a pipeline: the first drains the input, a second leaves.
 //!
 //! Modules use each other one way only (no circle): `files` uses none; `jsonl` uses `record`,
 //! `files`, `diag` and `interrupt`; `interrupt` uses `diag`; `stats` uses `record`; `presets`
 //! uses `record`, `files` and `jsonl` (measured collective curves); `telemetry` uses `record`
-//! and `exec`; `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`; `ranks` uses
+//! and `exec`; `host` uses `record`, `exec` and `presets`; `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`; `ranks` uses
 //! `diag`; `cli` (exit codes for every module's errors) may use any of them, and no module uses
 //! `cli`.
 
@@ -29,6 +30,7 @@ pub mod diag;
 pub mod engines;
 pub mod exec;
 pub mod files;
+pub mod host;
 pub mod interrupt;
 pub mod jsonl;
 pub mod kill;

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod host_box;
 pub mod hostile;
 pub mod own_sshd;
 

@@ -10,8 +10,8 @@ pub mod args;
 pub mod parse;
 
 pub use crate::diag::{
-    Failure, Interrupted, OutputError, UsageError, error, failure, info, printable, tool, usage,
-    warn,
+    Failure, Interrupted, OutputError, Refused, UsageError, error, failure, info, printable, tool,
+    usage, warn,
 };
 pub use args::{CommonArgs, DrainArgs, SshArgs};
 pub use parse::{
@@ -31,6 +31,8 @@ pub enum Exit {
     Failed = 1,
     /// Bad usage or input.
     Usage = 2,
+    /// A pre-flight check refused to start (srv-launch `--strict-preflight`).
+    Refused = 3,
     /// Interrupted (Ctrl-C, SIGTERM); results so far were written.
     Interrupted = 130,
 }
@@ -52,6 +54,8 @@ pub fn exit_for(err: &anyhow::Error) -> Exit {
         }
     } else if err.downcast_ref::<Interrupted>().is_some() {
         Exit::Interrupted
+    } else if err.downcast_ref::<Refused>().is_some() {
+        Exit::Refused
     } else if err.downcast_ref::<UsageError>().is_some() {
         Exit::Usage
     } else if let Some(ExecError::Connect(_)) = err.downcast_ref::<ExecError>() {

@@ -18,7 +18,7 @@ pub struct Answer<T> {
 /// Runs `program` (nvidia-smi, or its path) with `args` on `exec`'s host within `bounds`;
 /// `None` where there is no such program. A run past the deadline is an error
 /// ([`ExecError::TimedOut`]).
-fn query<T, E: Exec + ?Sized>(
+pub(crate) fn query<T, E: Exec + ?Sized>(
     exec: &E,
     program: &str,
     args: &str,

@@ -179,4 +179,7 @@ pub struct ServerEnv {
     pub cpu_model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+    /// The box's tunables, GPUs and topology, read before the server started ([`HostEnv`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<Box<super::HostEnv>>,
 }

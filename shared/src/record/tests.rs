@@ -94,6 +94,20 @@ fn server() -> impl Strategy<Value = Record> {
                     kernel: Some("6.1.0-18-amd64".into()),
                     cpu_model: Some("AMD EPYC 9654".into()),
                     hostname: Some("gpu1".into()),
+                    host: (port % 2 == 0).then(|| {
+                        Box::new(HostEnv {
+                            cpu_count: Some(128),
+                            cpu_governors: vec!["performance".into()],
+                            numa_balancing: Some(false),
+                            gpus: vec![HostGpu {
+                                index: 0,
+                                pcie_gen_current: Some(1),
+                                throttle_reasons: Some(vec!["gpu_idle".into()]),
+                                ..HostGpu::default()
+                            }],
+                            ..HostEnv::default()
+                        })
+                    }),
                 }),
                 self_report: false,
                 self_report_flags: Vec::new(),

@@ -7,7 +7,7 @@
 //! would have given are left out.
 
 use servbench::exec::{Bounds, Exec, gpu, shell_quote};
-use servbench::record::ServerEnv;
+use servbench::record::{HostEnv, ServerEnv};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,8 @@ pub(crate) struct Capture<'a> {
     pub nvidia_smi: &'a str,
     /// Set by SIGINT/SIGTERM: the capture stops at once.
     pub stop: &'static AtomicBool,
+    /// The host as the pre-flight check read it before the server started.
+    pub host: Option<HostEnv>,
 }
 
 impl Capture<'_> {
@@ -50,6 +52,7 @@ pub(crate) fn gather(exec: &dyn Exec, c: &Capture) -> ServerEnv {
             let bounds = c.bounds(end, VERSION_OUTPUT_CAP)?;
             program_version(exec, c.program?, bounds)
         }),
+        host: c.host.clone().map(Box::new),
         ..ServerEnv::default()
     };
     let inventory = c.bounds(end, Bounds::QUERY.output_cap).and_then(|b| {

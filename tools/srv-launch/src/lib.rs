@@ -5,6 +5,8 @@
 //! [`Args`] and calls [`run`].
 
 mod env;
+mod port;
+mod preflight;
 mod ready;
 mod url;
 
@@ -136,6 +138,13 @@ pub struct Args {
     /// log line per engine step, FLOP and byte counters; see README), recorded in the record
     #[arg(long)]
     pub self_report: bool,
+    /// Refuse to start the server (exit 3) when the pre-flight check warns of anything
+    #[arg(long)]
+    pub strict_preflight: bool,
+    /// Read the host's /proc and /sys under this directory (for tests, and containers with the
+    /// host's mounted elsewhere)
+    #[arg(long, value_name = "DIR", env = servbench::host::ROOT_VAR, default_value = "")]
+    pub host_root: String,
     /// Print the exact command and log path on stderr
     #[arg(short, long)]
     pub verbose: bool,
@@ -395,7 +404,8 @@ fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRec
             plan.argv[0]
         )));
     }
-    free_the_port(cfg, exec, plan.port)?;
+    port::free_the_port(cfg, exec, plan.port)?;
+    let host_env = preflight::check(cfg, exec, &INTERRUPTED)?;
 
     if cfg.verbose {
         cli::info(format!(
@@ -439,6 +449,7 @@ fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRec
             gpus: cfg.gpus.as_deref(),
             nvidia_smi: &cfg.nvidia_smi,
             stop: &INTERRUPTED,
+            host: host_env,
         },
     );
     if INTERRUPTED.load(Ordering::SeqCst) {
@@ -497,53 +508,6 @@ fn self_report_flags(cfg: &Args) -> Vec<String> {
         cli::info(format!("--self-report on {}: {note}", preset.name));
     }
     preset.self_report.iter().map(|f| f.to_string()).collect()
-}
-
-/// Refuses a taken port, or with --replace kills whoever holds it (srv-kill's logic).
-fn free_the_port(cfg: &Args, exec: &dyn Exec, port: u16) -> Result<()> {
-    let holders = exec.listeners(port)?;
-    if holders.is_free() {
-        return Ok(());
-    }
-    let table = exec.processes(None)?;
-    let who: Vec<String> = holders
-        .pids
-        .iter()
-        .map(|p| match table.get(*p) {
-            Some(info) => format!("pid {p} ({})", info.shown_command()),
-            None => format!("pid {p}"),
-        })
-        .collect();
-    let who = if who.is_empty() {
-        "a process we cannot see".to_string()
-    } else {
-        who.join(", ")
-    };
-    if !cfg.replace {
-        return Err(cli::usage(format!(
-            "port {port} on {} is already in use by {who}: pick another --port, or --replace to kill it first",
-            exec.host()
-        )));
-    }
-    cli::info(format!("--replace: killing {who} on port {port}"));
-    let protected = table.protected();
-    for pid in holders.pids.iter().filter(|p| !protected.contains(p)) {
-        if let Some(spec) = procs::target_for_pid(&table, *pid, &format!("port {port}")) {
-            let outcome = kill::kill(exec, &spec, &KillOptions::default())?;
-            if !outcome.survivors.is_empty() {
-                return Err(cli::failure(format!(
-                    "--replace: pids {:?} on port {port} survived SIGKILL",
-                    outcome.survivors
-                )));
-            }
-        }
-    }
-    if !kill::wait_port_free(exec, port, Duration::from_secs(5))? {
-        return Err(cli::failure(format!(
-            "--replace: port {port} is still in use after the kill"
-        )));
-    }
-    Ok(())
 }
 
 /// The error for a server that exited before it was ready, with its log's tail on stderr.

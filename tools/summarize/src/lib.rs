@@ -7,6 +7,7 @@ pub mod compare;
 pub mod compute;
 pub mod efficiency;
 pub mod env_diff;
+pub mod host_notes;
 pub mod input;
 pub mod metrics;
 pub mod notes;
@@ -106,7 +107,11 @@ pub fn load_points(sources: &[Source], config: &Config) -> anyhow::Result<(Input
 pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> {
     let mut out = Vec::new();
     if !inputs.servers.is_empty() {
-        out.push(report::server_table(&inputs.servers));
+        let mut t = report::server_table(&inputs.servers);
+        if config.notes {
+            t.notes = host_notes::preflight_notes(&inputs.servers);
+        }
+        out.push(t);
     }
     // A bandwidth measured on the GPU replaces the card's in every roofline figure.
     let measured = config
