@@ -231,3 +231,91 @@ fn a_five_request_point_has_gauges_from_its_first_and_last_scrapes() {
     assert!(srv["kv_usage"]["max"].is_f64(), "{srv}");
     assert!(srv["running"]["mean"].is_f64(), "{srv}");
 }
+
+/// summarize's table as a user reads it, for loadgen's stdout.
+fn summarize(stdout: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("run.jsonl");
+    std::fs::write(&file, stdout).unwrap();
+    let out = testkit::cmd("summarize").arg(&file).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn summarize_notes_the_telemetry_loadgen_did_not_believe_and_metrics_gone_silent() {
+    // Non-finite gauges and GPU values: the empty cells get a note naming the point and why.
+    let server = hostile_server(&[page("NaN", "+Inf", "0"), page("NaN", "0.5", "4")], None);
+    let smi = LyingNvidiaSmi::new(&[
+        "0, A, 10, 1000, 300, 1980, 60",
+        "1, B, 20, 1000, -5, NaN, inf",
+    ]);
+    let program = smi.program();
+    let args = [
+        LOAD,
+        &[
+            "--url",
+            &server.url,
+            "--gpu-host",
+            "localhost",
+            "--nvidia-smi",
+            program.to_str().unwrap(),
+        ],
+    ]
+    .concat();
+    let (code, stdout, stderr) = run(&args);
+    assert_eq!(code, Some(0), "{stderr}");
+    let table = summarize(&stdout);
+    assert!(
+        table.contains(
+            "/metrics samples not believed at C=2: vllm:num_requests_running: not a finite number"
+        ),
+        "{table}"
+    );
+    assert!(
+        table.contains("GPU telemetry samples not believed at C=2: GPU 1: power_w"),
+        "{table}"
+    );
+    assert!(!table.contains("stopped answering /metrics"), "{table}");
+
+    // /metrics hangs after three scrapes: the note says the server figures end early.
+    let hangs = hostile_server(&[page("1", "0.1", "0"), page("1", "0.1", "8")], Some(3));
+    let silent = [
+        "--url",
+        &hangs.url,
+        "-c",
+        "1",
+        "--duration",
+        "1500ms",
+        "--max-tokens",
+        "4",
+        "--input-len",
+        "8",
+        "--scrape-interval",
+        "100ms",
+        "--timeout",
+        "1s",
+        "--no-gpu",
+    ];
+    let (code, stdout, stderr) = run(&silent);
+    assert_eq!(code, Some(0), "{stderr}");
+    let table = summarize(&stdout);
+    assert!(
+        table.contains("the server stopped answering /metrics during C=1"),
+        "{table}"
+    );
+
+    // The clean twin: no such note.
+    let clean = hostile_server(&[page("1", "0.25", "0"), page("2", "0.5", "32")], None);
+    let (code, stdout, stderr) = run(&[LOAD, &["--url", &clean.url, "--no-gpu"]].concat());
+    assert_eq!(code, Some(0), "{stderr}");
+    let table = summarize(&stdout);
+    assert!(
+        !table.contains("not believed") && !table.contains("stopped answering"),
+        "{table}"
+    );
+}

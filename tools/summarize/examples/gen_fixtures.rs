@@ -371,6 +371,32 @@ fn main() {
         ),
     );
 
+    // /metrics stops answering from C=4 on: the server figures there end early.
+    write(
+        &dir,
+        "metrics_went_silent.jsonl",
+        &sweep_lines(
+            &base,
+            &with_view(ServerView {
+                metrics_silent_from: Some(4),
+                ..ServerView::default()
+            }),
+        ),
+    );
+
+    // From C=2 on, loadgen dropped NaN gauges and GPU 1's negative power readings.
+    write(
+        &dir,
+        "samples_not_believed.jsonl",
+        &sweep_lines(
+            &base,
+            &with_view(ServerView {
+                samples_dropped_from: Some(2),
+                ..ServerView::default()
+            }),
+        ),
+    );
+
     // A rerun of the same seed against a warm server: 94% of its unique prompts cached.
     write(
         &dir,

@@ -5,6 +5,7 @@
 
 pub mod compare;
 pub mod compute;
+pub mod distrusted;
 pub mod efficiency;
 pub mod env_diff;
 pub mod host_notes;

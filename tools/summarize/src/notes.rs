@@ -4,6 +4,7 @@
 //! Thresholds are constants here and in the README; a change inside the runs' noise never
 //! triggers a note.
 
+use crate::distrusted;
 use crate::metrics::{DistName, Metric, Scalar, Stat};
 use crate::points::{Keys, Point, point_name};
 use crate::runs::{self, run_of, without_run};
@@ -60,6 +61,8 @@ pub fn all_with_ramps(points: &[Point], ramps: &[RampRecord]) -> Vec<String> {
         server_notes::server_ttft_below_client,
         server_notes::token_counts_disagree,
         server_notes::prefix_hits_unexpected,
+        distrusted::metrics_went_silent,
+        distrusted::samples_not_believed,
     ] {
         out.extend(f(points, &keys));
     }
@@ -97,6 +100,8 @@ pub fn by_name() -> Vec<(&'static str, NoteFn)> {
             "prefix_hits_unexpected",
             server_notes::prefix_hits_unexpected,
         ),
+        ("metrics_went_silent", distrusted::metrics_went_silent),
+        ("samples_not_believed", distrusted::samples_not_believed),
     ]
 }
 

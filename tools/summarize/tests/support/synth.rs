@@ -97,6 +97,11 @@ pub struct ServerView {
     /// Unique prompts (loadgen expected no prefix hits) of which the server's prefix cache
     /// served this share: a rerun of the same seed.
     pub prefix_hits_unexpected: Option<f64>,
+    /// From this concurrency on `/metrics` stops answering mid-point (`server.incomplete`).
+    pub metrics_silent_from: Option<u32>,
+    /// From this concurrency on loadgen dropped samples it did not believe: a `server.notes`
+    /// line and one on GPU 1's (as loadgen writes them for NaN gauges and negative power).
+    pub samples_dropped_from: Option<u32>,
 }
 
 impl Default for ServerView {
@@ -108,6 +113,8 @@ impl Default for ServerView {
             ttft_share: 0.95,
             token_excess: 0.0,
             prefix_hits_unexpected: None,
+            metrics_silent_from: None,
+            samples_dropped_from: None,
         }
     }
 }
@@ -117,6 +124,7 @@ impl ServerView {
     pub fn fill(&self, conc: u32, s: &mut SummaryRecord) {
         let doublings = f64::from(conc.max(1)).log2();
         let full = self.kv_full_from.is_some_and(|f| conc >= f);
+        let dropped = self.samples_dropped_from.is_some_and(|f| conc >= f);
         let alpha = (self.spec.0 - self.spec.1 * doublings).clamp(0.0, 1.0);
         let accepted: f64 = (1..=3).map(|i| alpha.powi(i)).sum();
         let gauge = |mean: f64, max: f64| Some(GaugeStats { mean, max });
@@ -156,6 +164,13 @@ impl ServerView {
                 p99: d.p99 * self.ttft_share,
             }),
             prefix_hit_rate: self.prefix_hits_unexpected,
+            incomplete: self.metrics_silent_from.is_some_and(|f| conc >= f),
+            notes: dropped
+                .then(|| {
+                    "vllm:num_requests_running: not a finite number (4 samples): left out".into()
+                })
+                .into_iter()
+                .collect(),
             ..ServerStats::default()
         });
         if self.prefix_hits_unexpected.is_some() {
@@ -170,6 +185,10 @@ impl ServerView {
                 samples: 10,
                 util_pct: gauge(util, (util + 3.0).min(100.0)),
                 power_w: gauge(200.0 + 4.0 * util, 250.0 + 4.0 * util),
+                notes: (dropped && index == 1)
+                    .then(|| "power_w outside 0 to 100000 (3 samples, first -5): left out".into())
+                    .into_iter()
+                    .collect(),
                 ..GpuStats::default()
             })
             .collect();
