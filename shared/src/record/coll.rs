@@ -1,4 +1,4 @@
-use super::{Dist, Extra, Labels, current_version, record_kind};
+use super::{Dist, Extra, Labels, current_version};
 use serde::{Deserialize, Serialize};
 
 /// One collective at one message size, measured the way nccl-tests does.

@@ -1,4 +1,4 @@
-use super::{Dist, Extra, Labels, current_version, record_kind};
+use super::{Dist, Extra, Labels, current_version};
 use serde::{Deserialize, Serialize};
 
 /// `collbench limits`: the device's physical limits measured rather than read off a datasheet:

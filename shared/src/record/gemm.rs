@@ -1,4 +1,4 @@
-use super::{Dist, Extra, Labels, current_version, record_kind};
+use super::{Dist, Extra, Labels, current_version};
 use serde::{Deserialize, Serialize};
 
 /// `collbench gemm`: one GEMM of a decode step (or a `--shape` given by hand), timed like

@@ -1,4 +1,4 @@
-use super::{Dist, Extra, Labels, current_version, record_kind};
+use super::{Dist, Extra, Labels, current_version};
 use serde::{Deserialize, Serialize};
 
 /// `collbench gemm` / `collbench decode --compute`: every GEMM of one decode step at one

@@ -1,4 +1,4 @@
-use super::{Extra, Labels, current_version, record_kind};
+use super::{Extra, Labels, current_version};
 use serde::{Deserialize, Serialize};
 
 /// The outcome of one `srv-kill` target: what matched, what was sent, what survived.

@@ -7,34 +7,13 @@
 //! here knows is kept whole as [`Record::Other`]. Pass-through forwards the original line verbatim
 //! (see [`crate::jsonl`]), so nothing is ever reformatted on the way.
 
-mod coll;
-mod device_limits;
-mod gemm;
-mod gemm_step;
+// The modules that are not a kind of their own: shared parts and checks.
 mod host;
-mod kill;
 mod plausible;
-mod ramp;
-mod request;
-mod search;
-mod server;
-mod sim_plan;
-mod summary;
 mod telemetry;
 
-pub use coll::*;
-pub use device_limits::*;
-pub use gemm::*;
-pub use gemm_step::*;
 pub use host::*;
-pub use kill::*;
 pub use plausible::MAX_REQUEST_TOKENS;
-pub use ramp::*;
-pub use request::*;
-pub use search::*;
-pub use server::*;
-pub use sim_plan::*;
-pub use summary::*;
 pub use telemetry::*;
 
 use serde::de::DeserializeOwned;
@@ -77,7 +56,8 @@ pub trait RecordKind: Serialize + DeserializeOwned {
     fn into_record(self) -> Record;
 }
 
-/// Declares a record struct's header fields and its `RecordKind` impl in one place.
+/// A record struct's `RecordKind` impl, in one place (in scope in every file the `records!` list
+/// below names).
 macro_rules! record_kind {
     ($ty:ident, $kind:literal, $variant:ident) => {
         impl $crate::record::RecordKind for $ty {
@@ -103,31 +83,10 @@ macro_rules! record_kind {
         }
     };
 }
-pub(crate) use record_kind;
 
 /// Serde helper: the `v` field defaults to the current version when a hand-written record omits it.
 pub(crate) fn current_version() -> u32 {
     SCHEMA_VERSION
-}
-
-/// One record of any kind.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Record {
-    Server(ServerRecord),
-    Kill(KillRecord),
-    Request(Box<RequestRecord>),
-    Summary(Box<SummaryRecord>),
-    Coll(CollRecord),
-    CollRun(CollRunRecord),
-    Decode(DecodeRecord),
-    Ramp(RampRecord),
-    SimPlan(SimPlanRecord),
-    Gemm(GemmRecord),
-    GemmStep(GemmStepRecord),
-    DeviceLimits(DeviceLimitsRecord),
-    Search(SearchRecord),
-    /// A kind this build does not know (or knows only by name): kept whole, `kind` included.
-    Other(Extra),
 }
 
 /// Why a line is not a record.
@@ -151,157 +110,133 @@ struct Peek<'a> {
     v: Option<u64>,
 }
 
-impl Record {
-    /// Parses one line (without its newline).
-    pub fn parse(line: &str) -> Result<Record, RecordError> {
-        let peek: Peek = serde_json::from_str(line).map_err(RecordError::NotJson)?;
-        let kind = peek.kind.ok_or(RecordError::NoKind)?;
-        fn typed<T: RecordKind>(line: &str) -> Result<T, RecordError> {
-            let mut record: T =
-                serde_json::from_str(line).map_err(|source| RecordError::BadField {
-                    kind: T::KIND.to_string(),
-                    source,
-                })?;
-            // `kind` is implied by the type; the catch-all must not keep a second copy.
-            record.extra_mut().remove("kind");
-            Ok(record)
+/// The one list of record kinds: each line names a kind's file (`shared/src/record/<file>.rs`) and
+/// the kinds it defines, as `Variant(TypeRecord)` (`, boxed` for a large one, so [`Record`] stays
+/// small). From it come the module and its re-export, the [`Record`] enum and every match over it
+/// (parse, kind, version, labels, extra, to_line).
+///
+/// Adding a record kind (one file plus one line):
+/// 1. a file here with the struct (header fields `v`, `ts`, `labels`, then its own, units in the
+///    names, `#[serde(flatten)] pub extra: Extra` last) and `record_kind!(FooRecord, "foo", Foo);`;
+/// 2. its line in the `records!` list below;
+/// 3. then document it in README's record section and have a tool write it, so the contract
+///    test (testkit/tests/contract.rs, its `every_kind`) sees it.
+macro_rules! records {
+    (@payload $ty:ident) => { $ty };
+    (@payload $ty:ident boxed) => { Box<$ty> };
+    ($( $module:ident: $( $variant:ident($ty:ident $(, $boxed:ident)?) ),+ ; )+) => {
+        $(
+            mod $module;
+            pub use $module::*;
+        )+
+
+        /// One record of any kind.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum Record {
+            $($( $variant(records!(@payload $ty $($boxed)?)), )+)+
+            /// A kind this build does not know (or knows only by name): kept whole, `kind` included.
+            Other(Extra),
         }
-        let whole = || serde_json::from_str(line).map_err(RecordError::NotJson);
-        let parsed = match kind.as_ref() {
-            ServerRecord::KIND => typed(line).map(Record::Server),
-            KillRecord::KIND => typed(line).map(Record::Kill),
-            RequestRecord::KIND => typed(line).map(|r| Record::Request(Box::new(r))),
-            SummaryRecord::KIND => typed(line).map(|r| Record::Summary(Box::new(r))),
-            CollRecord::KIND => typed(line).map(Record::Coll),
-            CollRunRecord::KIND => typed(line).map(Record::CollRun),
-            DecodeRecord::KIND => typed(line).map(Record::Decode),
-            RampRecord::KIND => typed(line).map(Record::Ramp),
-            SimPlanRecord::KIND => typed(line).map(Record::SimPlan),
-            GemmRecord::KIND => typed(line).map(Record::Gemm),
-            GemmStepRecord::KIND => typed(line).map(Record::GemmStep),
-            DeviceLimitsRecord::KIND => typed(line).map(Record::DeviceLimits),
-            SearchRecord::KIND => typed(line).map(Record::Search),
-            _ => return whole().map(Record::Other),
-        };
-        match parsed {
-            // A newer schema may drop or retype a field this build requires: not malformed,
-            // just not readable here. Kept whole, like an unknown kind, so it passes through.
-            Err(RecordError::BadField { .. })
-                if peek.v.is_some_and(|v| v > u64::from(SCHEMA_VERSION)) =>
-            {
-                whole().map(Record::Other)
+
+        impl Record {
+            /// Parses one line (without its newline).
+            pub fn parse(line: &str) -> Result<Record, RecordError> {
+                let peek: Peek = serde_json::from_str(line).map_err(RecordError::NotJson)?;
+                let kind = peek.kind.ok_or(RecordError::NoKind)?;
+                let whole = || serde_json::from_str(line).map_err(RecordError::NotJson);
+                let parsed = match kind.as_ref() {
+                    $($( <$ty as RecordKind>::KIND => {
+                        typed::<$ty>(line).map(|r| Record::$variant(r.into()))
+                    } )+)+
+                    _ => return whole().map(Record::Other),
+                };
+                match parsed {
+                    // A newer schema may drop or retype a field this build requires: not
+                    // malformed, just not readable here. Kept whole, like an unknown kind, so it
+                    // passes through.
+                    Err(RecordError::BadField { .. })
+                        if peek.v.is_some_and(|v| v > u64::from(SCHEMA_VERSION)) =>
+                    {
+                        whole().map(Record::Other)
+                    }
+                    parsed => parsed,
+                }
             }
-            parsed => parsed,
-        }
-    }
 
-    /// The `kind` string.
-    pub fn kind(&self) -> &str {
-        match self {
-            Record::Server(_) => ServerRecord::KIND,
-            Record::Kill(_) => KillRecord::KIND,
-            Record::Request(_) => RequestRecord::KIND,
-            Record::Summary(_) => SummaryRecord::KIND,
-            Record::Coll(_) => CollRecord::KIND,
-            Record::CollRun(_) => CollRunRecord::KIND,
-            Record::Decode(_) => DecodeRecord::KIND,
-            Record::Ramp(_) => RampRecord::KIND,
-            Record::SimPlan(_) => SimPlanRecord::KIND,
-            Record::Gemm(_) => GemmRecord::KIND,
-            Record::GemmStep(_) => GemmStepRecord::KIND,
-            Record::DeviceLimits(_) => DeviceLimitsRecord::KIND,
-            Record::Search(_) => SearchRecord::KIND,
-            Record::Other(map) => map.get("kind").and_then(Value::as_str).unwrap_or(""),
-        }
-    }
+            /// The `kind` string.
+            pub fn kind(&self) -> &str {
+                match self {
+                    $($( Record::$variant(_) => <$ty as RecordKind>::KIND, )+)+
+                    Record::Other(map) => map.get("kind").and_then(Value::as_str).unwrap_or(""),
+                }
+            }
 
-    /// The schema version the record claims (1 for an `Other` record without one).
-    pub fn version(&self) -> u32 {
-        match self {
-            Record::Server(r) => r.v,
-            Record::Kill(r) => r.v,
-            Record::Request(r) => r.v,
-            Record::Summary(r) => r.v,
-            Record::Coll(r) => r.v,
-            Record::CollRun(r) => r.v,
-            Record::Decode(r) => r.v,
-            Record::Ramp(r) => r.v,
-            Record::SimPlan(r) => r.v,
-            Record::Gemm(r) => r.v,
-            Record::GemmStep(r) => r.v,
-            Record::DeviceLimits(r) => r.v,
-            Record::Search(r) => r.v,
-            Record::Other(map) => map.get("v").and_then(Value::as_u64).unwrap_or(1) as u32,
-        }
-    }
+            /// The schema version the record claims (1 for an `Other` record without one).
+            pub fn version(&self) -> u32 {
+                match self {
+                    $($( Record::$variant(r) => r.v, )+)+
+                    Record::Other(map) => map.get("v").and_then(Value::as_u64).unwrap_or(1) as u32,
+                }
+            }
 
-    /// The record's labels (empty for an `Other` record whose labels are not a string map).
-    pub fn labels(&self) -> Labels {
-        match self {
-            Record::Server(r) => r.labels.clone(),
-            Record::Kill(r) => r.labels.clone(),
-            Record::Request(r) => r.labels.clone(),
-            Record::Summary(r) => r.labels.clone(),
-            Record::Coll(r) => r.labels.clone(),
-            Record::CollRun(r) => r.labels.clone(),
-            Record::Decode(r) => r.labels.clone(),
-            Record::Ramp(r) => r.labels.clone(),
-            Record::SimPlan(r) => r.labels.clone(),
-            Record::Gemm(r) => r.labels.clone(),
-            Record::GemmStep(r) => r.labels.clone(),
-            Record::DeviceLimits(r) => r.labels.clone(),
-            Record::Search(r) => r.labels.clone(),
-            Record::Other(map) => map
-                .get("labels")
-                .and_then(|l| serde_json::from_value(l.clone()).ok())
-                .unwrap_or_default(),
-        }
-    }
+            /// The record's labels (empty for an `Other` record whose labels are not a string map).
+            pub fn labels(&self) -> Labels {
+                match self {
+                    $($( Record::$variant(r) => r.labels.clone(), )+)+
+                    Record::Other(map) => map
+                        .get("labels")
+                        .and_then(|l| serde_json::from_value(l.clone()).ok())
+                        .unwrap_or_default(),
+                }
+            }
 
-    /// The fields of a known kind that this build's schema does not name (None for an `Other`
-    /// record, of which this build knows nothing).
-    pub fn extra(&self) -> Option<&Extra> {
-        match self {
-            Record::Server(r) => Some(&r.extra),
-            Record::Kill(r) => Some(&r.extra),
-            Record::Request(r) => Some(&r.extra),
-            Record::Summary(r) => Some(&r.extra),
-            Record::Coll(r) => Some(&r.extra),
-            Record::CollRun(r) => Some(&r.extra),
-            Record::Decode(r) => Some(&r.extra),
-            Record::Ramp(r) => Some(&r.extra),
-            Record::SimPlan(r) => Some(&r.extra),
-            Record::Gemm(r) => Some(&r.extra),
-            Record::GemmStep(r) => Some(&r.extra),
-            Record::DeviceLimits(r) => Some(&r.extra),
-            Record::Search(r) => Some(&r.extra),
-            Record::Other(_) => None,
-        }
-    }
+            /// The fields of a known kind that this build's schema does not name (None for an
+            /// `Other` record, of which this build knows nothing).
+            pub fn extra(&self) -> Option<&Extra> {
+                match self {
+                    $($( Record::$variant(r) => Some(&r.extra), )+)+
+                    Record::Other(_) => None,
+                }
+            }
 
-    /// The record as one JSON line (no newline).
-    pub fn to_line(&self) -> String {
-        let result = match self {
-            Record::Server(r) => to_line_with_kind(r),
-            Record::Kill(r) => to_line_with_kind(r),
-            Record::Request(r) => to_line_with_kind(r.as_ref()),
-            Record::Summary(r) => to_line_with_kind(r.as_ref()),
-            Record::Coll(r) => to_line_with_kind(r),
-            Record::CollRun(r) => to_line_with_kind(r),
-            Record::Decode(r) => to_line_with_kind(r),
-            Record::Ramp(r) => to_line_with_kind(r),
-            Record::SimPlan(r) => to_line_with_kind(r),
-            Record::Gemm(r) => to_line_with_kind(r),
-            Record::GemmStep(r) => to_line_with_kind(r),
-            Record::DeviceLimits(r) => to_line_with_kind(r),
-            Record::Search(r) => to_line_with_kind(r),
-            Record::Other(map) => serde_json::to_string(map),
-        };
-        // Serializing plain data structures to a String cannot fail (no I/O, string keys only).
-        result.expect("records serialize")
-    }
+            /// The record as one JSON line (no newline).
+            pub fn to_line(&self) -> String {
+                let result = match self {
+                    $($( Record::$variant(r) => to_line_with_kind::<$ty>(r), )+)+
+                    Record::Other(map) => serde_json::to_string(map),
+                };
+                // Serializing plain data structures to a String cannot fail (no I/O, string keys
+                // only).
+                result.expect("records serialize")
+            }
+        }
+    };
 }
 
+records! {
+    server: Server(ServerRecord);
+    kill: Kill(KillRecord);
+    request: Request(RequestRecord, boxed);
+    summary: Summary(SummaryRecord, boxed);
+    coll: Coll(CollRecord), CollRun(CollRunRecord), Decode(DecodeRecord);
+    ramp: Ramp(RampRecord);
+    sim_plan: SimPlan(SimPlanRecord);
+    gemm: Gemm(GemmRecord);
+    gemm_step: GemmStep(GemmStepRecord);
+    device_limits: DeviceLimits(DeviceLimitsRecord);
+    search: Search(SearchRecord);
+}
+
+/// Parses `line` as kind `T`, without the `kind` field (implied by the type; the catch-all must
+/// not keep a second copy).
+fn typed<T: RecordKind>(line: &str) -> Result<T, RecordError> {
+    let mut record: T = serde_json::from_str(line).map_err(|source| RecordError::BadField {
+        kind: T::KIND.to_string(),
+        source,
+    })?;
+    record.extra_mut().remove("kind");
+    Ok(record)
+}
 /// Writes `{"kind":K, ...fields}` with `kind` first, so a person reading a line sees what it is.
 pub fn to_line_with_kind<T: RecordKind>(record: &T) -> serde_json::Result<String> {
     let body = serde_json::to_string(record)?;

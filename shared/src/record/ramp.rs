@@ -1,4 +1,4 @@
-use super::{Extra, Labels, PointKey, current_version, record_kind};
+use super::{Extra, Labels, PointKey, current_version};
 use serde::{Deserialize, Serialize};
 
 /// One level of a `loadgen --ramp`: the concurrency tried and what it gave.

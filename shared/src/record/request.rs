@@ -1,4 +1,4 @@
-use super::{Extra, Labels, current_version, record_kind};
+use super::{Extra, Labels, current_version};
 use serde::{Deserialize, Serialize};
 
 /// Which sweep point a request or summary belongs to: the load and workload parameters that

@@ -1,4 +1,4 @@
-use super::{Extra, Labels, PointKey, current_version, record_kind};
+use super::{Extra, Labels, PointKey, current_version};
 use serde::{Deserialize, Serialize};
 
 /// One load a `loadgen --find-max` search tried: a normal point (its `request` and `summary`

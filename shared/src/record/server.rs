@@ -1,4 +1,4 @@
-use super::{Extra, Labels, ServerEnv, current_version, record_kind};
+use super::{Extra, Labels, ServerEnv, current_version};
 use serde::{Deserialize, Serialize};
 
 /// A running server, written by `srv-launch` once it is ready; `loadgen` targets it and

@@ -1,4 +1,4 @@
-use super::{Extra, Labels, current_version, record_kind};
+use super::{Extra, Labels, current_version};
 use serde::{Deserialize, Serialize};
 
 /// `srv-sim --dry-run`: what srv-sim's cost model predicts for a model, hardware and layout,

@@ -1,4 +1,4 @@
-use super::{Dist, Extra, GpuStats, Labels, PointKey, ServerStats, current_version, record_kind};
+use super::{Dist, Extra, GpuStats, Labels, PointKey, ServerStats, current_version};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -520,6 +520,32 @@ pub const TABLE: &[Source] = &[
     ),
 ];
 
+/// Families engines serve that servbench knows and does not read, each with why: the vocabulary's
+/// other half, so a name an engine (or srv-sim standing in for it) serves is either a row of
+/// [`TABLE`] or here.
+pub const NOT_READ: &[(Engine, &str, &str)] = &[
+    (
+        Sglang,
+        "sglang:cache_hit_rate",
+        "a gauge over SGLang's own window; cached over prompt tokens gives the point's rate",
+    ),
+    (
+        Sglang,
+        "sglang:num_used_tokens",
+        "KV tokens held; token_usage is the same as a fraction",
+    ),
+    (
+        LlamaCpp,
+        "llamacpp:n_busy_slots_per_decode",
+        "declared a counter, but an average",
+    ),
+    (
+        LlamaCpp,
+        "llamacpp:n_tokens_max",
+        "declared a counter, but a high-water mark",
+    ),
+];
+
 /// The rows of `engine`.
 pub fn rows(engine: Engine) -> impl Iterator<Item = &'static Source> {
     TABLE.iter().filter(move |s| s.engine == engine)
@@ -586,6 +612,10 @@ mod tests {
             for r in rows(e) {
                 assert!(r.name.starts_with(e.prefix()), "{} under {e:?}", r.name);
             }
+        }
+        for (e, name, _) in NOT_READ {
+            assert!(name.starts_with(e.prefix()), "{name} under {e:?}");
+            assert!(!known(name), "{name} is both read and not read");
         }
     }
 }

@@ -561,4 +561,37 @@ mod tests {
         assert!(out.contains("x_bucket{a=\"b\",le=\"0.05\"} 3\n"), "{out}");
         assert!(out.contains("x_count{a=\"b\"} 3\n"));
     }
+
+    /// srv-sim stands in for vLLM and SGLang only as far as servbench reads it through the
+    /// shared vocabulary: a family served under an engine's name no row has would be scraped by
+    /// nobody (a renamed row, a typo), so every family it serves is a row of that engine (read,
+    /// or known and not read: `vocab::NOT_READ`), or one of its own `srv_sim:` figures (schedule
+    /// lateness, steps), which stand in for nothing.
+    #[test]
+    fn every_served_metric_is_a_row_of_the_shared_vocabulary() {
+        use servbench::telemetry::vocab::{Engine, NOT_READ, rows};
+        for (names, engine) in [
+            (MetricNames::Vllm, Engine::Vllm),
+            (MetricNames::Sglang, Engine::Sglang),
+        ] {
+            let text = render(&[Metrics::new(names), Metrics::new(names)], "m", true);
+            let served: Vec<&str> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("# TYPE "))
+                .filter_map(|l| l.split(' ').next())
+                .collect();
+            assert!(served.len() > 10, "{names:?} served only {served:?}");
+            let unread: Vec<&&str> = served
+                .iter()
+                .filter(|name| !name.starts_with("srv_sim:"))
+                .filter(|name| !rows(engine).any(|r| r.name == **name))
+                .filter(|name| !NOT_READ.iter().any(|(e, n, _)| *e == engine && n == *name))
+                .collect();
+            assert!(
+                unread.is_empty(),
+                "srv-sim --metrics-names {names:?} serves families no {engine:?} row of \
+                 shared/src/telemetry/vocab.rs (TABLE or NOT_READ) names: {unread:?}"
+            );
+        }
+    }
 }
