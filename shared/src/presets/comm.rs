@@ -13,7 +13,7 @@
 
 use super::cards::{Interconnect, LinkKind};
 use crate::jsonl::{self, Source};
-use crate::record::{CollRecord, Record};
+use crate::record::{CollBackend, CollMode, CollOp, CollRecord, Record};
 
 /// How an allreduce ran or would run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,10 +133,8 @@ pub struct MeasuredCurve {
     /// (bytes, mean µs), by size.
     points: Vec<(f64, f64)>,
     pub ranks: u32,
-    /// `tcp` or `nccl`.
-    pub backend: String,
-    /// `latency` or `pipelined`.
-    pub mode: String,
+    pub backend: CollBackend,
+    pub mode: CollMode,
 }
 
 impl MeasuredCurve {
@@ -148,7 +146,7 @@ impl MeasuredCurve {
         // left out, so no curve holds a point that is not a time.
         let all: Vec<&CollRecord> = coll
             .iter()
-            .filter(|c| c.op == "allreduce" && unusable(c).is_none())
+            .filter(|c| c.op == CollOp::Allreduce && unusable(c).is_none())
             .collect();
         let nearest = all
             .iter()
@@ -160,16 +158,15 @@ impl MeasuredCurve {
         let mut pts: Vec<&CollRecord> = all.into_iter().filter(|c| c.ranks == nearest).collect();
         // A decode step waits for each allreduce: prefer the latency mode when both are there,
         // then the backend most records have (one curve, one backend).
-        if pts.iter().any(|c| c.mode == "latency") {
-            pts.retain(|c| c.mode == "latency");
+        if pts.iter().any(|c| c.mode == CollMode::Latency) {
+            pts.retain(|c| c.mode == CollMode::Latency);
         }
-        let nccl = pts.iter().filter(|c| c.backend == "nccl").count();
-        let backend = if nccl > 0 {
-            "nccl"
+        let nccl = pts.iter().any(|c| c.backend == CollBackend::Nccl);
+        let backend = if nccl {
+            CollBackend::Nccl
         } else {
-            pts[0].backend.as_str()
-        }
-        .to_string();
+            pts[0].backend.clone()
+        };
         pts.retain(|c| c.backend == backend);
         let mode = pts[0].mode.clone();
         let mut points: Vec<(f64, f64)> = pts
@@ -260,7 +257,7 @@ impl MeasuredCurve {
 
     /// The caveat a figure from the tcp backend carries.
     pub fn tcp_caveat(&self) -> Option<&'static str> {
-        (self.backend == "tcp").then_some(
+        (self.backend == CollBackend::Tcp).then_some(
             "tcp backend: processes over TCP on this box, which says nothing about NCCL on GPUs",
         )
     }

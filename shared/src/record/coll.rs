@@ -1,4 +1,6 @@
-use super::{Dist, Extra, Labels, current_version};
+use super::{
+    CollAlgo, CollBackend, CollDtype, CollMode, CollOp, Dist, Extra, Labels, RedOp, current_version,
+};
 use serde::{Deserialize, Serialize};
 
 /// One collective at one message size, measured the way nccl-tests does.
@@ -10,20 +12,20 @@ pub struct CollRecord {
     #[serde(default)]
     pub labels: Labels,
     /// `allreduce`, `allgather`, `reduce_scatter`, `broadcast`, `alltoall`, `sendrecv`.
-    pub op: String,
+    pub op: CollOp,
     /// `tcp` or `nccl`.
-    pub backend: String,
+    pub backend: CollBackend,
     /// `ring`, `recursive_doubling`, ... (what actually ran).
-    pub algo: String,
+    pub algo: CollAlgo,
     pub ranks: u32,
     pub hosts: u32,
     /// Message size as nccl-tests counts it (the whole array for allgather/reduce-scatter).
     pub bytes: u64,
     pub count: u64,
-    pub dtype: String,
-    pub redop: String,
+    pub dtype: CollDtype,
+    pub redop: RedOp,
     /// `pipelined` (back-to-back ops) or `latency` (wait after each op).
-    pub mode: String,
+    pub mode: CollMode,
     pub time_us: Dist,
     pub algbw_gbps: f64,
     pub busbw_gbps: f64,
@@ -51,8 +53,8 @@ pub struct CollRunRecord {
     pub ts: String,
     #[serde(default)]
     pub labels: Labels,
-    pub op: String,
-    pub backend: String,
+    pub op: CollOp,
+    pub backend: CollBackend,
     pub ranks: u32,
     pub sizes: u32,
     pub avg_busbw_gbps: f64,
@@ -85,9 +87,9 @@ pub struct DecodeRecord {
     /// Hardware preset the roofline uses.
     pub hardware: String,
     /// `tcp` or `nccl`.
-    pub backend: String,
+    pub backend: CollBackend,
     /// Algorithm that ran for this message size.
-    pub algo: String,
+    pub algo: CollAlgo,
     /// Tensor-parallel degree = ranks of the allreduce.
     pub tp: u32,
     pub hosts: u32,
@@ -96,7 +98,7 @@ pub struct DecodeRecord {
     pub layers: u32,
     pub hidden: u32,
     /// Activation dtype of the allreduce.
-    pub dtype: String,
+    pub dtype: CollDtype,
     /// Bytes of one allreduce: batch x hidden x dtype size.
     pub allreduce_bytes: u64,
     /// Allreduces per decode step: 2 x layers.

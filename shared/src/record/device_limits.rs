@@ -1,4 +1,4 @@
-use super::{Dist, Extra, Labels, current_version};
+use super::{Dist, Extra, GemmBackend, Labels, current_version};
 use serde::{Deserialize, Serialize};
 
 /// `collbench limits`: the device's physical limits measured rather than read off a datasheet:
@@ -12,7 +12,7 @@ pub struct DeviceLimitsRecord {
     #[serde(default)]
     pub labels: Labels,
     /// `cpu` (this machine's memory and cores) or `cublas` (a GPU through the CUDA driver).
-    pub backend: String,
+    pub backend: GemmBackend,
     pub device: String,
     /// Hardware card whose datasheet bandwidth is set beside the measurement.
     pub hardware: String,

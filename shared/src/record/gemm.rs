@@ -1,4 +1,4 @@
-use super::{Dist, Extra, Labels, current_version};
+use super::{Dist, Extra, GemmBackend, GemmDtype, Labels, current_version};
 use serde::{Deserialize, Serialize};
 
 /// `collbench gemm`: one GEMM of a decode step (or a `--shape` given by hand), timed like
@@ -13,7 +13,7 @@ pub struct GemmRecord {
     pub labels: Labels,
     /// `cpu` (the `gemm` crate on this machine's cores: CPU figures, not a GPU's), `cublas`
     /// or `cublaslt` (FP8).
-    pub backend: String,
+    pub backend: GemmBackend,
     /// What ran it: the CPU model and threads, or the GPU's name.
     pub device: String,
     /// Model card the shape comes from (absent for `--shape`).
@@ -33,7 +33,7 @@ pub struct GemmRecord {
     /// Calls of this GEMM per decode step (layers x instances per layer).
     pub per_step: u64,
     /// Element type the GEMM ran in (`f32`, `bf16`, `fp8`).
-    pub dtype: String,
+    pub dtype: GemmDtype,
     /// The weights' type on the model card, when it differs from `dtype` (the CPU computes f32).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub card_dtype: Option<String>,

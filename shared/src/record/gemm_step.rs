@@ -1,4 +1,4 @@
-use super::{Dist, Extra, Labels, current_version};
+use super::{Dist, Extra, GemmBackend, GemmDtype, Labels, current_version};
 use serde::{Deserialize, Serialize};
 
 /// `collbench gemm` / `collbench decode --compute`: every GEMM of one decode step at one
@@ -12,13 +12,13 @@ pub struct GemmStepRecord {
     #[serde(default)]
     pub labels: Labels,
     /// `cpu`, `cublas` or `cublaslt`, as in the `gemm` records.
-    pub backend: String,
+    pub backend: GemmBackend,
     pub device: String,
     pub model: String,
     pub hardware: String,
     pub tp: u32,
     pub batch: u32,
-    pub dtype: String,
+    pub dtype: GemmDtype,
     /// GEMM calls in one step.
     pub gemms_per_step: u64,
     /// FLOPs and minimum bytes of the step's GEMMs on one GPU of the TP group.

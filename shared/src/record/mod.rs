@@ -11,10 +11,12 @@
 mod host;
 mod plausible;
 mod telemetry;
+mod values;
 
 pub use host::*;
 pub use plausible::MAX_REQUEST_TOKENS;
 pub use telemetry::*;
+pub use values::*;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-use super::{Extra, Labels, PointKey, current_version};
+use super::{Extra, Labels, PointKey, RampStop, current_version};
 use serde::{Deserialize, Serialize};
 
 /// One level of a `loadgen --ramp`: the concurrency tried and what it gave.
@@ -30,7 +30,7 @@ pub struct RampRecord {
     pub levels: Vec<RampLevel>,
     /// `error_rate`, `saturated`, `slo`, `max_concurrency` (the cap was reached), `interrupted`,
     /// `server_down` or `rank_failed` (a loadgen rank of several).
-    pub stopped_by: String,
+    pub stopped_by: RampStop,
     /// One line: why, with the figures that decided it.
     pub reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,4 +1,4 @@
-use super::{Extra, Labels, PointKey, current_version};
+use super::{Extra, Labels, PointKey, SearchStop, SearchVar, current_version};
 use serde::{Deserialize, Serialize};
 
 /// One load a `loadgen --find-max` search tried: a normal point (its `request` and `summary`
@@ -33,7 +33,7 @@ pub struct SearchRecord {
     /// The workload searched (the load field that varies is absent).
     pub point: PointKey,
     /// What varies: `rate_rps` (open loop) or `concurrency` (closed loop).
-    pub var: String,
+    pub var: SearchVar,
     /// The objectives, as `--slo` gives them (`ttft_ms=500,tpot_ms=50`).
     pub slo: String,
     /// The share of requests that must meet them (`--slo-attainment`).
@@ -51,7 +51,7 @@ pub struct SearchRecord {
     pub first_failing: Option<f64>,
     /// `converged`, `limit` (the highest load allowed still passed), `none_passed` (the lowest
     /// tried failed), `interrupted`, `server_down` or `rank_failed` (a loadgen rank of several).
-    pub stopped_by: String,
+    pub stopped_by: SearchStop,
     /// One line: the outcome with the figures.
     pub reason: String,
     #[serde(flatten)]

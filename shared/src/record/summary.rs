@@ -1,4 +1,4 @@
-use super::{Dist, Extra, GpuStats, Labels, PointKey, ServerStats, current_version};
+use super::{Api, Dist, Extra, GpuStats, Labels, PointKey, ServerStats, current_version};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -89,7 +89,7 @@ pub struct SummaryRecord {
     pub model: Option<String>,
     /// `completions` or `chat`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api: Option<String>,
+    pub api: Option<Api>,
     /// Seed of every random choice of the run (prompts, arrivals), so it can be reproduced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,

@@ -159,7 +159,7 @@ pub fn run(dc: &DecodeConfig, job: &Job) -> anyhow::Result<Exit> {
                 rec.comm_us_per_token,
                 rec.step_roofline_us,
                 rec.comm_fraction * 100.0,
-                if rec.backend == "tcp" {
+                if rec.backend == servbench::record::CollBackend::Tcp {
                     " [tcp backend: not NCCL on GPUs]"
                 } else {
                     ""

@@ -344,7 +344,7 @@ fn measured_comm(path: &str, tp: u32) -> anyhow::Result<Comm> {
     let curve = MeasuredCurve::from_records(&coll, tp, true).ok_or_else(|| {
         let mut ranks: Vec<u32> = coll
             .iter()
-            .filter(|c| c.op == "allreduce")
+            .filter(|c| c.op == servbench::record::CollOp::Allreduce)
             .map(|c| c.ranks)
             .collect();
         ranks.sort_unstable();

@@ -4,7 +4,7 @@
 
 use crate::efficiency::Roofline;
 use crate::table::{Cell, Column, Table, human};
-use servbench::record::{DeviceLimitsRecord, GemmRecord};
+use servbench::record::{DeviceLimitsRecord, GemmBackend, GemmRecord};
 
 fn col(name: &str, header: &str) -> Column {
     Column {
@@ -36,13 +36,13 @@ pub fn gemm_table(gemms: &[GemmRecord]) -> Table {
     for g in gemms {
         t.push(
             vec![
-                Cell::Text(g.backend.clone()),
+                Cell::Text(g.backend.to_string()),
                 Cell::Text(g.model.clone().unwrap_or_default()),
                 Cell::int(g.tp),
                 Cell::int(g.batch),
                 Cell::Text(g.name.clone()),
                 Cell::Text(format!("{}x{}x{}", g.m, g.n, g.k)),
-                Cell::Text(g.dtype.clone()),
+                Cell::Text(g.dtype.to_string()),
                 Cell::int(g.per_step),
                 Cell::num(Some(g.time_us.p50)),
                 Cell::num(Some(g.tflops)),
@@ -53,7 +53,7 @@ pub fn gemm_table(gemms: &[GemmRecord]) -> Table {
             0,
         );
     }
-    if gemms.iter().any(|g| g.backend == "cpu") {
+    if gemms.iter().any(|g| g.backend == GemmBackend::Cpu) {
         t.notes.push(
             "backend cpu: these GEMMs ran on this machine's cores in f32; the peaks are the hardware card's, for scale only".into(),
         );
@@ -79,7 +79,7 @@ pub fn limits_table(limits: &[DeviceLimitsRecord]) -> Table {
     for l in limits {
         t.push(
             vec![
-                Cell::Text(l.backend.clone()),
+                Cell::Text(l.backend.to_string()),
                 Cell::Text(l.device.clone()),
                 Cell::int(l.bytes),
                 Cell::num(Some(l.copy_gbps)),
@@ -99,7 +99,7 @@ pub fn limits_table(limits: &[DeviceLimitsRecord]) -> Table {
 pub fn measured_bandwidth(limits: &[DeviceLimitsRecord]) -> Option<(f64, String)> {
     limits
         .iter()
-        .filter(|l| l.backend != "cpu")
+        .filter(|l| l.backend != GemmBackend::Cpu)
         .map(|l| {
             let (gbps, how) = if l.read_gbps >= l.copy_gbps {
                 (l.read_gbps, "read kernel")

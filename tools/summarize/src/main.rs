@@ -162,7 +162,10 @@ fn main() -> ExitCode {
             };
             let coll = servbench::presets::comm::coll_records_from(path)
                 .map_err(|e| cli::usage(format!("--comm-from: {e}")))?;
-            if !coll.iter().any(|c| c.op == "allreduce") {
+            if !coll
+                .iter()
+                .any(|c| c.op == servbench::record::CollOp::Allreduce)
+            {
                 return Err(cli::usage(format!(
                     "--comm-from {path}: no allreduce records (collbench -np N --mode latency writes them)"
                 )));

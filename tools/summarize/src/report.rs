@@ -8,7 +8,7 @@ use crate::steps::PointStep;
 use crate::table::{Cell, Column, Table};
 use servbench::presets::{Hardware, StepBasis, StepParts, StepVerdict};
 use servbench::record::{
-    CollRecord, CollRunRecord, DecodeRecord, KillRecord, RampRecord, ServerRecord,
+    CollBackend, CollRecord, CollRunRecord, DecodeRecord, KillRecord, RampRecord, ServerRecord,
 };
 
 /// What a column of the points table shows.
@@ -286,13 +286,13 @@ pub fn coll_table(coll: &[CollRecord], runs: &[CollRunRecord], hw: Option<&Hardw
         prev = Some(k);
         table.push(
             vec![
-                Cell::Text(c.op.clone()),
-                Cell::Text(c.backend.clone()),
+                Cell::Text(c.op.to_string()),
+                Cell::Text(c.backend.to_string()),
                 Cell::int(c.ranks),
-                Cell::Text(c.mode.clone()),
+                Cell::Text(c.mode.to_string()),
                 Cell::int(c.bytes),
                 Cell::int(c.count),
-                Cell::Text(c.dtype.clone()),
+                Cell::Text(c.dtype.to_string()),
                 // nccl-tests reports the average time; our record's mean is that figure.
                 Cell::num(Some(c.time_us.mean)),
                 Cell::num(Some(c.algbw_gbps)),
@@ -444,7 +444,7 @@ pub fn decode_table(decode: &[DecodeRecord], steps: &[PointStep]) -> Table {
             vec![
                 Cell::Text(d.model.clone()),
                 Cell::Text(d.hardware.clone()),
-                Cell::Text(d.backend.clone()),
+                Cell::Text(d.backend.to_string()),
                 Cell::int(d.tp),
                 Cell::int(d.batch),
                 Cell::int(d.allreduce_bytes),
@@ -465,7 +465,7 @@ pub fn decode_table(decode: &[DecodeRecord], steps: &[PointStep]) -> Table {
         "statistic".into(),
         "mean allreduce time (a step pays their sum)".into(),
     ));
-    if decode.iter().any(|d| d.backend == "tcp") {
+    if decode.iter().any(|d| d.backend == CollBackend::Tcp) {
         table.notes.push(
             "the tcp backend measured these allreduces: processes over TCP on this box, which says nothing about NCCL on GPUs; run collbench decode --backend nccl on the GPU host for the real budget".into(),
         );
@@ -499,7 +499,7 @@ pub fn ramp_table(ramps: &[RampRecord]) -> Table {
                 opt_int(r.point.max_tokens),
                 Cell::int(r.levels.len()),
                 opt_int(r.levels.last().map(|l| l.concurrency)),
-                Cell::Text(r.stopped_by.clone()),
+                Cell::Text(r.stopped_by.to_string()),
                 opt_int(r.best_concurrency),
                 Cell::num(r.best_output_tok_s),
             ],

@@ -15,13 +15,13 @@ use crate::notes::TPC_ABOVE;
 use crate::points::{Keys, Point, point_name};
 use crate::table::human;
 use servbench::presets::{ComputeParts, MeasuredCurve, StepBasis, StepParts, StepVerdict};
-use servbench::record::GemmStepRecord;
+use servbench::record::{CollBackend, GemmBackend, GemmStepRecord};
 
 /// Where a point's allreduce time comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AllreduceFrom {
     /// collbench `decode` records of the same model, TP and batch, on this backend.
-    Decode(String),
+    Decode(CollBackend),
     /// A curve of `coll` records.
     Curve(MeasuredCurve),
     /// The card's topology model.
@@ -85,7 +85,7 @@ pub fn spec_tokens(p: &Point) -> Option<SpecTokens> {
 /// The GEMMs' measurement a point's budget uses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GemmFrom {
-    pub backend: String,
+    pub backend: GemmBackend,
     /// The batch they were measured at, when it is not the point's.
     pub batch: Option<u32>,
 }
@@ -211,7 +211,7 @@ fn judge_point(
         compute: gemm_step.map(|s| ComputeParts {
             gemm_ms: s.gemm_us_per_step / 1000.0,
             launch_ms: s.launch_overhead_us_per_step / 1000.0,
-            on_cpu: s.backend == "cpu",
+            on_cpu: s.backend == GemmBackend::Cpu,
         }),
     });
     Some(PointStep {
@@ -236,7 +236,7 @@ impl PointStep {
     /// Where the allreduce figure came from, in words (the tcp backend named as not NCCL).
     fn allreduce_words(&self) -> String {
         match &self.allreduce_from {
-            AllreduceFrom::Decode(b) if b == "tcp" => {
+            AllreduceFrom::Decode(CollBackend::Tcp) => {
                 "measured by collbench decode over tcp between processes, not NCCL on GPUs".into()
             }
             AllreduceFrom::Decode(b) => format!("measured by collbench decode, {b}"),
@@ -275,9 +275,9 @@ impl PointStep {
             );
         };
         let compute = v.parts.compute.as_ref();
-        let gemm_from = match (gemm.backend.as_str(), gemm.batch) {
-            ("cpu", Some(b)) => format!("measured on the CPU at batch {b}"),
-            ("cpu", None) => "measured on the CPU".to_string(),
+        let gemm_from = match (&gemm.backend, gemm.batch) {
+            (GemmBackend::Cpu, Some(b)) => format!("measured on the CPU at batch {b}"),
+            (GemmBackend::Cpu, None) => "measured on the CPU".to_string(),
             (_, Some(b)) => format!("measured at batch {b}"),
             _ => "measured".to_string(),
         };

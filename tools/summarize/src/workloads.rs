@@ -85,13 +85,13 @@ pub fn search_table(searches: &[SearchRecord]) -> Table {
     for s in searches {
         table.push(
             vec![
-                Cell::Text(s.var.clone()),
+                Cell::Text(s.var.to_string()),
                 Cell::Text(s.slo.clone()),
                 Cell::num(Some(s.slo_attainment)),
                 Cell::int(s.probes.len()),
                 Cell::num(s.max_passing),
                 Cell::num(s.first_failing),
-                Cell::Text(s.stopped_by.clone()),
+                Cell::Text(s.stopped_by.to_string()),
             ],
             0,
         );

@@ -119,7 +119,7 @@ impl<W: Write> Run<'_, W> {
             ts: now_ts(),
             labels,
             point,
-            var: var.field().to_string(),
+            var: var.field().into(),
             slo: self
                 .plan
                 .slo
@@ -131,7 +131,7 @@ impl<W: Write> Run<'_, W> {
             probes,
             max_passing,
             first_failing,
-            stopped_by,
+            stopped_by: stopped_by.into(),
             reason,
             extra: Default::default(),
         };

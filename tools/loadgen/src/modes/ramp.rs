@@ -96,7 +96,7 @@ impl<W: Write> Run<'_, W> {
             best_output_tok_s: best.map(|l| l.output_tok_s),
             min_gain: Some(rules.min_gain),
             levels,
-            stopped_by,
+            stopped_by: stopped_by.into(),
             reason,
             extra: Default::default(),
         };

@@ -372,7 +372,7 @@ impl<W: Write> Run<'_, W> {
         }
         s.client_cpu_s = Some(cpu);
         s.model = Some(self.model.clone());
-        s.api = Some(self.plan.body.api.name().to_string());
+        s.api = Some(self.plan.body.api.name().into());
         s.seed = Some(self.plan.seed);
         if let Load::Open {
             arrival,

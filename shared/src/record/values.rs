@@ -1,0 +1,269 @@
+//! The enum-valued fields of the records, typed: each is a snake_case string on the wire, as it
+//! always was, and a value this build does not know (a newer tool's, a hand-written record's)
+//! is kept as written in `Other`, so it still parses and passes through unchanged.
+//!
+//! Code compares variants (`c.op == CollOp::Allreduce`); `as_str` is the wire spelling.
+//! Comparing with a `&str` also works, for tests and one-off readers.
+
+/// Declares a wire enum: its variants with their spelling, plus `Other(String)`; `as_str`,
+/// `parse` (never fails), `Display`, `From<&str>`/`From<String>`, serde as the string, and
+/// `== "spelling"`. Extra spellings after `|` are read as the variant (old records) and never
+/// written.
+macro_rules! wire_enum {
+    ($(#[$meta:meta])* $name:ident {
+        $( $(#[$vmeta:meta])* $variant:ident = $wire:literal $(| $alias:literal)* ),+ $(,)?
+    }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone)]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant, )+
+            /// A value this build does not know, kept as written.
+            Other(String),
+        }
+
+        impl $name {
+            /// Every known value, in declaration order.
+            pub const KNOWN: &[$name] = &[$($name::$variant),+];
+
+            /// The spelling on the wire.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $( $name::$variant => $wire, )+
+                    $name::Other(s) => s,
+                }
+            }
+
+            /// The value `s` spells (`Other` when no known one does).
+            pub fn parse(s: &str) -> $name {
+                match s {
+                    $( $wire $(| $alias)* => $name::$variant, )+
+                    other => $name::Other(other.to_string()),
+                }
+            }
+        }
+
+        // Equal, hashed and ordered by the spelling, as the strings were: tables sort the same.
+        impl PartialEq for $name {
+            fn eq(&self, other: &$name) -> bool {
+                self.as_str() == other.as_str()
+            }
+        }
+
+        impl Eq for $name {}
+
+        impl std::hash::Hash for $name {
+            fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+                self.as_str().hash(h)
+            }
+        }
+
+        impl PartialOrd for $name {
+            fn partial_cmp(&self, other: &$name) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+
+        impl Ord for $name {
+            fn cmp(&self, other: &$name) -> std::cmp::Ordering {
+                self.as_str().cmp(other.as_str())
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> $name {
+                $name::parse(s)
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> $name {
+                $name::parse(&s)
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<$name, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                Ok($name::parse(&s))
+            }
+        }
+    };
+}
+
+wire_enum! {
+    /// A collective (`coll.op`, `coll_run.op`).
+    CollOp {
+        Allreduce = "allreduce",
+        Allgather = "allgather",
+        ReduceScatter = "reduce_scatter",
+        Broadcast = "broadcast",
+        Alltoall = "alltoall",
+        Sendrecv = "sendrecv",
+    }
+}
+
+wire_enum! {
+    /// What moved a collective's bytes (`coll`, `coll_run`, `decode`).
+    CollBackend {
+        Tcp = "tcp",
+        Nccl = "nccl",
+    }
+}
+
+wire_enum! {
+    /// The algorithm that ran (`coll.algo`, `decode.algo`); `nccl` where NCCL chose.
+    CollAlgo {
+        Auto = "auto",
+        Ring = "ring",
+        RecursiveDoubling = "recursive_doubling",
+        Tree = "tree",
+        Direct = "direct",
+        Pairwise = "pairwise",
+        Nccl = "nccl",
+    }
+}
+
+wire_enum! {
+    /// Element type of a collective (`coll.dtype`, `decode.dtype`).
+    CollDtype {
+        F32 = "f32",
+        F16 = "f16",
+        Bf16 = "bf16",
+    }
+}
+
+wire_enum! {
+    /// The reduction of a collective (`coll.redop`).
+    RedOp {
+        Sum = "sum",
+        Max = "max",
+        Min = "min",
+    }
+}
+
+wire_enum! {
+    /// How a collective's time was taken (`coll.mode`).
+    CollMode {
+        /// Back-to-back ops.
+        Pipelined = "pipelined",
+        /// Waiting after each op.
+        Latency = "latency",
+    }
+}
+
+wire_enum! {
+    /// What a `loadgen --find-max` varied (`search.var`).
+    SearchVar {
+        /// Open loop: requests per second.
+        RateRps = "rate_rps",
+        /// Closed loop: requests in flight.
+        Concurrency = "concurrency",
+    }
+}
+
+wire_enum! {
+    /// Why a `loadgen --find-max` ended (`search.stopped_by`).
+    SearchStop {
+        Converged = "converged",
+        /// The highest load allowed still passed.
+        Limit = "limit",
+        /// The lowest load tried failed.
+        NonePassed = "none_passed",
+        Interrupted = "interrupted",
+        ServerDown = "server_down",
+        /// A loadgen rank of several failed.
+        RankFailed = "rank_failed",
+    }
+}
+
+wire_enum! {
+    /// Which rule ended a `loadgen --ramp` (`ramp.stopped_by`).
+    RampStop {
+        ErrorRate = "error_rate",
+        Saturated = "saturated",
+        Slo = "slo",
+        /// The cap was reached.
+        MaxConcurrency = "max_concurrency",
+        Interrupted = "interrupted",
+        ServerDown = "server_down",
+        /// A loadgen rank of several failed.
+        RankFailed = "rank_failed",
+    }
+}
+
+wire_enum! {
+    /// The OpenAI API a point's requests used (`summary.api`).
+    Api {
+        Completions = "completions",
+        Chat = "chat",
+    }
+}
+
+wire_enum! {
+    /// Where GEMMs ran (`gemm`, `gemm_step`, `device_limits` `backend`).
+    GemmBackend {
+        /// This machine's cores (figures labelled as CPU).
+        Cpu = "cpu",
+        /// An NVIDIA GPU through cuBLAS.
+        Cublas = "cublas",
+        /// cuBLASLt (FP8 GEMMs).
+        Cublaslt = "cublaslt",
+    }
+}
+
+wire_enum! {
+    /// Element type of GEMMs (`gemm.dtype`, `gemm_step.dtype`; a card's `card_dtype` may be
+    /// another, kept as written).
+    GemmDtype {
+        F32 = "f32",
+        Bf16 = "bf16",
+        /// FP8 E4M3 inputs, BF16 output.
+        Fp8 = "fp8",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wire_value_reads_and_writes_as_its_spelling_and_an_unknown_one_is_kept() {
+        for op in CollOp::KNOWN {
+            let json = serde_json::to_string(op).unwrap();
+            assert_eq!(json, format!("\"{}\"", op.as_str()));
+            assert_eq!(&serde_json::from_str::<CollOp>(&json).unwrap(), op);
+        }
+        let newer: CollOp = serde_json::from_str("\"reduce\"").unwrap();
+        assert_eq!(newer, CollOp::Other("reduce".into()));
+        assert_eq!(serde_json::to_string(&newer).unwrap(), "\"reduce\"");
+        assert_eq!(CollOp::from("allreduce"), CollOp::Allreduce);
+        assert!(CollMode::Latency == "latency" && SearchStop::NonePassed == "none_passed");
+        // Ordered by spelling, as the strings were (tables keep their order).
+        assert!(CollOp::Sendrecv > CollOp::Alltoall && CollOp::Allgather < CollOp::Allreduce);
+        assert_eq!(CollOp::Other("allreduce".into()), CollOp::Allreduce);
+    }
+}
