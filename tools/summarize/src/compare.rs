@@ -8,6 +8,7 @@
 
 use crate::input::Params;
 use crate::metrics::{Better, Metric};
+use crate::param::Param;
 use crate::points::{Keys, Point, SampleKind, point_name};
 use crate::table::{Cell, Column, Table};
 use servbench::cli;
@@ -102,7 +103,7 @@ fn run_labels(points: &[Point]) -> BTreeSet<String> {
     keys.constant
         .iter()
         .map(|(k, _)| k.clone())
-        .filter(|k| !crate::points::PARAM_KEYS.contains(&k.as_str()))
+        .filter(|k| Param::parse(k).is_none())
         .collect()
 }
 
@@ -117,7 +118,8 @@ fn stripped(p: &Point, drop: &BTreeSet<String>) -> (Labels, Params) {
 /// the rest) and a note names them, rather than no row matching at all.
 fn differing_params(base: &[Point], new: &[Point]) -> Vec<(String, String, String)> {
     let (b, n) = (Keys::of(base), Keys::of(new));
-    ["in", "out", "speed"]
+    [Param::In, Param::Out, Param::Speed]
+        .map(Param::key)
         .iter()
         .filter_map(|k| {
             let value = |keys: &Keys| {
@@ -179,7 +181,7 @@ fn table_for(
     let all: Vec<Point> = pairing.pairs.iter().map(|(_, b, _)| (*b).clone()).collect();
     let keys = Keys::of(&all);
     let mut key_cols: Vec<String> = keys.varying.clone();
-    for load in ["conc", "rate"] {
+    for load in Param::LOADS.map(Param::key) {
         if all.iter().any(|p| p.key_value(load).is_some()) && !key_cols.iter().any(|k| k == load) {
             key_cols.push(load.to_string());
         }
@@ -194,12 +196,10 @@ fn table_for(
     for k in &key_cols {
         columns.push(Column {
             name: k.clone(),
-            header: match k.as_str() {
-                "conc" => "C".into(),
-                "rate" => "rate/s".into(),
-                "in" => "in tok".into(),
-                "out" => "out tok".into(),
-                other => other.into(),
+            // The comparison names the trace speed column by its key.
+            header: match Param::parse(k) {
+                Some(Param::Speed) | None => k.clone(),
+                Some(param) => param.header().into(),
             },
         });
     }
@@ -347,9 +347,9 @@ pub fn compare_sides(
         false,
     );
     for (k, b, n) in differ {
-        let what = match k.as_str() {
-            "in" => "input length (tokens)",
-            "out" => "output length (max_tokens)",
+        let what = match Param::parse(&k) {
+            Some(Param::In) => "input length (tokens)",
+            Some(Param::Out) => "output length (max_tokens)",
             _ => "trace speed",
         };
         table.notes.insert(

@@ -69,13 +69,14 @@ impl Params {
     /// differ only there.
     pub fn without(&self, keys: &std::collections::BTreeSet<String>) -> Params {
         let mut p = *self;
-        if keys.contains("in") {
+        use crate::param::Param;
+        if keys.contains(Param::In.key()) {
             p.input_len = None;
         }
-        if keys.contains("out") {
+        if keys.contains(Param::Out.key()) {
             p.max_tokens = None;
         }
-        if keys.contains("speed") {
+        if keys.contains(Param::Speed.key()) {
             p.trace_speed_bits = None;
         }
         p

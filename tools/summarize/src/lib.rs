@@ -12,6 +12,7 @@ pub mod host_notes;
 pub mod input;
 pub mod metrics;
 pub mod notes;
+pub mod param;
 pub mod plans;
 pub mod plot;
 pub mod points;

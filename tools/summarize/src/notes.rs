@@ -149,7 +149,7 @@ pub fn series_name(p: &Point, keys: &Keys) -> String {
     let varying: Vec<String> = keys
         .varying
         .iter()
-        .filter(|k| *k != "conc" && *k != "rate")
+        .filter(|k| !crate::param::is_load_key(k))
         .cloned()
         .collect();
     if varying.is_empty() {

@@ -5,6 +5,7 @@
 
 use crate::input::{Inputs, Params};
 use crate::metrics::Metric;
+use crate::param::Param;
 use servbench::record::{GpuStats, Labels, ServerStats, SummaryRecord};
 use servbench::stats::{MeanCi, PointStats, Slo};
 use std::collections::{BTreeMap, BTreeSet};
@@ -76,13 +77,9 @@ impl Point {
 
     /// The param or label value under a key name (`conc`, `rate`, `in`, `out`, or a label).
     pub fn key_value(&self, key: &str) -> Option<String> {
-        match key {
-            "conc" => self.params.concurrency.map(|c| c.to_string()),
-            "rate" => self.params.rate_rps().map(fmt_rate),
-            "in" => self.params.input_len.map(|c| c.to_string()),
-            "out" => self.params.max_tokens.map(|c| c.to_string()),
-            "speed" => self.params.trace_speed().map(fmt_rate),
-            label => self.labels.get(label).cloned(),
+        match Param::parse(key) {
+            Some(param) => param.value(&self.params),
+            None => self.labels.get(key).cloned(),
         }
     }
 
@@ -219,8 +216,6 @@ pub struct Keys {
     pub constant: Vec<(String, String)>,
 }
 
-pub const PARAM_KEYS: [&str; 5] = ["in", "out", "conc", "rate", "speed"];
-
 impl Keys {
     pub fn of(points: &[Point]) -> Keys {
         let mut label_names = BTreeSet::new();
@@ -230,7 +225,7 @@ impl Keys {
         let mut keys = Keys::default();
         let names = label_names
             .into_iter()
-            .chain(PARAM_KEYS.iter().map(|s| s.to_string()));
+            .chain(Param::ALL.iter().map(|p| p.key().to_string()));
         for name in names {
             let values: BTreeSet<Option<String>> =
                 points.iter().map(|p| p.key_value(&name)).collect();
@@ -253,13 +248,9 @@ pub fn point_name(p: &Point, varying: &[String]) -> String {
     let mut parts = Vec::new();
     for k in varying {
         if let Some(v) = p.key_value(k) {
-            parts.push(match k.as_str() {
-                "conc" => format!("C={v}"),
-                "rate" => format!("rate={v}/s"),
-                "in" => format!("in={v}"),
-                "out" => format!("out={v}"),
-                "speed" => format!("trace x{v}"),
-                _ => format!("{k}={v}"),
+            parts.push(match Param::parse(k) {
+                Some(param) => param.name_part(&v),
+                None => format!("{k}={v}"),
             });
         }
     }

@@ -3,7 +3,8 @@
 
 use crate::efficiency::{self, Roofline};
 use crate::metrics::Metric;
-use crate::points::{Keys, PARAM_KEYS, Point};
+use crate::param::{Param, is_load_key};
+use crate::points::{Keys, Point};
 use crate::steps::PointStep;
 use crate::table::{Cell, Column, Table};
 use servbench::presets::{Hardware, StepBasis, StepParts, StepVerdict};
@@ -22,7 +23,7 @@ pub enum Col {
 impl Col {
     pub fn parse(name: &str) -> Result<Col, String> {
         let name = name.trim();
-        if PARAM_KEYS.contains(&name) {
+        if Param::parse(name).is_some() {
             return Ok(Col::Key(name.to_string()));
         }
         if let Some(label) = name.strip_prefix("label:") {
@@ -37,7 +38,7 @@ impl Col {
     pub fn names() -> String {
         format!(
             "{}, label:NAME, {}",
-            PARAM_KEYS.join(", "),
+            Param::keys(),
             Metric::names_in_short()
         )
     }
@@ -46,14 +47,7 @@ impl Col {
         match self {
             Col::Key(k) => Column {
                 name: k.clone(),
-                header: match k.as_str() {
-                    "conc" => "C".to_string(),
-                    "rate" => "rate/s".to_string(),
-                    "in" => "in tok".to_string(),
-                    "out" => "out tok".to_string(),
-                    "speed" => "trace speed".to_string(),
-                    other => other.to_string(),
-                },
+                header: Param::parse(k).map_or_else(|| k.clone(), |p| p.header().to_string()),
             },
             Col::Metric(m) => Column {
                 name: m.name(),
@@ -94,7 +88,7 @@ pub fn group_keys(keys: &Keys, by: &[String]) -> Vec<String> {
     }
     keys.varying
         .iter()
-        .filter(|k| *k != "conc" && *k != "rate")
+        .filter(|k| !is_load_key(k))
         .cloned()
         .collect()
 }
@@ -161,7 +155,7 @@ pub fn points_table(
                 }
             }
             // The load is shown even when constant: it is what a row is about.
-            for load in ["conc", "rate"] {
+            for load in Param::LOADS.map(Param::key) {
                 let present = points.iter().any(|p| p.key_value(load).is_some());
                 if present && !c.contains(&Col::Key(load.to_string())) {
                     c.push(Col::Key(load.to_string()));
@@ -237,7 +231,7 @@ pub fn points_table(
 
 /// A label or parameter value: parameters are numbers (integers but the rate).
 pub fn key_cell(key: &str, value: String) -> Cell {
-    if !PARAM_KEYS.contains(&key) {
+    if Param::parse(key).is_none() {
         return Cell::Text(value);
     }
     if let Ok(i) = value.parse::<i64>() {

@@ -1,0 +1,113 @@
+//! The point parameters summarize keys points by beside their labels (`--by`, `--cols`, the
+//! tables' key columns, point names): one type, so each is spelled and shown in one place.
+
+use crate::input::Params;
+use crate::points::fmt_rate;
+
+/// A point parameter, named on the command line and in tables by [`Param::key`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Param {
+    /// Input (prompt) length, tokens.
+    In,
+    /// Output length (`max_tokens`).
+    Out,
+    /// Closed-loop concurrency: a load.
+    Conc,
+    /// Open-loop request rate: a load.
+    Rate,
+    /// Trace replay speed.
+    Speed,
+}
+
+impl Param {
+    /// Every parameter, in the order the keys are listed and checked.
+    pub const ALL: [Param; 5] = [
+        Param::In,
+        Param::Out,
+        Param::Conc,
+        Param::Rate,
+        Param::Speed,
+    ];
+
+    /// The loads: what a group's rows (and a plot's x axis) step through.
+    pub const LOADS: [Param; 2] = [Param::Conc, Param::Rate];
+
+    /// The key's name (`conc`, `rate`, `in`, `out`, `speed`).
+    pub fn key(self) -> &'static str {
+        match self {
+            Param::In => "in",
+            Param::Out => "out",
+            Param::Conc => "conc",
+            Param::Rate => "rate",
+            Param::Speed => "speed",
+        }
+    }
+
+    /// The parameter a key names; None for a label.
+    pub fn parse(key: &str) -> Option<Param> {
+        Param::ALL.into_iter().find(|p| p.key() == key)
+    }
+
+    /// A load (`conc` or `rate`).
+    pub fn is_load(self) -> bool {
+        Param::LOADS.contains(&self)
+    }
+
+    /// The key names, `in, out, conc, rate, speed`.
+    pub fn keys() -> String {
+        Param::ALL.map(Param::key).join(", ")
+    }
+
+    /// The column header.
+    pub fn header(self) -> &'static str {
+        match self {
+            Param::In => "in tok",
+            Param::Out => "out tok",
+            Param::Conc => "C",
+            Param::Rate => "rate/s",
+            Param::Speed => "trace speed",
+        }
+    }
+
+    /// The value at a point, as the tables print it.
+    pub fn value(self, params: &Params) -> Option<String> {
+        match self {
+            Param::Conc => params.concurrency.map(|c| c.to_string()),
+            Param::Rate => params.rate_rps().map(fmt_rate),
+            Param::In => params.input_len.map(|c| c.to_string()),
+            Param::Out => params.max_tokens.map(|c| c.to_string()),
+            Param::Speed => params.trace_speed().map(fmt_rate),
+        }
+    }
+
+    /// The part of a point's name it gives (`C=32`, `rate=4/s`, `in=512`, `trace x2`).
+    pub fn name_part(self, value: &str) -> String {
+        match self {
+            Param::Conc => format!("C={value}"),
+            Param::Rate => format!("rate={value}/s"),
+            Param::In => format!("in={value}"),
+            Param::Out => format!("out={value}"),
+            Param::Speed => format!("trace x{value}"),
+        }
+    }
+}
+
+/// True when `key` names a load (`conc`, `rate`).
+pub fn is_load_key(key: &str) -> bool {
+    Param::parse(key).is_some_and(Param::is_load)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_param_key_parses_back_and_a_label_is_none() {
+        for p in Param::ALL {
+            assert_eq!(Param::parse(p.key()), Some(p));
+        }
+        assert_eq!(Param::parse("engine"), None);
+        assert_eq!(Param::keys(), "in, out, conc, rate, speed");
+        assert!(is_load_key("conc") && is_load_key("rate") && !is_load_key("in"));
+    }
+}
