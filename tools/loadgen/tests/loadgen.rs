@@ -5,6 +5,7 @@
 mod server;
 
 use serde_json::Value;
+use servbench::record::{RequestRecord, TokenSource};
 use server::{Behavior, Usage};
 use std::time::Duration;
 use testkit::loadgen_ok;
@@ -179,13 +180,12 @@ fn role_only_first_chunk_is_not_the_first_token() {
         "3",
         "--max-tokens",
         "5",
-    ])
-    .values();
-    for r in of_kind(&recs, "request") {
-        let ttft = f(&r["ttft_ms"]);
+    ]);
+    for r in recs.of::<RequestRecord>() {
+        let ttft = r.ttft_ms.expect("a ttft");
         assert!(ttft >= 79.0, "role-only chunk counted: ttft {ttft}");
-        assert_eq!(r["chunks"], 5);
-        assert_eq!(r["output_tokens"], 5);
+        assert_eq!(r.chunks, 5);
+        assert_eq!(r.output_tokens, 5);
     }
 }
 
@@ -199,34 +199,34 @@ fn usage_in_the_final_chunk_moves_neither_ttft_nor_e2e() {
         },
         ..Behavior::default()
     });
-    let recs = loadgen_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "4"]).values();
-    for r in of_kind(&recs, "request") {
-        let (ttft, e2e) = (f(&r["ttft_ms"]), f(&r["e2e_ms"]));
+    let recs = loadgen_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "4"]);
+    for r in recs.of::<RequestRecord>() {
+        let (ttft, e2e) = (r.ttft_ms.expect("a ttft"), r.e2e_ms.expect("an e2e"));
         assert!((29.0..45.0).contains(&ttft), "ttft {ttft}");
         assert!(e2e < 120.0, "e2e moved by the usage chunk: {e2e}");
-        assert_eq!(r["output_tokens"], 4);
-        assert_eq!(r["output_tokens_source"], "usage");
-        assert!(r.get("output_tokens_chunks").is_none());
+        assert_eq!(r.output_tokens, 4);
+        assert_eq!(r.output_tokens_source, Some(TokenSource::Usage));
+        assert!(r.output_tokens_chunks.is_none());
     }
     // Usage on the last content chunk (llama-server) works the same.
     let srv = server::start(Behavior {
         usage: Usage::LastContent,
         ..Behavior::default()
     });
-    let recs = loadgen_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "6"]).values();
-    for r in of_kind(&recs, "request") {
-        assert_eq!(r["output_tokens"], 6);
-        assert_eq!(r["output_tokens_source"], "usage");
+    let recs = loadgen_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "6"]);
+    for r in recs.of::<RequestRecord>() {
+        assert_eq!(r.output_tokens, 6);
+        assert_eq!(r.output_tokens_source, Some(TokenSource::Usage));
     }
     // No usage at all: counted from chunks, and the record says so.
     let srv = server::start(Behavior {
         usage: Usage::None,
         ..Behavior::default()
     });
-    let recs = loadgen_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "6"]).values();
-    for r in of_kind(&recs, "request") {
-        assert_eq!(r["output_tokens"], 6);
-        assert_eq!(r["output_tokens_source"], "chunks");
+    let recs = loadgen_ok(&["--url", &srv.url(), "-n", "2", "--max-tokens", "6"]);
+    for r in recs.of::<RequestRecord>() {
+        assert_eq!(r.output_tokens, 6);
+        assert_eq!(r.output_tokens_source, Some(TokenSource::Chunks));
     }
 }
 

@@ -3,21 +3,11 @@
 //! uses); `--roofline` warns for a layout srv-sim refuses and for a model other than the
 //! records' `model` label.
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+#[path = "support/fixtures.rs"]
+mod fixtures;
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-fn summarize(args: &[&str]) -> Output {
-    Command::new(testkit::bin("summarize"))
-        .args(args)
-        .current_dir(fixtures())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run summarize")
-}
+use fixtures::summarize;
+use std::process::Output;
 
 fn text(out: &Output) -> (String, String) {
     assert!(

@@ -11,6 +11,7 @@ mod fixtures;
 use fixtures::*;
 use summarize::compare;
 use synth::TS;
+use testkit::ok;
 
 #[test]
 fn compare_flags_a_20_percent_change_and_ignores_noise() {
@@ -27,7 +28,7 @@ fn compare_flags_a_20_percent_change_and_ignores_noise() {
             assert_eq!(c.verdict, compare::Verdict::Noise, "{} {c:?}", m.name());
         }
     }
-    let text = stdout(&summarize(&[
+    let text = ok(&summarize(&[
         "--compare",
         "compare_base.jsonl",
         "compare_faster.jsonl",
@@ -37,7 +38,7 @@ fn compare_flags_a_20_percent_change_and_ignores_noise() {
     let rows: Vec<&str> = text.lines().skip(1).collect();
     assert_eq!(rows.len(), 4, "{text}");
     assert!(rows.iter().all(|r| r.contains("1.20x better")), "{text}");
-    let text = stdout(&summarize(&[
+    let text = ok(&summarize(&[
         "--compare",
         "compare_base.jsonl",
         "compare_rerun.jsonl",
@@ -51,7 +52,7 @@ fn compare_flags_a_20_percent_change_and_ignores_noise() {
 
 #[test]
 fn compare_by_label_matches_points_across_its_values() {
-    let text = stdout(&summarize(&[
+    let text = ok(&summarize(&[
         "engines.jsonl",
         "--compare-by",
         "engine=vllm",
@@ -109,7 +110,7 @@ fn compare_on_real_runs_finds_the_faster_server_and_calls_a_rerun_noise() {
     );
     let repeats = points("loadgen_repeats.jsonl");
     assert!(repeats.iter().all(|p| p.repeats.len() == 3));
-    let text = stdout(&summarize(&["loadgen_repeats.jsonl"]));
+    let text = ok(&summarize(&["loadgen_repeats.jsonl"]));
     assert!(text.contains(" ± "), "{text}");
 }
 
@@ -145,7 +146,7 @@ fn compare_shows_what_changed_in_the_servers_environment_above_the_table() {
         server("560.35.03", &["--max-num-seqs", "512", "--enforce-eager"]),
         "compare_faster.jsonl",
     );
-    let text = stdout(&summarize(&["--compare", &base, &new]));
+    let text = ok(&summarize(&["--compare", &base, &new]));
     let env_at = text.find("# environment differences").expect(&text);
     let cmp_at = text.find("# comparison").expect(&text);
     assert!(env_at < cmp_at, "{text}");
@@ -161,7 +162,7 @@ fn compare_shows_what_changed_in_the_servers_environment_above_the_table() {
         "unchanged: {env}"
     );
     // Without server records there is no such table.
-    let text = stdout(&summarize(&[
+    let text = ok(&summarize(&[
         "--compare",
         fixture("compare_base.jsonl").to_str().unwrap(),
         fixture("compare_faster.jsonl").to_str().unwrap(),

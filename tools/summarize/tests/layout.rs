@@ -6,35 +6,16 @@
 //! --input-len 32 --no-requests' scripts/tp-sweep.sh sim --model qwen3-32b -- --hardware
 //! rtx-pro-6000` (srv-launch labels each server tp=N, loadgen carries the labels on).
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
 #[path = "support/synth.rs"]
 mod synth;
 
+use fixtures::summarize;
 use serde_json::Value;
 use servbench::record::Labels;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-fn summarize(args: &[&str]) -> Output {
-    Command::new(testkit::bin("summarize"))
-        .args(args)
-        .current_dir(fixtures())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run summarize")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "summarize failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
+use testkit::ok;
 
 /// The load-points table of `--format json` output: its rows, context and notes.
 fn points_table(args: &[&str]) -> Value {

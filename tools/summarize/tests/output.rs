@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use summarize::input;
 use summarize::points::{self};
 use summarize::{Config, notes};
+use testkit::ok;
 
 /// Compares output with an expected file; `SUMMARIZE_UPDATE_EXPECTED=1` rewrites it.
 fn snapshot(name: &str, actual: &str) {
@@ -35,23 +36,23 @@ fn snapshot(name: &str, actual: &str) {
 fn markdown_and_csv_output_are_stable() {
     snapshot(
         "clean.md",
-        &stdout(&summarize(&["clean.jsonl", "--format", "md"])),
+        &ok(&summarize(&["clean.jsonl", "--format", "md"])),
     );
     snapshot(
         "throughput_falls.txt",
-        &stdout(&summarize(&["throughput_falls.jsonl"])),
+        &ok(&summarize(&["throughput_falls.jsonl"])),
     );
     snapshot(
         "repeats.csv",
-        &stdout(&summarize(&["repeats.jsonl", "--format", "csv"])),
+        &ok(&summarize(&["repeats.jsonl", "--format", "csv"])),
     );
     snapshot(
         "coll.tsv",
-        &stdout(&summarize(&["coll.jsonl", "--format", "tsv"])),
+        &ok(&summarize(&["coll.jsonl", "--format", "tsv"])),
     );
     snapshot(
         "compare.md",
-        &stdout(&summarize(&[
+        &ok(&summarize(&[
             "--compare",
             "compare_base.jsonl",
             "compare_faster.jsonl",
@@ -61,13 +62,13 @@ fn markdown_and_csv_output_are_stable() {
     );
     snapshot(
         "pipeline.json",
-        &stdout(&summarize(&["pipeline.jsonl", "--format", "json"])),
+        &ok(&summarize(&["pipeline.jsonl", "--format", "json"])),
     );
 }
 
 #[test]
 fn columns_and_groups_are_chosen_by_flags() {
-    let text = stdout(&summarize(&[
+    let text = ok(&summarize(&[
         "shorter_output_slower.jsonl",
         "--cols",
         "out,conc,tok_s,ttft_p50,e2e_p99",
@@ -98,7 +99,7 @@ fn png_and_svg_plots_are_drawn() {
             "--plot",
             path.to_str().unwrap(),
         ]);
-        stdout(&out);
+        ok(&out);
     }
     let png_bytes = std::fs::read(&png).unwrap();
     assert!(png_bytes.starts_with(b"\x89PNG\r\n\x1a\n"));
@@ -116,7 +117,7 @@ fn png_and_svg_plots_are_drawn() {
     }
     assert!(svg_text.matches("<polyline").count() >= 6);
     // A terminal chart on stdout after the tables.
-    let text = stdout(&summarize(&["saturation_knee.jsonl", "--plot", "-"]));
+    let text = ok(&summarize(&["saturation_knee.jsonl", "--plot", "-"]));
     assert!(
         text.contains("# Output throughput against load") && text.contains('█'),
         "{text}"
@@ -128,7 +129,7 @@ fn png_and_svg_plots_are_drawn() {
 #[test]
 fn unknown_kinds_are_counted_and_other_kinds_tabulated() {
     let out = summarize(&["pipeline.jsonl"]);
-    let text = stdout(&out);
+    let text = ok(&out);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("ignored 1 record(s)") && err.contains("1 mystery"),
@@ -157,7 +158,7 @@ fn a_newer_schema_it_cannot_read_is_counted_by_kind_and_version() {
         err.contains("ignored 1 record(s)") && err.contains("1 summary v2"),
         "{err}"
     );
-    assert!(stdout(&out).contains("# load points"));
+    assert!(ok(&out).contains("# load points"));
 }
 
 #[test]
@@ -183,7 +184,7 @@ fn reads_stdin_and_files_together() {
         stdin.write_all(data.as_bytes()).unwrap();
     });
     let out = child.wait_with_output().unwrap();
-    let text = stdout(&out);
+    let text = ok(&out);
     // Each host's points apart: 8 rows plus the header.
     assert_eq!(text.lines().count(), 9, "{text}");
     assert!(text.contains("host-a") && text.contains("host-b"));
@@ -226,13 +227,13 @@ fn library_run_writes_the_same_tables_as_the_binary() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8(out).unwrap(), stdout(&bin));
+    assert_eq!(String::from_utf8(out).unwrap(), ok(&bin));
 }
 
 #[test]
 fn lookalike_points_from_different_inputs_are_merged_with_a_warning() {
     let out = summarize(&["throughput_falls.jsonl", "shorter_output_slower.jsonl"]);
-    stdout(&out);
+    ok(&out);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("1 point(s) appear with the same labels in several inputs"),
@@ -240,13 +241,13 @@ fn lookalike_points_from_different_inputs_are_merged_with_a_warning() {
     );
     // Host files differ by their host label: merged on purpose, no warning.
     let out = summarize(&["host_a.jsonl", "host_b.jsonl"]);
-    stdout(&out);
+    ok(&out);
     assert!(!String::from_utf8_lossy(&out.stderr).contains("same labels"));
 }
 
 #[test]
 fn open_loop_rate_sweeps_are_tabulated_by_rate() {
-    let text = stdout(&summarize(&["rate_sweep.jsonl", "--format", "csv"]));
+    let text = ok(&summarize(&["rate_sweep.jsonl", "--format", "csv"]));
     let header = text.lines().next().unwrap();
     assert!(
         header.starts_with("engine,model,in,out,rate,req_s,tok_s"),
@@ -261,7 +262,7 @@ fn open_loop_rate_sweeps_are_tabulated_by_rate() {
 
 #[test]
 fn by_groups_rows_into_blocks() {
-    let text = stdout(&summarize(&[
+    let text = ok(&summarize(&[
         "engines.jsonl",
         "--by",
         "engine",

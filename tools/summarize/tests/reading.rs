@@ -3,30 +3,12 @@
 //! error, srv-sim's dry runs side by side, and tables that fit 120 columns with `--roofline` or
 //! `--compare` (`--wide` for all).
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+#[path = "support/fixtures.rs"]
+mod fixtures;
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-fn summarize(args: &[&str]) -> Output {
-    Command::new(testkit::bin("summarize"))
-        .args(args)
-        .current_dir(fixtures())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run summarize")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "summarize failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
+use fixtures::{fixtures, summarize};
+use std::process::Stdio;
+use testkit::ok;
 
 /// The column under `header` of the first table holding it, one cell per row.
 fn column(text: &str, header: &str) -> Vec<String> {

@@ -5,10 +5,11 @@
 mod fixtures;
 
 use fixtures::*;
+use testkit::ok;
 
 #[test]
 fn real_launch_and_kill_records_become_status_tables() {
-    let text = stdout(&summarize(&["launch_kill.jsonl"]));
+    let text = ok(&summarize(&["launch_kill.jsonl"]));
     assert!(
         text.contains("# servers") && text.contains("llama-3.1-8b"),
         "{text}"
@@ -22,7 +23,7 @@ fn real_launch_and_kill_records_become_status_tables() {
 /// llama-3.1-8b --tp 2 --batch 1,8,32 --hardware h100` (coll branch 449913d).
 #[test]
 fn real_collbench_records_become_the_collectives_and_decode_tables() {
-    let text = stdout(&summarize(&["collbench_tcp.jsonl", "--hardware", "h100"]));
+    let text = ok(&summarize(&["collbench_tcp.jsonl", "--hardware", "h100"]));
     assert!(
         text.contains("# collectives: link=NVLink 4 via NVSwitch (HGX 8-GPU): nvswitch 370 GB/s"),
         "{text}"
@@ -34,7 +35,7 @@ fn real_collbench_records_become_the_collectives_and_decode_tables() {
     );
     assert!(text.contains("every result checked OK"), "{text}");
     let out = summarize(&["collbench_decode.jsonl"]);
-    let text = stdout(&out);
+    let text = ok(&out);
     assert!(text.contains("# decode allreduce budget"), "{text}");
     assert_eq!(text.matches("note: batch ").count(), 3, "{text}");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("ignored"));
@@ -45,7 +46,7 @@ fn real_collbench_records_become_the_collectives_and_decode_tables() {
 #[test]
 fn a_real_ramp_shows_its_levels_its_outcome_and_the_knee() {
     let out = summarize(&["loadgen_ramp.jsonl"]);
-    let text = stdout(&out);
+    let text = ok(&out);
     assert!(
         text.contains("# ramps") && text.contains("saturated"),
         "{text}"

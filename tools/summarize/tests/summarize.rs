@@ -18,6 +18,7 @@ use summarize::input;
 use summarize::points::{self, Point};
 use summarize::{notes, server_notes};
 use synth::{TS, coll_lines};
+use testkit::ok;
 #[test]
 fn statistics_from_requests_equal_the_summaries_the_shared_code_wrote() {
     statistics_from_requests_equal_the_summaries_in("clean.jsonl");
@@ -30,7 +31,7 @@ fn statistics_from_requests_equal_the_summaries_the_shared_code_wrote() {
 #[test]
 fn statistics_from_loadgen_requests_equal_loadgens_summaries() {
     statistics_from_requests_equal_the_summaries_in("loadgen_sim.jsonl");
-    let text = stdout(&summarize(&[
+    let text = ok(&summarize(&[
         "loadgen_sim.jsonl",
         "--roofline",
         "llama-3.1-8b@h100",
@@ -131,7 +132,7 @@ fn repeats_give_a_mean_and_a_confidence_interval() {
         let hw = f.half_width.expect("three repeats have an interval");
         assert!(hw > 0.0 && hw < f.mean * 0.1, "{hw} of {}", f.mean);
     }
-    let text = stdout(&summarize(&["repeats.jsonl"]));
+    let text = ok(&summarize(&["repeats.jsonl"]));
     assert!(text.contains("(mean ± 95% CI over repeats)"), "{text}");
     assert!(text.contains("repeats=3"), "{text}");
     assert!(text.contains(" ± "), "{text}");
@@ -163,12 +164,12 @@ fn each_note_fires_on_its_fixture_and_stays_silent_on_a_clean_run() {
 fn the_servers_view_gets_columns_and_no_note_when_healthy() {
     let ps = points("clean_server.jsonl");
     assert_eq!(notes::all(&ps), Vec::<String>::new(), "a healthy server");
-    let text = stdout(&summarize(&["clean_server.jsonl"]));
+    let text = ok(&summarize(&["clean_server.jsonl"]));
     for header in ["KV max %", "preempt", "spec accept", "GPU util %"] {
         assert!(text.contains(header), "{header} missing:\n{text}");
     }
     // No server figures, no server columns.
-    let text = stdout(&summarize(&["clean.jsonl"]));
+    let text = ok(&summarize(&["clean.jsonl"]));
     assert!(!text.contains("KV max"), "{text}");
 }
 
@@ -218,7 +219,7 @@ fn single_stream_far_below_the_roofline_is_noted_and_a_healthy_one_is_not() {
     assert_eq!(fired.len(), 1, "{fired:?}");
     assert!(fired[0].contains("C=1") && fired[0].contains("llama-3.1-8b on h200"));
     assert!(efficiency::single_stream_note(&points("clean.jsonl"), &roof).is_empty());
-    let text = stdout(&summarize(&[
+    let text = ok(&summarize(&[
         "single_stream_slow.jsonl",
         "--roofline",
         "llama-3.1-8b@h200",
@@ -231,7 +232,7 @@ fn single_stream_far_below_the_roofline_is_noted_and_a_healthy_one_is_not() {
 
 #[test]
 fn decode_budget_puts_allreduce_time_beside_tpot() {
-    let out = stdout(&summarize(&[
+    let out = ok(&summarize(&[
         "coll.jsonl",
         "clean.jsonl",
         "--roofline",

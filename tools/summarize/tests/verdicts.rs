@@ -9,7 +9,7 @@
 //! (tcp allreduces, CPU GEMMs: the reproduction, `tests/fixtures/record-real.sh`).
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use testkit::ok;
 
 fn fixture(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -17,23 +17,6 @@ fn fixture(name: &str) -> String {
         .join(name)
         .to_string_lossy()
         .into_owned()
-}
-
-fn summarize(args: &[&str]) -> Output {
-    Command::new(testkit::bin("summarize"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run summarize")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "summarize failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
 }
 
 /// The reproduction, run as a user types it: srv-sim modelling Kimi-K2 NVFP4 at TP8 on
@@ -71,12 +54,10 @@ fn the_kimi_95_ms_reproduction_gives_one_verdict_in_the_note_and_the_table() {
     let dir = tempfile::tempdir().unwrap();
     let run = run95(dir.path());
     let step = fixture("kimi_step_cpu.jsonl");
-    let text = ok(&summarize(&[
-        &run,
-        &step,
-        "--roofline",
-        "kimi-k2-nvfp4@rtx-pro-6000",
-    ]));
+    let text = ok(&testkit::run(
+        "summarize",
+        &[&run, &step, "--roofline", "kimi-k2-nvfp4@rtx-pro-6000"],
+    ));
     let note = after(&text, "per step at batch 1: ");
     let note_verdict = &note[note.find(" TPOT: ").expect(note) + " TPOT: ".len()..];
     let table_verdict = after(&text, "judged at C=1: ");
@@ -109,11 +90,10 @@ fn the_kimi_95_ms_reproduction_gives_one_verdict_in_the_note_and_the_table() {
 #[test]
 fn without_a_run_the_decode_table_judges_the_modelled_step_and_says_so() {
     let step = fixture("kimi_step_cpu.jsonl");
-    let text = ok(&summarize(&[
-        &step,
-        "--roofline",
-        "kimi-k2-nvfp4@rtx-pro-6000",
-    ]));
+    let text = ok(&testkit::run(
+        "summarize",
+        &[&step, "--roofline", "kimi-k2-nvfp4@rtx-pro-6000"],
+    ));
     let verdict = after(&text, "batch 1: allreduce ");
     assert!(
         verdict.contains("ms modelled step (roofline; no run measured this batch)"),
@@ -148,12 +128,15 @@ fn parts_that_fit_the_step_are_counted_and_leave_a_rest() {
         String::from_utf8_lossy(&out.stderr)
     );
     let d = dir.path().display().to_string();
-    let text = ok(&summarize(&[
-        &format!("{d}/run.jsonl"),
-        &format!("{d}/step.jsonl"),
-        "--roofline",
-        &format!("{card}@h100"),
-    ]));
+    let text = ok(&testkit::run(
+        "summarize",
+        &[
+            &format!("{d}/run.jsonl"),
+            &format!("{d}/step.jsonl"),
+            "--roofline",
+            &format!("{card}@h100"),
+        ],
+    ));
     let note = after(&text, "per step at batch 1: ");
     assert!(note.contains("the rest "), "{note}");
     assert!(!note.contains("not counted"), "{note}");

@@ -9,10 +9,13 @@ use std::path::PathBuf;
 use summarize::input;
 use summarize::points::{self, Point};
 
+/// The fixtures directory.
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
+    fixtures().join(name)
 }
 
 pub fn read(name: &str) -> String {
@@ -51,8 +54,5 @@ pub fn summaries_in(name: &str) -> Vec<SummaryRecord> {
 
 /// summarize in the fixtures directory (fixture names are relative paths), no stdin.
 pub fn summarize(args: &[&str]) -> testkit::Run {
-    testkit::run_in(&fixture(""), "summarize", args)
+    testkit::run_in(&fixtures(), "summarize", args)
 }
-
-/// Stdout of a run that must have succeeded.
-pub use testkit::ok as stdout;
