@@ -17,6 +17,7 @@
 //! - [`telemetry`]: the server's `/metrics` and its GPUs over a point, in one vocabulary;
 //! - [`host`]: the box itself: its tunables, GPUs and topology, and the pre-flight verdict;
 //! - [`interrupt`]: Ctrl-C/SIGTERM in a pipeline: the first drains the input, a second leaves.
+//! - [`load`]: the load a workload applies (arrival processes, conversation turns, think times).
 //!
 //! Modules use each other one way only (no circle): `files` uses none; `jsonl` uses `record`,
 //! `files`, `diag` and `interrupt`; `interrupt` uses `diag`; `stats` uses `record`; `presets`
@@ -34,6 +35,7 @@ pub mod host;
 pub mod interrupt;
 pub mod jsonl;
 pub mod kill;
+pub mod load;
 pub mod presets;
 pub mod procs;
 pub mod ranks;

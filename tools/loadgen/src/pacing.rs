@@ -4,52 +4,7 @@
 //! yielding until the deadline, so sends do not inherit the timer's millisecond rounding, the
 //! way AIPerf silently under-delivered rates.)
 
-use rand::Rng;
-use rand_distr::{Distribution, Exp1, Gamma};
-
-/// Open-loop inter-arrival process.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Arrival {
-    Poisson,
-    Constant,
-    /// Gamma-distributed gaps with this shape (1 = Poisson; below 1 burstier, above smoother).
-    Gamma(f64),
-}
-
-impl Arrival {
-    pub fn parse(s: &str) -> Result<Arrival, String> {
-        match s.trim() {
-            "poisson" => Ok(Arrival::Poisson),
-            "constant" => Ok(Arrival::Constant),
-            other => match other
-                .strip_prefix("gamma:")
-                .map(|k| k.trim().parse::<f64>())
-            {
-                Some(Ok(k)) if k.is_finite() && k > 0.0 => Ok(Arrival::Gamma(k)),
-                _ => Err(format!(
-                    "arrival '{s}': use poisson, constant or gamma:SHAPE (SHAPE > 0, e.g. gamma:0.5)"
-                )),
-            },
-        }
-    }
-
-    pub fn name(&self) -> String {
-        match self {
-            Arrival::Poisson => "poisson".into(),
-            Arrival::Constant => "constant".into(),
-            Arrival::Gamma(k) => format!("gamma:{k}"),
-        }
-    }
-
-    /// One gap in units of the mean gap (mean 1): what [`next_send`] scales by the rate.
-    pub fn draw(&self, rng: &mut impl Rng) -> f64 {
-        match *self {
-            Arrival::Constant => 1.0,
-            Arrival::Poisson => Exp1.sample(rng),
-            Arrival::Gamma(k) => Gamma::new(k, 1.0 / k).map_or(1.0, |g| g.sample(rng)),
-        }
-    }
-}
+pub use servbench::load::Arrival;
 
 /// The load of one sweep point.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -105,7 +60,6 @@ pub fn next_send(load: &Load, prev_s: Option<f64>, draw: f64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
 
     #[test]
     fn next_send_table() {
@@ -148,28 +102,5 @@ mod tests {
                 _ => assert_eq!(got, *want, "{load:?} {prev:?}"),
             }
         }
-    }
-
-    #[test]
-    fn draws_have_unit_mean() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
-        for arrival in [
-            Arrival::Poisson,
-            Arrival::Constant,
-            Arrival::Gamma(0.5),
-            Arrival::Gamma(4.0),
-        ] {
-            let n = 200_000;
-            let mean = (0..n).map(|_| arrival.draw(&mut rng)).sum::<f64>() / f64::from(n);
-            assert!((mean - 1.0).abs() < 0.02, "{arrival:?}: mean {mean}");
-        }
-    }
-
-    #[test]
-    fn arrivals_parse() {
-        assert_eq!(Arrival::parse("poisson").unwrap(), Arrival::Poisson);
-        assert_eq!(Arrival::parse("gamma:0.5").unwrap(), Arrival::Gamma(0.5));
-        assert!(Arrival::parse("gamma:-1").is_err());
-        assert!(Arrival::parse("burst").is_err());
     }
 }

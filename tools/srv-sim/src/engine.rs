@@ -15,6 +15,7 @@
 //! - [`Timing::Fixed`]: each request has its own schedule, first chunk at arrival + TTFT, then one
 //!   chunk every ITL; with ITL 0 every token is available at once.
 
+use crate::clock::{Clock, WallClock, wait_until};
 use crate::metrics::{MetricNames, Metrics};
 pub use crate::progress::Progress;
 use crate::selfreport::{EngineReport, StepCounts};
@@ -23,7 +24,7 @@ use servbench::presets::StepWork;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -154,19 +155,19 @@ impl Engine {
                 max_step_tokens,
                 kv_cache_tokens,
                 spec,
-            } => StepLoop {
-                rx,
-                metrics: m,
-                cost,
-                max_step_tokens,
-                kv_cache_tokens,
-                spec,
-                max_running: config.max_running.map_or(usize::MAX, |n| n as usize),
-                waiting: VecDeque::new(),
-                running: Vec::new(),
-                rng: config.seed,
-                report: config.report,
-            }
+            } => StepLoop::new(
+                WallClock { rx },
+                m,
+                ModelledConfig {
+                    cost,
+                    max_step_tokens,
+                    kv_cache_tokens,
+                    spec,
+                    max_running: config.max_running,
+                    seed: config.seed,
+                    report: config.report,
+                },
+            )
             .run(),
         }
     }
@@ -258,36 +259,6 @@ const FIXED_SPIN: Duration = Duration::from_micros(300);
 /// Spinning only while few requests run: with many, deadlines are so close together that the
 /// engine would spin without pause and starve the HTTP thread it feeds.
 const FIXED_SPIN_MAX_RUNNING: usize = 8;
-
-/// Waits until `deadline`, queueing requests that arrive meanwhile; the last `spin` of the wait
-/// is spent polling instead of sleeping. False when the server is gone.
-fn wait_until(
-    rx: &Receiver<Submit>,
-    deadline: Instant,
-    spin: Duration,
-    inbox: &mut VecDeque<Submit>,
-) -> bool {
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return true;
-        }
-        let left = deadline - now;
-        if left <= spin {
-            match rx.try_recv() {
-                Ok(s) => inbox.push_back(s),
-                Err(std::sync::mpsc::TryRecvError::Empty) => std::hint::spin_loop(),
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => return false,
-            }
-            continue;
-        }
-        match rx.recv_timeout(left - spin) {
-            Ok(s) => inbox.push_back(s),
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return false,
-        }
-    }
-}
 
 struct FixedLoop {
     rx: Receiver<Submit>,
@@ -427,8 +398,27 @@ impl Running {
     }
 }
 
-struct StepLoop {
-    rx: Receiver<Submit>,
+/// The modelled engine's settings (what [`Timing::Modelled`] holds, with the running limit and
+/// the seed of the speculative draws), for a step loop on any [`Clock`].
+pub struct ModelledConfig {
+    pub cost: Box<dyn CostModel>,
+    pub max_step_tokens: u32,
+    pub kv_cache_tokens: u64,
+    pub spec: Option<Spec>,
+    pub max_running: Option<u32>,
+    pub seed: u64,
+    /// What the engine reports about itself (`--enable-*` flags; `--predict` reports nothing).
+    pub report: EngineReport,
+}
+
+/// The modelled engine on `clock`: the server's runs on the wall clock on its own thread;
+/// `--predict` runs it on a virtual clock, until its load is over.
+pub fn run_modelled<C: Clock>(clock: C, metrics: Arc<Mutex<Metrics>>, config: ModelledConfig) {
+    StepLoop::new(clock, metrics, config).run()
+}
+
+struct StepLoop<C: Clock> {
+    clock: C,
     metrics: Arc<Mutex<Metrics>>,
     cost: Box<dyn CostModel>,
     max_step_tokens: u32,
@@ -450,21 +440,36 @@ enum Work {
     Decode(u32),
 }
 
-impl StepLoop {
+impl<C: Clock> StepLoop<C> {
+    fn new(clock: C, metrics: Arc<Mutex<Metrics>>, c: ModelledConfig) -> StepLoop<C> {
+        StepLoop {
+            clock,
+            metrics,
+            cost: c.cost,
+            max_step_tokens: c.max_step_tokens,
+            kv_cache_tokens: c.kv_cache_tokens,
+            spec: c.spec,
+            max_running: c.max_running.map_or(usize::MAX, |n| n as usize),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            rng: c.seed,
+            report: c.report,
+        }
+    }
+
     fn run(mut self) {
         let mut step_start: Option<Instant> = None;
         let mut inbox = VecDeque::new();
         loop {
             if self.running.is_empty() && self.waiting.is_empty() && inbox.is_empty() {
                 // Idle: the next step starts when work arrives.
-                match self.rx.recv() {
-                    Ok(s) => inbox.push_back(s),
-                    Err(_) => return,
+                if !self.clock.wait_for_work(&mut inbox) {
+                    return;
                 }
                 step_start = None;
             }
-            inbox.extend(self.rx.try_iter());
-            let start = step_start.unwrap_or_else(Instant::now);
+            self.clock.poll(&mut inbox);
+            let start = step_start.unwrap_or_else(|| self.clock.now());
             let metrics = self.metrics.clone();
             {
                 let mut m = metrics.lock().unwrap_or_else(|e| e.into_inner());
@@ -487,10 +492,10 @@ impl StepLoop {
             }
             let step = self.cost.step_time(&shape);
             let deadline = start + step;
-            if !wait_until(&self.rx, deadline, Duration::ZERO, &mut inbox) {
+            if !self.clock.wait_until(deadline, &mut inbox) {
                 return;
             }
-            let now = Instant::now();
+            let now = self.clock.now();
             let mut m = metrics.lock().unwrap_or_else(|e| e.into_inner());
             m.late(secs(now.saturating_duration_since(deadline)));
             self.apply(&plan, now, &mut m);

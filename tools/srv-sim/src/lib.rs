@@ -10,10 +10,12 @@
 //! [`metrics`] (Prometheus text), [`prefix`] (the prefix cache), [`http`] (the server).
 
 pub mod api;
+pub mod clock;
 pub mod cost;
 pub mod engine;
 pub mod http;
 pub mod metrics;
+pub mod predict;
 pub mod prefix;
 pub mod progress;
 pub mod selfreport;
@@ -147,6 +149,8 @@ pub struct Config {
     pub faults: Faults,
     #[command(flatten)]
     pub self_report: selfreport::SelfReport,
+    #[command(flatten)]
+    pub predict: predict::PredictArgs,
     /// Turn prefix caching off (vLLM's spelling; on by default, as in vLLM)
     #[arg(long)]
     pub no_enable_prefix_caching: bool,
@@ -297,6 +301,64 @@ impl Config {
         })
     }
 
+    /// The KV-cache budget in tokens: --kv-cache-tokens, else what fits beside the weights
+    /// (fixed-latency mode: none unless given).
+    fn kv_budget(&self, roofline: &Roofline) -> anyhow::Result<Option<u64>> {
+        if self.fixed_latency() {
+            return Ok(self.kv_cache_tokens);
+        }
+        Ok(Some(match self.kv_cache_tokens {
+            Some(n) => n,
+            None => roofline.kv_capacity_tokens().ok_or_else(|| {
+                let why = roofline.fit_problem(self.max_model_len).unwrap_or_default();
+                cli::usage(format!("{why}; or give --kv-cache-tokens"))
+            })?,
+        }))
+    }
+
+    /// The engine `--predict` runs: the server's modelled engine, one replica.
+    fn predict_engine(&self, roofline: Roofline) -> anyhow::Result<predict::Engine> {
+        if self.fixed_latency() {
+            return Err(cli::usage(
+                "--predict runs the modelled engine: drop --ttft/--itl (fixed latencies need no prediction)",
+            ));
+        }
+        if self.replicas() > 1 {
+            return Err(cli::usage(
+                "--predict models one engine replica: drop --gpus (data-parallel replicas are not predicted)",
+            ));
+        }
+        if self.faults.fail_rate > 0.0
+            || self.faults.reset_rate > 0.0
+            || self.faults.crash_after.is_some()
+            || self.faults.stall_after.is_some()
+            || self.faults.engine_panic_after.is_some()
+        {
+            return Err(cli::usage(
+                "--predict does not model injected faults: drop --fail-rate, --reset-rate, --crash-after, --stall-after and --engine-panic-after",
+            ));
+        }
+        let kv_cache_tokens = self.kv_budget(&roofline)?.unwrap_or(u64::MAX);
+        Ok(predict::Engine {
+            model_name: self
+                .served_model_name
+                .clone()
+                .unwrap_or_else(|| roofline.dep.model.name.clone()),
+            roofline,
+            max_step_tokens: self.max_prefill_tokens,
+            kv_cache_tokens,
+            max_running: self.max_running(),
+            spec: (self.spec_tokens > 0).then_some(Spec {
+                tokens: self.spec_tokens,
+                accept: self.spec_accept,
+            }),
+            seed: self.seed,
+            max_model_len: self.max_model_len,
+            prefix_caching: !self.no_enable_prefix_caching,
+            labels: self.labels.iter().cloned().collect(),
+        })
+    }
+
     fn replicas(&self) -> u32 {
         self.gpus.map_or(1, |g| g / (self.tp * self.pp))
     }
@@ -400,6 +462,9 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
         out.emit(&plan)?;
         return Ok(Exit::Ok);
     }
+    if config.predict.predict {
+        return predict::run(&config.predict, config.predict_engine(roofline)?);
+    }
 
     if config.realtime {
         // Before any thread starts: the engine and runtime threads inherit the policy.
@@ -421,19 +486,7 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
         tokens: config.spec_tokens,
         accept: config.spec_accept,
     });
-    let kv_cache_tokens = if config.fixed_latency() {
-        config.kv_cache_tokens
-    } else {
-        Some(match config.kv_cache_tokens {
-            Some(n) => n,
-            None => roofline.kv_capacity_tokens().ok_or_else(|| {
-                let why = roofline
-                    .fit_problem(config.max_model_len)
-                    .unwrap_or_default();
-                cli::usage(format!("{why}; or give --kv-cache-tokens"))
-            })?,
-        })
-    };
+    let kv_cache_tokens = config.kv_budget(&roofline)?;
     let engines: Vec<Engine> = (0..config.replicas())
         .map(|replica| {
             let timing = if config.fixed_latency() {

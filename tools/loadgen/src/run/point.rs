@@ -143,8 +143,10 @@ impl<W: Write> Run<'_, W> {
             return Budget::Time(d);
         }
         Budget::Requests(asked.requests.unwrap_or(match *load {
-            Load::Closed { concurrency } => (u64::from(concurrency) * 4).max(100),
-            Load::Open { rate_rps, .. } => ((rate_rps * 10.0).ceil() as u64).max(10),
+            Load::Closed { concurrency } => {
+                servbench::load::default_closed_requests(concurrency, false)
+            }
+            Load::Open { rate_rps, .. } => servbench::load::default_open_requests(rate_rps),
             Load::Trace { .. } => unreachable!("a trace's budget is its rows"),
         }))
     }

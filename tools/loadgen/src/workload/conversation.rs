@@ -14,119 +14,14 @@ use super::{Asked, Budget, Session, Task, Unit, Workload};
 use crate::client::body::Bodies;
 use crate::pacing::Load;
 use crate::run::inflight::{Finished, InFlight, Slot, deliver, execute};
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// `--turns`: turns per conversation.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Turns {
-    Fixed(u32),
-    /// Drawn uniformly from `lo..=hi` for each session.
-    Range(u32, u32),
-    /// A file's conversations with all their turns.
-    All,
-}
-
-impl Turns {
-    /// `3`, `2..6` or `all`.
-    pub fn parse(s: &str) -> Result<Turns, String> {
-        let s = s.trim();
-        if s == "all" {
-            return Ok(Turns::All);
-        }
-        let num = |x: &str| -> Result<u32, String> {
-            match x.trim().parse::<u32>() {
-                Ok(n) if n >= 1 => Ok(n),
-                _ => Err(format!(
-                    "'{s}': turns are a count of at least 1 (3), a range (2..6) or all"
-                )),
-            }
-        };
-        match s.split_once("..") {
-            Some((a, b)) => {
-                let (lo, hi) = (num(a)?, num(b)?);
-                if hi < lo {
-                    return Err(format!("'{s}': the range must go up, e.g. 2..6"));
-                }
-                Ok(Turns::Range(lo, hi))
-            }
-            None => Ok(Turns::Fixed(num(s)?)),
-        }
-    }
-
-    pub fn text(&self) -> String {
-        match *self {
-            Turns::Fixed(n) => n.to_string(),
-            Turns::Range(a, b) => format!("{a}..{b}"),
-            Turns::All => "all".into(),
-        }
-    }
-
-    /// The most turns a session can have (`None`: as many as a file's conversation has).
-    pub fn most(&self) -> Option<u32> {
-        match *self {
-            Turns::Fixed(n) | Turns::Range(_, n) => Some(n),
-            Turns::All => None,
-        }
-    }
-
-    /// Turns of one session, given the conversation's own count where it has one.
-    fn draw(&self, rng: &mut impl Rng, own: Option<u32>) -> u32 {
-        let n = match *self {
-            Turns::Fixed(n) => n,
-            Turns::Range(a, b) => rng.random_range(a..=b),
-            Turns::All => own.unwrap_or(1),
-        };
-        own.map_or(n, |o| n.min(o)).max(1)
-    }
-}
-
-/// `--think-time`: the pause between a reply's end and the next turn.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Think {
-    pub lo: Duration,
-    pub hi: Duration,
-}
-
-impl Think {
-    /// `2s`, or `500ms..3s` (uniform).
-    pub fn parse(s: &str) -> Result<Think, String> {
-        let d = servbench::cli::parse_duration;
-        match s.split_once("..") {
-            Some((a, b)) => {
-                let (lo, hi) = (d(a)?, d(b)?);
-                if hi < lo {
-                    return Err(format!("'{s}': the range must go up, e.g. 500ms..3s"));
-                }
-                Ok(Think { lo, hi })
-            }
-            None => {
-                let t = d(s)?;
-                Ok(Think { lo: t, hi: t })
-            }
-        }
-    }
-
-    pub fn text(&self) -> String {
-        let show = |d: Duration| humantime::format_duration(d).to_string();
-        if self.lo == self.hi {
-            show(self.lo)
-        } else {
-            format!("{}..{}", show(self.lo), show(self.hi))
-        }
-    }
-
-    pub fn draw(&self, rng: &mut impl Rng) -> Duration {
-        if self.hi <= self.lo {
-            return self.lo;
-        }
-        Duration::from_secs_f64(rng.random_range(self.lo.as_secs_f64()..=self.hi.as_secs_f64()))
-    }
-}
+pub use servbench::load::{Think, Turns};
 
 /// Where the user messages come from.
 #[derive(Clone)]
@@ -165,8 +60,10 @@ impl Workload for Sessions {
             return None;
         }
         Some(Budget::Requests(asked.requests.unwrap_or(match *load {
-            Load::Closed { concurrency } => (u64::from(concurrency) * 2).max(16),
-            Load::Open { rate_rps, .. } => ((rate_rps * 10.0).ceil() as u64).max(10),
+            Load::Closed { concurrency } => {
+                servbench::load::default_closed_requests(concurrency, true)
+            }
+            Load::Open { rate_rps, .. } => servbench::load::default_open_requests(rate_rps),
             Load::Trace { .. } => 0,
         })))
     }
@@ -343,38 +240,6 @@ async fn session(shared: Arc<InFlight>, c: Conversation, mut slot: Slot) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn turns_and_think_times_parse() {
-        assert_eq!(Turns::parse("3").unwrap(), Turns::Fixed(3));
-        assert_eq!(Turns::parse("2..6").unwrap(), Turns::Range(2, 6));
-        assert_eq!(Turns::parse("all").unwrap(), Turns::All);
-        for bad in ["0", "6..2", "x", "1..0"] {
-            assert!(Turns::parse(bad).is_err(), "{bad}");
-        }
-        assert_eq!(Turns::Range(2, 6).text(), "2..6");
-        let t = Think::parse("500ms..2s").unwrap();
-        assert_eq!(
-            (t.lo, t.hi),
-            (Duration::from_millis(500), Duration::from_secs(2))
-        );
-        assert_eq!(t.text(), "500ms..2s");
-        assert_eq!(Think::parse("0").unwrap().text(), "0s");
-        assert!(Think::parse("2s..1s").is_err());
-        let mut rng = StdRng::seed_from_u64(1);
-        for _ in 0..100 {
-            let d = t.draw(&mut rng);
-            assert!(d >= t.lo && d <= t.hi);
-            let n = Turns::Range(2, 6).draw(&mut rng, None);
-            assert!((2..=6).contains(&n));
-            assert_eq!(
-                Turns::Fixed(5).draw(&mut rng, Some(3)),
-                3,
-                "a file's own turns"
-            );
-            assert_eq!(Turns::All.draw(&mut rng, Some(4)), 4);
-        }
-    }
 
     #[test]
     fn each_turns_prompt_holds_the_earlier_turns_and_their_replies() {

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# srv-sim --predict: how fast, and how close to the engine it models.
+#  1. The notes' PP8 sweep (Kimi-K2 NVFP4 on 8 x RTX PRO 6000, PP8: C=8,16,32,48 at 4096 output
+#     tokens, C=32..256 at 2048) predicted in virtual time: wall seconds (the goal: under a minute).
+#  2. srv-sim's prediction against srv-sim itself, served in real time and measured by loadgen
+#     (same card, same seed), over C=1..64: output tok/s, TPOT p50 and TTFT p50 per point, and the
+#     error of each (the goal: throughput and TPOT within 2%, TTFT within 5%).
+#
+# Usage: scripts/bench-predict.sh [INPUT_LEN=256] [MAX_TOKENS=128]
+# Env: SIM_ARGS (default: llama-3.1-8b on one H100) sets the card and layout of part 2.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+input_len=${1:-256}
+max_tokens=${2:-128}
+read -r -a sim_args <<<"${SIM_ARGS:---model llama-3.1-8b --hardware h100}"
+
+cargo build --release -q -p srv-sim -p loadgen -p summarize
+bin=target/release
+dir=$(mktemp -d)
+pid=""
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
+
+echo "# 1. the notes' PP8 sweep, predicted"
+pp8=(--model kimi-k2-nvfp4 --hardware rtx-pro-6000 --pp 8)
+start=$(date +%s.%N)
+"$bin/srv-sim" --predict "${pp8[@]}" -c 8,16,32,48 --max-tokens 4096 >"$dir/pp8.jsonl"
+"$bin/srv-sim" --predict "${pp8[@]}" -c 32..256 --max-tokens 2048 >>"$dir/pp8.jsonl"
+end=$(date +%s.%N)
+"$bin/summarize" --cols conc,req_s,tok_s,ttft_p50,ttft_p99,tpot_p50 "$dir/pp8.jsonl"
+awk -v a="$start" -v b="$end" 'BEGIN { printf "PP8 sweep (8 points at 4096 and 2048 output tokens) predicted in %.1f s\n\n", b - a }'
+
+echo "# 2. srv-sim predicted against srv-sim measured (${sim_args[*]}, in=$input_len out=$max_tokens)"
+log="$dir/sim.log"
+: >"$log"
+"$bin/srv-sim" --port 0 --realtime --seed 7 "${sim_args[@]}" 2>"$log" &
+pid=$!
+port=""
+for _ in $(seq 100); do
+  port=$(sed -n 's|^srv-sim: listening on http://127.0.0.1:\([0-9]*\)$|\1|p' "$log")
+  [ -n "$port" ] && break
+  sleep 0.05
+done
+[ -n "$port" ] || { echo "bench-predict: srv-sim did not start: $(cat "$log")" >&2; exit 1; }
+for c in 1 2 4 8 16 32 64; do
+  n=$((4 * c < 24 ? 24 : 4 * c))
+  # A seed of its own per point: the same seed would resend earlier points' prompts, and the
+  # server's prefix cache would serve them.
+  load=(-c "$c" -n "$n" --input-len "$input_len" --max-tokens "$max_tokens" --seed "$((7 + c))")
+  "$bin/loadgen" --url "http://127.0.0.1:$port" --no-metrics "${load[@]}" \
+    >>"$dir/measured.jsonl" 2>>"$dir/loadgen.log"
+  "$bin/srv-sim" --predict "${sim_args[@]}" "${load[@]}" --no-requests >>"$dir/predicted.jsonl"
+done
+kill "$pid"
+pid=""
+"$bin/summarize" --compare "$dir/predicted.jsonl" "$dir/measured.jsonl" --metrics tok_s,ttft_p50,tpot_p50 --wide
+python3 - "$dir/predicted.jsonl" "$dir/measured.jsonl" <<'EOF'
+import json, sys
+
+def points(path):
+    out = {}
+    for line in open(path):
+        r = json.loads(line)
+        if r.get("kind") == "summary":
+            out[r["point"]["concurrency"]] = (
+                r["output_tok_s"], r["tpot_ms"]["p50"], r["ttft_ms"]["p50"], r["ttft_ms"]["mean"])
+    return out
+
+pred, meas = points(sys.argv[1]), points(sys.argv[2])
+print(f"{'C':>3} {'tok/s err':>10} {'TPOT p50 err':>13} {'TTFT p50 err':>13} {'TTFT mean err':>14}")
+worst = [0.0, 0.0, 0.0]
+for c in sorted(pred):
+    p, m = pred[c], meas[c]
+    e = [m[i] / p[i] - 1 for i in range(4)]
+    worst = [max(worst[0], abs(e[0])), max(worst[1], abs(e[1])), max(worst[2], abs(e[2]))]
+    print(f"{c:>3} {e[0]:>+10.2%} {e[1]:>+13.2%} {e[2]:>+13.2%} {e[3]:>+14.2%}")
+ok = worst[0] <= 0.02 and worst[1] <= 0.02 and worst[2] <= 0.05
+print(f"worst: tok/s {worst[0]:.2%}, TPOT p50 {worst[1]:.2%}, TTFT p50 {worst[2]:.2%}: "
+      + ("within the goal (2%, 2%, 5%)" if ok else "outside the goal (2%, 2%, 5%); on a busy machine this proves little"))
+EOF

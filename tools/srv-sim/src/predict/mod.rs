@@ -1,0 +1,334 @@
+//! `srv-sim --predict`: the modelled engine run in virtual time under the load loadgen would
+//! apply, writing loadgen's `request` and `summary` records labelled `source=predicted`, so
+//! summarize tabulates a prediction and `--compare`s it with a measurement unchanged. The engine
+//! is the server's own step loop ([`crate::engine::run_modelled`]) on a virtual clock
+//! ([`load::VirtualClock`]); the statistics are shared's one implementation.
+
+pub mod load;
+
+use crate::cost::Roofline;
+use crate::engine::{ModelledConfig, Spec, run_modelled};
+use crate::metrics::Metrics;
+use crate::prefix::PrefixCache;
+use load::{Budget, Pace, PointLoad, Prompts, VirtualClock};
+use servbench::cli::{self, Exit};
+use servbench::jsonl::RecordWriter;
+use servbench::load::{Arrival, Think, Turns};
+use servbench::record::{Labels, PointKey};
+use servbench::stats::{PointStats, Slo};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The label every predicted record carries (`source=predicted`), so a prediction and a
+/// measurement read side by side stay apart.
+pub const SOURCE_LABEL: &str = "source";
+pub const PREDICTED: &str = "predicted";
+
+/// A whole list in one flag value (`1,2,4` or `1..256`); an alias so clap takes it as one value.
+type U32List = Vec<u32>;
+type F64List = Vec<f64>;
+
+/// `--predict` and the load it applies, under loadgen's flag names and meanings.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Predict a loadgen sweep in virtual time (--predict)")]
+pub struct PredictArgs {
+    /// Run the modelled engine in virtual time under the load below and write loadgen's
+    /// request and summary records (labelled source=predicted) instead of serving
+    #[arg(long)]
+    pub predict: bool,
+    /// Closed loop: requests in flight, a list or doubling range (1,4,16 or 1..256)
+    #[arg(short = 'c', long, value_parser = cli::u32_list, requires = "predict")]
+    pub concurrency: Option<U32List>,
+    /// Open loop: requests per second, a list (5,10,20)
+    #[arg(short = 'r', long, value_parser = cli::f64_list, conflicts_with = "concurrency", requires = "predict")]
+    pub rate: Option<F64List>,
+    /// Open-loop arrivals: poisson, constant or gamma:SHAPE
+    #[arg(long, default_value = "poisson", value_parser = Arrival::parse)]
+    pub arrival: Arrival,
+    /// Open loop: at most this many requests in flight (waiting for a slot counts into latency)
+    #[arg(long, requires = "rate")]
+    pub max_concurrency: Option<u32>,
+    /// Requests per point (default: max(100, 4 x concurrency), or 10 s of an open-loop rate;
+    /// with --turns, sessions)
+    #[arg(short = 'n', long, requires = "predict")]
+    pub requests: Option<u64>,
+    /// Time per point instead of a request count: sending stops then, in-flight requests finish
+    #[arg(long, value_parser = cli::parse_duration, conflicts_with = "requests", requires = "predict")]
+    pub duration: Option<Duration>,
+    /// Run each point K times
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
+    /// Prompt lengths in tokens, a list (default 256)
+    #[arg(long, value_parser = cli::u32_list, requires = "predict")]
+    pub input_len: Option<U32List>,
+    /// Output tokens per request, a list (default 256)
+    #[arg(long, value_parser = cli::u32_list, requires = "predict")]
+    pub max_tokens: Option<U32List>,
+    /// Prompts share their first N tokens (prefix caching); otherwise each is unique
+    #[arg(long, default_value_t = 0)]
+    pub shared_prefix: u32,
+    /// Prompts in G groups, each group sharing its own first --prefix-len tokens
+    #[arg(
+        long,
+        value_name = "G",
+        requires = "prefix_len",
+        conflicts_with = "shared_prefix"
+    )]
+    pub prefix_groups: Option<u32>,
+    /// Tokens of each group's prefix; the rest of --input-len is unique to each request
+    #[arg(long, value_name = "P", requires = "prefix_groups")]
+    pub prefix_len: Option<u32>,
+    /// Empty the prefix cache before each point
+    #[arg(long, requires = "predict")]
+    pub flush_cache: bool,
+    /// Conversations: turns per session, N or LO..HI
+    #[arg(long, value_parser = Turns::parse, requires = "predict")]
+    pub turns: Option<Turns>,
+    /// Conversations: the pause between a reply and the next turn (2s, or 500ms..3s)
+    #[arg(long, default_value = "0s", value_parser = Think::parse, requires = "turns")]
+    pub think_time: Think,
+    /// Service-level objectives for goodput (ttft_ms=500,tpot_ms=50)
+    #[arg(long, value_parser = Slo::parse, requires = "predict")]
+    pub slo: Option<Slo>,
+    /// Write the summaries only, no request records
+    #[arg(long, requires = "predict")]
+    pub no_requests: bool,
+    /// The modelled client's overhead: from a request's send to the engine's queue (HTTP,
+    /// parsing); 0 puts a closed loop's next request into the very step that freed its slot
+    #[arg(long, value_name = "DUR", value_parser = cli::parse_duration, default_value = "200us")]
+    pub request_latency: Duration,
+    /// The modelled client's time per finished stream: streams that end in the same step are
+    /// taken one after another, this far apart (its record written, its next request sent)
+    #[arg(long, value_name = "DUR", value_parser = cli::parse_duration, default_value = "100us")]
+    pub client_gap: Duration,
+}
+
+/// What `--predict` needs from the rest of srv-sim's configuration.
+pub struct Engine {
+    pub roofline: Roofline,
+    pub max_step_tokens: u32,
+    pub kv_cache_tokens: u64,
+    pub max_running: Option<u32>,
+    pub spec: Option<Spec>,
+    pub seed: u64,
+    pub max_model_len: u32,
+    pub prefix_caching: bool,
+    pub model_name: String,
+    pub labels: Labels,
+}
+
+impl PredictArgs {
+    /// Flags that make no sense with --predict, and a load that is not complete.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if self.repeat == 0 {
+            return Err(cli::usage("--repeat must be at least 1"));
+        }
+        if self.concurrency.as_ref().is_some_and(|c| c.contains(&0)) {
+            return Err(cli::usage("-c: a concurrency must be at least 1"));
+        }
+        if let Some(r) = &self.rate
+            && let Some(bad) = r.iter().find(|r| !(r.is_finite() && **r > 0.0))
+        {
+            return Err(cli::usage(format!(
+                "-r {bad}: a rate must be a positive number of requests per second"
+            )));
+        }
+        if self.max_concurrency == Some(0) || self.requests == Some(0) {
+            return Err(cli::usage(
+                "--max-concurrency and -n must be at least 1 where given",
+            ));
+        }
+        if self.prefix_groups == Some(0) {
+            return Err(cli::usage("--prefix-groups must be at least 1"));
+        }
+        if self.duration.is_some_and(|d| d.is_zero()) {
+            return Err(cli::usage("--duration must be above 0s"));
+        }
+        Ok(())
+    }
+
+    fn inputs(&self) -> Vec<u32> {
+        self.input_len.clone().unwrap_or_else(|| vec![256])
+    }
+
+    fn outputs(&self) -> Vec<u32> {
+        self.max_tokens.clone().unwrap_or_else(|| vec![256])
+    }
+
+    /// The load levels: closed-loop concurrencies or open-loop rates (default C=1).
+    fn paces(&self) -> Vec<Pace> {
+        match &self.rate {
+            Some(rates) => rates
+                .iter()
+                .map(|&rate_rps| Pace::Open {
+                    rate_rps,
+                    arrival: self.arrival,
+                    max_concurrency: self.max_concurrency,
+                })
+                .collect(),
+            None => self
+                .concurrency
+                .clone()
+                .unwrap_or_else(|| vec![1])
+                .into_iter()
+                .map(|slots| Pace::Closed { slots })
+                .collect(),
+        }
+    }
+
+    /// Requests (sessions with --turns) or sending time of a point, as loadgen's defaults.
+    fn budget(&self, pace: Pace) -> Budget {
+        if let Some(d) = self.duration {
+            return Budget::Time(d);
+        }
+        let conversations = self.turns.is_some();
+        Budget::Requests(self.requests.unwrap_or(match pace {
+            Pace::Closed { slots } => {
+                servbench::load::default_closed_requests(slots, conversations)
+            }
+            Pace::Open { rate_rps, .. } => servbench::load::default_open_requests(rate_rps),
+        }))
+    }
+
+    fn prompts(&self) -> Prompts {
+        match (self.prefix_groups, self.prefix_len) {
+            (Some(groups), Some(len)) => Prompts::Groups { groups, len },
+            _ if self.shared_prefix > 0 => Prompts::Shared(self.shared_prefix),
+            _ => Prompts::Unique,
+        }
+    }
+}
+
+/// Runs the sweep: every combination of input length, output length and load level, in
+/// loadgen's order, each point on a fresh engine (the prefix cache lives across points, as a
+/// server's does, unless --flush-cache).
+pub fn run(args: &PredictArgs, engine: Engine) -> anyhow::Result<Exit> {
+    args.check()?;
+    let mut out = RecordWriter::stdout();
+    let mut labels = engine.labels.clone();
+    labels.insert(SOURCE_LABEL.into(), PREDICTED.into());
+    let mut cache = engine
+        .prefix_caching
+        .then(|| PrefixCache::new(engine.kv_cache_tokens));
+    let mut index = 0u32;
+    for input_len in args.inputs() {
+        for max_tokens in args.outputs() {
+            for pace in args.paces() {
+                for repeat in 0..args.repeat {
+                    let point = PointKey {
+                        index,
+                        concurrency: match pace {
+                            Pace::Closed { slots } => Some(slots),
+                            Pace::Open { .. } => None,
+                        },
+                        rate_rps: match pace {
+                            Pace::Open { rate_rps, .. } => Some(rate_rps),
+                            Pace::Closed { .. } => None,
+                        },
+                        input_len: Some(input_len),
+                        max_tokens: Some(max_tokens),
+                        repeat,
+                        trace_speed: None,
+                    };
+                    index += 1;
+                    if args.flush_cache
+                        && let Some(c) = cache.as_mut()
+                    {
+                        c.reset();
+                    }
+                    let load = PointLoad {
+                        point: point.clone(),
+                        labels: labels.clone(),
+                        pace,
+                        budget: args.budget(pace),
+                        input_len,
+                        max_tokens,
+                        prompts: args.prompts(),
+                        turns: args.turns.map(|t| (t, args.think_time)),
+                        seed: engine.seed,
+                        request_latency: args.request_latency,
+                        client_gap: args.client_gap,
+                        max_model_len: engine.max_model_len,
+                        kv_cache_tokens: engine.kv_cache_tokens,
+                    };
+                    let records = predict_point(load, cache.as_mut(), &engine);
+                    let mut stats = PointStats::new();
+                    for r in &records {
+                        stats.add_request(r, args.slo.as_ref());
+                        if !args.no_requests {
+                            out.emit(r)?;
+                        }
+                    }
+                    let mut summary =
+                        stats.to_summary(point, labels.clone(), false, args.slo.as_ref());
+                    describe(args, pace, &engine, &mut summary);
+                    out.emit(&summary)?;
+                }
+            }
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// One point: the engine on a virtual clock until the client's load is over.
+fn predict_point(
+    load: PointLoad,
+    cache: Option<&mut PrefixCache>,
+    engine: &Engine,
+) -> Vec<servbench::record::RequestRecord> {
+    let mut clock = VirtualClock::new(load, cache);
+    let metrics = Arc::new(Mutex::new(Metrics::new(crate::metrics::MetricNames::Vllm)));
+    run_modelled(
+        &mut clock,
+        metrics,
+        ModelledConfig {
+            cost: Box::new(engine.roofline.clone()),
+            max_step_tokens: engine.max_step_tokens,
+            kv_cache_tokens: engine.kv_cache_tokens,
+            spec: engine.spec,
+            max_running: engine.max_running,
+            seed: engine.seed,
+            // A prediction writes records, not an engine's log or counters.
+            report: crate::selfreport::SelfReport::default().for_engine(0),
+        },
+    );
+    let mut records = clock.records;
+    records.sort_by_key(|r| r.id);
+    records
+}
+
+/// The summary's description of the workload, as loadgen writes it.
+fn describe(
+    args: &PredictArgs,
+    pace: Pace,
+    engine: &Engine,
+    s: &mut servbench::record::SummaryRecord,
+) {
+    s.model = Some(engine.model_name.clone());
+    s.api = Some("completions".into());
+    s.seed = Some(engine.seed);
+    s.stream = Some(true);
+    s.temperature = Some(0.0);
+    if let Pace::Open {
+        arrival,
+        max_concurrency,
+        ..
+    } = pace
+    {
+        s.arrival = Some(arrival.name());
+        s.max_concurrency = max_concurrency;
+    }
+    s.prefix_groups = args.prefix_groups;
+    s.prefix_len = args.prefix_len;
+    s.cache_flushed = args.flush_cache.then_some(true);
+    if let Some(turns) = args.turns {
+        s.turns = Some(turns.text());
+        s.think_time = Some(args.think_time.text());
+        s.sessions = Some(
+            s.by_turn
+                .iter()
+                .find(|t| t.turn == 1)
+                .map_or(0, |t| t.requests),
+        );
+    }
+}

@@ -1,0 +1,301 @@
+//! `srv-sim --predict`: the modelled engine in virtual time under loadgen's load. Its records
+//! are loadgen's (summarize tabulates them), a single stream steps at the dry run's rate, a
+//! conversation's prompts and cached tokens are what the real server reports, open-loop sends
+//! follow the arrival process, and the prediction agrees with the real server driven by the real
+//! loadgen at C=1 and C=8.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::process::{Command, Output, Stdio};
+use testkit::{check, holds_in_one_of_three, json_lines, of_kind};
+
+/// Llama-3.1-8B on an A100-80G: ~8 ms decode steps, long enough to time on a busy machine.
+const PRESET: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
+
+fn predict(args: &[&str]) -> Output {
+    Command::new(testkit::bin("srv-sim"))
+        .args(PRESET)
+        .arg("--predict")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run srv-sim --predict")
+}
+
+fn records(args: &[&str]) -> Vec<Value> {
+    let out = predict(args);
+    assert!(
+        out.status.success(),
+        "srv-sim --predict {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json_lines(&out.stdout)
+}
+
+fn f(v: &Value, path: &str) -> f64 {
+    v.pointer(path)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("{path} in {v}"))
+}
+
+#[test]
+fn predicted_records_are_loadgens_and_summarize_tabulates_them() {
+    let recs = records(&[
+        "-c",
+        "1,8",
+        "--input-len",
+        "64",
+        "--max-tokens",
+        "16",
+        "-n",
+        "16",
+    ]);
+    let requests = of_kind(&recs, "request");
+    let summaries = of_kind(&recs, "summary");
+    assert_eq!((requests.len(), summaries.len()), (32, 2));
+    for r in &requests {
+        assert_eq!(r["labels"]["source"], "predicted", "{r}");
+        assert!(r.get("error").is_none(), "{r}");
+        assert_eq!(
+            (r["output_tokens"].as_u64(), r["prompt_tokens"].as_u64()),
+            (Some(16), Some(64))
+        );
+        assert_eq!(
+            r["itl_ms"].as_array().unwrap().len(),
+            15,
+            "one gap per token after the first"
+        );
+        let (ttft, e2e, tpot) = (f(r, "/ttft_ms"), f(r, "/e2e_ms"), f(r, "/tpot_ms"));
+        assert!((tpot - (e2e - ttft) / 15.0).abs() < 1e-9, "{r}");
+    }
+    for (s, c) in summaries.iter().zip([1, 8]) {
+        assert_eq!(s["point"]["concurrency"], c);
+        assert_eq!(
+            (s["requests"].as_u64(), s["ok"].as_u64()),
+            (Some(16), Some(16))
+        );
+        let tok_s = f(s, "/output_tokens") / f(s, "/duration_s");
+        assert!((f(s, "/output_tok_s") / tok_s - 1.0).abs() < 1e-9, "{s}");
+    }
+    // More in flight: more tokens per second, each request slower to its first token.
+    assert!(f(summaries[1], "/output_tok_s") > 4.0 * f(summaries[0], "/output_tok_s"));
+    assert!(f(summaries[1], "/ttft_ms/p50") > f(summaries[0], "/ttft_ms/p50"));
+    let out = predict(&[
+        "-c",
+        "1,8",
+        "--input-len",
+        "64",
+        "--max-tokens",
+        "16",
+        "-n",
+        "16",
+    ]);
+    let mut sum = Command::new(testkit::bin("summarize"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    sum.stdin.take().unwrap().write_all(&out.stdout).unwrap();
+    let table = sum.wait_with_output().unwrap();
+    assert!(
+        table.status.success(),
+        "{}",
+        String::from_utf8_lossy(&table.stderr)
+    );
+    let text = String::from_utf8_lossy(&table.stdout);
+    let rows = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with(['1', '8']))
+        .count();
+    assert!(rows >= 2, "a row per point: {text}");
+}
+
+#[test]
+fn a_predicted_single_stream_steps_at_the_dry_run_rate() {
+    let plan = dry_run(&[PRESET, &["--dry-run-context", "72"]].concat());
+    let step_ms = plan["decode_step_ms"].as_f64().unwrap();
+    let recs = records(&[
+        "-c",
+        "1",
+        "--input-len",
+        "64",
+        "--max-tokens",
+        "16",
+        "-n",
+        "4",
+    ]);
+    for r in of_kind(&recs, "request") {
+        // Contexts 64..80 read next to nothing beside the weights: the step is the dry run's.
+        let tpot = f(r, "/tpot_ms");
+        assert!(
+            (tpot / step_ms - 1.0).abs() < 0.001,
+            "TPOT {tpot} ms, dry run {step_ms} ms"
+        );
+        // A request sent as the last one ended reaches an idle engine: its prompt is one step.
+        assert!(f(r, "/ttft_ms") < 2.0 * step_ms, "{r}");
+    }
+}
+
+#[test]
+fn a_predicted_conversation_resends_its_history_and_hits_the_prefix_cache() {
+    // As the real server answers loadgen's 3-turn conversation (loadgen README): prompts of
+    // 64, 136 and 208 tokens with 0, 64 and 128 cached.
+    let recs = records(&[
+        "-c",
+        "2",
+        "-n",
+        "2",
+        "--turns",
+        "3",
+        "--think-time",
+        "50ms",
+        "--input-len",
+        "64",
+        "--max-tokens",
+        "8",
+    ]);
+    let mut requests = of_kind(&recs, "request");
+    assert_eq!(requests.len(), 6);
+    requests.sort_by_key(|r| (r["session"].as_u64(), r["turn"].as_u64()));
+    for (r, (turn, prompt, cached)) in requests
+        .iter()
+        .zip([(1, 64, 0), (2, 136, 64), (3, 208, 128)].repeat(2))
+    {
+        assert_eq!(r["turn"], turn, "{r}");
+        assert_eq!(r["prompt_tokens"], prompt, "{r}");
+        assert_eq!(r["cached_tokens"], cached, "{r}");
+    }
+    // Each turn is sent its think time after the previous reply ended.
+    let (t1, t2) = (requests[0], requests[1]);
+    let gap = f(t2, "/intended_ms") - f(t1, "/intended_ms") - f(t1, "/e2e_ms");
+    assert!((gap - 50.0).abs() < 1e-6, "think time {gap} ms");
+    let summary = of_kind(&recs, "summary")[0];
+    assert_eq!(
+        (summary["turns"].as_str(), summary["sessions"].as_u64()),
+        (Some("3"), Some(2))
+    );
+}
+
+#[test]
+fn predicted_open_loop_sends_follow_the_arrival_process_and_groups_share_their_prefix() {
+    // Two requests a second, each over long before the next: every TTFT is its own prefill.
+    let recs = records(&[
+        "-r",
+        "2",
+        "--arrival",
+        "constant",
+        "-n",
+        "8",
+        "--input-len",
+        "4096",
+        "--max-tokens",
+        "4",
+        "--prefix-groups",
+        "2",
+        "--prefix-len",
+        "4032",
+    ]);
+    let requests = of_kind(&recs, "request");
+    assert_eq!(requests.len(), 8);
+    for (i, r) in requests.iter().enumerate() {
+        assert!(
+            (f(r, "/intended_ms") - 500.0 * i as f64).abs() < 1e-6,
+            "{r}"
+        );
+        // Each group's first request prefills 4096 tokens; the others find the group's prefix
+        // cached (4032 tokens, whole blocks) and prefill 64.
+        if i >= 2 {
+            let (cached, cold) = (f(r, "/ttft_ms"), f(requests[i % 2], "/ttft_ms"));
+            assert!(cached < cold / 5.0, "{cached} ms against {cold} ms cold");
+        }
+    }
+    assert_eq!(of_kind(&recs, "summary")[0]["arrival"], "constant");
+}
+
+#[test]
+fn predict_refuses_what_it_does_not_model_and_load_flags_need_it() {
+    for (args, needle) in [
+        (
+            &["--predict", "--ttft", "10ms"][..],
+            "fixed latencies need no prediction",
+        ),
+        (&["--predict", "--gpus", "2"][..], "data-parallel replicas"),
+        (&["--predict", "--fail-rate", "0.1"][..], "injected faults"),
+        (&["--predict", "-c", "0"][..], "at least 1"),
+        (&["-c", "4"][..], "--predict"),
+    ] {
+        let out = Command::new(testkit::bin("srv-sim"))
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+/// Per point: (output tok/s, TTFT mean ms, TPOT p50 ms) from a record stream's summaries.
+fn figures(recs: &[Value]) -> Vec<(f64, f64, f64)> {
+    of_kind(recs, "summary")
+        .iter()
+        .map(|s| {
+            (
+                f(s, "/output_tok_s"),
+                f(s, "/ttft_ms/mean"),
+                f(s, "/tpot_ms/p50"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_prediction_agrees_with_the_server_under_loadgen_at_c1_and_c8() {
+    let load = [
+        "-c",
+        "1,8",
+        "--input-len",
+        "64",
+        "--max-tokens",
+        "32",
+        "-n",
+        "16",
+        "--seed",
+        "3",
+    ];
+    let predicted = figures(&records(&load));
+    holds_in_one_of_three("predicted against measured", || {
+        let sim = start(&[PRESET, &["--realtime", "--seed", "3"]].concat());
+        let out = Command::new(testkit::bin("loadgen"))
+            .args([
+                "--url",
+                &format!("http://127.0.0.1:{}", sim.port),
+                "--no-metrics",
+            ])
+            .args(load)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let measured = figures(&json_lines(&out.stdout));
+        let mut said = Vec::new();
+        for ((p, m), c) in predicted.iter().zip(&measured).zip([1, 8]) {
+            let off = |a: f64, b: f64| b / a - 1.0;
+            let (tok, ttft, tpot) = (off(p.0, m.0), off(p.1, m.1), off(p.2, m.2));
+            check(&format!("C={c} tok/s off"), tok, tok.abs() < 0.05)?;
+            check(&format!("C={c} TPOT p50 off"), tpot, tpot.abs() < 0.05)?;
+            check(&format!("C={c} TTFT mean off"), ttft, ttft.abs() < 0.25)?;
+            said.push(format!(
+                "C={c}: tok/s {tok:+.3}, TPOT {tpot:+.3}, TTFT {ttft:+.3}"
+            ));
+        }
+        Ok(said.join("; "))
+    });
+}
