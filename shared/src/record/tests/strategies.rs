@@ -1,13 +1,15 @@
-use super::*;
+//! Generators of every record kind for the round-trip properties: random but schema-valid
+//! records, unknown fields included (prefix `zz_`, never colliding with known ones).
+
+use super::super::*;
 use proptest::prelude::*;
 use serde_json::json;
-
-fn labels() -> impl Strategy<Value = Labels> {
+pub(super) fn labels() -> impl Strategy<Value = Labels> {
     prop::collection::btree_map("[a-z]{1,6}", "[ -~]{0,8}", 0..4)
 }
 
 /// Unknown fields a newer tool might add: never colliding with known ones (prefix `zz_`).
-fn extra() -> impl Strategy<Value = Extra> {
+pub(super) fn extra() -> impl Strategy<Value = Extra> {
     prop::collection::btree_map(
         "zz_[a-z]{1,6}",
         prop_oneof![
@@ -20,11 +22,11 @@ fn extra() -> impl Strategy<Value = Extra> {
     .prop_map(|m| m.into_iter().collect())
 }
 
-fn finite() -> impl Strategy<Value = f64> {
+pub(super) fn finite() -> impl Strategy<Value = f64> {
     (0u32..10_000_000).prop_map(|n| f64::from(n) / 1000.0)
 }
 
-fn dist() -> impl Strategy<Value = Dist> {
+pub(super) fn dist() -> impl Strategy<Value = Dist> {
     (any::<u32>(), finite(), finite()).prop_map(|(n, a, b)| Dist {
         n: u64::from(n),
         mean: a,
@@ -39,7 +41,7 @@ fn dist() -> impl Strategy<Value = Dist> {
     })
 }
 
-fn point() -> impl Strategy<Value = PointKey> {
+pub(super) fn point() -> impl Strategy<Value = PointKey> {
     (
         any::<u16>(),
         prop::option::of(1u32..5000),
@@ -62,7 +64,7 @@ fn point() -> impl Strategy<Value = PointKey> {
         )
 }
 
-fn server() -> impl Strategy<Value = Record> {
+pub(super) fn server() -> impl Strategy<Value = Record> {
     (labels(), extra(), any::<u32>(), any::<u16>(), finite()).prop_map(
         |(labels, extra, pid, port, ready_s)| {
             Record::Server(ServerRecord {
@@ -118,7 +120,7 @@ fn server() -> impl Strategy<Value = Record> {
     )
 }
 
-fn kill() -> impl Strategy<Value = Record> {
+pub(super) fn kill() -> impl Strategy<Value = Record> {
     (labels(), extra(), any::<u32>(), any::<bool>(), finite()).prop_map(
         |(labels, extra, pid, ok, elapsed_s)| {
             Record::Kill(KillRecord {
@@ -150,7 +152,7 @@ fn kill() -> impl Strategy<Value = Record> {
     )
 }
 
-fn request() -> impl Strategy<Value = Record> {
+pub(super) fn request() -> impl Strategy<Value = Record> {
     (
         labels(),
         extra(),
@@ -196,7 +198,7 @@ fn request() -> impl Strategy<Value = Record> {
         })
 }
 
-fn summary() -> impl Strategy<Value = Record> {
+pub(super) fn summary() -> impl Strategy<Value = Record> {
     (labels(), extra(), point(), dist(), any::<bool>()).prop_map(
         |(labels, extra, point, d, partial)| {
             Record::Summary(Box::new(SummaryRecord {
@@ -286,7 +288,7 @@ fn summary() -> impl Strategy<Value = Record> {
     )
 }
 
-fn coll() -> impl Strategy<Value = Record> {
+pub(super) fn coll() -> impl Strategy<Value = Record> {
     (labels(), extra(), dist(), 1u64..1 << 30).prop_map(|(labels, extra, d, bytes)| {
         Record::Coll(CollRecord {
             v: 1,
@@ -315,7 +317,7 @@ fn coll() -> impl Strategy<Value = Record> {
     })
 }
 
-fn coll_run() -> impl Strategy<Value = Record> {
+pub(super) fn coll_run() -> impl Strategy<Value = Record> {
     (labels(), extra()).prop_map(|(labels, extra)| {
         Record::CollRun(CollRunRecord {
             v: 1,
@@ -334,7 +336,7 @@ fn coll_run() -> impl Strategy<Value = Record> {
     })
 }
 
-fn decode() -> impl Strategy<Value = Record> {
+pub(super) fn decode() -> impl Strategy<Value = Record> {
     (labels(), extra(), dist(), 1u32..512, finite()).prop_map(|(labels, extra, d, batch, us)| {
         Record::Decode(DecodeRecord {
             v: 1,
@@ -367,7 +369,7 @@ fn decode() -> impl Strategy<Value = Record> {
     })
 }
 
-fn ramp() -> impl Strategy<Value = Record> {
+pub(super) fn ramp() -> impl Strategy<Value = Record> {
     (labels(), extra(), point(), finite(), 0u32..3).prop_map(|(labels, extra, point, tok_s, n)| {
         Record::Ramp(RampRecord {
             v: 1,
@@ -393,7 +395,7 @@ fn ramp() -> impl Strategy<Value = Record> {
     })
 }
 
-fn search() -> impl Strategy<Value = Record> {
+pub(super) fn search() -> impl Strategy<Value = Record> {
     (labels(), extra(), point(), finite(), 0u32..4, any::<bool>()).prop_map(
         |(labels, extra, point, load, n, rate)| {
             let probes: Vec<SearchProbe> = (0..n)
@@ -430,7 +432,7 @@ fn search() -> impl Strategy<Value = Record> {
     )
 }
 
-fn sim_plan() -> impl Strategy<Value = Record> {
+pub(super) fn sim_plan() -> impl Strategy<Value = Record> {
     (
         labels(),
         extra(),
@@ -489,7 +491,7 @@ fn sim_plan() -> impl Strategy<Value = Record> {
         )
 }
 
-fn gemm() -> impl Strategy<Value = Record> {
+pub(super) fn gemm() -> impl Strategy<Value = Record> {
     (
         labels(),
         extra(),
@@ -529,7 +531,7 @@ fn gemm() -> impl Strategy<Value = Record> {
         })
 }
 
-fn gemm_step() -> impl Strategy<Value = Record> {
+pub(super) fn gemm_step() -> impl Strategy<Value = Record> {
     (labels(), extra(), dist(), 1u32..512, finite()).prop_map(|(labels, extra, d, batch, us)| {
         Record::GemmStep(GemmStepRecord {
             v: 1,
@@ -554,7 +556,7 @@ fn gemm_step() -> impl Strategy<Value = Record> {
     })
 }
 
-fn device_limits() -> impl Strategy<Value = Record> {
+pub(super) fn device_limits() -> impl Strategy<Value = Record> {
     (labels(), extra(), dist(), finite(), any::<bool>()).prop_map(
         |(labels, extra, d, gbps, gpu)| {
             Record::DeviceLimits(DeviceLimitsRecord {
@@ -580,7 +582,7 @@ fn device_limits() -> impl Strategy<Value = Record> {
     )
 }
 
-fn other() -> impl Strategy<Value = Record> {
+pub(super) fn other() -> impl Strategy<Value = Record> {
     (labels(), extra(), "[a-z_]{3,10}").prop_map(|(labels, mut extra, kind)| {
         extra.insert("kind".into(), json!(format!("future_{kind}")));
         extra.insert("v".into(), json!(3));
@@ -589,7 +591,7 @@ fn other() -> impl Strategy<Value = Record> {
     })
 }
 
-fn any_record() -> impl Strategy<Value = Record> {
+pub(super) fn any_record() -> impl Strategy<Value = Record> {
     prop_oneof![
         server(),
         kill(),
@@ -606,96 +608,4 @@ fn any_record() -> impl Strategy<Value = Record> {
         search(),
         other()
     ]
-}
-
-proptest! {
-    /// Every kind survives writer -> reader unchanged, unknown fields included, and the
-    /// written line is stable (a second trip writes the same bytes).
-    #[test]
-    fn every_kind_round_trips(record in any_record()) {
-        let line = record.to_line();
-        let back = Record::parse(&line).unwrap();
-        prop_assert_eq!(&back, &record);
-        prop_assert_eq!(back.to_line(), line.clone());
-        let value: serde_json::Value = serde_json::from_str(&line).unwrap();
-        prop_assert_eq!(value["kind"].as_str().unwrap(), record.kind());
-        prop_assert!(line.starts_with(r#"{"kind":"#), "kind first: {}", line);
-    }
-}
-
-proptest! {
-    /// The fast read path gives what the full parser gives, less the fields outside the schema.
-    #[test]
-    fn the_lean_request_read_is_the_full_read_without_extra(record in request()) {
-        let line = record.to_line();
-        let Record::Request(mut full) = Record::parse(&line).unwrap() else {
-            panic!("not a request: {line}");
-        };
-        full.extra.clear();
-        prop_assert_eq!(RequestRecord::parse_lean(line.as_bytes()), Some(*full));
-    }
-}
-
-#[test]
-fn the_lean_request_read_leaves_other_kinds_and_broken_lines_to_the_full_parser() {
-    let ok = r#"{"kind":"request","v":1,"ts":"t","point":{"index":0},"id":3,"intended_ms":1.0,"send_lag_ms":0.0}"#;
-    assert_eq!(RequestRecord::parse_lean(ok.as_bytes()).unwrap().id, 3);
-    for line in [
-        // Another kind whose name starts like it.
-        ok.replace(r#""request""#, r#""request_x""#),
-        // kind not first: loadgen never writes it so; the full parser reads it.
-        ok.replace(r#"{"kind":"request","v":1,"#, r#"{"v":1,"kind":"request","#),
-        // A required field missing: the full parser names it.
-        ok.replace(r#","id":3"#, ""),
-    ] {
-        assert_eq!(RequestRecord::parse_lean(line.as_bytes()), None, "{line}");
-    }
-}
-
-#[test]
-fn unknown_fields_of_known_kinds_are_kept() {
-    let line = r#"{"kind":"coll_run","v":1,"ts":"2026-11-30T17:00:00.000Z","labels":{},"op":"allreduce","backend":"tcp","ranks":2,"sizes":3,"avg_busbw_gbps":1.0,"wrong":0,"hosts":1,"zz_new":{"a":[1,2]}}"#;
-    let rec = Record::parse(line).unwrap();
-    let out: serde_json::Value = serde_json::from_str(&rec.to_line()).unwrap();
-    let orig: serde_json::Value = serde_json::from_str(line).unwrap();
-    assert_eq!(out, orig);
-}
-
-#[test]
-fn newer_version_parses() {
-    let line = r#"{"kind":"coll_run","v":2,"ts":"t","op":"allreduce","backend":"tcp","ranks":2,"sizes":3,"avg_busbw_gbps":1.0,"wrong":0,"hosts":1}"#;
-    assert_eq!(Record::parse(line).unwrap().version(), 2);
-}
-
-#[test]
-fn a_newer_version_this_build_cannot_read_is_kept_whole() {
-    // v2 dropped `hosts` and changed `sizes` to a list: not readable as a v1 coll_run.
-    let line = r#"{"kind":"coll_run","v":2,"ts":"t","labels":{},"op":"allreduce","backend":"tcp","ranks":2,"sizes":[8,16],"avg_busbw_gbps":1.0,"wrong":0}"#;
-    let rec = Record::parse(line).unwrap();
-    assert!(matches!(rec, Record::Other(_)), "{rec:?}");
-    assert_eq!(rec.kind(), "coll_run");
-    assert_eq!(rec.version(), 2);
-    let out: serde_json::Value = serde_json::from_str(&rec.to_line()).unwrap();
-    assert_eq!(
-        out,
-        serde_json::from_str::<serde_json::Value>(line).unwrap()
-    );
-    // The same line claiming v1 is malformed: this build knows what v1 requires.
-    let v1 = line.replace(r#""v":2"#, r#""v":1"#);
-    let err = Record::parse(&v1).unwrap_err();
-    assert!(err.to_string().contains("bad coll_run record"), "{err}");
-}
-
-#[test]
-fn malformed_lines_say_why() {
-    assert!(matches!(
-        Record::parse("{not json"),
-        Err(RecordError::NotJson(_))
-    ));
-    assert!(matches!(
-        Record::parse(r#"{"v":1}"#),
-        Err(RecordError::NoKind)
-    ));
-    let err = Record::parse(r#"{"kind":"server","v":1,"ts":"t"}"#).unwrap_err();
-    assert!(err.to_string().contains("bad server record"), "{err}");
 }
