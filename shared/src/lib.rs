@@ -22,7 +22,7 @@
 //! Modules use each other one way only (no circle): `files` uses none; `jsonl` uses `record`,
 //! `files`, `diag` and `interrupt`; `interrupt` uses `diag`; `stats` uses `record`; `presets`
 //! uses `record`, `files` and `jsonl` (measured collective curves); `telemetry` uses `record`
-//! and `exec`; `host` uses `record`, `exec` and `presets`; `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`; `ranks` uses
+//! and `exec`; `host` uses `record`, `exec`, `jsonl` and `presets`; `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`; `ranks` uses
 //! `diag`; `cli` (exit codes for every module's errors) may use any of them, and no module uses
 //! `cli`.
 

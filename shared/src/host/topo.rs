@@ -190,3 +190,67 @@ pub fn group_interconnect(card: &Interconnect, group: &[u32], across: bool) -> I
         nvls_busbw_gbps: card.nvls_busbw_gbps,
     }
 }
+
+/// The host record of the first `server` record in `path` whose host has a topology matrix,
+/// with the GPUs that server was given (`gpus`, as indices); `None` where none has one.
+pub fn host_from_records(path: &str) -> anyhow::Result<Option<(HostEnv, Vec<u32>)>> {
+    use crate::jsonl::{self, Source};
+    let mut found = None;
+    jsonl::read_all(&[Source::parse(path)], true, |line| {
+        if found.is_none()
+            && let crate::record::Record::Server(s) = line.record
+            && let Some(h) = s.env.and_then(|e| e.host)
+            && h.topology.is_some()
+        {
+            found = Some((*h, crate::exec::gpu::indices_of(s.gpus.as_deref())));
+        }
+        Ok(())
+    })?;
+    Ok(found)
+}
+
+/// The TP group a topology-aware cost is for: `given` when it names `tp` GPUs of the matrix,
+/// else the best-connected group of `tp` GPUs; an error naming what is wrong.
+pub fn tp_group(host: &HostEnv, given: &[u32], tp: u32) -> Result<Vec<u32>, String> {
+    let t = host
+        .topology
+        .as_ref()
+        .ok_or("the host record has no topology matrix")?;
+    if !given.is_empty() {
+        if given.len() != tp as usize {
+            return Err(format!(
+                "{} GPUs given for a TP-{tp} group: give {tp}",
+                given.len()
+            ));
+        }
+        if let Some(g) = given.iter().find(|g| !t.gpus.contains(g)) {
+            return Err(format!(
+                "GPU {g} is not in the host's topology matrix (GPUs {:?})",
+                t.gpus
+            ));
+        }
+        return Ok(given.to_vec());
+    }
+    t.best_group(tp as usize).ok_or_else(|| {
+        format!(
+            "no group of {tp} GPUs in the host's topology matrix ({} GPUs)",
+            t.gpus.len()
+        )
+    })
+}
+
+/// The card's interconnect as `group` on `host` sees it ([`group_interconnect`]), and whether
+/// the group crosses sockets: by NUMA node, or a `SYS` link within it.
+pub fn interconnect_for(
+    card: &Interconnect,
+    host: &HostEnv,
+    group: &[u32],
+) -> (Interconnect, bool) {
+    let sys = host
+        .topology
+        .as_ref()
+        .and_then(|t| t.worst_link(group))
+        .is_some_and(|l| l == LinkClass::Sys);
+    let across = sys || crosses_sockets(host, group);
+    (group_interconnect(card, group, across), across)
+}

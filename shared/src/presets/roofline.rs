@@ -75,6 +75,9 @@ pub enum Comm {
     Model,
     /// A curve collbench measured (a measured curve beats the model), and where it was read.
     Measured { curve: MeasuredCurve, from: String },
+    /// The card's model over the levels a host record's topology matrix gives the GPUs of the
+    /// TP group (the card's interconnect is replaced by the group's), and what it was read as.
+    Topology { from: String },
 }
 
 impl Comm {
@@ -83,6 +86,7 @@ impl Comm {
         match self {
             Comm::Model => "model".into(),
             Comm::Measured { curve, from } => format!("measured: {from} ({})", curve.describe()),
+            Comm::Topology { from } => format!("topology: {from}"),
         }
     }
 }
@@ -271,7 +275,7 @@ impl Deployment {
             };
         }
         match &self.comm {
-            Comm::Model => self.hw.interconnect.allreduce(tp, bytes),
+            Comm::Model | Comm::Topology { .. } => self.hw.interconnect.allreduce(tp, bytes),
             Comm::Measured { curve, .. } => AllreduceCost {
                 us: curve.us_at(bytes),
                 algo: Algo::Measured,

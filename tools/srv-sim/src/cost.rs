@@ -142,7 +142,7 @@ impl Roofline {
             } else {
                 "none".into()
             },
-            comm_level: (tp > 1 && dep.comm == Comm::Model)
+            comm_level: (tp > 1 && matches!(dep.comm, Comm::Model | Comm::Topology { .. }))
                 .then(|| dep.hw.interconnect.level_for(tp).name.clone()),
             comm_source: dep.comm.describe(),
             spec_tokens_per_step: None,

@@ -100,9 +100,14 @@ pub struct Config {
     #[arg(long, value_name = "N")]
     pub pp_max_micro_batch: Option<u32>,
     /// Allreduce times measured by collbench (its `coll` records, at the --tp rank count)
-    /// instead of the hardware card's topology model
+    /// instead of the hardware card's topology model; or, in a file without allreduce records,
+    /// srv-launch's `server` record whose host topology gives the TP group's links
     #[arg(long, value_name = "COLL.jsonl")]
     pub comm_from: Option<String>,
+    /// With --comm-from's host topology: the GPUs of the TP group (default: the server
+    /// record's --gpus when it has --tp of them, else the best-connected --tp GPUs)
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub tp_gpus: Vec<u32>,
     /// GPUs in all: a multiple of tp x pp; the multiple runs data-parallel engine replicas
     #[arg(long, value_name = "N")]
     pub gpus: Option<u32>,
@@ -241,6 +246,11 @@ impl Config {
                 "--pp-max-micro-batch caps pipeline micro-batches: give --pp 2 or more",
             ));
         }
+        if !self.tp_gpus.is_empty() && self.comm_from.is_none() {
+            return Err(cli::usage(
+                "--tp-gpus names the TP group's GPUs in --comm-from's host topology: give --comm-from SERVER.jsonl",
+            ));
+        }
         if self.comm_from.is_some() && self.tp == 1 {
             return Err(cli::usage(
                 "--comm-from replaces the tensor-parallel allreduces: give --tp 2 or more",
@@ -280,7 +290,13 @@ impl Config {
             )));
         }
         let mut dep = Deployment::new(model, hw, layout);
-        if let Some(path) = &self.comm_from {
+        if let Some(path) = &self.comm_from
+            && let Some((interconnect, comm)) =
+                topology_comm(path, self.tp, &self.tp_gpus, &dep.hw.interconnect)?
+        {
+            dep.hw.interconnect = interconnect;
+            dep.comm = comm;
+        } else if let Some(path) = &self.comm_from {
             dep.comm = measured_comm(path, self.tp)?;
             // A decode step of the most requests running carries the largest allreduce that
             // decode pays (prefill chunks, larger still, are bandwidth-bound either way).
@@ -397,6 +413,51 @@ impl CostModel for PanicAfter {
     fn step_counts(&self, shape: &engine::StepShape) -> selfreport::StepCounts {
         self.cost.step_counts(shape)
     }
+}
+
+/// `--comm-from FILE` without allreduce records but with a host topology (srv-launch's
+/// `server` record): the card's interconnect as the TP group's GPUs see it; `None` otherwise.
+fn topology_comm(
+    path: &str,
+    tp: u32,
+    tp_gpus: &[u32],
+    card: &presets::Interconnect,
+) -> anyhow::Result<Option<(presets::Interconnect, Comm)>> {
+    let coll = presets::comm::coll_records_from(path)
+        .map_err(|e| cli::usage(format!("--comm-from: {e}")))?;
+    if coll
+        .iter()
+        .any(|c| c.op == servbench::record::CollOp::Allreduce)
+    {
+        return Ok(None);
+    }
+    let Some((host, server_gpus)) = servbench::host::topo::host_from_records(path)
+        .map_err(|e| cli::usage(format!("--comm-from: {e}")))?
+    else {
+        return Ok(None);
+    };
+    let given = if !tp_gpus.is_empty() {
+        tp_gpus.to_vec()
+    } else if server_gpus.len() == tp as usize {
+        server_gpus
+    } else {
+        Vec::new()
+    };
+    let group = servbench::host::topo::tp_group(&host, &given, tp)
+        .map_err(|e| cli::usage(format!("--comm-from {path} --tp-gpus: {e}")))?;
+    let (interconnect, across) = servbench::host::topo::interconnect_for(card, &host, &group);
+    let list: Vec<String> = group.iter().map(u32::to_string).collect();
+    let place = if across {
+        "across sockets"
+    } else {
+        "one socket"
+    };
+    Ok(Some((
+        interconnect,
+        Comm::Topology {
+            from: format!("{path} (GPUs {}, {place})", list.join(",")),
+        },
+    )))
 }
 
 /// `--comm-from FILE`: the allreduce curve collbench measured at `tp` ranks.

@@ -21,11 +21,12 @@ use crate::metrics::{Metric, Scalar};
 use crate::points::{Keys, Point, point_name};
 use crate::steps::{SpecTokens, spec_tokens};
 use crate::table::{Cell, Column, Table, human};
+use servbench::host::topo;
 use servbench::presets::{
     self, Comm, DEFAULT_STEP_OVERHEAD_US, Deployment, Hardware, Layout, MeasuredCurve, ModelCard,
     StepCost,
 };
-use servbench::record::CollRecord;
+use servbench::record::{CollRecord, HostEnv};
 
 /// A single stream below this share of its memory-bound limit gets a note.
 pub const SINGLE_STREAM_SHARE: f64 = 0.5;
@@ -46,6 +47,9 @@ pub struct Roofline {
     pub pp: Option<u32>,
     /// `--comm-from`: allreduce records measured on the box, and the file they came from.
     pub comm_from: Option<(Vec<CollRecord>, String)>,
+    /// `--comm-from` of a file with a host record and no allreduce records: the host, the
+    /// GPUs its server was given, and the file.
+    pub comm_topology: Option<(HostEnv, Vec<u32>, String)>,
     /// A memory bandwidth measured on the GPU (collbench limits), GB/s, and what says so: it
     /// replaces the card's in every deployment's rates.
     pub measured_bw: Option<(f64, String)>,
@@ -80,6 +84,7 @@ impl Roofline {
             tp: None,
             pp: None,
             comm_from: None,
+            comm_topology: None,
             measured_bw: None,
         })
     }
@@ -148,6 +153,28 @@ impl Roofline {
                 curve,
                 from: from.clone(),
             };
+        } else if let Some((host, gpus, from)) = &self.comm_topology
+            && layout.tp > 1
+        {
+            // The server's own GPUs when they are this TP group's size, else the best group.
+            let given: &[u32] = if gpus.len() == layout.tp as usize {
+                gpus
+            } else {
+                &[]
+            };
+            if let Ok(group) = topo::tp_group(host, given, layout.tp) {
+                let (ic, across) = topo::interconnect_for(&dep.hw.interconnect, host, &group);
+                let list: Vec<String> = group.iter().map(u32::to_string).collect();
+                let place = if across {
+                    "across sockets"
+                } else {
+                    "one socket"
+                };
+                dep.hw.interconnect = ic;
+                dep.comm = Comm::Topology {
+                    from: format!("{from} (GPUs {}, {place})", list.join(",")),
+                };
+            }
         }
         dep
     }

@@ -162,15 +162,21 @@ fn main() -> ExitCode {
             };
             let coll = servbench::presets::comm::coll_records_from(path)
                 .map_err(|e| cli::usage(format!("--comm-from: {e}")))?;
-            if !coll
+            if coll
                 .iter()
                 .any(|c| c.op == servbench::record::CollOp::Allreduce)
             {
-                return Err(cli::usage(format!(
-                    "--comm-from {path}: no allreduce records (collbench -np N --mode latency writes them)"
-                )));
+                roof.comm_from = Some((coll, path.clone()));
+            } else {
+                let host = servbench::host::topo::host_from_records(path)
+                    .map_err(|e| cli::usage(format!("--comm-from: {e}")))?;
+                let Some((host, gpus)) = host else {
+                    return Err(cli::usage(format!(
+                        "--comm-from {path}: no allreduce records (collbench -np N --mode latency writes them) and no server record with a host topology (srv-launch records one)"
+                    )));
+                };
+                roof.comm_topology = Some((host, gpus, path.clone()));
             }
-            roof.comm_from = Some((coll, path.clone()));
         }
         let link_hw = match (&roofline, &args.hardware) {
             (None, Some(h)) => Some(

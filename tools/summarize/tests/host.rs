@@ -96,4 +96,25 @@ fn preflight_warnings_are_reported_per_server_and_compare_shows_the_host_differe
     );
     // What is the same on both boxes is not listed.
     assert!(!env.contains("THP") && !env.contains("CPUs "), "{env}");
+
+    // --comm-from a run's own server record: the modelled allreduce is its GPUs' on this box.
+    let roof = |f: &str| {
+        summarize(&[
+            f,
+            "--roofline",
+            "llama-3.1-8b@rtx-pro-6000",
+            "--comm-from",
+            f,
+        ])
+    };
+    let text = roof(&clean);
+    assert!(
+        text.contains(&format!("topology: {clean} (GPUs 0,1,2,3, one socket)")),
+        "{text}"
+    );
+    let text = roof(&dirty);
+    assert!(
+        text.contains(&format!("topology: {dirty} (GPUs 0,1,4,5, across sockets)")),
+        "{text}"
+    );
 }
