@@ -10,6 +10,7 @@
 
 use super::cards::{Hardware, ModelCard, WeightFormat};
 use super::comm::{Algo, AllreduceCost, MeasuredCurve};
+use crate::record::{Labels, label};
 use serde::{Deserialize, Serialize};
 
 /// How the model is split over GPUs.
@@ -28,6 +29,28 @@ impl Default for Layout {
 }
 
 impl Layout {
+    /// The degree label `key` (`tp`, `pp`) gives: None where absent, the value as written
+    /// where it is not a whole number of at least 1.
+    pub fn degree<'a>(labels: &'a Labels, key: &str) -> Option<Result<u32, &'a str>> {
+        labels
+            .get(key)
+            .map(|v| v.trim().parse().ok().filter(|n| *n >= 1).ok_or(v.as_str()))
+    }
+
+    /// The layout the `tp` and `pp` labels name (srv-launch writes both), each 1 where absent
+    /// or not a degree; a reader that must refuse a bad label reads [`Layout::degree`].
+    pub fn from_labels(labels: &Labels) -> Layout {
+        let degree = |key| {
+            Layout::degree(labels, key)
+                .and_then(Result::ok)
+                .unwrap_or(1)
+        };
+        Layout {
+            tp: degree(label::TP),
+            pp: degree(label::PP),
+        }
+    }
+
     pub fn gpus(&self) -> u32 {
         self.tp.max(1) * self.pp.max(1)
     }
@@ -483,5 +506,29 @@ impl Deployment {
             if bound(mid) { hi = mid } else { lo = mid }
         }
         Some(hi)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_layout_reads_its_degree_labels_and_takes_1_where_they_are_absent_or_no_degree() {
+        let labels = |pairs: &[(&str, &str)]| -> Labels {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let l = labels(&[("tp", "2"), ("pp", " 3 ")]);
+        assert_eq!(Layout::from_labels(&l), Layout { tp: 2, pp: 3 });
+        assert_eq!(Layout::from_labels(&labels(&[])), Layout { tp: 1, pp: 1 });
+        let bad = labels(&[("tp", "0"), ("pp", "x")]);
+        assert_eq!(Layout::from_labels(&bad), Layout { tp: 1, pp: 1 });
+        assert_eq!(Layout::degree(&bad, label::PP), Some(Err("x")));
+        assert_eq!(Layout::degree(&bad, label::TP), Some(Err("0")));
+        assert_eq!(Layout::degree(&l, label::TP), Some(Ok(2)));
+        assert_eq!(Layout::degree(&l, label::EP), None);
     }
 }

@@ -30,6 +30,26 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// Free-form context that travels with records (`engine`, `model`, `tp`, `host`, ...).
 pub type Labels = BTreeMap<String, String>;
 
+/// The well-known label names, each written by one tool and read by others.
+pub mod label {
+    /// Tensor-parallel degree (srv-launch); read into a [`crate::presets::Layout`].
+    pub const TP: &str = "tp";
+    /// Pipeline-parallel degree (srv-launch).
+    pub const PP: &str = "pp";
+    /// Expert-parallel degree (given by hand).
+    pub const EP: &str = "ep";
+    /// The engine preset (srv-launch: `vllm`, `llama-cpp`, ...).
+    pub const ENGINE: &str = "engine";
+    /// The model the server serves (srv-launch).
+    pub const MODEL: &str = "model";
+    /// The SSH target the server runs on (srv-launch), or a loadgen rank's machine.
+    pub const HOST: &str = "host";
+    /// A loadgen rank's index in its job.
+    pub const RANK: &str = "rank";
+    /// Which run a record belongs to (`summarize --compare`'s sides, `--label run=base`).
+    pub const RUN: &str = "run";
+}
+
 /// Fields a record carries that this build does not know: kept and written back unchanged.
 pub type Extra = serde_json::Map<String, Value>;
 

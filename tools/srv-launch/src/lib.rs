@@ -19,7 +19,7 @@ use servbench::exec::{self, Detached, Exec, shell_join};
 use servbench::jsonl::{BackgroundPassThrough, RecordWriter};
 use servbench::kill::{self, KillOptions};
 use servbench::procs::{self, LAUNCH_ID_VAR, ProcId};
-use servbench::record::{Labels, ServerRecord, inherit_labels, now_ts};
+use servbench::record::{Labels, ServerRecord, inherit_labels, label, now_ts};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -462,14 +462,14 @@ fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRec
     }
 
     let mut labels = Labels::new();
-    labels.insert("engine".into(), plan.engine.clone());
+    labels.insert(label::ENGINE.into(), plan.engine.clone());
     if let Some(m) = cfg.model.clone().or_else(|| served.clone()) {
-        labels.insert("model".into(), m);
+        labels.insert(label::MODEL.into(), m);
     }
-    labels.insert("tp".into(), cfg.tp.to_string());
-    labels.insert("pp".into(), cfg.pp.to_string());
+    labels.insert(label::TP.into(), cfg.tp.to_string());
+    labels.insert(label::PP.into(), cfg.pp.to_string());
     if !exec.is_local() {
-        labels.insert("host".into(), host.clone());
+        labels.insert(label::HOST.into(), host.clone());
     }
     Ok(ServerRecord {
         v: servbench::record::SCHEMA_VERSION,

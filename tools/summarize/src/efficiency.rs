@@ -26,7 +26,7 @@ use servbench::presets::{
     self, Comm, DEFAULT_STEP_OVERHEAD_US, Deployment, Hardware, Layout, MeasuredCurve, ModelCard,
     StepCost,
 };
-use servbench::record::{CollRecord, HostEnv};
+use servbench::record::{CollRecord, HostEnv, label};
 
 /// A single stream below this share of its memory-bound limit gets a note.
 pub const SINGLE_STREAM_SHARE: f64 = 0.5;
@@ -106,10 +106,10 @@ impl Roofline {
     pub fn layout_of(&self, p: &Point, keys: &Keys) -> Result<Layout, String> {
         let degree = |label: &str, flag: Option<u32>| -> Result<u32, String> {
             let name = || point_name(p, &keys.varying);
-            match (p.labels.get(label), flag) {
+            match (Layout::degree(&p.labels, label), flag) {
                 (None, flag) => Ok(flag.unwrap_or(1)),
                 (Some(v), flag) => {
-                    let n: u32 = v.trim().parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                    let n: u32 = v.map_err(|v| {
                         format!(
                             "point {} is labelled {label}={v}, not a degree: fix the label (loadgen --label {label}=N)",
                             name()
@@ -126,8 +126,8 @@ impl Roofline {
             }
         };
         Ok(Layout {
-            tp: degree("tp", self.tp)?,
-            pp: degree("pp", self.pp)?,
+            tp: degree(label::TP, self.tp)?,
+            pp: degree(label::PP, self.pp)?,
         })
     }
 
@@ -429,7 +429,7 @@ pub fn notes(points: &[Point], roof: &Roofline) -> Vec<String> {
     let keys = Keys::of(points);
     let ep: Vec<String> = points
         .iter()
-        .filter(|p| p.labels.get("ep").is_some_and(|e| e.trim() != "1"))
+        .filter(|p| p.labels.get(label::EP).is_some_and(|e| e.trim() != "1"))
         .map(|p| point_name(p, &keys.varying))
         .collect();
     if !ep.is_empty() {

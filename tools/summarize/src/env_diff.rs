@@ -4,6 +4,7 @@
 //! traced to what changed. Nothing when neither side carries a server record.
 
 use crate::table::{Cell, Column, Table};
+use servbench::presets::Layout;
 use servbench::record::ServerRecord;
 use std::collections::BTreeSet;
 
@@ -120,8 +121,7 @@ fn host_fields(s: &ServerRecord) -> Vec<(String, String)> {
             .map(|b| format!("{:.0} GiB", b as f64 / (1u64 << 30) as f64)),
     );
     let given = servbench::exec::gpu::indices_of(s.gpus.as_deref());
-    let tp = s.labels.get("tp").and_then(|t| t.parse().ok()).unwrap_or(1);
-    let pp = s.labels.get("pp").and_then(|t| t.parse().ok()).unwrap_or(1);
+    let Layout { tp, pp } = Layout::from_labels(&s.labels);
     let gpus = servbench::host::preflight::engine_gpus(h, &given, tp, pp);
     let n = |v: Option<u32>| v.map_or("?".into(), |v| v.to_string());
     for g in h.gpus.iter().filter(|g| gpus.contains(&g.index)) {

@@ -4,6 +4,7 @@
 
 use servbench::exec::gpu;
 use servbench::host::preflight;
+use servbench::presets::Layout;
 use servbench::record::ServerRecord;
 
 /// One note per warning per server (each server once), naming the server.
@@ -19,8 +20,7 @@ pub fn preflight_notes(servers: &[ServerRecord]) -> Vec<String> {
             continue;
         }
         seen.push(id);
-        let label = |k: &str| s.labels.get(k).and_then(|t| t.parse::<u32>().ok());
-        let (tp, pp) = (label("tp").unwrap_or(1), label("pp").unwrap_or(1));
+        let Layout { tp, pp } = Layout::from_labels(&s.labels);
         let gpus = preflight::engine_gpus(h, &gpu::indices_of(s.gpus.as_deref()), tp, pp);
         for w in preflight::check(h, &gpus, tp) {
             out.push(format!(

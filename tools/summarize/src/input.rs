@@ -531,7 +531,7 @@ fn settle_rank_merges(inputs: &mut Inputs) -> anyhow::Result<()> {
     for (source, s) in std::mem::take(&mut inputs.rank_merged) {
         let params = Params::of(&s.point);
         let covered = inputs.points.keys().any(|k| {
-            k.labels.contains_key("rank")
+            k.labels.contains_key(servbench::record::label::RANK)
                 && k.params == params
                 && k.repeat == s.point.repeat
                 && s.labels

@@ -28,6 +28,7 @@ use points::Point;
 use report::Col;
 use servbench::cli::{self, Exit};
 use servbench::jsonl::Source;
+use servbench::record::label;
 use servbench::stats::Slo;
 use std::io::Write;
 use std::path::PathBuf;
@@ -83,7 +84,7 @@ impl Default for Config {
             format: Format::Text,
             cols: None,
             by: Vec::new(),
-            merge_labels: vec!["host".to_string(), "rank".to_string()],
+            merge_labels: vec![label::HOST.to_string(), label::RANK.to_string()],
             slo: None,
             compare: None,
             compare_by: None,

@@ -10,6 +10,7 @@ use crate::table::{Cell, Column, Table};
 use servbench::presets::{Hardware, StepBasis, StepParts, StepVerdict};
 use servbench::record::{
     CollBackend, CollRecord, CollRunRecord, DecodeRecord, KillRecord, RampRecord, ServerRecord,
+    label,
 };
 
 /// What a column of the points table shows.
@@ -348,7 +349,7 @@ pub fn server_table(servers: &[ServerRecord]) -> Table {
                 // srv-launch names the model in its labels when the engine has no model field.
                 s.model
                     .clone()
-                    .or_else(|| s.labels.get("model").cloned())
+                    .or_else(|| s.labels.get(label::MODEL).cloned())
                     .map_or(Cell::Empty, Cell::Text),
                 Cell::Text(s.host.clone()),
                 Cell::int(s.pid),

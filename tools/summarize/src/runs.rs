@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 /// The label that tells runs of the same experiment apart (scripts/relaunch-and-rerun.sh,
 /// loadgen --label run=NAME).
-pub const RUN_LABEL: &str = "run";
+pub const RUN_LABEL: &str = servbench::record::label::RUN;
 /// A speculative gain (tokens per chunk above 1) that falls below this share of its gain at the
 /// lightest load has collapsed.
 pub const SPEC_GAIN_KEPT: f64 = 0.5;

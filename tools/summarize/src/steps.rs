@@ -14,8 +14,8 @@ use crate::metrics::Metric;
 use crate::notes::TPC_ABOVE;
 use crate::points::{Keys, Point, point_name};
 use crate::table::human;
-use servbench::presets::{ComputeParts, MeasuredCurve, StepBasis, StepParts, StepVerdict};
-use servbench::record::{CollBackend, GemmBackend, GemmStepRecord};
+use servbench::presets::{ComputeParts, Layout, MeasuredCurve, StepBasis, StepParts, StepVerdict};
+use servbench::record::{CollBackend, GemmBackend, GemmStepRecord, label};
 
 /// Where a point's allreduce time comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,7 +110,7 @@ pub struct PointStep {
 /// The model a point's records name: its `model` label, else the one loadgen's summary names.
 pub fn records_model(p: &Point) -> Option<&str> {
     p.labels
-        .get("model")
+        .get(label::MODEL)
         .map(String::as_str)
         .or(p.model.as_deref())
 }
@@ -153,10 +153,7 @@ fn judge_point(
         ),
         None => (
             records_model(p)?.to_string(),
-            p.labels
-                .get("tp")
-                .and_then(|t| t.trim().parse().ok())
-                .unwrap_or(1),
+            Layout::from_labels(&p.labels).tp,
         ),
     };
     let gemm_step = nearest_step(&inputs.gemm_steps, &model, tp, batch);

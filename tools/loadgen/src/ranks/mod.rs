@@ -305,8 +305,8 @@ impl Ranks {
     /// Labels for a record of the whole job (rank 0's ramp record): without `rank` and `host`.
     pub fn job_labels(labels: &Labels) -> Labels {
         let mut l = labels.clone();
-        l.remove("rank");
-        l.remove("host");
+        l.remove(servbench::record::label::RANK);
+        l.remove(servbench::record::label::HOST);
         l
     }
 

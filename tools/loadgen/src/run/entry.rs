@@ -12,7 +12,7 @@ use crate::stop::Stop;
 use servbench::cli::{self, Exit};
 use servbench::jsonl::RecordWriter;
 use servbench::ranks as shared;
-use servbench::record::inherit_labels;
+use servbench::record::{inherit_labels, label};
 use std::time::Duration;
 
 /// Entry point from main: the target from `--url` or the `server` record on stdin, records to
@@ -93,8 +93,10 @@ fn rank_main(plan: Plan, mut ranks: Ranks) -> anyhow::Result<Exit> {
         Some(up) => inherit_labels(up, &own),
         None => own,
     };
-    labels.insert("rank".into(), rank.to_string());
-    labels.entry("host".into()).or_insert_with(shared::hostname);
+    labels.insert(label::RANK.into(), rank.to_string());
+    labels
+        .entry(label::HOST.into())
+        .or_insert_with(shared::hostname);
     let from = if rank == 0 {
         job.from.clone()
     } else {
