@@ -2,19 +2,24 @@
 //! answers, and write one `server` record that loadgen and srv-kill use. Engine flag maps and
 //! readiness endpoints are data in `servbench::engines`; process handling is `servbench::exec`,
 //! `servbench::procs` and `servbench::kill`, the same code srv-kill runs. `main.rs` parses
-//! [`Args`] and calls [`run`].
+//! [`Args`] and calls [`run`]; `Args::plan` (args.rs, the one module that reads the flags)
+//! validates them once into the immutable [`Plan`] (plan.rs) that everything after reads.
 
+mod args;
 mod env;
+mod plan;
 mod port;
 mod preflight;
 mod ready;
 mod url;
 
 use anyhow::Result;
-use clap::Parser;
 use ready::{Check, check, model_matches};
-use servbench::cli::{self, CommonArgs, Exit, SshArgs, parse_label};
-use servbench::engines::{self, EnginePreset, LaunchParams};
+use servbench::cli::{self, Exit};
+
+pub use args::Args;
+pub use plan::{Plan, Server};
+use servbench::engines::{self, LaunchParams};
 use servbench::exec::{self, Detached, Exec, shell_join};
 use servbench::jsonl::{BackgroundPassThrough, RecordWriter};
 use servbench::kill::{self, KillOptions};
@@ -48,118 +53,8 @@ fn catch_interrupts() {
     }
 }
 
-const EXAMPLES: &str = "\
-Examples:
-  srv-launch sim | loadgen -c 1,8 | srv-kill | summarize          # nothing left running
-  srv-launch vllm --model meta-llama/Llama-3.1-8B-Instruct --tp 4 --gpus 0,1,2,3 > server.jsonl
-  srv-launch sglang --host gpu1 --model Qwen/Qwen3-32B --tp 8 --timeout 20m -- --mem-fraction-static 0.85
-  srv-launch llama-cpp --bin ./llama-server --model tiny.gguf -- -t 1
-  srv-launch --cmd 'python3 -m http.server {port}' --ready-url 'http://127.0.0.1:{port}/'
-  srv-kill --from server.jsonl
-
-The server runs detached in its own session (stdin /dev/null, output to --log), so it outlives
-srv-launch and any SSH connection. Ready means: the engine's health endpoint answers 200 and
-/v1/models lists a model (--probe adds a one-token completion). Exit 0 with one `server` record
-on stdout; 1 if the server died during startup (its log's last 30 lines on stderr) or was not
-ready in --timeout; 2 on bad usage, a taken port, or an SSH host that cannot be reached or trusted.";
-
-/// Start an inference server detached, wait until it is really ready, print one `server` record.
-#[derive(Debug, Clone, Parser)]
-#[command(name = "srv-launch", version, after_help = EXAMPLES)]
-pub struct Args {
-    /// Engine to start (or use --cmd for anything else)
-    #[arg(value_enum, required_unless_present = "cmd")]
-    pub engine: Option<EnginePreset>,
-    /// Any server as a shell command; `{port}` is replaced by the port
-    #[arg(
-        long,
-        value_name = "'...'",
-        conflicts_with = "engine",
-        requires = "ready_url"
-    )]
-    pub cmd: Option<String>,
-    /// With --cmd: URL that answers 200 once ready; `{port}` is replaced by the port
-    #[arg(long, value_name = "URL")]
-    pub ready_url: Option<String>,
-    /// Model (engine's own notion: HF id, path, GGUF file, srv-sim preset)
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Tensor-parallel degree
-    #[arg(long, default_value_t = 1)]
-    pub tp: u32,
-    /// Pipeline-parallel degree
-    #[arg(long, default_value_t = 1)]
-    pub pp: u32,
-    /// Port to listen on (default: a free one)
-    #[arg(long)]
-    pub port: Option<u16>,
-    /// Address the server binds (default 127.0.0.1 here, 0.0.0.0 with --host)
-    #[arg(long, value_name = "ADDR")]
-    pub bind: Option<String>,
-    /// GPUs to use, as CUDA_VISIBLE_DEVICES: 0,1,2,3
-    #[arg(long, value_name = "LIST")]
-    pub gpus: Option<String>,
-    /// Environment variable for the server (repeatable)
-    #[arg(long, value_name = "K=V", value_parser = parse_label)]
-    pub env: Vec<(String, String)>,
-    /// Name for this server (log file name, record)
-    #[arg(long)]
-    pub name: Option<String>,
-    /// Server log (stdout+stderr), on the server's host (default /tmp/srv-launch/NAME-PORT-TIME.log)
-    #[arg(long, value_name = "PATH")]
-    pub log: Option<String>,
-    /// Working directory for the server
-    #[arg(long, value_name = "DIR")]
-    pub cwd: Option<String>,
-    /// Give up waiting for readiness after this long
-    #[arg(long, value_name = "DUR", default_value = "15m", value_parser = servbench::cli::parse_positive_duration)]
-    pub timeout: Duration,
-    /// Run it on this host over SSH: [user@]addr[:port]
-    #[arg(long, value_name = "[USER@]ADDR[:PORT]")]
-    pub host: Option<String>,
-    #[command(flatten)]
-    pub ssh: SshArgs,
-    /// Also require a one-token completion before declaring ready
-    #[arg(long)]
-    pub probe: bool,
-    /// If the port is taken, kill whoever holds it first (srv-kill's logic)
-    #[arg(long)]
-    pub replace: bool,
-    /// On --timeout, kill the server instead of leaving it running
-    #[arg(long)]
-    pub kill_on_timeout: bool,
-    /// Path of the engine's program, replacing its default (e.g. a llama-server build)
-    #[arg(long, value_name = "PATH")]
-    pub bin: Option<String>,
-    /// nvidia-smi to ask for the GPUs in the record's `env` (a path where it is not on PATH)
-    #[arg(long, value_name = "PROGRAM", default_value = "nvidia-smi")]
-    pub nvidia_smi: String,
-    /// Add the engine's own flags that make it report on itself (per-request server timing, a
-    /// log line per engine step, FLOP and byte counters; see README), recorded in the record
-    #[arg(long)]
-    pub self_report: bool,
-    /// Refuse to start the server (exit 3) when the pre-flight check warns of anything
-    #[arg(long)]
-    pub strict_preflight: bool,
-    /// Read the host's /proc and /sys under this directory (for tests, and containers with the
-    /// host's mounted elsewhere)
-    #[arg(long, value_name = "DIR", env = servbench::host::ROOT_VAR, default_value = "")]
-    pub host_root: String,
-    /// Print the exact command and log path on stderr
-    #[arg(short, long)]
-    pub verbose: bool,
-    /// Print the command that would run (its argv, one JSON array on stdout); start nothing
-    #[arg(long)]
-    pub dry_run: bool,
-    #[command(flatten)]
-    pub common: CommonArgs,
-    /// Extra arguments passed to the engine as given
-    #[arg(last = true, value_name = "ENGINE ARGS")]
-    pub extra: Vec<String>,
-}
-
-/// What is launched, fully resolved.
-struct Plan {
+/// What is launched, resolved on the server's host: the command, port, URLs, log, env.
+struct Launch {
     engine: String,
     argv: Vec<String>,
     command: String,
@@ -173,15 +68,18 @@ struct Plan {
     launch_id: String,
 }
 
-/// Runs srv-launch; upstream records on stdin are passed through while it works.
-pub fn run(cfg: &Args) -> Result<Exit> {
-    if cfg.tp == 0 || cfg.pp == 0 {
-        return Err(cli::usage("--tp and --pp must be at least 1"));
-    }
-    let forwarder = BackgroundPassThrough::start(cfg.common.strict);
+/// Runs srv-launch on the flags given; upstream records on stdin are passed through while it
+/// works.
+pub fn run(args: &Args) -> Result<Exit> {
+    run_plan(&args.plan()?)
+}
 
-    let exec = exec::connect(cfg.host.as_deref(), &cfg.ssh.options())?;
-    let plan = plan(cfg, exec.as_ref())?;
+/// Runs srv-launch on a validated plan.
+pub fn run_plan(cfg: &Plan) -> Result<Exit> {
+    let forwarder = BackgroundPassThrough::start(cfg.strict_input);
+
+    let exec = exec::connect(cfg.host.as_deref(), &cfg.ssh)?;
+    let plan = resolve(cfg, exec.as_ref())?;
     if cfg.dry_run {
         println!(
             "{}",
@@ -241,7 +139,7 @@ fn sibling_or_path(name: &str, exec: &dyn Exec) -> String {
     name.to_string()
 }
 
-fn plan(cfg: &Args, exec: &dyn Exec) -> Result<Plan> {
+fn resolve(cfg: &Plan, exec: &dyn Exec) -> Result<Launch> {
     let remote_addr = if exec.is_local() {
         None
     } else {
@@ -266,11 +164,8 @@ fn plan(cfg: &Args, exec: &dyn Exec) -> Result<Plan> {
         reach
     };
 
-    let (engine, argv, command, port, health_url, models_url, probe_url, url) = match (
-        &cfg.engine,
-        &cfg.cmd,
-    ) {
-        (Some(preset), None) => {
+    let (engine, argv, command, port, health_url, models_url, probe_url, url) = match &cfg.server {
+        Server::Preset(preset) => {
             let name = preset.name;
             let port = match cfg.port {
                 Some(p) => p,
@@ -305,15 +200,8 @@ fn plan(cfg: &Args, exec: &dyn Exec) -> Result<Plan> {
                 url,
             )
         }
-        (None, Some(cmd)) => {
-            if cfg.self_report {
-                return Err(cli::usage(
-                    "--self-report needs an engine preset: with --cmd, pass the engine's own flags in the command",
-                ));
-            }
-            let ready = cfg.ready_url.as_deref().ok_or_else(|| {
-                cli::usage("--cmd needs --ready-url URL (answers 200 once the server is ready)")
-            })?;
+        Server::Cmd { cmd, ready_url } => {
+            let ready = ready_url.as_str();
             let port = match cfg.port {
                 Some(p) => p,
                 None => match port_of_url(ready) {
@@ -344,12 +232,6 @@ fn plan(cfg: &Args, exec: &dyn Exec) -> Result<Plan> {
                 origin,
             )
         }
-        _ => {
-            return Err(cli::usage(format!(
-                "give an ENGINE ({}) or --cmd '...' --ready-url URL",
-                engines::names().join(", ")
-            )));
-        }
     };
 
     let name = cfg.name.clone().unwrap_or_else(|| engine.clone());
@@ -368,7 +250,7 @@ fn plan(cfg: &Args, exec: &dyn Exec) -> Result<Plan> {
     env.extend(cfg.env.iter().cloned());
     env.push((LAUNCH_ID_VAR.to_string(), launch_id.clone()));
 
-    Ok(Plan {
+    Ok(Launch {
         engine,
         argv,
         command,
@@ -396,7 +278,7 @@ fn log_tail(exec: &dyn Exec, log: &str, n: usize) -> Vec<String> {
         .collect()
 }
 
-fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRecord> {
+fn launch_and_wait(cfg: &Plan, exec: &dyn Exec, plan: &Launch) -> Result<ServerRecord> {
     let host = exec.host().to_string();
     if !exec.has_program(&plan.argv[0])? {
         return Err(cli::usage(format!(
@@ -445,7 +327,7 @@ fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRec
         &env::Capture {
             url: &plan.url,
             version_at: engines::engine(&plan.engine).map_or(engines::CMD_VERSION, |e| e.version),
-            program: (cfg.cmd.is_none()).then_some(plan.argv[0].as_str()),
+            program: cfg.preset().is_some().then_some(plan.argv[0].as_str()),
             gpus: cfg.gpus.as_deref(),
             nvidia_smi: &cfg.nvidia_smi,
             stop: &INTERRUPTED,
@@ -474,7 +356,7 @@ fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRec
     Ok(ServerRecord {
         v: servbench::record::SCHEMA_VERSION,
         ts: now_ts(),
-        labels: inherit_labels(&labels, &cfg.common.labels()),
+        labels: inherit_labels(&labels, &cfg.labels),
         engine: plan.engine.clone(),
         model: cfg.model.clone(),
         host,
@@ -500,8 +382,8 @@ fn launch_and_wait(cfg: &Args, exec: &dyn Exec, plan: &Plan) -> Result<ServerRec
 }
 
 /// The flags `--self-report` added, said once on stderr with what the engine cannot report.
-fn self_report_flags(cfg: &Args) -> Vec<String> {
-    let Some(preset) = cfg.engine.filter(|_| cfg.self_report) else {
+fn self_report_flags(cfg: &Plan) -> Vec<String> {
+    let Some(preset) = cfg.preset().filter(|_| cfg.self_report) else {
         return Vec::new();
     };
     if let Some(note) = preset.self_report_note {
@@ -511,7 +393,7 @@ fn self_report_flags(cfg: &Args) -> Vec<String> {
 }
 
 /// The error for a server that exited before it was ready, with its log's tail on stderr.
-fn died(exec: &dyn Exec, plan: &Plan, started: Instant) -> anyhow::Error {
+fn died(exec: &dyn Exec, plan: &Launch, started: Instant) -> anyhow::Error {
     let tail = log_tail(exec, &plan.log, LOG_TAIL_LINES);
     eprintln!(
         "srv-launch: --- last {} lines of {} ---",
@@ -535,9 +417,9 @@ fn died(exec: &dyn Exec, plan: &Plan, started: Instant) -> anyhow::Error {
 
 /// Polls until ready; returns the served model name when the server lists one.
 fn wait_ready(
-    cfg: &Args,
+    cfg: &Plan,
     exec: &dyn Exec,
-    plan: &Plan,
+    plan: &Launch,
     id: ProcId,
     started: Instant,
 ) -> Result<Option<String>> {
@@ -618,7 +500,7 @@ fn wait_ready(
     }
 }
 
-fn timed_out(cfg: &Args, exec: &dyn Exec, plan: &Plan, id: ProcId, why: &str) -> anyhow::Error {
+fn timed_out(cfg: &Plan, exec: &dyn Exec, plan: &Launch, id: ProcId, why: &str) -> anyhow::Error {
     let what = format!(
         "{} not ready after {:?} (last check: {why}; log: {} on {})",
         plan.engine,
@@ -641,7 +523,7 @@ fn timed_out(cfg: &Args, exec: &dyn Exec, plan: &Plan, id: ProcId, why: &str) ->
 }
 
 /// Kills a server srv-launch started but never announced (timeout, interrupt); says how it went.
-fn kill_unannounced(exec: &dyn Exec, plan: &Plan, id: ProcId) -> String {
+fn kill_unannounced(exec: &dyn Exec, plan: &Launch, id: ProcId) -> String {
     let spec = procs::TargetSpec {
         name: format!("pid {}", id.pid),
         roots: vec![id],

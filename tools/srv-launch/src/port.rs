@@ -1,7 +1,7 @@
 //! The port a server is to listen on: refused when taken, or with `--replace` freed by
 //! killing its holder with srv-kill's logic.
 
-use crate::Args;
+use crate::Plan;
 use anyhow::Result;
 use servbench::cli;
 use servbench::exec::Exec;
@@ -10,7 +10,7 @@ use servbench::procs;
 use std::time::Duration;
 
 /// Refuses a taken port, or with --replace kills whoever holds it (srv-kill's logic).
-pub(crate) fn free_the_port(cfg: &Args, exec: &dyn Exec, port: u16) -> Result<()> {
+pub(crate) fn free_the_port(cfg: &Plan, exec: &dyn Exec, port: u16) -> Result<()> {
     let holders = exec.listeners(port)?;
     if holders.is_free() {
         return Ok(());

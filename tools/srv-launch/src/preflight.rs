@@ -3,7 +3,7 @@
 //! with `--strict-preflight` a refusal (exit 3) on any. The host goes into the record's
 //! `env.host`; read before the server starts, every compute process on a GPU is someone else's.
 
-use crate::Args;
+use crate::Plan;
 use servbench::cli;
 use servbench::exec::{Bounds, Exec, gpu};
 use servbench::host::{self, preflight};
@@ -17,7 +17,7 @@ pub(crate) const PREFLIGHT_BOUND: Duration = Duration::from_secs(15);
 /// Reads the host, prints its warnings, and refuses under `--strict-preflight`; `None` when
 /// nothing at all could be read.
 pub(crate) fn check(
-    cfg: &Args,
+    cfg: &Plan,
     exec: &dyn Exec,
     stop: &'static AtomicBool,
 ) -> anyhow::Result<Option<HostEnv>> {

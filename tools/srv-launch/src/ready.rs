@@ -1,7 +1,7 @@
 //! One readiness check over HTTP: the engine's health endpoint answers 200, /v1/models lists a
 //! model, and with `--probe` a one-token completion succeeds.
 
-use super::Plan;
+use super::Launch;
 
 /// One readiness check's result, for the progress line.
 pub(crate) enum Check {
@@ -14,7 +14,7 @@ pub(crate) fn model_matches(want: &str, served: &str) -> bool {
     want == served || base(want) == base(served)
 }
 
-pub(crate) async fn check(client: &reqwest::Client, plan: &Plan) -> Check {
+pub(crate) async fn check(client: &reqwest::Client, plan: &Launch) -> Check {
     match client.get(&plan.health_url).send().await {
         Ok(r) if r.status().is_success() => {}
         Ok(r) => return Check::NotYet(format!("health {}", r.status().as_u16())),
