@@ -61,6 +61,10 @@ fn args() -> Result<Args, String> {
     })
 }
 
+/// A completions chunk's text, where it is not empty.
+static TEXT: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"text\":\""));
+
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
 /// A connection of its own, its driver spawned.
@@ -103,8 +107,10 @@ async fn slot(
         let mut incoming = resp.into_body();
         let mut partial: Vec<u8> = Vec::new();
         let mut done = false;
+        let (mut first, mut last, mut chunks) = (None, None, 0u32);
         while let Some(frame) = incoming.frame().await {
             let frame = frame.map_err(|e| e.to_string())?;
+            let now = Instant::now();
             let Ok(data) = frame.into_data() else {
                 continue;
             };
@@ -117,6 +123,13 @@ async fn slot(
                     &partial
                 };
                 done |= line.starts_with(b"data: [DONE]");
+                if let Some(i) = TEXT.find(line)
+                    && line.get(i + TEXT.needle().len()) != Some(&b'"')
+                {
+                    first.get_or_insert(now);
+                    last = Some(now);
+                    chunks += 1;
+                }
                 partial.clear();
                 bytes = &bytes[i + 1..];
             }
@@ -125,6 +138,7 @@ async fn slot(
         if !done {
             return Err("a stream ended without [DONE]".into());
         }
+        std::hint::black_box((first, last, chunks));
         streams.fetch_add(1, Ordering::Relaxed);
         send.ready().await.map_err(|e| e.to_string())?;
     }
@@ -140,7 +154,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     let body = Bytes::from(format!(
-        r#"{{"model":"sim","prompt":"the of and to in is that for it as was with be by on not he this are or his from at which but have an had they you were their one all we can her has there been if more when will would who so no time people year new first","max_tokens":{m},"min_tokens":{m},"ignore_eos":true,"temperature":0,"stream":true,"stream_options":{{"include_usage":true,"continuous_usage_stats":true}}}}"#,
+        r#"{{"prompt":"the of and to in is that for it as was with be by on not he this are or his from at which but have an had they you were their one all we can her has there been if more when will would who so no time people year new first","max_tokens":{m},"min_tokens":{m},"ignore_eos":true,"temperature":0,"stream":true,"stream_options":{{"include_usage":true,"continuous_usage_stats":true}}}}"#,
         m = a.max_tokens
     ));
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -250,3 +250,37 @@ fn reply_text_is_the_content_without_reasoning() {
     }
     assert_eq!(out, " Hello \"you\" there\n");
 }
+
+/// A string cut right after its backslash (`{"text":"\`) stepped past the payload's end.
+#[test]
+fn a_payload_cut_after_a_backslash_is_malformed_not_a_panic() {
+    for p in [r#"{"choices":[{"text":"\"#, r#"{"a":"\"#, r#"{"a":"x\"#] {
+        assert!(classify(p.as_bytes()).is_err(), "{p}");
+    }
+}
+
+proptest::proptest! {
+    /// The scanner's search for a string's end finds what memchr2 finds, at any length and
+    /// any position (the register search's words, its tail, and memchr2 past them).
+    #[test]
+    fn the_string_end_search_agrees_with_memchr2(
+        bytes in proptest::collection::vec(proptest::prop_oneof![
+            proptest::strategy::Just(b'"'),
+            proptest::strategy::Just(b'\\'),
+            proptest::strategy::Just(0x80u8),
+            proptest::arbitrary::any::<u8>()
+        ], 0..200),
+        skip in 0usize..200,
+    ) {
+        // Mostly strings without a hit for a while: drop the hits in the first `skip` bytes.
+        let b: Vec<u8> = bytes
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| if i < skip && (c == b'"' || c == b'\\') { b'x' } else { c })
+            .collect();
+        proptest::prop_assert_eq!(
+            scan::quote_or_backslash(&b),
+            memchr::memchr2(b'"', b'\\', &b)
+        );
+    }
+}
