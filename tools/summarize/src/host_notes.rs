@@ -31,3 +31,54 @@ pub fn preflight_notes(servers: &[ServerRecord]) -> Vec<String> {
     }
     out
 }
+
+/// Bytes of the allreduce the best-group note prices when no model is given (a 7168-wide BF16
+/// hidden state of one token: a large model's decode allreduce).
+pub const GROUP_NOTE_BYTES: f64 = 14336.0;
+
+/// For each host with a topology matrix (each once): the best-connected group of 2, 4 and 8
+/// GPUs (which `--gpus` to give a TP engine of that size) with its slowest link, and, with a
+/// hardware card, the allreduce the card's model predicts for that group at `bytes`.
+pub fn best_groups(
+    servers: &[ServerRecord],
+    card: Option<&servbench::presets::Hardware>,
+    bytes: f64,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for s in servers {
+        let Some(h) = s.env.as_ref().and_then(|e| e.host.as_ref()) else {
+            continue;
+        };
+        let Some(t) = &h.topology else { continue };
+        if seen.contains(&s.host.as_str()) {
+            continue;
+        }
+        seen.push(&s.host);
+        let mut parts = Vec::new();
+        for size in [2usize, 4, 8] {
+            let Some(group) = t.best_group(size) else {
+                continue;
+            };
+            let list: Vec<String> = group.iter().map(u32::to_string).collect();
+            let link = t.worst_link(&group).map_or("?".into(), |l| l.words());
+            let cost = card.map_or(String::new(), |hw| {
+                let (ic, _) = servbench::host::topo::interconnect_for(&hw.interconnect, h, &group);
+                let c = ic.allreduce(size as u32, bytes);
+                format!(", allreduce {:.1} us ({})", c.us, c.algo.name())
+            });
+            parts.push(format!("{size}: --gpus {} ({link}{cost})", list.join(",")));
+        }
+        if !parts.is_empty() {
+            let priced = card.map_or(String::new(), |hw| {
+                format!(" (allreduce of {bytes:.0} bytes on {})", hw.name)
+            });
+            out.push(format!(
+                "best-connected GPUs on {}{priced}: {}",
+                s.host,
+                parts.join("; ")
+            ));
+        }
+    }
+    out
+}

@@ -113,6 +113,17 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
         let mut t = report::server_table(&inputs.servers);
         if config.notes {
             t.notes = host_notes::preflight_notes(&inputs.servers);
+            let card = config
+                .roofline
+                .as_ref()
+                .map(|r| &r.hw)
+                .or(config.link_hw.as_ref());
+            let bytes = config
+                .roofline
+                .as_ref()
+                .map_or(host_notes::GROUP_NOTE_BYTES, |r| r.model.allreduce_bytes(1));
+            t.notes
+                .extend(host_notes::best_groups(&inputs.servers, card, bytes));
         }
         out.push(t);
     }

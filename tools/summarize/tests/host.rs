@@ -41,6 +41,28 @@ fn preflight_warnings_are_reported_per_server_and_compare_shows_the_host_differe
 
     let text = summarize(&[&clean]);
     assert!(!text.contains("pre-flight"), "a clean box: {text}");
+    // Which --gpus to give a TP engine of each size: one socket's four for TP-4.
+    assert!(
+        text.contains("best-connected GPUs on localhost: 2: --gpus 0,1 (same PCIe switch); 4: --gpus 0,1,2,3 (host bridges, one socket); 8: --gpus 0,1,2,3,4,5,6,7 (across sockets)"),
+        "{text}"
+    );
+    let text = summarize(&[&clean, "--hardware", "rtx-pro-6000"]);
+    let note = text
+        .lines()
+        .find(|l| {
+            l.contains(
+                "best-connected GPUs on localhost (allreduce of 14336 bytes on rtx-pro-6000)",
+            )
+        })
+        .unwrap_or_else(|| panic!("{text}"));
+    let us = |size: &str| -> f64 {
+        let at = note.find(&format!("{size}: --gpus")).unwrap();
+        let rest = &note[at..];
+        let a = rest.find("allreduce ").unwrap() + "allreduce ".len();
+        rest[a..].split(' ').next().unwrap().parse().unwrap()
+    };
+    // The card's model over the group's links: 8 across sockets costs more than 4 on one.
+    assert!(us("8") > us("4") && us("4") > us("2"), "{note}");
 
     let text = summarize(&[&dirty]);
     let notes: Vec<&str> = text
