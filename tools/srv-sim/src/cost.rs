@@ -14,6 +14,9 @@ use std::time::Duration;
 pub struct Roofline {
     pub dep: Deployment,
     pub step_overhead: Duration,
+    /// Prefill's achieved FLOP rate over decode's (1 unless a calibration card says otherwise):
+    /// prefill chunks' compute time is divided by it.
+    pub prefill_efficiency: f64,
 }
 
 /// What `--dry-run`'s record is computed for, beside the cost model itself.
@@ -43,8 +46,12 @@ impl Roofline {
             * (shape.prefill_attention_pairs as f64 / f64::from(micro))
             / f64::from(dep.layout.tp.max(1))
             / dep.rates.flops(WeightFormat::Bf16);
+        // Linear FLOPs go with tokens: the prefill chunks' share of them runs at its efficiency.
+        let tokens = f64::from(shape.work.decode_seqs + shape.work.prefill_tokens).max(1.0);
+        let prefill_share = f64::from(shape.work.prefill_tokens) / tokens;
+        let slower = 1.0 + prefill_share * (1.0 / self.prefill_efficiency - 1.0);
         presets::StepCost {
-            compute_s: round.compute_s + prefill_attention,
+            compute_s: round.compute_s * slower + prefill_attention / self.prefill_efficiency,
             ..round
         }
     }
@@ -194,6 +201,7 @@ mod tests {
                 Layout { tp, pp },
             ),
             step_overhead: Duration::ZERO,
+            prefill_efficiency: 1.0,
         }
     }
 

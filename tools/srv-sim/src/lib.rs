@@ -10,6 +10,7 @@
 //! [`metrics`] (Prometheus text), [`prefix`] (the prefix cache), [`http`] (the server).
 
 pub mod api;
+pub mod calibrate;
 pub mod clock;
 pub mod cost;
 pub mod engine;
@@ -156,6 +157,8 @@ pub struct Config {
     pub self_report: selfreport::SelfReport,
     #[command(flatten)]
     pub predict: predict::PredictArgs,
+    #[command(flatten)]
+    pub calibration: calibrate::CalibrateArgs,
     /// Turn prefix caching off (vLLM's spelling; on by default, as in vLLM)
     #[arg(long)]
     pub no_enable_prefix_caching: bool,
@@ -311,10 +314,22 @@ impl Config {
                 cli::warn(format!("--comm-from {path}: {w}"));
             }
         }
-        Ok(Roofline {
+        let mut roofline = Roofline {
             dep,
             step_overhead: self.step_overhead,
-        })
+            prefill_efficiency: 1.0,
+        };
+        if let Some(path) = &self.calibration.calibration {
+            let card = calibrate::Calibration::load(path)?;
+            if card.hardware != roofline.dep.hw.name {
+                cli::warn(format!(
+                    "--calibration {path} was fitted on {}, applied here to {}",
+                    card.hardware, roofline.dep.hw.name
+                ));
+            }
+            card.apply(&mut roofline);
+        }
+        Ok(roofline)
     }
 
     /// The KV-cache budget in tokens: --kv-cache-tokens, else what fits beside the weights
@@ -372,6 +387,8 @@ impl Config {
             max_model_len: self.max_model_len,
             prefix_caching: !self.no_enable_prefix_caching,
             labels: self.labels.iter().cloned().collect(),
+            request_latency: self.predict.request_latency,
+            client_gap: self.predict.client_gap,
         })
     }
 
@@ -525,6 +542,10 @@ pub fn run(config: Config) -> anyhow::Result<Exit> {
     }
     if config.predict.predict {
         return predict::run(&config.predict, config.predict_engine(roofline)?);
+    }
+    if let Some(path) = &config.calibration.calibrate {
+        let engine = config.predict_engine(roofline)?;
+        return calibrate::run(&config.calibration, path, engine);
     }
 
     if config.realtime {

@@ -104,6 +104,7 @@ pub struct PredictArgs {
 }
 
 /// What `--predict` needs from the rest of srv-sim's configuration.
+#[derive(Clone)]
 pub struct Engine {
     pub roofline: Roofline,
     pub max_step_tokens: u32,
@@ -115,6 +116,9 @@ pub struct Engine {
     pub prefix_caching: bool,
     pub model_name: String,
     pub labels: Labels,
+    /// The modelled client (--request-latency, --client-gap).
+    pub request_latency: Duration,
+    pub client_gap: Duration,
 }
 
 impl PredictArgs {
@@ -246,8 +250,8 @@ pub fn run(args: &PredictArgs, engine: Engine) -> anyhow::Result<Exit> {
                         prompts: args.prompts(),
                         turns: args.turns.map(|t| (t, args.think_time)),
                         seed: engine.seed,
-                        request_latency: args.request_latency,
-                        client_gap: args.client_gap,
+                        request_latency: engine.request_latency,
+                        client_gap: engine.client_gap,
                         max_model_len: engine.max_model_len,
                         kv_cache_tokens: engine.kv_cache_tokens,
                     };
@@ -268,6 +272,46 @@ pub fn run(args: &PredictArgs, engine: Engine) -> anyhow::Result<Exit> {
         }
     }
     Ok(Exit::Ok)
+}
+
+/// The summary of one closed-loop point of `requests` requests, predicted on a fresh engine
+/// and prefix cache (what `--calibrate` sets against each measured point).
+pub fn predict_closed(
+    engine: &Engine,
+    concurrency: u32,
+    requests: u64,
+    input_len: u32,
+    max_tokens: u32,
+) -> servbench::record::SummaryRecord {
+    let point = PointKey {
+        concurrency: Some(concurrency),
+        input_len: Some(input_len),
+        max_tokens: Some(max_tokens),
+        ..PointKey::default()
+    };
+    let load = PointLoad {
+        point: point.clone(),
+        labels: Labels::new(),
+        pace: Pace::Closed { slots: concurrency },
+        budget: Budget::Requests(requests),
+        input_len,
+        max_tokens,
+        prompts: Prompts::Unique,
+        turns: None,
+        seed: engine.seed,
+        request_latency: engine.request_latency,
+        client_gap: engine.client_gap,
+        max_model_len: engine.max_model_len,
+        kv_cache_tokens: engine.kv_cache_tokens,
+    };
+    let mut cache = engine
+        .prefix_caching
+        .then(|| PrefixCache::new(engine.kv_cache_tokens));
+    let mut stats = PointStats::new();
+    for r in predict_point(load, cache.as_mut(), engine) {
+        stats.add_request(&r, None);
+    }
+    stats.to_summary(point, Labels::new(), false, None)
 }
 
 /// One point: the engine on a virtual clock until the client's load is over.
