@@ -3,42 +3,38 @@
 //! of the rank count, and more than 1 MB.
 
 use serde_json::Value;
-use std::process::Output;
+use servbench::record::{CollBackend, CollRecord, CollRunRecord};
 use testkit::stderr;
-use testkit::{cmd, json_lines};
+use testkit::{cmd, json_lines, of_kind};
 
 /// -b 4 -e 4M -f 7: 4, 28, 196, 1372, 9604, 67228, 470596, 3294172 bytes.
 const ODD_SIZES: &[&str] = &["-b", "4", "-e", "4M", "-f", "7", "-n", "2", "-w", "1"];
 
-fn run(args: &[&str]) -> Output {
-    cmd("collbench").args(args).output().expect("run collbench")
-}
-
 /// Runs `args` and checks the records: every size checked, nothing wrong, a footer.
 fn check_ok(args: &[&str], ranks: u64) -> Vec<Value> {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "collbench {args:?} failed: {}",
-        stderr(&out)
-    );
-    let records = json_lines(&out.stdout);
-    let (colls, runs): (Vec<&Value>, Vec<&Value>) =
-        records.iter().partition(|r| r["kind"] == "coll");
+    let out = testkit::run_ok("collbench", args);
+    let colls = out.of::<CollRecord>();
     assert!(!colls.is_empty(), "no coll records for {args:?}");
-    assert_eq!(runs.len(), 1, "one coll_run footer for {args:?}");
-    assert_eq!(runs[0]["kind"], "coll_run");
-    assert_eq!(runs[0]["wrong"], 0);
-    assert_eq!(runs[0]["sizes"].as_u64(), Some(colls.len() as u64));
+    assert_eq!(
+        out.records().len(),
+        colls.len() + 1,
+        "one coll_run footer for {args:?}"
+    );
+    let footer = out.one::<CollRunRecord>();
+    assert_eq!(footer.wrong, 0);
+    assert_eq!(u64::from(footer.sizes), colls.len() as u64);
     for c in &colls {
-        assert_eq!(c["wrong"], 0, "{c}");
-        assert_eq!(c["checked"], true, "{c}");
-        assert_eq!(c["ranks"].as_u64(), Some(ranks), "{c}");
-        assert_eq!(c["backend"], "tcp");
-        assert!(c["time_us"]["mean"].as_f64().unwrap() > 0.0, "{c}");
-        assert!(c["busbw_gbps"].as_f64().unwrap() >= 0.0, "{c}");
+        assert_eq!(c.wrong, 0, "{c:?}");
+        assert!(c.checked, "{c:?}");
+        assert_eq!(u64::from(c.ranks), ranks, "{c:?}");
+        assert_eq!(c.backend, CollBackend::Tcp);
+        assert!(c.time_us.mean > 0.0, "{c:?}");
+        assert!(c.busbw_gbps >= 0.0, "{c:?}");
     }
-    colls.into_iter().cloned().collect()
+    of_kind(&out.values(), "coll")
+        .into_iter()
+        .cloned()
+        .collect()
 }
 
 fn every_size_on_2_3_4_ranks(coll: &str) {
