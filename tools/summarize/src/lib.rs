@@ -62,8 +62,10 @@ pub const TEXT_WIDTH: usize = 120;
 
 /// The default columns of the load-points table a roofline's columns may push out, least
 /// needed first.
-const POINTS_DROPPABLE: [&str; 12] = [
+const POINTS_DROPPABLE: [&str; 14] = [
     "lag_p99",
+    "tok_s_per_gpu",
+    "j_per_tok",
     "itl_p99",
     "req_s",
     "ttft_p99",

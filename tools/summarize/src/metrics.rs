@@ -158,13 +158,19 @@ pub enum Scalar {
     SpecAcceptance,
     PrefixHitPct,
     GpuUtilPct,
+    /// Output tokens/s over the GPUs loadgen sampled (the server's, from its record's --gpus).
+    TokSPerGpu,
+    /// Joules per output token on those GPUs: each GPU's mean sampled power over the point
+    /// (the integral of its power over the point's duration, over that duration) x duration,
+    /// summed, over the point's output tokens.
+    JoulesPerTok,
     /// The server's gauges of requests running and waiting (largest sample in the point).
     RunningMax,
     WaitingMax,
 }
 
 impl Scalar {
-    const ALL: [Scalar; 19] = [
+    const ALL: [Scalar; 21] = [
         Scalar::ReqS,
         Scalar::OutputTokS,
         Scalar::TotalTokS,
@@ -182,6 +188,8 @@ impl Scalar {
         Scalar::SpecAcceptance,
         Scalar::PrefixHitPct,
         Scalar::GpuUtilPct,
+        Scalar::TokSPerGpu,
+        Scalar::JoulesPerTok,
         Scalar::RunningMax,
         Scalar::WaitingMax,
     ];
@@ -205,6 +213,8 @@ impl Scalar {
             Scalar::SpecAcceptance => "spec_accept",
             Scalar::PrefixHitPct => "prefix_hit",
             Scalar::GpuUtilPct => "gpu_util",
+            Scalar::TokSPerGpu => "tok_s_per_gpu",
+            Scalar::JoulesPerTok => "j_per_tok",
             Scalar::RunningMax => "running",
             Scalar::WaitingMax => "waiting",
         }
@@ -229,10 +239,25 @@ impl Scalar {
             Scalar::SpecAcceptance => "spec accept",
             Scalar::PrefixHitPct => "prefix hit %",
             Scalar::GpuUtilPct => "GPU util %",
+            Scalar::TokSPerGpu => "tok/s/GPU",
+            Scalar::JoulesPerTok => "J/tok",
             Scalar::RunningMax => "running max",
             Scalar::WaitingMax => "waiting max",
         }
     }
+}
+
+/// The summary's GPUs, each once (a MIG GPU's instances share its power and count once).
+fn whole_gpus(s: &SummaryRecord) -> Vec<&servbench::record::GpuStats> {
+    let mut seen = Vec::new();
+    s.gpus
+        .iter()
+        .filter(|g| {
+            let fresh = !seen.contains(&g.index);
+            seen.push(g.index);
+            fresh
+        })
+        .collect()
 }
 
 /// Anything a column can show from a summary.
@@ -271,6 +296,8 @@ impl Metric {
     pub const SPEC_ACCEPT: Metric = Metric::Scalar(Scalar::SpecAcceptance);
     pub const PREFIX_HIT: Metric = Metric::Scalar(Scalar::PrefixHitPct);
     pub const GPU_UTIL: Metric = Metric::Scalar(Scalar::GpuUtilPct);
+    pub const TOK_S_PER_GPU: Metric = Metric::Scalar(Scalar::TokSPerGpu);
+    pub const J_PER_TOK: Metric = Metric::Scalar(Scalar::JoulesPerTok);
 
     /// `tok_s`, `ttft_p99`, `itl_mean`, ...
     pub fn name(&self) -> String {
@@ -346,7 +373,11 @@ impl Metric {
         match self {
             // Fewer reasoning tokens for the same answers cost less.
             Metric::Scalar(
-                Scalar::Errors | Scalar::Preemptions | Scalar::KvMaxPct | Scalar::ReasoningPct,
+                Scalar::Errors
+                | Scalar::Preemptions
+                | Scalar::KvMaxPct
+                | Scalar::ReasoningPct
+                | Scalar::JoulesPerTok,
             )
             | Metric::Dist(..) => Better::Lower,
             Metric::Scalar(_) => Better::Higher,
@@ -386,6 +417,18 @@ impl Metric {
                         .filter_map(|g| Some(g.util_pct?.mean))
                         .collect();
                     (!utils.is_empty()).then(|| utils.iter().sum::<f64>() / utils.len() as f64)
+                }
+                Scalar::TokSPerGpu => {
+                    let n = whole_gpus(s).len();
+                    (n > 0).then(|| s.output_tok_s / n as f64)
+                }
+                Scalar::JoulesPerTok => {
+                    let gpus = whole_gpus(s);
+                    let watts: Option<Vec<f64>> =
+                        gpus.iter().map(|g| Some(g.power_w?.mean)).collect();
+                    let watts = watts.filter(|w| !w.is_empty())?;
+                    (s.output_tokens > 0 && s.duration_s > 0.0)
+                        .then(|| watts.iter().sum::<f64>() * s.duration_s / s.output_tokens as f64)
                 }
             },
             Metric::Dist(d, st) => d.of(s).map(|dist| st.of(dist)),

@@ -60,7 +60,7 @@ impl Col {
 
 /// The metrics shown by default, in order (columns with no value anywhere are dropped).
 /// The server's figures come last and only where loadgen read them.
-pub const DEFAULT_METRICS: [Metric; 17] = [
+pub const DEFAULT_METRICS: [Metric; 19] = [
     Metric::REQ_S,
     Metric::TOK_S,
     Metric::TTFT_P50,
@@ -79,6 +79,8 @@ pub const DEFAULT_METRICS: [Metric; 17] = [
     Metric::SPEC_ACCEPT,
     Metric::PREFIX_HIT,
     Metric::GPU_UTIL,
+    Metric::TOK_S_PER_GPU,
+    Metric::J_PER_TOK,
 ];
 
 /// The group keys of the points: `by` when given, else every varying key except the load
