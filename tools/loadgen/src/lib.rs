@@ -8,8 +8,8 @@
 //! `workload/` (what the requests are made of, behind one trait), `modes/` (sweep, ramp,
 //! find-max), `run/` (the run and its points: the dispatcher, the request tasks, the
 //! dead-server watch), `ranks/` (one rank of several), `telemetry/` (the server's metrics and
-//! GPUs), `limits.rs` (what is refused before any load), `pacing.rs` (send times), `stop.rs`
-//! (the stop switch).
+//! GPUs), `plan/` (the one place these flags are read: [`Args::plan`] into the run's `Plan`,
+//! validated once in `plan/limits.rs`), `pacing.rs` (send times), `stop.rs` (the stop switch).
 
 pub mod client;
 pub mod modes;
