@@ -1,4 +1,4 @@
-use super::{Extra, Labels, ServerEnv, current_version};
+use super::{Engine, Extra, Labels, ServerEnv, current_version};
 use serde::{Deserialize, Serialize};
 
 /// A running server, written by `srv-launch` once it is ready; `loadgen` targets it and
@@ -11,7 +11,7 @@ pub struct ServerRecord {
     #[serde(default)]
     pub labels: Labels,
     /// `sglang`, `vllm`, `llama-cpp`, `trtllm`, `sim` or `cmd`.
-    pub engine: String,
+    pub engine: Engine,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Where it runs: `localhost`, or the SSH target `[user@]addr[:port]`.

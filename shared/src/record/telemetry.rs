@@ -2,6 +2,7 @@
 //! `summary`), and the environment a server ran in (the `env` object of a `server` record).
 //! Names are ours, the same for every engine: [`crate::telemetry::vocab`] maps each engine's.
 
+use super::Engine;
 use serde::{Deserialize, Serialize};
 
 /// A gauge sampled during a point: its mean and largest sample.
@@ -66,8 +67,10 @@ pub struct SpecStats {
 /// does not export is absent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ServerStats {
-    /// Whose names the server used: `vllm`, `sglang`, `llamacpp`, `tgi`, `trtllm`.
-    pub engine: String,
+    /// Whose names the server used: `vllm`, `sglang`, `llamacpp`, `tgi`, `trtllm`, `triton`,
+    /// `dynamo` (written as [`Engine::metrics_name`]).
+    #[serde(with = "super::metrics_engine")]
+    pub engine: Engine,
     /// Scrapes that answered during the point (start and end included).
     pub scrapes: u64,
     /// Gauge samples in the point: its first and last scrape and those taken in between.

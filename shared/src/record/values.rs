@@ -115,6 +115,50 @@ macro_rules! wire_enum {
 }
 
 wire_enum! {
+    /// An inference engine: what srv-launch started (`server.engine`, spelled as its preset) and
+    /// whose metric names a server's `/metrics` used (`summary.server.engine`, written in the
+    /// vocabulary's spelling, [`Engine::metrics_name`]); its metric vocabulary is
+    /// `telemetry::vocab` (`Engine::ALL`, `prefix`, `vocab::rows`). Both spellings of llama.cpp
+    /// (`llama-cpp`, `llamacpp`) read as one engine.
+    Engine {
+        Vllm = "vllm",
+        Sglang = "sglang",
+        LlamaCpp = "llama-cpp" | "llamacpp",
+        Tgi = "tgi",
+        Trtllm = "trtllm",
+        /// Triton Inference Server with the TensorRT-LLM backend.
+        Triton = "triton",
+        /// NVIDIA Dynamo's HTTP frontend.
+        Dynamo = "dynamo",
+        /// srv-sim (it speaks vLLM's or SGLang's metric names).
+        Sim = "sim",
+        /// `srv-launch --cmd`: a command of the user's.
+        Cmd = "cmd",
+    }
+}
+
+/// No engine named (empty), as an empty `summary.server` had before it was typed.
+impl Default for Engine {
+    fn default() -> Engine {
+        Engine::Other(String::new())
+    }
+}
+
+/// Serde for a field that holds whose metric names a server used: written in the vocabulary's
+/// spelling (`llamacpp`), read in either.
+pub mod metrics_engine {
+    use super::Engine;
+
+    pub fn serialize<S: serde::Serializer>(e: &Engine, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(e.metrics_name())
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Engine, D::Error> {
+        serde::Deserialize::deserialize(d)
+    }
+}
+
+wire_enum! {
     /// A collective (`coll.op`, `coll_run.op`).
     CollOp {
         Allreduce = "allreduce",
@@ -265,5 +309,14 @@ mod tests {
         // Ordered by spelling, as the strings were (tables keep their order).
         assert!(CollOp::Sendrecv > CollOp::Alltoall && CollOp::Allgather < CollOp::Allreduce);
         assert_eq!(CollOp::Other("allreduce".into()), CollOp::Allreduce);
+    }
+
+    #[test]
+    fn both_spellings_of_llama_cpp_read_as_one_engine_written_as_each_field_wrote_it() {
+        assert_eq!(Engine::parse("llamacpp"), Engine::LlamaCpp);
+        assert_eq!(Engine::parse("llama-cpp"), Engine::LlamaCpp);
+        assert_eq!(Engine::LlamaCpp.as_str(), "llama-cpp");
+        assert_eq!(Engine::LlamaCpp.metrics_name(), "llamacpp");
+        assert_eq!(Engine::Vllm.metrics_name(), "vllm");
     }
 }

@@ -9,10 +9,10 @@ use crate::record::ServerStats;
 fn window(engine: Engine, pages: &[String]) -> ServerStats {
     let read = |t: &String| {
         let x = parse(t).unwrap();
-        assert_eq!(x.engine(), Some(engine), "{t}");
-        x.read(engine)
+        assert_eq!(x.engine().as_ref(), Some(&engine), "{t}");
+        x.read(engine.clone())
     };
-    let mut w = Window::start(engine, read(&pages[0]));
+    let mut w = Window::start(engine.clone(), read(&pages[0]));
     for p in &pages[1..pages.len() - 1] {
         w.sample(read(p));
     }

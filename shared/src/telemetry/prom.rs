@@ -202,23 +202,25 @@ fn unescape(v: &str) -> String {
 impl Exposition {
     /// The engine whose names the scrape uses most; `None` when it is none of ours.
     pub fn engine(&self) -> Option<Engine> {
+        // A tie goes to the engine listed first in `Engine::ALL`.
         Engine::ALL
             .into_iter()
-            .map(|e| {
-                let n = vocab::rows(e)
+            .enumerate()
+            .map(|(i, e)| {
+                let n = vocab::rows(&e)
                     .filter(|r| self.families.contains_key(r.name))
                     .count();
-                (n, e)
+                (n, i, e)
             })
-            .filter(|&(n, _)| n > 0)
-            .max_by_key(|&(n, e)| (n, std::cmp::Reverse(e)))
-            .map(|(_, e)| e)
+            .filter(|(n, _, _)| *n > 0)
+            .max_by_key(|(n, i, _)| (*n, std::cmp::Reverse(*i)))
+            .map(|(_, _, e)| e)
     }
 
     /// The figures `engine` exports in this scrape.
     pub fn read(&self, engine: Engine) -> Reading {
         let mut r = Reading::default();
-        for row in vocab::rows(engine) {
+        for row in vocab::rows(&engine) {
             if r.has(row.figure) {
                 continue; // an earlier row (a newer name) already gave it
             }

@@ -33,21 +33,12 @@
 //!   its in-flight requests include the queued ones; token counts are its sequence-length
 //!   histograms' sums; no KV figure (that is on each worker's own port).
 
-/// Whose names a server's `/metrics` uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Engine {
-    Vllm,
-    Sglang,
-    LlamaCpp,
-    Tgi,
-    Trtllm,
-    /// Triton Inference Server with the TensorRT-LLM backend.
-    Triton,
-    /// NVIDIA Dynamo's HTTP frontend.
-    Dynamo,
-}
+/// The engine whose names a server's `/metrics` uses: the one engine type of the records
+/// (`server.engine`, `summary.server.engine`), here given its metric vocabulary.
+pub use crate::record::Engine;
 
 impl Engine {
+    /// The engines with a metric vocabulary (srv-sim and `--cmd` servers speak one of these).
     pub const ALL: [Engine; 7] = [
         Engine::Vllm,
         Engine::Sglang,
@@ -58,21 +49,18 @@ impl Engine {
         Engine::Dynamo,
     ];
 
-    /// The name in records (`server.engine`).
-    pub fn name(self) -> &'static str {
+    /// The name in `summary.server.engine` (`llamacpp`, as its metric prefix; the preset's
+    /// name, [`Engine::as_str`], is `llama-cpp`).
+    pub fn metrics_name(&self) -> &str {
         match self {
-            Engine::Vllm => "vllm",
-            Engine::Sglang => "sglang",
             Engine::LlamaCpp => "llamacpp",
-            Engine::Tgi => "tgi",
-            Engine::Trtllm => "trtllm",
-            Engine::Triton => "triton",
-            Engine::Dynamo => "dynamo",
+            other => other.as_str(),
         }
     }
 
-    /// The prefix of its metric names, by which a scrape is recognised.
-    pub fn prefix(self) -> &'static str {
+    /// The prefix of its metric names, by which a scrape is recognised (empty for an engine
+    /// without a vocabulary of its own).
+    pub fn prefix(&self) -> &'static str {
         match self {
             Engine::Vllm => "vllm:",
             Engine::Sglang => "sglang:",
@@ -81,6 +69,7 @@ impl Engine {
             Engine::Trtllm => "trtllm_",
             Engine::Triton => "nv_",
             Engine::Dynamo => "dynamo_frontend_",
+            Engine::Sim | Engine::Cmd | Engine::Other(_) => "",
         }
     }
 }
@@ -136,7 +125,7 @@ pub enum Read {
 }
 
 /// One engine's name for one of our figures.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Source {
     pub engine: Engine,
     pub figure: Figure,
@@ -547,8 +536,8 @@ pub const NOT_READ: &[(Engine, &str, &str)] = &[
 ];
 
 /// The rows of `engine`.
-pub fn rows(engine: Engine) -> impl Iterator<Item = &'static Source> {
-    TABLE.iter().filter(move |s| s.engine == engine)
+pub fn rows(engine: &Engine) -> impl Iterator<Item = &'static Source> + '_ {
+    TABLE.iter().filter(move |s| s.engine == *engine)
 }
 
 /// Our GPU figures.
@@ -608,8 +597,8 @@ mod tests {
     #[test]
     fn every_engine_has_rows_under_its_own_prefix() {
         for e in Engine::ALL {
-            assert!(rows(e).count() > 3, "{e:?}");
-            for r in rows(e) {
+            assert!(rows(&e).count() > 3, "{e:?}");
+            for r in rows(&e) {
                 assert!(r.name.starts_with(e.prefix()), "{} under {e:?}", r.name);
             }
         }

@@ -108,7 +108,7 @@ impl Window {
     }
 
     pub fn engine(&self) -> Engine {
-        self.engine
+        self.engine.clone()
     }
 
     /// A figure's value in the point's first scrape.
@@ -150,7 +150,7 @@ impl Window {
             }
         };
         let mut s = ServerStats {
-            engine: self.engine.name().to_string(),
+            engine: self.engine.clone(),
             scrapes: self.scrapes,
             gauge_samples: self.gauge_samples,
             running: self.gauge(Figure::Running),

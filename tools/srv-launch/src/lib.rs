@@ -357,7 +357,7 @@ fn launch_and_wait(cfg: &Plan, exec: &dyn Exec, plan: &Launch) -> Result<ServerR
         v: servbench::record::SCHEMA_VERSION,
         ts: now_ts(),
         labels: inherit_labels(&labels, &cfg.labels),
-        engine: plan.engine.clone(),
+        engine: plan.engine.as_str().into(),
         model: cfg.model.clone(),
         host,
         pid,

@@ -584,7 +584,7 @@ mod tests {
             let unread: Vec<&&str> = served
                 .iter()
                 .filter(|name| !name.starts_with("srv_sim:"))
-                .filter(|name| !rows(engine).any(|r| r.name == **name))
+                .filter(|name| !rows(&engine).any(|r| r.name == **name))
                 .filter(|name| !NOT_READ.iter().any(|(e, n, _)| *e == engine && n == *name))
                 .collect();
             assert!(

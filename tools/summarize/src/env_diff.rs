@@ -20,7 +20,11 @@ pub fn table(base: &[ServerRecord], new: &[ServerRecord]) -> Option<Table> {
         n.env.clone().unwrap_or_default(),
     );
     let fields: [(&str, Option<String>, Option<String>); 10] = [
-        ("engine", Some(b.engine.clone()), Some(n.engine.clone())),
+        (
+            "engine",
+            Some(b.engine.to_string()),
+            Some(n.engine.to_string()),
+        ),
         ("engine version", be.engine_version, ne.engine_version),
         ("model", b.model.clone(), n.model.clone()),
         ("GPU model", be.gpu_model, ne.gpu_model),

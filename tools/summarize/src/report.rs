@@ -347,7 +347,7 @@ pub fn server_table(servers: &[ServerRecord]) -> Table {
         seen.push(id);
         table.push(
             vec![
-                Cell::Text(s.engine.clone()),
+                Cell::Text(s.engine.to_string()),
                 // srv-launch names the model in its labels when the engine has no model field.
                 s.model
                     .clone()

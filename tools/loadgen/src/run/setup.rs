@@ -77,7 +77,7 @@ pub(crate) fn upstream<W: std::io::Write>(
         (None, Some(s)) => {
             let recorded = &s.engine;
             if engine.is_none() {
-                engine = servbench::engines::engine(recorded);
+                engine = servbench::engines::engine(recorded.as_str());
                 if engine.is_none() && plan.flush_cache {
                     return Err(cli::usage(format!(
                         "--flush-cache: the server record's engine '{recorded}' has no preset; pass --engine NAME"

@@ -420,7 +420,7 @@ impl Scraper {
             }
             Err(e) => return Err(format!("{url}: {e}")),
         };
-        let engine = match self.engine.or_else(|| parsed.engine()) {
+        let engine = match self.engine.clone().or_else(|| parsed.engine()) {
             Some(e) => e,
             None => {
                 let prefixes: Vec<&str> = Engine::ALL.iter().map(|e| e.prefix()).collect();
@@ -430,8 +430,8 @@ impl Scraper {
                 ));
             }
         };
-        self.engine = Some(engine);
-        Ok((engine, parsed.read(engine)))
+        self.engine = Some(engine.clone());
+        Ok((engine.clone(), parsed.read(engine)))
     }
 
     /// The server stopped answering during a point (said once): that point's `server` object
@@ -564,7 +564,7 @@ pub fn plan(
         Some(nvidia_smi(host, true))
     } else {
         match server {
-            Some(s) if s.engine == "sim" => None,
+            Some(s) if s.engine == servbench::record::Engine::Sim => None,
             Some(s) => Some(nvidia_smi(&s.host, s.gpus.is_some())),
             None if loopback(&target.authority) => Some(nvidia_smi("localhost", false)),
             None => None,
