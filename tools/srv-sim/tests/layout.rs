@@ -28,9 +28,8 @@ fn decode_rate(port: u16, max_tokens: u32) -> f64 {
         &completion_body(8, max_tokens, true),
     );
     assert_eq!(x.status, 200);
-    let t = x.token_events();
-    assert_eq!(t.len(), max_tokens as usize);
-    (t.len() - 1) as f64 / (t[t.len() - 1].0 - t[0].0).as_secs_f64()
+    assert_eq!(x.generated_tokens(), max_tokens as usize);
+    x.decode_tok_s()
 }
 
 /// The notes' finding: one stream of Qwen3-32B on 8 RTX PRO 6000 over PCIe across two sockets
@@ -179,7 +178,7 @@ fn throughput(port: u16, clients: usize) -> f64 {
                 realtime_thread();
                 for _ in 0..2 {
                     let x = post(port, "/v1/completions", &completion_body(16, 24, true));
-                    assert_eq!(x.token_events().len(), 24);
+                    assert_eq!(x.generated_tokens(), 24);
                 }
             })
         })

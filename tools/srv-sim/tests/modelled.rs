@@ -33,9 +33,8 @@ fn decode_rate(port: u16, prompt_words: usize, max_tokens: u32) -> f64 {
         &completion_body(prompt_words, max_tokens, true),
     );
     assert_eq!(x.status, 200);
-    let t = x.token_events();
-    assert_eq!(t.len(), max_tokens as usize);
-    (t.len() - 1) as f64 / (t[t.len() - 1].0 - t[0].0).as_secs_f64()
+    assert_eq!(x.generated_tokens(), max_tokens as usize);
+    x.decode_tok_s()
 }
 
 #[test]
@@ -74,9 +73,8 @@ fn load(port: u16, clients: usize, each: usize, max_tokens: u32) -> (f64, f64) {
                         "/v1/completions",
                         &completion_body(16, max_tokens, true),
                     );
-                    let t = x.token_events();
-                    assert_eq!(t.len(), max_tokens as usize);
-                    ttfts.push(ms(t[0].0 - x.sent));
+                    assert_eq!(x.generated_tokens(), max_tokens as usize);
+                    ttfts.push(ms(x.token_events()[0].0 - x.sent));
                 }
                 ttfts
             })

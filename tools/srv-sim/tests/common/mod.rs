@@ -119,6 +119,24 @@ impl Exchange {
             .collect()
     }
 
+    /// Generated tokens (words: srv-sim's tokenizer), over every event. Count tokens with this,
+    /// not events: when the HTTP writer falls behind the engine (a loaded machine), the tokens
+    /// waiting for it go out as one event, as a real engine's do.
+    pub fn generated_tokens(&self) -> usize {
+        self.token_events()
+            .iter()
+            .map(|(_, text)| text.split_whitespace().count())
+            .sum()
+    }
+
+    /// Decode tokens/s of the stream: the tokens after the first event's over the time from
+    /// the first event to the last.
+    pub fn decode_tok_s(&self) -> f64 {
+        let t = self.token_events();
+        let first = t[0].1.split_whitespace().count();
+        (self.generated_tokens() - first) as f64 / (t[t.len() - 1].0 - t[0].0).as_secs_f64()
+    }
+
     /// Arrival times of the events that carry generated text, and the text of each.
     pub fn token_events(&self) -> Vec<(Instant, String)> {
         self.chunks()
