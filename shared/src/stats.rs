@@ -5,6 +5,7 @@
 
 pub mod blocks;
 pub mod knee;
+pub mod ttft_split;
 pub mod turns;
 
 use crate::record::{Dist, ErrorClass, Labels, PointKey, RequestRecord, SummaryRecord, now_ts};
@@ -267,6 +268,8 @@ pub struct PointStats {
     pub by_turn: turns::ByTurn,
     /// ... as a summary recorded them (they carry no histograms, so they are kept, not merged).
     by_turn_recorded: Vec<crate::record::TurnSummary>,
+    /// TTFT split by the engine's own timing, where requests carried it.
+    pub ttft_split: ttft_split::SplitAcc,
     /// The batch-means noise a summary recorded (no spans to recompute it); gone once merged
     /// with another accumulator (its blocks are not the merged point's).
     noise_recorded: Option<crate::record::BatchNoise>,
@@ -281,6 +284,7 @@ impl PointStats {
     pub fn add_request(&mut self, r: &RequestRecord, slo: Option<&Slo>) {
         self.requests += 1;
         self.by_turn.add(r);
+        self.ttft_split.add(r);
         self.send_lag.record_ms(r.send_lag_ms);
         let end = r.intended_ms + r.e2e_ms.unwrap_or(0.0);
         self.window = Some(match self.window {
@@ -414,6 +418,7 @@ impl PointStats {
         self.spans.extend_from_slice(&other.spans);
         self.spans_incomplete |= other.spans_incomplete;
         self.by_turn.merge(&other.by_turn);
+        self.ttft_split.merge(&other.ttft_split);
         if self.by_turn_recorded.is_empty() {
             self.by_turn_recorded = other.by_turn_recorded.clone();
         }
@@ -469,6 +474,7 @@ impl PointStats {
             spans_incomplete: true,
             by_turn: turns::ByTurn::default(),
             by_turn_recorded: s.by_turn.clone(),
+            ttft_split: ttft_split::SplitAcc::from_record(s.ttft_split.as_ref()),
             noise_recorded: s.noise.clone(),
         })
     }
@@ -551,6 +557,7 @@ impl PointStats {
             trace: None,
             trace_rows: None,
             ranks: None,
+            ttft_split: self.ttft_split.record(),
             noise: self.batch_noise(),
             hist,
             extra: Default::default(),

@@ -10,11 +10,13 @@
 // The modules that are not a kind of their own: shared parts and checks.
 mod host;
 mod plausible;
+mod server_timing;
 mod telemetry;
 mod values;
 
 pub use host::*;
 pub use plausible::MAX_REQUEST_TOKENS;
+pub use server_timing::*;
 pub use telemetry::*;
 pub use values::*;
 

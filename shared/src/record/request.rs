@@ -215,6 +215,10 @@ pub struct RequestRecord {
     /// (`usage.prompt_tokens_details.cached_tokens`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<u32>,
+    /// The engine's own timing of this request, where its answer carried it (vLLM's
+    /// `metrics`, llama-server's `timings`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_timing: Option<super::ServerTiming>,
 }
 }
 

@@ -146,6 +146,10 @@ pub struct SummaryRecord {
     /// `--rank`): this rank's part of it, or, in rank 0's merged summary, the whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ranks: Option<RankPart>,
+    /// TTFT split by the engine's own per-request timing (queue, prefill, outside the engine),
+    /// where the requests carried it (loadgen README, "Server timing").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_split: Option<super::TtftSplit>,
     /// The point's own noise from time blocks within it (batch means), where it was long
     /// enough: what a comparison of single runs rests on.
     #[serde(default, skip_serializing_if = "Option::is_none")]

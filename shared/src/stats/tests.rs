@@ -29,6 +29,7 @@ fn req(id: u64, intended: f64, ttft: f64, itl: &[f64], tokens: u32) -> RequestRe
         session: None,
         turn: None,
         cached_tokens: None,
+        server_timing: None,
         extra: Default::default(),
     }
 }

@@ -18,6 +18,7 @@ pub mod plot;
 pub mod points;
 pub mod report;
 pub mod runs;
+pub mod self_report;
 pub mod server_notes;
 pub mod steps;
 pub mod table;

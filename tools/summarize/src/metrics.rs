@@ -167,10 +167,15 @@ pub enum Scalar {
     /// The server's gauges of requests running and waiting (largest sample in the point).
     RunningMax,
     WaitingMax,
+    /// TTFT split by the engine's own timing (means): its queue, its prefill, and the client
+    /// TTFT beyond the server's (network, frontend, client).
+    EngineQueueMs,
+    EnginePrefillMs,
+    TtftOutsideMs,
 }
 
 impl Scalar {
-    const ALL: [Scalar; 21] = [
+    const ALL: [Scalar; 24] = [
         Scalar::ReqS,
         Scalar::OutputTokS,
         Scalar::TotalTokS,
@@ -192,6 +197,9 @@ impl Scalar {
         Scalar::JoulesPerTok,
         Scalar::RunningMax,
         Scalar::WaitingMax,
+        Scalar::EngineQueueMs,
+        Scalar::EnginePrefillMs,
+        Scalar::TtftOutsideMs,
     ];
 
     fn name(self) -> &'static str {
@@ -217,6 +225,9 @@ impl Scalar {
             Scalar::JoulesPerTok => "j_per_tok",
             Scalar::RunningMax => "running",
             Scalar::WaitingMax => "waiting",
+            Scalar::EngineQueueMs => "eng_queue",
+            Scalar::EnginePrefillMs => "eng_prefill",
+            Scalar::TtftOutsideMs => "ttft_outside",
         }
     }
 
@@ -243,6 +254,9 @@ impl Scalar {
             Scalar::JoulesPerTok => "J/tok",
             Scalar::RunningMax => "running max",
             Scalar::WaitingMax => "waiting max",
+            Scalar::EngineQueueMs => "eng queue ms",
+            Scalar::EnginePrefillMs => "eng prefill ms",
+            Scalar::TtftOutsideMs => "outside ms",
         }
     }
 }
@@ -265,6 +279,11 @@ fn whole_gpus(s: &SummaryRecord) -> Vec<&servbench::record::GpuStats> {
 pub enum Metric {
     Scalar(Scalar),
     Dist(DistName, Stat),
+}
+
+/// The point's TTFT split, where some request was in it.
+fn split(s: &SummaryRecord) -> Option<&servbench::record::TtftSplit> {
+    s.ttft_split.as_ref().filter(|t| t.requests > 0)
 }
 
 /// n q (1 - q) below this: too few samples around a quantile to bound it.
@@ -298,6 +317,9 @@ impl Metric {
     pub const GPU_UTIL: Metric = Metric::Scalar(Scalar::GpuUtilPct);
     pub const TOK_S_PER_GPU: Metric = Metric::Scalar(Scalar::TokSPerGpu);
     pub const J_PER_TOK: Metric = Metric::Scalar(Scalar::JoulesPerTok);
+    pub const ENG_QUEUE: Metric = Metric::Scalar(Scalar::EngineQueueMs);
+    pub const ENG_PREFILL: Metric = Metric::Scalar(Scalar::EnginePrefillMs);
+    pub const TTFT_OUTSIDE: Metric = Metric::Scalar(Scalar::TtftOutsideMs);
 
     /// `tok_s`, `ttft_p99`, `itl_mean`, ...
     pub fn name(&self) -> String {
@@ -377,7 +399,10 @@ impl Metric {
                 | Scalar::Preemptions
                 | Scalar::KvMaxPct
                 | Scalar::ReasoningPct
-                | Scalar::JoulesPerTok,
+                | Scalar::JoulesPerTok
+                | Scalar::EngineQueueMs
+                | Scalar::EnginePrefillMs
+                | Scalar::TtftOutsideMs,
             )
             | Metric::Dist(..) => Better::Lower,
             Metric::Scalar(_) => Better::Higher,
@@ -409,6 +434,9 @@ impl Metric {
                 Scalar::PrefixHitPct => Some(s.server.as_ref()?.prefix_hit_rate? * 100.0),
                 Scalar::RunningMax => Some(s.server.as_ref()?.running?.max),
                 Scalar::WaitingMax => Some(s.server.as_ref()?.waiting?.max),
+                Scalar::EngineQueueMs => split(s)?.engine_queue_ms,
+                Scalar::EnginePrefillMs => split(s).map(|t| t.engine_prefill_ms),
+                Scalar::TtftOutsideMs => split(s).map(|t| t.outside_ms),
                 // Mean over the point and over the server's GPUs.
                 Scalar::GpuUtilPct => {
                     let utils: Vec<f64> = s

@@ -8,8 +8,8 @@ use crate::distrusted;
 use crate::metrics::{DistName, Metric, Scalar, Stat};
 use crate::points::{Keys, Point, point_name};
 use crate::runs::{self, run_of, without_run};
-use crate::server_notes;
 use crate::table::human;
+use crate::{self_report, server_notes};
 use servbench::record::RampRecord;
 use servbench::stats::knee::KneeRule;
 use std::collections::BTreeMap;
@@ -63,6 +63,9 @@ pub fn all_with_ramps(points: &[Point], ramps: &[RampRecord]) -> Vec<String> {
         server_notes::prefix_hits_unexpected,
         distrusted::metrics_went_silent,
         distrusted::samples_not_believed,
+        self_report::ttft_mostly_outside,
+        self_report::engine_queue_waits,
+        self_report::server_ttft_over_client,
     ] {
         out.extend(f(points, &keys));
     }
@@ -102,6 +105,12 @@ pub fn by_name() -> Vec<(&'static str, NoteFn)> {
         ),
         ("metrics_went_silent", distrusted::metrics_went_silent),
         ("samples_not_believed", distrusted::samples_not_believed),
+        ("ttft_mostly_outside", self_report::ttft_mostly_outside),
+        ("engine_queue_waits", self_report::engine_queue_waits),
+        (
+            "server_ttft_over_client",
+            self_report::server_ttft_over_client,
+        ),
     ]
 }
 

@@ -60,11 +60,15 @@ impl Col {
 
 /// The metrics shown by default, in order (columns with no value anywhere are dropped).
 /// The server's figures come last and only where loadgen read them.
-pub const DEFAULT_METRICS: [Metric; 19] = [
+pub const DEFAULT_METRICS: [Metric; 22] = [
     Metric::REQ_S,
     Metric::TOK_S,
     Metric::TTFT_P50,
     Metric::TTFT_P99,
+    // The engine's own TTFT split, where it reported per-request timing.
+    Metric::ENG_QUEUE,
+    Metric::ENG_PREFILL,
+    Metric::TTFT_OUTSIDE,
     // Only where a model reasoned (empty columns are dropped).
     Metric::TTFO_P50,
     Metric::REASONING,

@@ -193,6 +193,14 @@ pub(super) fn request() -> impl Strategy<Value = Record> {
                 session: (id % 3 == 0).then_some(u64::from(id) / 3),
                 turn: (id % 3 == 0).then_some(id % 7 + 1),
                 cached_tokens: (id % 2 == 0).then_some(2048),
+                server_timing: (id % 2 == 1).then(|| ServerTiming {
+                    source: "vllm".into(),
+                    queue_ms: Some(1.5),
+                    prefill_ms: Some(4.0),
+                    ttft_ms: Some(5.5),
+                    generation_ms: Some(40.0),
+                    mean_itl_ms: Some(10.0),
+                }),
                 extra,
             }))
         })
@@ -273,6 +281,17 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                 trace: (!partial).then(|| "mooncake.jsonl".into()),
                 trace_rows: (!partial).then_some(12031),
                 ranks: None,
+                ttft_split: partial.then(|| TtftSplit {
+                    source: "vllm".into(),
+                    requests: 4,
+                    client_ttft_ms: 12.0,
+                    engine_queue_ms: Some(2.0),
+                    engine_prefill_ms: 6.0,
+                    outside_ms: 4.0,
+                    engine_generation_ms: None,
+                    server_over_client: 1,
+                    server_over_client_max_ms: Some(0.3),
+                }),
                 noise: (!partial).then(|| BatchNoise {
                     blocks: 8,
                     block_s: 1.5,

@@ -1,9 +1,11 @@
 //! The client side of one request: `http.rs` (the target URL, the keep-alive connection pool),
 //! `tls.rs` (HTTPS trust), `request.rs` (one request, streaming or whole, timed into its
-//! record), `sse.rs` (the SSE scanner), `body.rs` (the one place a request body is built).
+//! record), `sse.rs` (the SSE scanner), `body.rs` (the one place a request body is built),
+//! `server_timing.rs` (the engine's own timing of a request, from its answer).
 
 pub mod body;
 pub mod http;
 pub mod request;
+pub mod server_timing;
 pub mod sse;
 pub mod tls;

@@ -25,6 +25,8 @@ pub struct Outcome {
     pub usage_prompt: Option<u32>,
     /// `usage.prompt_tokens_details.cached_tokens`, where the server reports it.
     pub cached_tokens: Option<u32>,
+    /// The engine's own timing, from the answer or the stream's chunk that carried it.
+    pub server_timing: Option<servbench::record::ServerTiming>,
     /// The reply's text, collected only when this starts as `Some` (conversations resend it).
     pub reply: Option<String>,
     pub end: Instant,
@@ -44,6 +46,7 @@ impl Default for Outcome {
             usage_completion: None,
             usage_prompt: None,
             cached_tokens: None,
+            server_timing: None,
             reply: None,
             end: Instant::now(),
             failure: None,
@@ -138,6 +141,7 @@ async fn whole_inner(pool: &Pool, path: &str, body: Bytes, o: &mut Outcome) -> R
     o.usage_completion = usage.completion_tokens;
     o.usage_prompt = usage.prompt_tokens;
     o.cached_tokens = usage.cached_tokens;
+    o.server_timing = crate::client::server_timing::of_answer(&v);
     // A conversation resends the reply: the answer's content (chat) or text (completions),
     // as the stream's content chunks would have given it.
     if let Some(reply) = o.reply.as_mut() {
@@ -260,6 +264,9 @@ async fn stream_inner(
             }
             if ev.cached_tokens.is_some() {
                 o.cached_tokens = ev.cached_tokens;
+            }
+            if ev.server_timing {
+                o.server_timing = crate::client::server_timing::of_chunk(payload);
             }
             true
         });
@@ -384,6 +391,7 @@ pub fn to_record(
         session: meta.turn.map(|t| t.0),
         turn: meta.turn.map(|t| t.1),
         cached_tokens: o.cached_tokens,
+        server_timing: o.server_timing,
         extra: Default::default(),
     }
 }

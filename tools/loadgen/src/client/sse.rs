@@ -128,6 +128,9 @@ pub struct Event {
     pub finished: bool,
     /// `[DONE]`.
     pub done: bool,
+    /// The chunk carried the engine's own timing (vLLM's `metrics`, llama-server's
+    /// `timings`): read by [`crate::client::server_timing`].
+    pub server_timing: bool,
 }
 
 impl Event {
@@ -164,6 +167,7 @@ pub fn classify_serde(trimmed: &[u8]) -> Result<Event, String> {
     let chunk: Chunk = serde_json::from_slice(trimmed).map_err(|e| e.to_string())?;
     let mut ev = Event {
         error: chunk.error.is_some(),
+        server_timing: chunk.metrics.is_some() || chunk.timings.is_some(),
         ..Event::default()
     };
     if let Some(choice) = chunk.choices.0 {
@@ -284,6 +288,13 @@ mod scan {
                     }
                     _ => s.skip_value(),
                 })
+            }
+            b"metrics" | b"timings" => {
+                if !s.null() {
+                    ev.server_timing = true;
+                    s.skip_value()?;
+                }
+                Some(())
             }
             b"error" => {
                 if !s.null() {
@@ -500,6 +511,10 @@ struct Chunk {
     usage: Option<Usage>,
     #[serde(default)]
     error: Option<IgnoredAny>,
+    #[serde(default)]
+    metrics: Option<IgnoredAny>,
+    #[serde(default)]
+    timings: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]

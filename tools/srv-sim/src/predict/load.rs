@@ -397,6 +397,7 @@ impl<'a> VirtualClock<'a> {
             session: None,
             turn: None,
             cached_tokens: None,
+            server_timing: None,
             extra: Default::default(),
         }
     }

@@ -337,6 +337,7 @@ pub fn simulate_point(
             session: None,
             turn: None,
             cached_tokens: None,
+            server_timing: None,
             extra: Default::default(),
         };
         if nth(model.error_every) {
