@@ -112,6 +112,15 @@ pub struct ServerStats {
     /// exports one apart from its inter-token histogram (TensorRT-LLM, vLLM, TGI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tpot_ms: Option<BucketDist>,
+    /// The engine's own estimate of its work per GPU over the point (vLLM
+    /// `--enable-mfu-metrics`, srv-sim's cost model): FLOPs, bytes read, bytes written
+    /// (deltas of `vllm:estimated_{flops,read_bytes,write_bytes}_per_gpu_total`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub est_flops_per_gpu: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub est_read_bytes_per_gpu: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub est_write_bytes_per_gpu: Option<f64>,
     /// The server stopped answering `/metrics` during the point: the figures cover the point
     /// only up to its last answered scrape.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -105,6 +105,11 @@ pub enum Figure {
     E2eSeconds,
     /// Per-request time per output token, observed once per request.
     TpotSeconds,
+    /// The engine's own estimate of its work per GPU (vLLM `--enable-mfu-metrics`): FLOPs,
+    /// bytes read and bytes written.
+    EstFlops,
+    EstReadBytes,
+    EstWriteBytes,
 }
 
 /// How a source is read.
@@ -252,6 +257,24 @@ pub const TABLE: &[Source] = &[
         TpotSeconds,
         "vllm:request_time_per_output_token_seconds",
         Histogram,
+    ),
+    row(
+        Vllm,
+        EstFlops,
+        "vllm:estimated_flops_per_gpu_total",
+        Counter,
+    ),
+    row(
+        Vllm,
+        EstReadBytes,
+        "vllm:estimated_read_bytes_per_gpu_total",
+        Counter,
+    ),
+    row(
+        Vllm,
+        EstWriteBytes,
+        "vllm:estimated_write_bytes_per_gpu_total",
+        Counter,
     ),
     // SGLang; srv-sim --metrics-names sglang.
     row(Sglang, Running, "sglang:num_running_reqs", Gauge),

@@ -188,6 +188,9 @@ impl Window {
         s.generation_tokens = count(delta(Figure::GenerationTokens));
         s.requests = count(delta(Figure::Requests));
         s.aborted = count(delta(Figure::Aborted));
+        s.est_flops_per_gpu = delta(Figure::EstFlops);
+        s.est_read_bytes_per_gpu = delta(Figure::EstReadBytes);
+        s.est_write_bytes_per_gpu = delta(Figure::EstWriteBytes);
         if let (Some(q), Some(h)) = (delta(Figure::PrefixQueries), delta(Figure::PrefixHits)) {
             s.prefix_queried_tokens = count(Some(q));
             if h > q + 0.5 {

@@ -146,9 +146,16 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
         }
         if config.notes {
             t.notes = notes::all_with_ramps(points, &inputs.ramps);
+            t.notes
+                .extend(self_report::unavailable(&inputs.servers, points));
             if let Some((roof, said)) = &measured {
                 t.notes.extend(said.clone());
                 t.notes.extend(efficiency::notes(points, roof));
+                t.notes.extend(self_report::utilization(
+                    points,
+                    &points::Keys::of(points),
+                    roof,
+                ));
                 t.notes.extend(steps.iter().map(steps::PointStep::line));
             }
         }

@@ -172,10 +172,13 @@ pub enum Scalar {
     EngineQueueMs,
     EnginePrefillMs,
     TtftOutsideMs,
+    /// The engine's own FLOPs and bytes per GPU per second over the point (its counters).
+    EngineTflops,
+    EngineGbps,
 }
 
 impl Scalar {
-    const ALL: [Scalar; 24] = [
+    const ALL: [Scalar; 26] = [
         Scalar::ReqS,
         Scalar::OutputTokS,
         Scalar::TotalTokS,
@@ -200,6 +203,8 @@ impl Scalar {
         Scalar::EngineQueueMs,
         Scalar::EnginePrefillMs,
         Scalar::TtftOutsideMs,
+        Scalar::EngineTflops,
+        Scalar::EngineGbps,
     ];
 
     fn name(self) -> &'static str {
@@ -228,6 +233,8 @@ impl Scalar {
             Scalar::EngineQueueMs => "eng_queue",
             Scalar::EnginePrefillMs => "eng_prefill",
             Scalar::TtftOutsideMs => "ttft_outside",
+            Scalar::EngineTflops => "eng_tflops",
+            Scalar::EngineGbps => "eng_gbps",
         }
     }
 
@@ -257,6 +264,8 @@ impl Scalar {
             Scalar::EngineQueueMs => "eng queue ms",
             Scalar::EnginePrefillMs => "eng prefill ms",
             Scalar::TtftOutsideMs => "outside ms",
+            Scalar::EngineTflops => "eng TF/s/GPU",
+            Scalar::EngineGbps => "eng GB/s/GPU",
         }
     }
 }
@@ -284,6 +293,11 @@ pub enum Metric {
 /// The point's TTFT split, where some request was in it.
 fn split(s: &SummaryRecord) -> Option<&servbench::record::TtftSplit> {
     s.ttft_split.as_ref().filter(|t| t.requests > 0)
+}
+
+/// `amount` over the point's duration, in units of `unit`.
+fn per_second(s: &SummaryRecord, amount: f64, unit: f64) -> Option<f64> {
+    (s.duration_s > 0.0).then(|| amount / s.duration_s / unit)
 }
 
 /// n q (1 - q) below this: too few samples around a quantile to bound it.
@@ -437,6 +451,13 @@ impl Metric {
                 Scalar::EngineQueueMs => split(s)?.engine_queue_ms,
                 Scalar::EnginePrefillMs => split(s).map(|t| t.engine_prefill_ms),
                 Scalar::TtftOutsideMs => split(s).map(|t| t.outside_ms),
+                Scalar::EngineTflops => per_second(s, s.server.as_ref()?.est_flops_per_gpu?, 1e12),
+                Scalar::EngineGbps => {
+                    let srv = s.server.as_ref()?;
+                    let bytes =
+                        srv.est_read_bytes_per_gpu? + srv.est_write_bytes_per_gpu.unwrap_or(0.0);
+                    per_second(s, bytes, 1e9)
+                }
                 // Mean over the point and over the server's GPUs.
                 Scalar::GpuUtilPct => {
                     let utils: Vec<f64> = s

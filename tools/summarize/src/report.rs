@@ -60,7 +60,7 @@ impl Col {
 
 /// The metrics shown by default, in order (columns with no value anywhere are dropped).
 /// The server's figures come last and only where loadgen read them.
-pub const DEFAULT_METRICS: [Metric; 22] = [
+pub const DEFAULT_METRICS: [Metric; 24] = [
     Metric::REQ_S,
     Metric::TOK_S,
     Metric::TTFT_P50,
@@ -85,6 +85,9 @@ pub const DEFAULT_METRICS: [Metric; 22] = [
     Metric::GPU_UTIL,
     Metric::TOK_S_PER_GPU,
     Metric::J_PER_TOK,
+    // The engine's own FLOP and byte counters (vLLM --enable-mfu-metrics), per GPU.
+    Metric::Scalar(crate::metrics::Scalar::EngineTflops),
+    Metric::Scalar(crate::metrics::Scalar::EngineGbps),
 ];
 
 /// The group keys of the points: `by` when given, else every varying key except the load

@@ -93,3 +93,97 @@ pub fn server_ttft_over_client(points: &[Point], keys: &Keys) -> Vec<String> {
 fn splits_all(p: &Point) -> impl Iterator<Item = &TtftSplit> {
     p.repeats.iter().filter_map(|s| s.ttft_split.as_ref())
 }
+
+/// One line when a server was launched with `--self-report` and what it should have reported
+/// did not come: what was not available (the tables are as without it).
+pub fn unavailable(servers: &[servbench::record::ServerRecord], points: &[Point]) -> Vec<String> {
+    if points.is_empty() || !servers.iter().any(|s| s.self_report) {
+        return Vec::new();
+    }
+    let mut missing = Vec::new();
+    if !points.iter().any(|p| splits_all(p).next().is_some()) {
+        missing.push("per-request server timing (vLLM `metrics`, llama-server `timings`)");
+    }
+    if missing.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "engine self-report asked for (srv-launch --self-report) but not available: {}; the figures above are the client's alone",
+        missing.join(", ")
+    )]
+}
+
+/// The engine's FLOPs and bytes per GPU per second over a point (mean over repeats), from its
+/// own counters (`server.est_*_per_gpu`).
+pub fn achieved(p: &Point) -> Option<(f64, f64)> {
+    let per: Vec<(f64, f64)> = p
+        .repeats
+        .iter()
+        .filter(|s| s.duration_s > 0.0)
+        .filter_map(|s| {
+            let srv = s.server.as_ref()?;
+            let flops = srv.est_flops_per_gpu?;
+            let bytes = srv.est_read_bytes_per_gpu? + srv.est_write_bytes_per_gpu.unwrap_or(0.0);
+            Some((flops / s.duration_s, bytes / s.duration_s))
+        })
+        .collect();
+    let n = per.len() as f64;
+    (!per.is_empty()).then(|| {
+        (
+            per.iter().map(|x| x.0).sum::<f64>() / n,
+            per.iter().map(|x| x.1).sum::<f64>() / n,
+        )
+    })
+}
+
+/// With `--roofline`: each point's MFU and MBU from the engine's counters, against the
+/// measured bandwidth (collbench limits) when given, else the card's datasheet, labelled.
+pub fn utilization(
+    points: &[Point],
+    keys: &Keys,
+    roof: &crate::efficiency::Roofline,
+) -> Vec<String> {
+    let rates = servbench::presets::Rates::datasheet(&roof.hw);
+    let peak_flops = rates.flops(roof.model.weight_format);
+    let (bw_gbps, bw_from) = match &roof.measured_bw {
+        Some((gbps, _)) => (
+            *gbps,
+            format!("{} GB/s measured (collbench limits)", human(*gbps)),
+        ),
+        None => (
+            roof.hw.mem_bw_gbps,
+            format!(
+                "{}'s datasheet {} GB/s",
+                roof.hw.name,
+                human(roof.hw.mem_bw_gbps)
+            ),
+        ),
+    };
+    points
+        .iter()
+        .filter_map(|p| {
+            let (flops_s, bytes_s) = achieved(p)?;
+            let mfu = flops_s / peak_flops * 100.0;
+            let mbu = bytes_s / (bw_gbps * 1e9) * 100.0;
+            let bound = if mbu >= mfu { ("memory", mbu, "bandwidth") } else { ("compute", mfu, "compute") };
+            let distance = if bound.1 < 50.0 {
+                format!(", and far from the {} limit", bound.2)
+            } else if bound.1 >= 80.0 {
+                format!(", near the {} limit", bound.2)
+            } else {
+                String::new()
+            };
+            Some(format!(
+                "MBU {}%, MFU {}% at {} (the engine's own FLOP and byte counters, per GPU; of {} and {}'s datasheet {} TFLOP/s {}): {}-bound{distance}",
+                human(mbu),
+                human(mfu),
+                point_name(p, &keys.varying),
+                bw_from,
+                roof.hw.name,
+                human(peak_flops / 1e12),
+                roof.model.weight_format.name(),
+                bound.0,
+            ))
+        })
+        .collect()
+}
