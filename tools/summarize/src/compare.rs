@@ -346,6 +346,12 @@ pub fn compare_sides(
         metrics,
         false,
     );
+    if crate::model_vs_reality::is_prediction(base) {
+        table.title = "model vs reality".into();
+        let pairs: Vec<(&Point, &Point)> = pairing.pairs.iter().map(|(_, b, n)| (*b, *n)).collect();
+        let notes = crate::model_vs_reality::notes(&pairs, metrics);
+        table.notes.splice(0..0, notes);
+    }
     for (k, b, n) in differ {
         let what = match Param::parse(&k) {
             Some(Param::In) => "input length (tokens)",

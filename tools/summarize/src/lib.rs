@@ -11,6 +11,7 @@ pub mod env_diff;
 pub mod host_notes;
 pub mod input;
 pub mod metrics;
+pub mod model_vs_reality;
 pub mod notes;
 pub mod param;
 pub mod plans;
