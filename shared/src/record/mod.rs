@@ -249,6 +249,7 @@ records! {
     gemm_step: GemmStep(GemmStepRecord);
     device_limits: DeviceLimits(DeviceLimitsRecord);
     search: Search(SearchRecord);
+    p2p: P2p(P2pRecord);
 }
 
 /// Parses `line` as kind `T`, without the `kind` field (implied by the type; the catch-all must

@@ -16,6 +16,7 @@ pub mod limits;
 pub mod measure;
 pub mod nccl;
 pub mod ops;
+pub mod p2p;
 pub mod shape;
 pub mod tcp;
 

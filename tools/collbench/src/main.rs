@@ -29,6 +29,7 @@ Examples:
   collbench gemm --model llama-3.1-8b --tp 2 --batch 1,8,64   a step's GEMMs (CPU)
   collbench gemm --compute-backend cublas --model kimi-k2 --tp 8 --batch 1,64
   collbench gemm --shape 1024x1024x1024 -n 10        one product, by hand
+  collbench p2p -np 4 --bytes 4M                    every pair's bandwidth and latency matrix
   collbench limits --compute-backend cublas --hardware h200   bandwidth and launch, measured
 Pipeline:
   srv-launch ... | collbench -np 8 -b 8 -e 256M | summarize";
@@ -52,6 +53,17 @@ enum Command {
     Gemm(GemmArgs),
     /// Memory bandwidth (copy, read) and launch cost, measured
     Limits(LimitsArgs),
+    /// Bandwidth (one way, both ways) and latency of every ordered pair of ranks, as matrices
+    P2p(Box<P2pArgs>),
+}
+
+#[derive(Debug, Args)]
+struct P2pArgs {
+    /// Bytes of each bandwidth message (K/M/G are 1024-based); latency uses 8 bytes
+    #[arg(long, value_parser = cli::parse_size, default_value = "4M")]
+    bytes: u64,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 /// Where the compute half runs (`gemm`, `limits`, `decode --compute`).
@@ -280,6 +292,7 @@ fn main() -> ExitCode {
             Some(Command::Decode(d)) => decode(*d, rest),
             Some(Command::Gemm(g)) => gemm(g),
             Some(Command::Limits(l)) => limits(l),
+            Some(Command::P2p(p)) => p2p(*p, rest),
         }
     })
 }
@@ -407,6 +420,44 @@ fn decode(d: DecodeArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
         compute,
     };
     collbench::decode::run(&dc, &job)
+}
+
+fn p2p(p: P2pArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
+    if p.run.dtype.is_some() || p.run.mode.is_some() || p.run.no_check {
+        return Err(cli::usage(
+            "--dtype, --mode and --no-check are not for p2p (it moves bytes, times streams and round trips, and checks nothing)",
+        ));
+    }
+    if p.bytes == 0 || p.bytes > collbench::p2p::MAX_BYTES {
+        return Err(cli::usage(format!(
+            "--bytes {}: give 1 to {} (1G)",
+            p.bytes,
+            collbench::p2p::MAX_BYTES
+        )));
+    }
+    if p.run.iters == 0 {
+        return Err(cli::usage("-n/--iters must be at least 1"));
+    }
+    let iters = checked_iters(p.run.warmup, p.run.iters)?;
+    let run = RunConfig {
+        op: Op::named("sendrecv").ok_or_else(|| cli::failure("sendrecv is not registered"))?,
+        algo: Algo::Auto,
+        sizes: vec![p.bytes],
+        iters,
+        dtype: Dtype::F32,
+        redop: RedOp::Sum,
+        root: 0,
+        mode: Mode::Pipelined,
+        check: false,
+        timeout: p.run.timeout,
+        labels: p.run.common.labels(),
+    };
+    let job = job(&p.run, None, args)?;
+    let pc = collbench::p2p::P2pConfig {
+        bytes: p.bytes,
+        run,
+    };
+    collbench::p2p::run(&pc, &job)
 }
 
 fn target(c: &ComputeArgs, backend: ComputeBackend) -> Target {

@@ -1,0 +1,294 @@
+//! `collbench p2p`: for every ordered pair of ranks, the bandwidth from one to the other alone
+//! and both ways at once, and a small message's latency (nvbandwidth's matrices), as one `p2p`
+//! record per pair and three matrices on stderr. Pairs run one at a time, every rank stepping
+//! through the same list, the others waiting at a barrier, so a pair's figures are its own.
+
+use crate::comm::{Comm, CommError, Recv, Send};
+use crate::harness::{RunConfig, buffer};
+use crate::launch::Role;
+use crate::{Backend, Job};
+use servbench::cli::{self, Exit};
+use servbench::jsonl::{self, Disposition, RecordWriter};
+use servbench::record::{P2pRecord, SCHEMA_VERSION, now_ts};
+use std::time::Instant;
+
+/// Bytes of each latency message (nvbandwidth's latency test moves a pointer-sized word).
+pub const LATENCY_BYTES: u64 = 8;
+
+/// The largest `--bytes`: two buffers of it per rank.
+pub const MAX_BYTES: u64 = 1 << 30;
+
+/// What `p2p` measures: the pairs' message size, iterations and the job's timeout and labels
+/// (in `run`, whose sizes hold the one message size, so the bootstrap fingerprint covers it).
+#[derive(Debug, Clone)]
+pub struct P2pConfig {
+    pub bytes: u64,
+    pub run: RunConfig,
+}
+
+/// One ordered pair's figures, measured on `src`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cell {
+    pub uni_gbps: f64,
+    pub bidir_gbps: f64,
+    pub latency_us: f64,
+}
+
+/// Every ordered pair of `world` ranks, row by row, without the diagonal.
+pub fn pairs(world: usize) -> Vec<(usize, usize)> {
+    (0..world)
+        .flat_map(|s| (0..world).filter(move |&d| d != s).map(move |d| (s, d)))
+        .collect()
+}
+
+/// Runs `collbench p2p`: forwards upstream records, then one `p2p` record per ordered pair.
+pub fn run(pc: &P2pConfig, job: &Job) -> anyhow::Result<Exit> {
+    crate::check_job(job)?;
+    crate::check_memory(&pc.run, job, "--bytes")?;
+    if job.backend == Backend::Nccl {
+        // Says in one line why it cannot run where there is no driver or NCCL.
+        crate::report_libraries(job, crate::nccl::check_libraries()?);
+        return Err(cli::usage(
+            "collbench p2p measures on --backend tcp only so far (GPU pairs: nvbandwidth, or collbench --coll sendrecv -g 2)",
+        ));
+    }
+    let mut out = RecordWriter::stdout();
+    let id = match &job.role {
+        Role::Rank(id) => Some(id),
+        _ => None,
+    };
+    if id.is_none_or(|id| id.rank == 0) {
+        jsonl::pass_through(job.strict_input, &mut out, |_| Disposition::Forward)?;
+    }
+    match &job.role {
+        Role::Hosts(h) => return crate::hosts::run(&job.hosts_plan(h)?, &job.args),
+        Role::Local(n) => return crate::run_local_ranks(job, *n, pc.run.timeout),
+        _ => {}
+    }
+    let comm = crate::connect(&pc.run, id)?;
+    if comm.world < 2 {
+        return Err(cli::usage(
+            "collbench p2p needs at least two ranks: give -np N (or --hosts, --world)",
+        ));
+    }
+    let cells = measure_all(&comm, pc)?;
+    if comm.rank == 0 {
+        for (&(src, dst), cell) in pairs(comm.world).iter().zip(&cells) {
+            out.emit(&record(pc, job.backend, comm.world, (src, dst), cell))?;
+        }
+        for line in matrices(pc, job.backend, comm.world, &cells).lines() {
+            cli::info(line);
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// The record of one pair.
+pub fn record(
+    pc: &P2pConfig,
+    backend: Backend,
+    world: usize,
+    (src, dst): (usize, usize),
+    cell: &Cell,
+) -> P2pRecord {
+    P2pRecord {
+        v: SCHEMA_VERSION,
+        ts: now_ts(),
+        labels: pc.run.labels.clone(),
+        backend: backend.name().into(),
+        ranks: world as u32,
+        src: src as u32,
+        dst: dst as u32,
+        bytes: pc.bytes,
+        uni_gbps: cell.uni_gbps,
+        bidir_gbps: cell.bidir_gbps,
+        latency_bytes: LATENCY_BYTES,
+        latency_us: cell.latency_us,
+        iters: pc.run.iters.timed,
+        warmup: pc.run.iters.warmup,
+        extra: servbench::record::Extra::new(),
+    }
+}
+
+/// Measures every pair (all ranks in step) and gathers the cells on every rank, in
+/// [`pairs`]' order.
+fn measure_all(comm: &Comm, pc: &P2pConfig) -> anyhow::Result<Vec<Cell>> {
+    let list = pairs(comm.world);
+    let len = pc.bytes as usize;
+    let out = buffer(len, 1, "send")?;
+    let mut into = buffer(len, 1, "receive")?;
+    let failed = |peer: usize, e: CommError| {
+        cli::failure(format!(
+            "rank {}: p2p with rank {peer} at {} bytes: {e}",
+            comm.rank, pc.bytes
+        ))
+    };
+    // Three figures per pair; only the pair's src fills its own, the sum gathers them.
+    let mut mine = vec![0.0; list.len() * 3];
+    for (i, &(src, dst)) in list.iter().enumerate() {
+        comm.barrier().map_err(|e| failed(src, e))?;
+        let peer = if comm.rank == src { dst } else { src };
+        if comm.rank != src && comm.rank != dst {
+            continue;
+        }
+        let pair = Pair {
+            comm,
+            peer,
+            sender: comm.rank == src,
+        };
+        let iters = pc.run.iters;
+        let seconds = [
+            pair.stream(&out, &mut into, iters.warmup, iters.timed, false),
+            pair.stream(&out, &mut into, iters.warmup, iters.timed, true),
+            pair.ping_pong(iters.warmup, iters.timed),
+        ];
+        let [uni, bidir, rtt] = seconds.map(|r| r.map_err(|e| failed(peer, e)));
+        let (uni, bidir, rtt) = (uni?, bidir?, rtt?);
+        if pair.sender {
+            let moved = pc.bytes as f64 * f64::from(iters.timed);
+            mine[i * 3] = moved / uni / 1e9;
+            mine[i * 3 + 1] = 2.0 * moved / bidir / 1e9;
+            mine[i * 3 + 2] = rtt / f64::from(iters.timed) / 2.0 * 1e6;
+        }
+    }
+    let all = comm.sum_f64(&mine).map_err(|e| failed(0, e))?;
+    let cells: Vec<Cell> = all
+        .chunks_exact(3)
+        .map(|c| Cell {
+            uni_gbps: c[0],
+            bidir_gbps: c[1],
+            latency_us: c[2],
+        })
+        .collect();
+    for (&(src, dst), c) in list.iter().zip(&cells) {
+        let figures = [c.uni_gbps, c.bidir_gbps, c.latency_us];
+        if figures.iter().any(|x| !x.is_finite() || *x <= 0.0) {
+            return Err(cli::failure(format!(
+                "p2p {src} -> {dst}: a figure is not finite and positive ({figures:?}): the clock did not advance; give more -n/--iters or --bytes"
+            )));
+        }
+    }
+    Ok(cells)
+}
+
+/// One side of a pair's measurement.
+struct Pair<'a> {
+    comm: &'a Comm,
+    peer: usize,
+    sender: bool,
+}
+
+impl Pair<'_> {
+    /// `warmup` then `timed` messages from the sender (both ways when `both`), closed by a
+    /// one-byte ack from the receiver, so the sender's clock covers their arrival: seconds of
+    /// the timed ones (the receiver's figure is not used).
+    fn stream(
+        &self,
+        out: &[u8],
+        into: &mut [u8],
+        warmup: u32,
+        timed: u32,
+        both: bool,
+    ) -> Result<f64, CommError> {
+        let run = |n: u32, into: &mut [u8]| -> Result<f64, CommError> {
+            let start = Instant::now();
+            for _ in 0..n {
+                let sends = [Send {
+                    peer: self.peer,
+                    data: out,
+                }];
+                let mut recvs = [Recv {
+                    peer: self.peer,
+                    data: &mut *into,
+                }];
+                match (self.sender, both) {
+                    (_, true) => self.comm.exchange(&sends, &mut recvs)?,
+                    (true, false) => self.comm.exchange(&sends, &mut [])?,
+                    (false, false) => self.comm.exchange(&[], &mut recvs)?,
+                }
+            }
+            let mut ack = [0u8; 1];
+            if self.sender {
+                self.comm.recv(self.peer, &mut ack)?;
+            } else {
+                self.comm.send(self.peer, &ack)?;
+            }
+            Ok(start.elapsed().as_secs_f64())
+        };
+        run(warmup, into)?;
+        run(timed, into)
+    }
+
+    /// `warmup` then `timed` round trips of a [`LATENCY_BYTES`] message, sender first: seconds
+    /// of the timed ones.
+    fn ping_pong(&self, warmup: u32, timed: u32) -> Result<f64, CommError> {
+        let mut word = [0u8; LATENCY_BYTES as usize];
+        let run = |n: u32, word: &mut [u8]| -> Result<f64, CommError> {
+            let start = Instant::now();
+            for _ in 0..n {
+                if self.sender {
+                    self.comm.send(self.peer, word)?;
+                    self.comm.recv(self.peer, word)?;
+                } else {
+                    self.comm.recv(self.peer, word)?;
+                    self.comm.send(self.peer, word)?;
+                }
+            }
+            Ok(start.elapsed().as_secs_f64())
+        };
+        run(warmup, &mut word)?;
+        run(timed, &mut word)
+    }
+}
+
+/// Reads one figure of a cell.
+type Figure = fn(&Cell) -> f64;
+
+/// The three matrices as nvbandwidth prints them: a row per source, a column per destination,
+/// `-` on the diagonal.
+pub fn matrices(pc: &P2pConfig, backend: Backend, world: usize, cells: &[Cell]) -> String {
+    let list = pairs(world);
+    let mut text = String::new();
+    let figures: [(&str, Figure); 3] = [
+        ("unidirectional bandwidth (GB/s)", |c| c.uni_gbps),
+        ("bidirectional bandwidth (GB/s, both ways)", |c| {
+            c.bidir_gbps
+        }),
+        ("latency (us, half round trip)", |c| c.latency_us),
+    ];
+    for (k, (title, get)) in figures.iter().enumerate() {
+        let size = if k == 2 { LATENCY_BYTES } else { pc.bytes };
+        if k > 0 {
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "p2p {title}, {size}-byte messages, {} backend\n{:>8}",
+            backend.name(),
+            "src\\dst"
+        ));
+        for d in 0..world {
+            text.push_str(&format!(" {d:>9}"));
+        }
+        for s in 0..world {
+            text.push_str(&format!("\n{s:>8}"));
+            for d in 0..world {
+                match list.iter().position(|&p| p == (s, d)) {
+                    Some(i) => text.push_str(&format!(" {:>9.2}", get(&cells[i]))),
+                    None => text.push_str(&format!(" {:>9}", "-")),
+                }
+            }
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_are_every_ordered_pair_without_the_diagonal() {
+        assert_eq!(pairs(3), [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]);
+        assert_eq!(pairs(4).len(), 12);
+    }
+}
