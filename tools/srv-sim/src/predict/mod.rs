@@ -121,6 +121,53 @@ pub struct Engine {
     pub client_gap: Duration,
 }
 
+impl crate::Config {
+    /// The engine `--predict` runs: the server's modelled engine, one replica.
+    pub(crate) fn predict_engine(&self, roofline: Roofline) -> anyhow::Result<Engine> {
+        if self.fixed_latency() {
+            return Err(cli::usage(
+                "--predict runs the modelled engine: drop --ttft/--itl (fixed latencies need no prediction)",
+            ));
+        }
+        if self.replicas() > 1 {
+            return Err(cli::usage(
+                "--predict models one engine replica: drop --gpus (data-parallel replicas are not predicted)",
+            ));
+        }
+        if self.faults.fail_rate > 0.0
+            || self.faults.reset_rate > 0.0
+            || self.faults.crash_after.is_some()
+            || self.faults.stall_after.is_some()
+            || self.faults.engine_panic_after.is_some()
+        {
+            return Err(cli::usage(
+                "--predict does not model injected faults: drop --fail-rate, --reset-rate, --crash-after, --stall-after and --engine-panic-after",
+            ));
+        }
+        let kv_cache_tokens = self.kv_budget(&roofline)?.unwrap_or(u64::MAX);
+        Ok(Engine {
+            model_name: self
+                .served_model_name
+                .clone()
+                .unwrap_or_else(|| roofline.dep.model.name.clone()),
+            roofline,
+            max_step_tokens: self.max_prefill_tokens,
+            kv_cache_tokens,
+            max_running: self.max_running(),
+            spec: (self.spec_tokens > 0).then_some(Spec {
+                tokens: self.spec_tokens,
+                accept: self.spec_accept,
+            }),
+            seed: self.seed,
+            max_model_len: self.max_model_len,
+            prefix_caching: !self.no_enable_prefix_caching,
+            labels: self.labels.iter().cloned().collect(),
+            request_latency: self.predict.request_latency,
+            client_gap: self.predict.client_gap,
+        })
+    }
+}
+
 impl PredictArgs {
     /// Flags that make no sense with --predict, and a load that is not complete.
     pub fn check(&self) -> anyhow::Result<()> {
