@@ -2,7 +2,7 @@
 //! `summary`), and the environment a server ran in (the `env` object of a `server` record).
 //! Names are ours, the same for every engine: [`crate::telemetry::vocab`] maps each engine's.
 
-use super::Engine;
+use super::{Engine, SpecFrom};
 use serde::{Deserialize, Serialize};
 
 /// A gauge sampled during a point: its mean and largest sample.
@@ -58,7 +58,7 @@ pub struct SpecStats {
     pub drafts: Option<u64>,
     /// `counters` (deltas over the point, exact) or `gauges` (SGLang's and TensorRT-LLM's
     /// windowed gauges, averaged over the point's samples).
-    pub from: String,
+    pub from: SpecFrom,
 }
 
 /// The server's own view of one point, from its Prometheus `/metrics` scraped at the point's

@@ -137,6 +137,13 @@ wire_enum! {
     }
 }
 
+/// Not said (empty), as an empty `spec` had before it was typed.
+impl Default for SpecFrom {
+    fn default() -> SpecFrom {
+        SpecFrom::Other(String::new())
+    }
+}
+
 /// No engine named (empty), as an empty `summary.server` had before it was typed.
 impl Default for Engine {
     fn default() -> Engine {
@@ -155,6 +162,16 @@ pub mod metrics_engine {
 
     pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Engine, D::Error> {
         serde::Deserialize::deserialize(d)
+    }
+}
+
+wire_enum! {
+    /// Where a point's speculative-decoding figures came from (`summary.server.spec.from`).
+    SpecFrom {
+        /// Counter deltas over the point: exact.
+        Counters = "counters",
+        /// Windowed gauges (SGLang's, TensorRT-LLM's), averaged over the point's samples.
+        Gauges = "gauges",
     }
 }
 
