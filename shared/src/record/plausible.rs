@@ -5,8 +5,8 @@
 //! plausible. The request's own time checks are [`RequestRecord::implausible_time`].
 
 use super::{
-    DeviceLimitsRecord, Dist, GemmRecord, GemmStepRecord, RampRecord, RequestRecord, SearchRecord,
-    SummaryRecord,
+    DeviceLimitsRecord, Dist, GemmRecord, GemmStepRecord, P2pRecord, RampRecord, RequestRecord,
+    SearchRecord, SummaryRecord,
 };
 
 /// Tokens one request can hold or produce: past every model's context (16 Mi tokens).
@@ -165,5 +165,20 @@ impl DeviceLimitsRecord {
         time_dist("copy_us", &self.copy_us)
             .or_else(|| time_dist("read_us", &self.read_us))
             .or_else(|| positive("datasheet_mem_gbps", self.datasheet_mem_gbps))
+    }
+}
+
+impl P2pRecord {
+    /// A pair of two distinct ranks of the job, with measured figures.
+    pub fn implausible(&self) -> Option<String> {
+        if self.src == self.dst || self.src >= self.ranks || self.dst >= self.ranks {
+            return Some(format!(
+                "pair {} -> {} is not two distinct ranks of {}",
+                self.src, self.dst, self.ranks
+            ));
+        }
+        positive("uni_gbps", self.uni_gbps)
+            .or_else(|| positive("bidir_gbps", self.bidir_gbps))
+            .or_else(|| positive("latency_us", self.latency_us))
     }
 }

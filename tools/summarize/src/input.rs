@@ -14,8 +14,8 @@ use servbench::files::{LineRead, read_line_within};
 use servbench::jsonl::{InputError, MAX_RECORD_LINE_BYTES, Source, excerpt, line_text};
 use servbench::record::{
     CollRecord, CollRunRecord, DecodeRecord, DeviceLimitsRecord, GemmRecord, GemmStepRecord,
-    KillRecord, Labels, PointKey, PointStop, RampRecord, Record, RequestRecord, SCHEMA_VERSION,
-    SearchRecord, ServerRecord, SimPlanRecord, SummaryRecord,
+    KillRecord, Labels, P2pRecord, PointKey, PointStop, RampRecord, Record, RequestRecord,
+    SCHEMA_VERSION, SearchRecord, ServerRecord, SimPlanRecord, SummaryRecord,
 };
 use servbench::stats::{PointStats, Slo};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -144,6 +144,8 @@ pub struct Inputs {
     pub gemms: Vec<GemmRecord>,
     pub gemm_steps: Vec<GemmStepRecord>,
     pub limits: Vec<DeviceLimitsRecord>,
+    /// collbench p2p's ordered pairs (bandwidth and latency matrices).
+    pub p2p: Vec<P2pRecord>,
     /// srv-sim's `--dry-run` plans (a layout's modelled figures).
     pub sim_plans: Vec<SimPlanRecord>,
     /// Records summarize does not tabulate, by kind (`kind vN` for a newer schema it cannot
@@ -463,6 +465,7 @@ fn add_record(
                 .limits
                 .push(plausible("device_limits", l.implausible(), l)?)
         }
+        Record::P2p(p) => inputs.p2p.push(plausible("p2p", p.implausible(), p)?),
         Record::SimPlan(p) if p.v <= SCHEMA_VERSION => inputs.sim_plans.push(p),
         // A known kind kept whole: a newer schema this build cannot read as typed.
         other if other.version() > SCHEMA_VERSION => {

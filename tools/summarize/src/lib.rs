@@ -13,6 +13,7 @@ pub mod input;
 pub mod metrics;
 pub mod model_vs_reality;
 pub mod notes;
+pub mod p2p;
 pub mod param;
 pub mod plans;
 pub mod plot;
@@ -195,6 +196,9 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
     }
     if !inputs.limits.is_empty() {
         out.push(compute::limits_table(&inputs.limits));
+    }
+    if !inputs.p2p.is_empty() {
+        out.extend(p2p::tables(&inputs.p2p));
     }
     if !inputs.sim_plans.is_empty() {
         out.push(plans::plan_table(&inputs.sim_plans));

@@ -1,0 +1,70 @@
+//! collbench p2p's pair records as nvbandwidth's matrices: a row per source rank, a column per
+//! destination, `-` on the diagonal; one table each for the bandwidth one way, both ways and
+//! the latency, a block of rows per run (backend, ranks, message size).
+
+use crate::table::{Cell, Column, Table};
+use servbench::record::P2pRecord;
+use std::collections::BTreeMap;
+
+/// One run's matrix: backend, ranks, message bytes.
+type RunKey = (String, u32, u64);
+
+/// Reads one figure of a pair.
+type Figure = fn(&P2pRecord) -> f64;
+
+/// The three matrices (`p2p unidirectional GB/s`, `p2p bidirectional GB/s`, `p2p latency us`).
+pub fn tables(pairs: &[P2pRecord]) -> Vec<Table> {
+    let figures: [(&str, Figure); 3] = [
+        ("p2p unidirectional GB/s", |p| p.uni_gbps),
+        ("p2p bidirectional GB/s", |p| p.bidir_gbps),
+        ("p2p latency us (half an 8-byte round trip)", |p| {
+            p.latency_us
+        }),
+    ];
+    figures
+        .iter()
+        .map(|(title, get)| matrix(title, pairs, *get))
+        .collect()
+}
+
+fn matrix(title: &str, pairs: &[P2pRecord], get: Figure) -> Table {
+    // A run's pairs by (backend, ranks, bytes); a pair measured twice shows its last figure.
+    let mut runs: BTreeMap<RunKey, BTreeMap<(u32, u32), f64>> = BTreeMap::new();
+    for p in pairs {
+        runs.entry((p.backend.to_string(), p.ranks, p.bytes))
+            .or_default()
+            .insert((p.src, p.dst), get(p));
+    }
+    let side = runs.keys().map(|k| k.1).max().unwrap_or(0);
+    let mut columns = vec![
+        Column {
+            name: "backend".into(),
+            header: "backend".into(),
+        },
+        Column {
+            name: "bytes".into(),
+            header: "bytes".into(),
+        },
+        Column {
+            name: "src".into(),
+            header: "src\\dst".into(),
+        },
+    ];
+    columns.extend((0..side).map(|d| Column {
+        name: format!("to_{d}"),
+        header: d.to_string(),
+    }));
+    let mut t = Table::new(title, columns);
+    for (group, ((backend, ranks, bytes), cells)) in runs.iter().enumerate() {
+        for s in 0..*ranks {
+            let mut row = vec![Cell::Text(backend.clone()), Cell::int(*bytes), Cell::int(s)];
+            row.extend((0..side).map(|d| match cells.get(&(s, d)) {
+                _ if d == s => Cell::Text("-".into()),
+                Some(v) => Cell::num(Some(*v)),
+                None => Cell::Empty,
+            }));
+            t.push(row, group);
+        }
+    }
+    t
+}

@@ -1,0 +1,53 @@
+//! Real `collbench p2p` output (3 local tcp ranks) becomes the three pair matrices.
+
+use servbench::record::P2pRecord;
+
+#[test]
+fn real_collbench_p2p_records_become_the_pair_matrices_with_a_marked_diagonal() {
+    let collbench = testkit::run_ok(
+        "collbench",
+        &["p2p", "-np", "3", "--bytes", "16K", "-n", "2", "-w", "1"],
+    );
+    let pairs = collbench.of::<P2pRecord>();
+    assert_eq!(pairs.len(), 6, "every ordered pair of 3 ranks");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p2p.jsonl");
+    std::fs::write(&file, &collbench.output.stdout).unwrap();
+    let out = testkit::run_ok("summarize", &["--format", "json", file.to_str().unwrap()]);
+    let report: serde_json::Value = serde_json::from_slice(&out.output.stdout).unwrap();
+    let tables = report["tables"].as_array().unwrap();
+    let titles: Vec<&str> = tables.iter().filter_map(|t| t["table"].as_str()).collect();
+    let uni = tables
+        .iter()
+        .find(|t| t["table"] == "p2p unidirectional GB/s")
+        .unwrap_or_else(|| panic!("no unidirectional matrix: {titles:?}"));
+    assert!(titles.contains(&"p2p bidirectional GB/s"), "{titles:?}");
+    assert!(
+        titles.contains(&"p2p latency us (half an 8-byte round trip)"),
+        "{titles:?}"
+    );
+    let rows = uni["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "a row per source rank: {uni}");
+    for (s, row) in rows.iter().enumerate() {
+        assert_eq!(row["src"], s as u64, "{row}");
+        assert_eq!(row["bytes"], 16384, "{row}");
+        for d in 0..3 {
+            let cell = &row[format!("to_{d}")];
+            if d == s {
+                assert_eq!(cell, "-", "the diagonal is marked: {row}");
+            } else {
+                // The figure collbench wrote for this pair, as summarize rounds it (6 digits).
+                let want = pairs
+                    .iter()
+                    .find(|p| (p.src, p.dst) == (s as u32, d as u32))
+                    .unwrap()
+                    .uni_gbps;
+                let got = cell.as_f64().unwrap_or_else(|| panic!("{row}"));
+                assert!(
+                    got > 0.0 && (got - want).abs() <= 1e-5 * want.max(1.0),
+                    "{got} vs {want}: {row}"
+                );
+            }
+        }
+    }
+}
