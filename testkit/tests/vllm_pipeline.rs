@@ -254,16 +254,24 @@ fn vllm_engine_core_killed_mid_run_fails_requests_in_flight_stops_the_point_and_
         .iter()
         .filter(|x| x.get("error").is_some())
         .collect();
-    let in_flight: Vec<&&&Value> = failed.iter().filter(|x| x["ttft_ms"].is_number()).collect();
+    // In flight = its stream was open (HTTP 200) when the engine died: it fails inside the
+    // stream, with an error event or the stream cut. Whether its first token had reached the
+    // client by then is the kill's timing (on a loaded machine the API server forwards tokens
+    // late, and CI's run killed while every open stream was still empty), so it is not
+    // required; a request that had tokens must fail the same way.
+    let class = |x: &Value| x["error"]["class"].as_str().unwrap().to_string();
+    let in_stream = failed
+        .iter()
+        .filter(|x| matches!(class(x).as_str(), "protocol" | "reset"))
+        .count();
     assert!(
-        !in_flight.is_empty(),
-        "no request was streaming: {} failed, the first {:?}",
+        in_stream > 0,
+        "no request failed inside its open stream: {} failed, the first {:?}",
         failed.len(),
         &failed[..failed.len().min(3)]
     );
-    for x in &in_flight {
-        let class = x["error"]["class"].as_str().unwrap();
-        assert!(matches!(class, "protocol" | "reset"), "{x}");
+    for x in failed.iter().filter(|x| x["ttft_ms"].is_number()) {
+        assert!(matches!(class(x).as_str(), "protocol" | "reset"), "{x}");
     }
     for x in &failed {
         let class = x["error"]["class"].as_str().unwrap();
