@@ -8,7 +8,8 @@
 //! GPU 3's link trained at Gen1 (of Gen4), GPU 5 power-capped at idle, pid 4242 holding 20 GiB
 //! on GPU 2, P2P `CNS` across the sockets, the powersave governor and NUMA balancing on.
 
-use std::path::{Path, PathBuf};
+use crate::StandIn;
+use std::path::Path;
 
 /// Which box.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,8 +117,13 @@ pub fn gpu_rows(fabric: Fabric, dirty: bool) -> String {
 }
 
 /// A stand-in host: its root of /proc and /sys samples and its nvidia-smi.
-pub struct HostBox {
-    pub dir: tempfile::TempDir,
+pub struct HostBox(pub StandIn);
+
+impl std::ops::Deref for HostBox {
+    type Target = StandIn;
+    fn deref(&self) -> &StandIn {
+        &self.0
+    }
 }
 
 fn write(path: &Path, text: &str) {
@@ -127,7 +133,6 @@ fn write(path: &Path, text: &str) {
 
 impl HostBox {
     pub fn new(fabric: Fabric, dirty: bool) -> HostBox {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("temp dir");
         let d = dir.path();
         let root = d.join("root");
@@ -211,32 +216,11 @@ esac
 "#,
             smi = smi.display()
         );
-        let bin = d.join("bin/nvidia-smi");
-        write(&bin, &script);
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        HostBox { dir }
+        HostBox(StandIn::in_dir(dir, "nvidia-smi", &script))
     }
 
     /// The root the /proc and /sys samples are under (srv-launch's `--host-root`).
     pub fn root(&self) -> String {
-        self.dir.path().join("root").display().to_string()
-    }
-
-    pub fn bin(&self) -> PathBuf {
-        self.dir.path().join("bin")
-    }
-
-    /// The stand-in nvidia-smi's path (srv-launch's `--nvidia-smi`, over SSH too).
-    pub fn program(&self) -> String {
-        self.bin().join("nvidia-smi").display().to_string()
-    }
-
-    /// PATH with the stand-in first.
-    pub fn path(&self) -> String {
-        format!(
-            "{}:{}",
-            self.bin().display(),
-            std::env::var("PATH").unwrap_or_default()
-        )
+        self.0.dir.path().join("root").display().to_string()
     }
 }

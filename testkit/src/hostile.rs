@@ -2,7 +2,7 @@
 //! pages are given (NaN, negative, repeated series, a page that hangs from the Nth scrape),
 //! and an nvidia-smi printing given lines (tried-to-break-it-3.md's appendix).
 
-use crate::{Guard, free_port, wait_port};
+use crate::{Guard, StandIn, free_port, wait_port};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -96,26 +96,19 @@ pub fn hostile_server(pages: &[String], hang_after: Option<usize>) -> HostileSer
 
 /// An nvidia-smi stand-in that answers every `--query-gpu` with `lines` (CSV, as nvidia-smi's
 /// `--format=csv,noheader,nounits`) and anything else with nothing.
-pub struct LyingNvidiaSmi {
-    dir: tempfile::TempDir,
-}
+pub struct LyingNvidiaSmi(StandIn);
 
 impl LyingNvidiaSmi {
     pub fn new(lines: &[&str]) -> LyingNvidiaSmi {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().expect("temp dir");
         let mut script = String::from("#!/bin/sh\ncase \"$*\" in\n  *--query-gpu=*)\n");
         for l in lines {
             script.push_str(&format!("    echo '{l}'\n"));
         }
         script.push_str("    ;;\nesac\n");
-        let smi = dir.path().join("nvidia-smi");
-        std::fs::write(&smi, script).expect("write the stand-in");
-        std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        LyingNvidiaSmi { dir }
+        LyingNvidiaSmi(StandIn::new("nvidia-smi", &script))
     }
 
     pub fn program(&self) -> PathBuf {
-        self.dir.path().join("nvidia-smi")
+        PathBuf::from(self.0.program())
     }
 }

@@ -5,10 +5,12 @@
 pub mod collected;
 pub mod run;
 pub mod smi;
+pub mod stand_in;
 pub mod tty;
 
 pub use collected::Collected;
 pub use run::{Run, loadgen, loadgen_ok, ok, run, run_cmd, run_in, run_ok, stderr};
+pub use stand_in::StandIn;
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
@@ -452,38 +454,20 @@ esac
 "#;
 
 /// [`FAKE_NVIDIA_SMI`] written as `DIR/bin/nvidia-smi` in a fresh temporary directory; put
-/// [`FakeNvidiaSmi::bin`] first on PATH (so a real GPU machine's nvidia-smi is never asked), or
-/// name [`FakeNvidiaSmi::program`] where PATH cannot be set (over SSH).
-pub struct FakeNvidiaSmi {
-    pub dir: tempfile::TempDir,
-}
+/// [`StandIn::bin`] first on PATH (so a real GPU machine's nvidia-smi is never asked), or
+/// name [`StandIn::program`] where PATH cannot be set (over SSH).
+pub struct FakeNvidiaSmi(pub StandIn);
 
 impl FakeNvidiaSmi {
     pub fn new() -> FakeNvidiaSmi {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::create_dir_all(dir.path().join("bin")).expect("bin dir");
-        let smi = dir.path().join("bin/nvidia-smi");
-        std::fs::write(&smi, FAKE_NVIDIA_SMI).expect("write the stand-in nvidia-smi");
-        std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        FakeNvidiaSmi { dir }
+        FakeNvidiaSmi(StandIn::new("nvidia-smi", FAKE_NVIDIA_SMI))
     }
+}
 
-    pub fn bin(&self) -> PathBuf {
-        self.dir.path().join("bin")
-    }
-
-    pub fn program(&self) -> String {
-        self.bin().join("nvidia-smi").to_string_lossy().into_owned()
-    }
-
-    /// PATH with the stand-in first.
-    pub fn path(&self) -> String {
-        format!(
-            "{}:{}",
-            self.bin().display(),
-            std::env::var("PATH").unwrap_or_default()
-        )
+impl std::ops::Deref for FakeNvidiaSmi {
+    type Target = StandIn;
+    fn deref(&self) -> &StandIn {
+        &self.0
     }
 }
 

@@ -3,7 +3,7 @@
 //! one that has lost a GPU (the others still answer, it exits non-zero). Each records the pid
 //! of every run it starts in `DIR/pids`, so a test can check that nothing was left running.
 
-use std::path::PathBuf;
+use crate::StandIn;
 use std::time::Duration;
 
 /// How a stand-in misbehaves.
@@ -44,48 +44,30 @@ exit 255
 }
 
 /// A stand-in written as `DIR/bin/nvidia-smi` in a fresh temporary directory.
-pub struct HostileSmi {
-    pub dir: tempfile::TempDir,
+pub struct HostileSmi(pub StandIn);
+
+impl std::ops::Deref for HostileSmi {
+    type Target = StandIn;
+    fn deref(&self) -> &StandIn {
+        &self.0
+    }
 }
 
 impl HostileSmi {
     pub fn new(kind: Smi) -> HostileSmi {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::create_dir_all(dir.path().join("bin")).expect("bin dir");
-        let smi = dir.path().join("bin/nvidia-smi");
         let pids = dir.path().join("pids");
         let script = format!(
             "#!/bin/sh\necho $$ >> '{}'\n{}",
             pids.display(),
             kind.script()
         );
-        std::fs::write(&smi, script).expect("write the stand-in nvidia-smi");
-        std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        HostileSmi { dir }
-    }
-
-    pub fn bin(&self) -> PathBuf {
-        self.dir.path().join("bin")
-    }
-
-    /// Its path (for `--nvidia-smi`, also over SSH: the loopback sshd is this machine).
-    pub fn program(&self) -> String {
-        self.bin().join("nvidia-smi").to_string_lossy().into_owned()
-    }
-
-    /// PATH with the stand-in first.
-    pub fn path(&self) -> String {
-        format!(
-            "{}:{}",
-            self.bin().display(),
-            std::env::var("PATH").unwrap_or_default()
-        )
+        HostileSmi(StandIn::in_dir(dir, "nvidia-smi", &script))
     }
 
     /// The pids of every run it started.
     pub fn runs(&self) -> Vec<u32> {
-        std::fs::read_to_string(self.dir.path().join("pids"))
+        std::fs::read_to_string(self.0.dir.path().join("pids"))
             .unwrap_or_default()
             .lines()
             .filter_map(|l| l.trim().parse().ok())

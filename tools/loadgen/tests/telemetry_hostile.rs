@@ -57,6 +57,18 @@ const LOAD: &[&str] = &[
     "20ms",
 ];
 
+/// [`LOAD`] against `url`, its GPUs read from the stand-in nvidia-smi.
+fn run_with_smi(url: &str, smi: &LyingNvidiaSmi) -> (Option<i32>, String, String) {
+    let program = smi.program();
+    let gpus = [
+        "--gpu-host",
+        "localhost",
+        "--nvidia-smi",
+        program.to_str().unwrap(),
+    ];
+    run(&[LOAD, &["--url", url], &gpus].concat())
+}
+
 #[test]
 fn nan_gauges_an_infinite_counter_and_overflowing_gpu_values_are_left_out_not_written_null() {
     // M2: NaN and +Inf gauges; M3: a counter that becomes +Inf; G5: 1e308 on two lines.
@@ -69,20 +81,7 @@ fn nan_gauges_an_infinite_counter_and_overflowing_gpu_values_are_left_out_not_wr
         "0, A, 1e308, 1e308, 300, 1980, 60",
         "1, B, 1e308, 1e308, -5, NaN, inf",
     ]);
-    let program = smi.program();
-    let args = [
-        LOAD,
-        &[
-            "--url",
-            &server.url,
-            "--gpu-host",
-            "localhost",
-            "--nvidia-smi",
-            program.to_str().unwrap(),
-        ],
-    ]
-    .concat();
-    let (code, stdout, stderr) = run(&args);
+    let (code, stdout, stderr) = run_with_smi(&server.url, &smi);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(!stdout.contains("null"), "{stdout}");
     typed(&stdout);
@@ -254,20 +253,7 @@ fn summarize_notes_the_telemetry_loadgen_did_not_believe_and_metrics_gone_silent
         "0, A, 10, 1000, 300, 1980, 60",
         "1, B, 20, 1000, -5, NaN, inf",
     ]);
-    let program = smi.program();
-    let args = [
-        LOAD,
-        &[
-            "--url",
-            &server.url,
-            "--gpu-host",
-            "localhost",
-            "--nvidia-smi",
-            program.to_str().unwrap(),
-        ],
-    ]
-    .concat();
-    let (code, stdout, stderr) = run(&args);
+    let (code, stdout, stderr) = run_with_smi(&server.url, &smi);
     assert_eq!(code, Some(0), "{stderr}");
     let table = summarize(&stdout);
     assert!(

@@ -5,31 +5,26 @@
 
 use crate::notes::load_name;
 use crate::points::{Keys, Point};
-use std::collections::BTreeMap;
 
 /// Each distinct line once, with the points it came from, in the points' order.
 fn grouped(points: &[Point], lines: impl Fn(&Point) -> Vec<String>) -> Vec<(String, Vec<String>)> {
-    let mut order: Vec<String> = Vec::new();
-    let mut at: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
     for p in points {
+        let name = load_name(p);
         for line in lines(p) {
-            let names = at.entry(line.clone()).or_default();
-            if names.is_empty() {
-                order.push(line);
-            }
-            let name = load_name(p);
-            if !names.contains(&name) {
-                names.push(name);
+            let at = match out.iter().position(|(l, _)| *l == line) {
+                Some(i) => i,
+                None => {
+                    out.push((line, Vec::new()));
+                    out.len() - 1
+                }
+            };
+            if !out[at].1.contains(&name) {
+                out[at].1.push(name.clone());
             }
         }
     }
-    order
-        .into_iter()
-        .map(|line| {
-            let names = at.remove(&line).unwrap_or_default();
-            (line, names)
-        })
-        .collect()
+    out
 }
 
 /// `/metrics` stopped answering during a point: its server figures end at the last scrape.
