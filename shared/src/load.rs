@@ -1,6 +1,9 @@
 //! The load a workload applies, as loadgen's flags give it and srv-sim's `--predict` replays it:
 //! open-loop arrival processes (`--arrival`), conversation turns (`--turns`) and think times
 //! (`--think-time`). One definition of each, so a prediction applies the load loadgen does.
+//! Trace files (`--trace`) are read by [`trace`].
+
+pub mod trace;
 
 use rand::Rng;
 use rand_distr::{Distribution, Exp1, Gamma};

@@ -181,9 +181,9 @@ fn workloads(a: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Longest synthetic prompt loadgen builds, in tokens: 10 M (Llama 4 Scout's context); each
-/// request's body holds the prompt (about 6 bytes a token).
-pub(crate) const MAX_INPUT_LEN: u32 = 10_000_000;
+/// Longest synthetic prompt loadgen builds, in tokens: 10 M (Llama 4 Scout's context), shared's
+/// bound on a trace row too; each request's body holds the prompt (about 6 bytes a token).
+pub(crate) use servbench::load::trace::MAX_INPUT_LEN;
 /// Most runtime threads `--threads` takes: past a few per core they only cost memory.
 const MAX_THREADS: usize = 1024;
 /// Descriptors loadgen needs besides one socket per request in flight (stdio, the runtime's
