@@ -3,9 +3,9 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     cli::main("srv-sim", || {
-        let Some(config) = cli::parse_args::<srv_sim::Config>()? else {
+        let Some(args) = cli::parse_args::<srv_sim::Args>()? else {
             return Ok(cli::Exit::Ok);
         };
-        srv_sim::run(config)
+        srv_sim::run(args)
     })
 }

@@ -121,24 +121,25 @@ pub struct Engine {
     pub client_gap: Duration,
 }
 
-impl crate::Config {
+impl crate::Plan {
     /// The engine `--predict` runs: the server's modelled engine, one replica.
     pub(crate) fn predict_engine(&self, roofline: Roofline) -> anyhow::Result<Engine> {
-        if self.fixed_latency() {
+        if self.engine.fixed_latency() {
             return Err(cli::usage(
                 "--predict runs the modelled engine: drop --ttft/--itl (fixed latencies need no prediction)",
             ));
         }
-        if self.replicas() > 1 {
+        if self.engine.replicas > 1 {
             return Err(cli::usage(
                 "--predict models one engine replica: drop --gpus (data-parallel replicas are not predicted)",
             ));
         }
-        if self.faults.fail_rate > 0.0
-            || self.faults.reset_rate > 0.0
-            || self.faults.crash_after.is_some()
-            || self.faults.stall_after.is_some()
-            || self.faults.engine_panic_after.is_some()
+        let faults = &self.server.faults;
+        if faults.fail_rate > 0.0
+            || faults.reset_rate > 0.0
+            || faults.crash_after.is_some()
+            || faults.stall_after.is_some()
+            || faults.engine_panic_after.is_some()
         {
             return Err(cli::usage(
                 "--predict does not model injected faults: drop --fail-rate, --reset-rate, --crash-after, --stall-after and --engine-panic-after",
@@ -147,21 +148,19 @@ impl crate::Config {
         let kv_cache_tokens = self.kv_budget(&roofline)?.unwrap_or(u64::MAX);
         Ok(Engine {
             model_name: self
+                .server
                 .served_model_name
                 .clone()
                 .unwrap_or_else(|| roofline.dep.model.name.clone()),
             roofline,
-            max_step_tokens: self.max_prefill_tokens,
+            max_step_tokens: self.engine.max_step_tokens,
             kv_cache_tokens,
-            max_running: self.max_running(),
-            spec: (self.spec_tokens > 0).then_some(Spec {
-                tokens: self.spec_tokens,
-                accept: self.spec_accept,
-            }),
-            seed: self.seed,
-            max_model_len: self.max_model_len,
-            prefix_caching: !self.no_enable_prefix_caching,
-            labels: self.labels.iter().cloned().collect(),
+            max_running: self.engine.max_running,
+            spec: self.engine.spec,
+            seed: self.engine.seed,
+            max_model_len: self.engine.max_model_len,
+            prefix_caching: self.engine.prefix_caching,
+            labels: self.labels.clone(),
             request_latency: self.predict.request_latency,
             client_gap: self.predict.client_gap,
         })
