@@ -4,6 +4,8 @@
 //! spelling here, so adding or correcting an engine is an edit to one table, not to code. Flags
 //! drift between releases; these follow the engines' own docs as of late 2026 (see README).
 
+use crate::startup::{self, PhaseMarker};
+
 /// How the model is passed on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelArg {
@@ -42,6 +44,9 @@ pub struct EnginePreset {
     /// The log line the engine prints when ready: documentation, not relied on (readiness is
     /// HTTP). testkit/tests/vllm.rs checks vLLM's against the real engine's log.
     pub ready_line: Option<&'static str>,
+    /// The log lines that mark each phase of its startup (`servbench::startup`), which
+    /// srv-launch times while it waits and writes in the record's `startup`.
+    pub startup: &'static [PhaseMarker],
     /// Title prefixes of its worker processes, what a leftover looks like in `ps` (vLLM's are
     /// checked against the real engine's process tree in testkit/tests/vllm.rs).
     pub worker_titles: &'static [&'static str],
@@ -88,6 +93,7 @@ pub const ENGINES: &[EnginePreset] = &[
         health_path: "/health",
         models_path: "/v1/models",
         ready_line: Some("The server is fired up and ready to roll!"),
+        startup: startup::SGLANG,
         worker_titles: &["sglang::scheduler", "sglang::detokenizer"],
         needs_model: true,
         cache_reset: Some(CacheReset::Post("/flush_cache")),
@@ -113,6 +119,7 @@ pub const ENGINES: &[EnginePreset] = &[
         health_path: "/health",
         models_path: "/v1/models",
         ready_line: Some("Application startup complete."),
+        startup: startup::VLLM,
         worker_titles: &["VLLM::EngineCore", "VLLM::Worker"],
         needs_model: true,
         cache_reset: Some(CacheReset::Post("/reset_prefix_cache")),
@@ -134,6 +141,7 @@ pub const ENGINES: &[EnginePreset] = &[
         health_path: "/health",
         models_path: "/v1/models",
         ready_line: Some("main: server is listening"),
+        startup: startup::LLAMA_CPP,
         worker_titles: &[],
         needs_model: true,
         cache_reset: Some(CacheReset::LlamaSlots),
@@ -157,6 +165,7 @@ pub const ENGINES: &[EnginePreset] = &[
         health_path: "/health",
         models_path: "/v1/models",
         ready_line: Some("Application startup complete."),
+        startup: startup::UVICORN,
         worker_titles: &[],
         needs_model: true,
         cache_reset: None,
@@ -176,6 +185,7 @@ pub const ENGINES: &[EnginePreset] = &[
         health_path: "/health",
         models_path: "/v1/models",
         ready_line: None,
+        startup: startup::VLLM,
         worker_titles: &[],
         needs_model: false,
         cache_reset: Some(CacheReset::Post("/reset_prefix_cache")),

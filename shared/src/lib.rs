@@ -41,5 +41,6 @@ pub mod procs;
 pub mod ranks;
 pub mod record;
 pub mod rlimit;
+pub mod startup;
 pub mod stats;
 pub mod telemetry;

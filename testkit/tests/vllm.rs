@@ -85,6 +85,28 @@ fn vllm_preset_launches_serves_loadgen_exactly_and_srv_kill_ends_the_whole_tree(
         &log[log.len().saturating_sub(2000)..]
     );
 
+    // The startup in phases, from the CPU build's own lines: the weights' and the engine
+    // init's durations as it printed them; its compile warm-up prints none, and it captures
+    // no graphs.
+    let phases = testkit::startup::startup_phases(
+        &r,
+        &[
+            "load_start",
+            "weights",
+            "compile",
+            "kv_cache",
+            "engine_init",
+            "listening",
+            "ready",
+        ],
+    );
+    let took = |name: &str| phases.iter().find(|p| p.0 == name).and_then(|p| p.2);
+    assert!(
+        took("weights").is_some() && took("engine_init").is_some(),
+        "{phases:?}"
+    );
+    assert_eq!(took("compile"), None, "{phases:?}");
+
     // The process tree: the API server, EngineCore and its Worker, each titled as the preset
     // says, all carrying the launch id srv-kill looks for.
     let marker = launch_marker(&r);

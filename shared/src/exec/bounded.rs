@@ -49,6 +49,10 @@ impl Bounds {
         Bounds { deadline, ..self }
     }
 
+    pub fn with_output_cap(self, output_cap: usize) -> Bounds {
+        Bounds { output_cap, ..self }
+    }
+
     /// Stopped early when `flag` is set.
     pub fn stopped_by(self, flag: &'static AtomicBool) -> Bounds {
         Bounds {

@@ -98,6 +98,35 @@ impl Exec for Local {
         }
     }
 
+    fn file_len(&self, path: &str) -> Result<Option<u64>, ExecError> {
+        match std::fs::metadata(path) {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(ExecError::io(format!("cannot read {path}"), e)),
+        }
+    }
+
+    fn read_from(
+        &self,
+        path: &str,
+        offset: u64,
+        max_bytes: u64,
+    ) -> Result<Option<Vec<u8>>, ExecError> {
+        use std::io::{Seek, SeekFrom};
+        let mut f = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(ExecError::io(format!("cannot read {path}"), e)),
+        };
+        f.seek(SeekFrom::Start(offset))
+            .map_err(|e| ExecError::io(format!("cannot read {path}"), e))?;
+        let mut buf = Vec::new();
+        f.take(max_bytes)
+            .read_to_end(&mut buf)
+            .map_err(|e| ExecError::io(format!("cannot read {path}"), e))?;
+        Ok(Some(buf))
+    }
+
     fn processes(&self, marker: Option<&str>) -> Result<ProcTable, ExecError> {
         let needle = marker.map(|m| m.as_bytes().to_vec());
         let mut procs = Vec::new();

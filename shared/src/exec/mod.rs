@@ -167,6 +167,46 @@ pub trait Exec: Send + Sync {
             .is_some_and(|p| p.start_ticks == id.start_ticks && !p.is_gone()))
     }
 
+    /// The length of a file in bytes; `None` when it does not exist.
+    fn file_len(&self, path: &str) -> Result<Option<u64>, ExecError> {
+        let q = shell_quote(path);
+        let out = self.run(
+            &format!("[ -e {q} ] || exit 44; wc -c < {q}"),
+            Bounds::QUERY,
+        )?;
+        if out.status != 0 {
+            return Ok(None);
+        }
+        Ok(out.stdout_text().trim().parse().ok())
+    }
+
+    /// Up to `max_bytes` of a file from byte `offset` on (empty past its end); `None` when it
+    /// does not exist. Reading a growing log piece by piece (srv-launch's startup phases).
+    fn read_from(
+        &self,
+        path: &str,
+        offset: u64,
+        max_bytes: u64,
+    ) -> Result<Option<Vec<u8>>, ExecError> {
+        let q = shell_quote(path);
+        let script = format!(
+            "[ -e {q} ] || exit 44; tail -c +{} {q} | head -c {max_bytes}",
+            offset + 1
+        );
+        let cap = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+        // One byte of room: `head -c` already stops at the cap, so a full read is not "cut".
+        let out = self.run(
+            &script,
+            Bounds::QUERY.with_output_cap(cap.saturating_add(1)),
+        )?;
+        if out.status == 44 {
+            return Ok(None);
+        }
+        let mut bytes = out.stdout;
+        bytes.truncate(cap);
+        Ok(Some(bytes))
+    }
+
     /// The start time of `pid` (clock ticks since boot), `None` when it does not exist.
     fn start_ticks(&self, pid: u32) -> Result<Option<u64>, ExecError> {
         let stat = self.read_tail(&format!("/proc/{pid}/stat"), 4096)?;

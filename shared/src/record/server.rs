@@ -1,4 +1,4 @@
-use super::{Engine, Extra, Labels, ServerEnv, current_version};
+use super::{Engine, Extra, Labels, ServerEnv, StartupPhaseName, current_version};
 use serde::{Deserialize, Serialize};
 
 /// A running server, written by `srv-launch` once it is ready; `loadgen` targets it and
@@ -57,6 +57,10 @@ pub struct ServerRecord {
     /// that reports without asking (llama-server's `timings`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub self_report_flags: Vec<String>,
+    /// The startup in phases, from the engine's log as srv-launch read it while it waited:
+    /// absent in records written before it was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup: Option<Startup>,
     /// srv-kill passed this record on after killing its server (the `kill` record after it
     /// says how that went): it tells downstream readers (summarize's environment table) what
     /// ran; no tool takes it as a target.
@@ -66,3 +70,31 @@ pub struct ServerRecord {
     pub extra: Extra,
 }
 record_kind!(ServerRecord, "server", Server);
+
+/// How a server's startup went, phase by phase: each phase its engine's log reported while
+/// srv-launch waited for it (absent ones are absent, never guessed), and the time to ready.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Startup {
+    /// Seconds from launch until the server answered as ready (the record's `ready_s`).
+    pub ready_s: f64,
+    /// In the order the log reported them; empty for a `--cmd` server (no preset, no markers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<StartupPhase>,
+    /// The log grew past srv-launch's read cap during the startup: phases after the cap are
+    /// missing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub log_cut: bool,
+}
+
+/// One phase of a startup.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StartupPhase {
+    pub name: StartupPhaseName,
+    /// Seconds from launch until srv-launch first saw the phase's line in the log (an upper
+    /// bound on when it was printed: the log is read once per readiness poll).
+    pub at_s: f64,
+    /// The phase's own duration as the engine printed it (`Loading weights took 1.23
+    /// seconds`); absent where the engine prints none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub took_s: Option<f64>,
+}

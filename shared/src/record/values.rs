@@ -307,6 +307,31 @@ wire_enum! {
     }
 }
 
+wire_enum! {
+    /// A phase of a server's startup, as its engine's log reports it (`server.startup.phases`;
+    /// the log lines that mark each, per engine, are `servbench::startup`).
+    StartupPhaseName {
+        /// The engine began loading the model.
+        LoadStart = "load_start",
+        /// The weights are loaded.
+        Weights = "weights",
+        /// The model is loaded and initialised (vLLM's `Model loading took`, on GPUs).
+        ModelLoad = "model_load",
+        /// torch.compile (or the CPU build's compile warm-up) finished.
+        Compile = "compile",
+        /// CUDA graphs (or SGLang's CPU graphs) are captured.
+        GraphCapture = "graph_capture",
+        /// The KV cache is sized and allocated.
+        KvCache = "kv_cache",
+        /// vLLM's engine core is initialised (profile, KV cache, warm-up).
+        EngineInit = "engine_init",
+        /// The HTTP server is listening (it may not be ready yet).
+        Listening = "listening",
+        /// The engine says it is ready.
+        Ready = "ready",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

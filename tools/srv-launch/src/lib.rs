@@ -11,6 +11,7 @@ mod plan;
 mod port;
 mod preflight;
 mod ready;
+mod startup;
 mod url;
 
 use anyhow::Result;
@@ -296,6 +297,8 @@ fn launch_and_wait(cfg: &Plan, exec: &dyn Exec, plan: &Launch) -> Result<ServerR
             plan.log
         ));
     }
+    let markers = cfg.preset().map_or(&[][..], |p| p.startup);
+    let mut watch = startup::LogWatch::new(exec, &plan.log, markers);
     let started = Instant::now();
     let pid = exec.spawn_detached(&Detached {
         argv: plan.argv.clone(),
@@ -314,8 +317,10 @@ fn launch_and_wait(cfg: &Plan, exec: &dyn Exec, plan: &Launch) -> Result<ServerR
         start_ticks: stat.start_ticks,
     };
 
-    let served = wait_ready(cfg, exec, plan, id, started)?;
+    let served = wait_ready(cfg, exec, plan, id, started, &mut watch)?;
+    // After the last read of the log: every phase seen is at or before it.
     let ready_s = started.elapsed().as_secs_f64();
+    let startup = watch.finish(ready_s);
     cli::info(format!(
         "{} ready at {} after {ready_s:.1}s (pid {pid} on {host}, log {})",
         plan.engine, plan.url, plan.log
@@ -376,6 +381,7 @@ fn launch_and_wait(cfg: &Plan, exec: &dyn Exec, plan: &Launch) -> Result<ServerR
         env: Some(env),
         self_report: cfg.self_report,
         self_report_flags: self_report_flags(cfg),
+        startup: Some(startup),
         killed: false,
         extra: servbench::record::Extra::new(),
     })
@@ -415,13 +421,15 @@ fn died(exec: &dyn Exec, plan: &Launch, started: Instant) -> anyhow::Error {
     ))
 }
 
-/// Polls until ready; returns the served model name when the server lists one.
+/// Polls until ready, reading the log's startup phases into `watch` at each poll; returns the
+/// served model name when the server lists one.
 fn wait_ready(
     cfg: &Plan,
     exec: &dyn Exec,
     plan: &Launch,
     id: ProcId,
     started: Instant,
+    watch: &mut startup::LogWatch,
 ) -> Result<Option<String>> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -454,6 +462,8 @@ fn wait_ready(
             return Err(died(exec, plan, started));
         }
         let state = rt.block_on(check(&client, plan));
+        // After the check: a server found ready has its last lines read before it is timed.
+        watch.poll(started);
         match state {
             Check::Ready(served) => {
                 if tty {

@@ -96,6 +96,8 @@ fn readiness_waits_for_a_slow_server_and_the_record_drives_srv_kill() {
     assert_eq!(r["served_model"], "tiny");
     let ready_s = r["ready_s"].as_f64().unwrap();
     assert!(ready_s >= 3.0, "ready before /health said 200: {ready_s}");
+    // No preset, so no phase lines known: only the time to ready.
+    assert_eq!(r["startup"], serde_json::json!({"ready_s": ready_s}), "{r}");
     let pid = r["pid"].as_u64().unwrap() as u32;
     let port = r["port"].as_u64().unwrap() as u16;
     assert_eq!(r["pgid"].as_u64(), Some(pid as u64), "own process group");

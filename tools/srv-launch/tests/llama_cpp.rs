@@ -64,6 +64,9 @@ fn llama_server_launches_serves_completions_and_chat_and_is_killed() {
         "{r}"
     );
     assert!(r["env"]["kernel"].is_string(), "{r}");
+    // Its startup in phases, from the lines llama-server logs (it prints no durations).
+    let phases = testkit::startup::startup_phases(r, &["load_start", "weights", "listening"]);
+    assert!(phases.iter().all(|p| p.2.is_none()), "{phases:?}");
 
     let (status, body) = post(
         url,

@@ -74,6 +74,8 @@ pub struct App {
     /// HTTPS (`--ssl-certfile`): connections are served behind this acceptor; set after [`App::new`].
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     pub generation_requests: AtomicU64,
+    /// False until `--startup`'s log lines are all written (startup.rs); set after [`App::new`].
+    pub startup_logged: Arc<AtomicBool>,
     crashing: AtomicBool,
 }
 
@@ -108,12 +110,13 @@ impl App {
             prefix: Vec::new(),
             tls: None,
             generation_requests: AtomicU64::new(0),
+            startup_logged: Arc::new(AtomicBool::new(true)),
             crashing: AtomicBool::new(false),
         }
     }
 
     fn loading(&self) -> bool {
-        Instant::now() < self.ready_at
+        Instant::now() < self.ready_at || !self.startup_logged.load(Ordering::SeqCst)
     }
 }
 

@@ -24,6 +24,7 @@ pub mod predict;
 pub mod prefix;
 pub mod progress;
 pub mod selfreport;
+pub mod startup;
 pub mod tls;
 pub mod tokens;
 
@@ -152,6 +153,7 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
             })
         })
         .collect();
+    let started = Instant::now();
     let mut app = App::new(AppConfig {
         engines,
         limits: api::Limits {
@@ -159,7 +161,7 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
             max_model_len: engine.max_model_len,
             default_max_tokens: server.default_max_tokens,
         },
-        ready_at: Instant::now() + server.startup,
+        ready_at: started + server.startup,
         faults: server.faults.clone(),
         seed: engine.seed,
         chunk_cap: engine.fixed.map_or(u32::MAX, |f| f.tokens_per_chunk),
@@ -180,6 +182,11 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
         app.tls = Some(tls::acceptor(cert, key).map_err(cli::usage)?);
     }
     let scheme = if app.tls.is_some() { "https" } else { "http" };
+    let logged = Arc::clone(&app.startup_logged);
+    if !server.startup.is_zero() {
+        logged.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+    let served_model = app.limits.served_model.clone();
     let app = Arc::new(app);
 
     let runtime = if server.threads <= 1 {
@@ -201,6 +208,19 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
         let local = listener.local_addr()?;
         // The one line launchers may read; readiness itself is GET /health.
         cli::info(format!("listening on {scheme}://{local}"));
+        if !server.startup.is_zero() {
+            startup::log_phases(
+                started,
+                startup::Facts {
+                    startup: server.startup,
+                    url: &format!("{scheme}://{local}"),
+                    model: &served_model,
+                    kv_cache_tokens: kv_cache_tokens.unwrap_or(u64::from(engine.max_model_len)),
+                    max_model_len: engine.max_model_len,
+                },
+                logged,
+            );
+        }
         http::serve(listener, app, idle).await?;
         Ok(Exit::Ok)
     })

@@ -122,6 +122,12 @@ impl EngineReport {
 /// One line on stderr with vLLM's logger prefix (`(APIServer pid=N) INFO MM-DD HH:MM:SS
 /// [loggers.py:200] `), written whole so a reader of the log never sees half of it.
 fn log_line(msg: &str) {
+    vllm_log_line("APIServer", "loggers.py:200", msg);
+}
+
+/// One line on stderr as vLLM's logger writes it from `process` (`APIServer`, `EngineCore`,
+/// `Worker`) at `source` (`file.py:line`), written whole.
+pub(crate) fn vllm_log_line(process: &str, source: &str, msg: &str) {
     let ts = servbench::record::now_ts();
     // 2026-12-01T23:30:00.123Z -> 12-01 23:30:00
     let stamp = format!(
@@ -130,7 +136,7 @@ fn log_line(msg: &str) {
         ts.get(11..19).unwrap_or("")
     );
     let line = format!(
-        "(APIServer pid={}) INFO {stamp} [loggers.py:200] {msg}\n",
+        "({process} pid={}) INFO {stamp} [{source}] {msg}\n",
         std::process::id()
     );
     let _ = std::io::stderr().lock().write_all(line.as_bytes());

@@ -113,6 +113,22 @@ pub(super) fn server() -> impl Strategy<Value = Record> {
                 }),
                 self_report: false,
                 self_report_flags: Vec::new(),
+                startup: (port % 5 != 0).then(|| Startup {
+                    ready_s,
+                    phases: (port % 7 != 0)
+                        .then(|| StartupPhase {
+                            name: if port % 2 == 0 {
+                                StartupPhaseName::Weights
+                            } else {
+                                StartupPhaseName::Other("newer_phase".into())
+                            },
+                            at_s: ready_s / 2.0,
+                            took_s: (port % 3 == 0).then_some(ready_s / 4.0),
+                        })
+                        .into_iter()
+                        .collect(),
+                    log_cut: port % 11 == 0,
+                }),
                 killed: port % 2 == 0,
                 extra,
             })
@@ -291,21 +307,6 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                     engine_generation_ms: None,
                     server_over_client: 1,
                     server_over_client_max_ms: Some(0.3),
-                }),
-                engine_steps: partial.then(|| {
-                    let mut e = EngineSteps::of_steps(
-                        &[Step {
-                            ctx_requests: 1,
-                            ctx_tokens: 64,
-                            gen_requests: 3,
-                            gen_tokens: 3,
-                            elapsed_ms: 27.5,
-                            dummy: false,
-                        }],
-                        0.5,
-                    );
-                    e.malformed_lines = 1;
-                    e
                 }),
                 noise: (!partial).then(|| BatchNoise {
                     blocks: 8,
