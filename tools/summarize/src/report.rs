@@ -341,6 +341,7 @@ pub fn server_table(servers: &[ServerRecord]) -> Table {
             col("pid", "pid"),
             col("url", "url"),
             col("ready_s", "ready s"),
+            col("startup", "startup phases"),
         ],
     );
     // The same server read from several inputs (a launch record teed into each file, or
@@ -364,11 +365,35 @@ pub fn server_table(servers: &[ServerRecord]) -> Table {
                 Cell::int(s.pid),
                 Cell::Text(s.url.clone()),
                 Cell::num(Some(s.ready_s)),
+                s.startup
+                    .as_ref()
+                    .and_then(startup_phases)
+                    .map_or(Cell::Empty, Cell::Text),
             ],
             0,
         );
+        if s.startup.as_ref().is_some_and(|st| st.log_cut) {
+            table.notes.push(format!(
+                "{} pid {} on {}: its log outgrew srv-launch's read cap during startup, so later phases are missing",
+                s.engine, s.pid, s.host
+            ));
+        }
     }
     table
+}
+
+/// A startup's phases in one cell: the engine's own duration where it printed one (`weights
+/// 12.1 s`), else when the line was seen after launch (`kv_cache @47.2 s`).
+fn startup_phases(startup: &servbench::record::Startup) -> Option<String> {
+    let parts: Vec<String> = startup
+        .phases
+        .iter()
+        .map(|p| match p.took_s {
+            Some(took) => format!("{} {} s", p.name, crate::table::human(took)),
+            None => format!("{} @{} s", p.name, crate::table::human(p.at_s)),
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 pub fn kill_table(kills: &[KillRecord]) -> Table {

@@ -538,6 +538,7 @@ pub fn lifecycle_lines(labels: &Labels) -> Vec<String> {
         env: None,
         self_report: false,
         self_report_flags: Vec::new(),
+        startup: None,
         killed: false,
         extra: Default::default(),
     };
