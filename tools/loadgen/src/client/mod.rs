@@ -1,7 +1,8 @@
 //! The client side of one request: `http.rs` (the target URL, the keep-alive connection pool),
 //! `tls.rs` (HTTPS trust), `request.rs` (one request, streaming or whole, timed into its
-//! record), `sse.rs` (the SSE scanner), `body.rs` (the one place a request body is built),
-//! `server_timing.rs` (the engine's own timing of a request, from its answer).
+//! record), `sse.rs` (the SSE scanner: `sse/scan.rs` the strict chunk walk, `sse/shape.rs`
+//! the replay of a stream's repeated chunk shapes), `body.rs` (the one place a request body
+//! is built), `server_timing.rs` (the engine's own timing of a request, from its answer).
 
 pub mod body;
 pub mod http;

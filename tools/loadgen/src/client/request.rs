@@ -3,7 +3,7 @@
 //! A non-streaming one (`--no-stream`) is timed at the end of its answer, tokens from its usage.
 
 use crate::client::http::{Failure, Pool, hyper_failure, read_whole, status_failure};
-use crate::client::sse::{Field, SseParser, classify};
+use crate::client::sse::{ChunkReader, Field, SseParser};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use servbench::record::{ErrorClass, PointKey, RequestError, RequestRecord, TokenSource};
@@ -178,6 +178,7 @@ async fn stream_inner(
         return Err(status_failure(status, &excerpt));
     }
     let mut parser = SseParser::default();
+    let mut chunks = ChunkReader::default();
     let mut done = false;
     let mut finished = false;
     let mut bad: Option<Failure> = None;
@@ -202,8 +203,8 @@ async fn stream_inner(
                     return false;
                 }
             };
-            let ev = match classify(payload) {
-                Ok(ev) => ev,
+            let (ev, reply_text) = match chunks.read(payload) {
+                Ok(c) => (c.event, c.reply),
                 Err(why) => {
                     let text = String::from_utf8_lossy(payload);
                     bad = Some(Failure::new(
@@ -249,7 +250,7 @@ async fn stream_inner(
                 if ev.content
                     && let Some(reply) = o.reply.as_mut()
                 {
-                    crate::client::sse::append_reply(payload, reply);
+                    reply_text.append_to(reply);
                     if reply.len() > MAX_REPLY_BYTES {
                         bad = Some(reply_too_long());
                         return false;

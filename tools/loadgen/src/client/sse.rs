@@ -1,7 +1,10 @@
 //! Incremental server-sent-events parsing of OpenAI-style streams, without allocating per
 //! token: bytes are scanned where they arrived (only a line split across two reads is copied),
-//! and each `data:` payload is classified by a borrowed serde pass that keeps only what the
-//! metrics need: is there content, reasoning content, usage, an error.
+//! and each `data:` payload is read by a [`ChunkReader`] that keeps only what the metrics need
+//! (is there content, reasoning content, usage, an error) and where the content's text lies:
+//! `sse/scan.rs` is the strict walk of a chunk's JSON, `sse/shape.rs` replays the shapes a
+//! stream's chunks repeat without walking them again, serde reads what the walk refuses (and
+//! words why it is malformed).
 
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
@@ -147,18 +150,96 @@ impl Event {
 
 /// Classifies one payload; `Err` with a short reason when it is not JSON.
 pub fn classify(payload: &[u8]) -> Result<Event, String> {
+    read(payload).map(|c| c.event)
+}
+
+/// One payload read: its event, and where its content text lies in it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Classified<'a> {
+    pub event: Event,
+    pub reply: Reply<'a>,
+}
+
+/// The content text of a chunk as the scanner found it: the first choice's `text` and
+/// `delta.content` strings, raw (quoted, escapes as they are), borrowed from the payload.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reply<'a> {
+    parts: [Option<&'a [u8]>; 2],
+}
+
+impl Reply<'_> {
+    /// Appends the decoded text (`text`, then `delta.content`) to `out`; a string that is not
+    /// valid JSON text (a raw control character, a bad escape, a lone surrogate, not UTF-8)
+    /// appends nothing of this chunk, as serde would have refused the whole chunk.
+    pub fn append_to(&self, out: &mut String) {
+        let mut decoded: [Option<std::borrow::Cow<str>>; 2] = [None, None];
+        for (raw, dec) in self.parts.iter().zip(decoded.iter_mut()) {
+            if let Some(raw) = raw {
+                match decode_string(raw) {
+                    Some(text) => *dec = Some(text),
+                    None => return,
+                }
+            }
+        }
+        for text in decoded.into_iter().flatten() {
+            out.push_str(&text);
+        }
+    }
+}
+
+/// A raw JSON string (with its quotes) decoded: borrowed where it has no escape.
+fn decode_string(raw: &[u8]) -> Option<std::borrow::Cow<'_, str>> {
+    let inner = raw.get(1..raw.len().checked_sub(1)?)?;
+    if memchr::memchr(b'\\', inner).is_none() && inner.iter().all(|&c| c >= 0x20) {
+        return std::str::from_utf8(inner)
+            .ok()
+            .map(std::borrow::Cow::Borrowed);
+    }
+    serde_json::from_slice::<String>(raw)
+        .ok()
+        .map(std::borrow::Cow::Owned)
+}
+
+/// Reads one stream's payloads: `[DONE]`, or a chunk by a shape learned from this stream's
+/// earlier chunks or by the strict walk (both also give its content's place), or by serde
+/// where the walk refuses it (serde words the error). A chunk only serde accepts carries no
+/// reply text.
+#[derive(Debug, Default)]
+pub struct ChunkReader {
+    shapes: shape::Shapes,
+}
+
+impl ChunkReader {
+    pub fn read<'a>(&mut self, payload: &'a [u8]) -> Result<Classified<'a>, String> {
+        read_with(payload, |chunk| self.shapes.read(chunk))
+    }
+}
+
+/// One payload read alone: by the strict walk, nothing learned.
+pub fn read(payload: &[u8]) -> Result<Classified<'_>, String> {
+    read_with(payload, |chunk| scan::chunk(chunk, None))
+}
+
+fn read_with<'a>(
+    payload: &'a [u8],
+    scan: impl FnOnce(&'a [u8]) -> Option<(Event, Reply<'a>)>,
+) -> Result<Classified<'a>, String> {
     let trimmed = payload.trim_ascii();
     if trimmed == b"[DONE]" {
-        return Ok(Event {
-            done: true,
-            ..Event::default()
+        return Ok(Classified {
+            event: Event {
+                done: true,
+                ..Event::default()
+            },
+            reply: Reply::default(),
         });
     }
-    // The fast scanner reads the usual chunk shapes; anything it is unsure of goes to serde,
-    // which also words the error for a malformed one.
-    match scan::chunk(trimmed) {
-        Some(ev) => Ok(ev),
-        None => classify_serde(trimmed),
+    match scan(trimmed) {
+        Some((event, reply)) => Ok(Classified { event, reply }),
+        None => classify_serde(trimmed).map(|event| Classified {
+            event,
+            reply: Reply::default(),
+        }),
     }
 }
 
@@ -200,307 +281,6 @@ pub fn usage(v: &serde_json::Value) -> Result<Event, String> {
         cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
         ..Event::default()
     })
-}
-
-/// A byte-level scanner for one chunk's JSON: it walks the structure, compares only the keys
-/// the metrics need, and skips every other value without decoding or validating its text
-/// (about 3x cheaper than serde here, which is most of the client's CPU per token).
-mod scan {
-    use super::Event;
-
-    struct Scan<'a> {
-        b: &'a [u8],
-        i: usize,
-    }
-
-    pub fn chunk(b: &[u8]) -> Option<Event> {
-        let mut s = Scan { b, i: 0 };
-        let mut ev = Event::default();
-        s.ws();
-        s.object(|s, key| match key {
-            b"choices" => {
-                if s.null() {
-                    return Some(());
-                }
-                let mut first = true;
-                s.array(|s| {
-                    if !first {
-                        return s.skip_value();
-                    }
-                    first = false;
-                    s.object(|s, key| match key {
-                        b"text" => {
-                            ev.content |= s.text()?;
-                            Some(())
-                        }
-                        b"finish_reason" => {
-                            ev.finished |= s.text()?;
-                            Some(())
-                        }
-                        b"delta" => {
-                            if s.null() {
-                                return Some(());
-                            }
-                            s.object(|s, key| match key {
-                                b"content" => {
-                                    ev.content |= s.text()?;
-                                    Some(())
-                                }
-                                b"reasoning_content" | b"reasoning" => {
-                                    ev.reasoning |= s.text()?;
-                                    Some(())
-                                }
-                                b"tool_calls" => {
-                                    ev.tool_calls |= s.list()?;
-                                    Some(())
-                                }
-                                _ => s.skip_value(),
-                            })
-                        }
-                        _ => s.skip_value(),
-                    })
-                })
-            }
-            b"usage" => {
-                if s.null() {
-                    return Some(());
-                }
-                s.object(|s, key| match key {
-                    b"completion_tokens" => {
-                        ev.completion_tokens = s.count()?;
-                        Some(())
-                    }
-                    b"prompt_tokens" => {
-                        ev.prompt_tokens = s.count()?;
-                        Some(())
-                    }
-                    b"prompt_tokens_details" => {
-                        if s.null() {
-                            return Some(());
-                        }
-                        s.object(|s, key| match key {
-                            b"cached_tokens" => {
-                                ev.cached_tokens = s.count()?;
-                                Some(())
-                            }
-                            _ => s.skip_value(),
-                        })
-                    }
-                    _ => s.skip_value(),
-                })
-            }
-            b"metrics" | b"timings" => {
-                if !s.null() {
-                    ev.server_timing = true;
-                    s.skip_value()?;
-                }
-                Some(())
-            }
-            b"error" => {
-                if !s.null() {
-                    ev.error = true;
-                    s.skip_value()?;
-                }
-                Some(())
-            }
-            _ => s.skip_value(),
-        })?;
-        s.ws();
-        (s.i == s.b.len()).then_some(ev)
-    }
-
-    /// The first `"` or `\\` in `b`. Most strings of a chunk are short keys and values: their
-    /// first bytes are searched eight at a time in a register, sooner than a vector search is
-    /// set up; past them, memchr2.
-    pub(super) fn quote_or_backslash(b: &[u8]) -> Option<usize> {
-        const SHORT: usize = 64;
-        const ONES: u64 = 0x0101_0101_0101_0101;
-        const HIGH: u64 = 0x8080_8080_8080_8080;
-        // High bit set in each byte of `w` equal to `c` (the lowest set one exactly: borrows
-        // only run upwards from a true match).
-        let eq = |w: u64, c: u8| {
-            let x = w ^ (ONES * u64::from(c));
-            x.wrapping_sub(ONES) & !x & HIGH
-        };
-        let head = &b[..b.len().min(SHORT)];
-        let mut words = head.chunks_exact(8);
-        for (k, w) in words.by_ref().enumerate() {
-            let w = u64::from_le_bytes(w.try_into().ok()?);
-            let hit = eq(w, b'"') | eq(w, b'\\');
-            if hit != 0 {
-                return Some(k * 8 + (hit.trailing_zeros() / 8) as usize);
-            }
-        }
-        let tail = words.remainder();
-        let done = head.len() - tail.len();
-        if let Some(k) = tail.iter().position(|&c| c == b'"' || c == b'\\') {
-            return Some(done + k);
-        }
-        memchr::memchr2(b'"', b'\\', &b[head.len()..]).map(|k| head.len() + k)
-    }
-
-    impl<'a> Scan<'a> {
-        fn ws(&mut self) {
-            while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.b.get(self.i) {
-                self.i += 1;
-            }
-        }
-
-        fn peek(&self) -> Option<u8> {
-            self.b.get(self.i).copied()
-        }
-
-        fn eat(&mut self, c: u8) -> Option<()> {
-            self.ws();
-            (self.peek()? == c).then(|| self.i += 1)
-        }
-
-        fn literal(&mut self, word: &[u8]) -> bool {
-            let hit = self.b[self.i..].starts_with(word);
-            if hit {
-                self.i += word.len();
-            }
-            hit
-        }
-
-        fn null(&mut self) -> bool {
-            self.ws();
-            self.literal(b"null")
-        }
-
-        /// A string's raw bytes (escapes left as they are), the cursor after its closing quote.
-        fn string(&mut self) -> Option<&'a [u8]> {
-            self.eat(b'"')?;
-            let start = self.i;
-            loop {
-                // A payload cut right after a backslash has no end: not a chunk.
-                let at = quote_or_backslash(self.b.get(self.i..)?)?;
-                self.i += at;
-                if self.b[self.i] == b'"' {
-                    self.i += 1;
-                    return Some(&self.b[start..self.i - 1]);
-                }
-                self.i += 2;
-            }
-        }
-
-        /// A string or null value: whether it is a non-empty string.
-        fn text(&mut self) -> Option<bool> {
-            if self.null() {
-                return Some(false);
-            }
-            self.string().map(|s| !s.is_empty())
-        }
-
-        /// A list or null: whether it is a non-empty list.
-        fn list(&mut self) -> Option<bool> {
-            if self.null() {
-                return Some(false);
-            }
-            let mut n = 0usize;
-            self.array(|s| {
-                n += 1;
-                s.skip_value()
-            })?;
-            Some(n > 0)
-        }
-
-        /// An unsigned integer or null.
-        fn count(&mut self) -> Option<Option<u32>> {
-            if self.null() {
-                return Some(None);
-            }
-            let start = self.i;
-            // The digits' value, as `u32::from_str` reads them: none or past u32 is no count.
-            let mut n: u32 = 0;
-            while let Some(d @ b'0'..=b'9') = self.peek() {
-                n = n.checked_mul(10)?.checked_add(u32::from(d - b'0'))?;
-                self.i += 1;
-            }
-            if self.i == start || matches!(self.peek(), Some(b'.' | b'e' | b'E' | b'-' | b'+')) {
-                return None;
-            }
-            Some(Some(n))
-        }
-
-        fn object(&mut self, mut f: impl FnMut(&mut Self, &[u8]) -> Option<()>) -> Option<()> {
-            self.eat(b'{')?;
-            self.ws();
-            if self.peek()? == b'}' {
-                self.i += 1;
-                return Some(());
-            }
-            loop {
-                self.ws();
-                let key = self.string()?;
-                self.eat(b':')?;
-                self.ws();
-                f(self, key)?;
-                self.ws();
-                match self.peek()? {
-                    b',' => self.i += 1,
-                    b'}' => {
-                        self.i += 1;
-                        return Some(());
-                    }
-                    _ => return None,
-                }
-            }
-        }
-
-        fn array(&mut self, mut f: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-            self.eat(b'[')?;
-            self.ws();
-            if self.peek()? == b']' {
-                self.i += 1;
-                return Some(());
-            }
-            loop {
-                self.ws();
-                f(self)?;
-                self.ws();
-                match self.peek()? {
-                    b',' => self.i += 1,
-                    b']' => {
-                        self.i += 1;
-                        return Some(());
-                    }
-                    _ => return None,
-                }
-            }
-        }
-
-        fn skip_value(&mut self) -> Option<()> {
-            self.ws();
-            match self.peek()? {
-                b'"' => self.string().map(|_| ()),
-                b'{' => self.object(|s, _| s.skip_value()),
-                b'[' => self.array(|s| s.skip_value()),
-                b't' => self.literal(b"true").then_some(()),
-                b'f' => self.literal(b"false").then_some(()),
-                b'n' => self.literal(b"null").then_some(()),
-                b'-' | b'0'..=b'9' => {
-                    let start = self.i;
-                    while let Some(b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') = self.peek() {
-                        self.i += 1;
-                    }
-                    // An integer (ids, timestamps, counts): what `f64::from_str` accepts
-                    // without parsing it; anything else is parsed.
-                    let run = &self.b[start..self.i];
-                    let digits = run.strip_prefix(b"-").unwrap_or(run);
-                    if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) {
-                        return Some(());
-                    }
-                    std::str::from_utf8(run)
-                        .ok()?
-                        .parse::<f64>()
-                        .ok()
-                        .map(|_| ())
-                }
-                _ => None,
-            }
-        }
-    }
 }
 
 #[derive(Deserialize)]
@@ -610,38 +390,16 @@ impl<'de> Deserialize<'de> for FirstChoice {
 }
 
 /// The text a content chunk carries (`text`, or `delta.content`; reasoning is left out, as
-/// chat history leaves it out), appended to `out`: a conversation resends its replies. Only
-/// conversations read it; the metrics never decode text.
+/// chat history leaves it out), appended to `out`: a conversation resends its replies. The
+/// stream reads it from its [`Classified`] at once; this is the same for one payload alone.
 pub fn append_reply(payload: &[u8], out: &mut String) {
-    #[derive(serde::Deserialize)]
-    struct Chunk<'a> {
-        #[serde(default, borrow)]
-        choices: Vec<TextChoice<'a>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct TextChoice<'a> {
-        #[serde(default, borrow)]
-        text: Option<std::borrow::Cow<'a, str>>,
-        #[serde(default, borrow)]
-        delta: Option<TextDelta<'a>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct TextDelta<'a> {
-        #[serde(default, borrow)]
-        content: Option<std::borrow::Cow<'a, str>>,
-    }
-    let Ok(chunk) = serde_json::from_slice::<Chunk>(payload.trim_ascii()) else {
-        return;
-    };
-    if let Some(c) = chunk.choices.into_iter().next() {
-        if let Some(t) = c.text {
-            out.push_str(&t);
-        }
-        if let Some(t) = c.delta.and_then(|d| d.content) {
-            out.push_str(&t);
-        }
+    if let Ok(c) = read(payload) {
+        c.reply.append_to(out);
     }
 }
+
+mod scan;
+mod shape;
 
 #[cfg(test)]
 mod tests;

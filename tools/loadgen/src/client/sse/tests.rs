@@ -56,7 +56,7 @@ proptest::proptest! {
         };
         let err = if error { r#","error":{"message":"x","code":[1,-2.5e3,true]}"# } else { "" };
         let line = format!(r#"{{"id":"c-1","created":17,{sp}"choices":[{choice}{more}],"usage":{usage}{err}}}"#);
-        let fast = scan::chunk(line.as_bytes());
+        let fast = scan::chunk(line.as_bytes(), None).map(|c| c.0);
         let slow = classify_serde(line.as_bytes()).unwrap();
         proptest::prop_assert_eq!(fast, Some(slow), "{}", line);
     }
@@ -283,4 +283,179 @@ proptest::proptest! {
             memchr::memchr2(b'"', b'\\', &b)
         );
     }
+}
+
+/// The scalars a replayed chunk may carry where its shape had others: every kind, the empty
+/// and escaped strings, numbers the counts refuse, and things that are not scalars or not JSON.
+const SCALARS: &[&str] = &[
+    r#""x""#,
+    r#""""#,
+    r#""a\"b""#,
+    r#""\\""#,
+    r#""\u0041\n""#,
+    "null",
+    "true",
+    "false",
+    "0",
+    "12",
+    "-3",
+    "1.5e3",
+    "4294967296",
+    "05",
+    "{}",
+    "[]",
+    "[1]",
+    r#"{"a":1}"#,
+    "nul",
+    r#""cut"#,
+    "",
+];
+
+/// The usual value at each place of [`templated`] (indices into [`SCALARS`]).
+const USUAL: [usize; 14] = [0, 9, 8, 0, 2, 5, 15, 5, 4, 9, 9, 8, 5, 5];
+
+/// A chunk with a scalar at each of the places the walk gives a meaning (and some it skips):
+/// the usual ones with `edits` (place, scalar) made.
+fn templated(edits: &[(usize, usize)], sp: &str) -> String {
+    let mut v = USUAL;
+    for &(at, k) in edits {
+        v[at % v.len()] = k % SCALARS.len();
+    }
+    let s = |k: usize| SCALARS[v[k]];
+    format!(
+        r#"{{"id":{},"created":{},{sp}"choices":[{{"index":{},"text":{},"delta":{{"content":{},"reasoning_content":{},"tool_calls":{}}},"finish_reason":{}}},{{"text":{}}}],"usage":{{"prompt_tokens":{},"completion_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}}},"error":{},"metrics":{}}}"#,
+        s(0),
+        s(1),
+        s(2),
+        s(3),
+        s(4),
+        s(5),
+        s(6),
+        s(7),
+        s(8),
+        s(9),
+        s(10),
+        s(11),
+        s(12),
+        s(13),
+    )
+}
+
+type Edits = Vec<(usize, usize)>;
+
+fn edits(most: usize) -> impl proptest::strategy::Strategy<Value = Edits> {
+    proptest::collection::vec((0usize..14, 0usize..SCALARS.len()), 0..=most)
+}
+
+proptest::proptest! {
+    /// A chunk replayed against a shape learned from another chunk of the same template gets
+    /// exactly what the walk gives it (and serde where the walk refuses it), whatever its
+    /// scalars: a replay never accepts what the walk refuses nor reads a value otherwise.
+    #[test]
+    fn a_replayed_chunk_reads_as_the_walk_reads_it(
+        first in edits(2),
+        next in proptest::collection::vec(edits(4), 1..6),
+        sp in "[ ]{0,1}",
+        cut in proptest::option::of(0usize..400),
+    ) {
+        let mut shapes = shape::Shapes::default();
+        let mut reader = ChunkReader::default();
+        let learn = templated(&first, "");
+        proptest::prop_assert_eq!(shapes.read(learn.as_bytes()), scan::chunk(learn.as_bytes(), None));
+        proptest::prop_assert_eq!(reader.read(learn.as_bytes()), read_walked(&learn));
+        for e in &next {
+            let mut line = templated(e, &sp);
+            if let Some(cut) = cut {
+                line.truncate(cut.min(line.len()));
+            }
+            let walked = scan::chunk(line.as_bytes(), None);
+            proptest::prop_assert_eq!(shapes.read(line.as_bytes()), walked, "{}", line);
+            proptest::prop_assert_eq!(reader.read(line.as_bytes()), read_walked(&line), "{}", line);
+        }
+    }
+}
+
+#[test]
+fn the_usual_template_is_a_chunk_and_replays() {
+    let line = templated(&[], "");
+    let (ev, reply) = scan::chunk(line.as_bytes(), None).expect("a chunk");
+    assert!(ev.content && !ev.reasoning && !ev.finished && !ev.error && !ev.server_timing);
+    assert_eq!(ev.completion_tokens, Some(12));
+    assert_eq!(reply.parts, [Some(&br#""x""#[..]), Some(&br#""a\"b""#[..])]);
+    // Learned once, then replayed: the same answer either way, edited values read anew.
+    let edited = templated(&[(3, 1), (10, 8), (7, 0)], "");
+    let mut shapes = shape::Shapes::default();
+    for l in [&line, &line, &edited] {
+        assert_eq!(shapes.read(l.as_bytes()), scan::chunk(l.as_bytes(), None));
+    }
+    assert_eq!(
+        shapes.learned(),
+        1,
+        "the second and the edited chunk were replays"
+    );
+    let (ev, _) = shapes.read(edited.as_bytes()).expect("a chunk");
+    assert!(ev.content && ev.finished && ev.completion_tokens == Some(0));
+}
+
+/// What `read` gives without any learned shape (the walk, then serde).
+fn read_walked(line: &str) -> Result<Classified<'_>, String> {
+    match scan::chunk(line.trim().as_bytes(), None) {
+        Some((event, reply)) => Ok(Classified { event, reply }),
+        None => classify_serde(line.trim().as_bytes()).map(|event| Classified {
+            event,
+            reply: Reply::default(),
+        }),
+    }
+}
+
+#[test]
+fn the_shapes_of_each_engines_stream_replay_to_the_walks_answer() {
+    let stream = [
+        r#"{"id":"cmpl-1","object":"text_completion","created":17,"model":"m","choices":[{"index":0,"text":" a","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"prompt_tokens":3,"total_tokens":4,"completion_tokens":1}}"#,
+        r#"{"id":"cmpl-2","object":"text_completion","created":18,"model":"m","choices":[{"index":0,"text":" \"b\"\n","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"prompt_tokens":3,"total_tokens":5,"completion_tokens":2}}"#,
+        r#"{"id":"cmpl-2","object":"text_completion","created":18,"model":"m","choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"length","stop_reason":7}],"usage":{"prompt_tokens":3,"total_tokens":5,"completion_tokens":2}}"#,
+        r#"{"id":"cmpl-2","object":"text_completion","created":18,"model":"m","choices":[{"index":0,"text":"x","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"prompt_tokens":3,"total_tokens":5,"completion_tokens":-2}}"#,
+        r#"{"id":"cmpl-2","object":"text_completion","created":18,"model":"m","choices":[{"index":0,"text":"x","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"prompt_tokens":3,"total_tokens":5,"completion_tokens":2}} x"#,
+        r#"{"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":null},"finish_reason":null}],"usage":null}"#,
+        r#"{"id":"c","choices":[{"index":0,"delta":{"role":null,"content":" hi","tool_calls":null},"finish_reason":null}],"usage":null}"#,
+        r#"{"id":"c","choices":[{"index":0,"delta":{"role":null,"content":" hi","tool_calls":[{"index":0}]},"finish_reason":null}],"usage":null}"#,
+        r#"{"id":"c","choices":[{"index":0,"delta":{"role":null,"content":" hi","tool_calls":null},"finish_reason":null}],"usage":{"completion_tokens":5}}"#,
+        r#"{"choices":[],"usage":{"completion_tokens":4,"prompt_tokens":34,"prompt_tokens_details":{"cached_tokens":0}},"timings":{"prompt_n":18}}"#,
+        r#"{"choices":[],"usage":{"completion_tokens":4,"prompt_tokens":34,"prompt_tokens_details":{"cached_tokens":9}},"timings":null}"#,
+        r#"{"error":"boom"}"#,
+        r#"{"error":null}"#,
+    ];
+    let mut shapes = shape::Shapes::default();
+    for line in &stream[..3] {
+        assert_eq!(
+            shapes.read(line.as_bytes()),
+            scan::chunk(line.as_bytes(), None)
+        );
+    }
+    assert_eq!(
+        shapes.learned(),
+        1,
+        "the second and the finishing chunk were replays"
+    );
+    for _ in 0..2 {
+        for line in stream {
+            let walked = scan::chunk(line.as_bytes(), None);
+            assert_eq!(shapes.read(line.as_bytes()), walked, "{line}");
+        }
+    }
+    let mut out = String::new();
+    for line in &stream[..3] {
+        append_reply(line.as_bytes(), &mut out);
+    }
+    assert_eq!(out, " a \"b\"\n");
+}
+
+/// The walk recursed once per bracket without a bound: a hostile line of brackets overflowed
+/// the stack instead of being a malformed chunk.
+#[test]
+fn a_deeply_nested_chunk_is_malformed_not_a_stack_overflow() {
+    let deep = format!(r#"{{"choices":{}"#, "[".repeat(1 << 20));
+    assert!(classify(deep.as_bytes()).is_err());
+    let nested = format!(r#"{{"a":{}1{}}}"#, "[".repeat(100), "]".repeat(100));
+    assert_eq!(classify(nested.as_bytes()), Ok(Event::default()));
 }
