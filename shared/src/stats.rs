@@ -558,6 +558,7 @@ impl PointStats {
             trace_rows: None,
             ranks: None,
             ttft_split: self.ttft_split.record(),
+            engine_steps: None,
             noise: self.batch_noise(),
             hist,
             extra: Default::default(),

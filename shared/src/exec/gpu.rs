@@ -151,6 +151,61 @@ pub struct GpuReading {
     /// Only a DCGM exporter gives these (nvidia-smi's --query-gpu has no PCIe throughput).
     pub pcie_rx_bytes_s: Option<f64>,
     pub pcie_tx_bytes_s: Option<f64>,
+    /// The GPU's energy counter in millijoules since the driver loaded (DCGM's
+    /// `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`, or [`energy_counters`]).
+    pub energy_mj: Option<f64>,
+}
+
+/// nvidia-smi's `--query-gpu` field for NVML's `nvmlDeviceGetTotalEnergyConsumption` (the
+/// GPU's energy in millijoules since the driver loaded; Volta and newer). A driver whose
+/// nvidia-smi does not know it rejects the query, and the energy falls back to sampled power.
+pub const ENERGY_COUNTER_FIELD: &str = "total_energy_consumption";
+
+/// One GPU's energy counter: (index, millijoules), `None` where it gives none (`[N/A]`,
+/// `[Not Supported]`, a value that is no finite number >= 0).
+pub type CounterRow = (u32, Option<f64>);
+
+/// Reads the energy counters of `indices` (all when empty) once; `None` where there is no
+/// such program.
+pub fn energy_counters<E: Exec + ?Sized>(
+    exec: &E,
+    program: &str,
+    indices: &[u32],
+    bounds: Bounds,
+) -> Result<Option<Answer<CounterRow>>, ExecError> {
+    query(
+        exec,
+        program,
+        &format!(
+            "--query-gpu=index,{ENERGY_COUNTER_FIELD} --format=csv,noheader,nounits{}",
+            select(indices)
+        ),
+        bounds,
+        parse_counter_line,
+    )
+}
+
+/// One line of the energy counter query: `0, 123456789`.
+pub fn parse_counter_line(line: &str) -> Option<CounterRow> {
+    let (index, mj) = line.split_once(',')?;
+    if mj.contains(',') {
+        return None;
+    }
+    let mj = mj
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0);
+    Some((index.trim().parse().ok()?, mj))
+}
+
+/// nvidia-smi's `-i` for `indices` (nothing: every GPU).
+fn select(indices: &[u32]) -> String {
+    if indices.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = indices.iter().map(u32::to_string).collect();
+    format!(" -i {}", list.join(","))
 }
 
 /// The fields of [`GpuReading`] in nvidia-smi's `--query-gpu` terms, in order.
@@ -165,16 +220,13 @@ pub fn sample<E: Exec + ?Sized>(
     indices: &[u32],
     bounds: Bounds,
 ) -> Result<Option<Answer<GpuReading>>, ExecError> {
-    let select = if indices.is_empty() {
-        String::new()
-    } else {
-        let list: Vec<String> = indices.iter().map(u32::to_string).collect();
-        format!(" -i {}", list.join(","))
-    };
     query(
         exec,
         program,
-        &format!("--query-gpu={TELEMETRY_QUERY} --format=csv,noheader,nounits{select}"),
+        &format!(
+            "--query-gpu={TELEMETRY_QUERY} --format=csv,noheader,nounits{}",
+            select(indices)
+        ),
         bounds,
         parse_telemetry_line,
     )
@@ -275,6 +327,24 @@ mod tests {
         let g = parse_telemetry_line("0, Tesla T4, 3, 100, [N/A], 300, 40").unwrap();
         assert_eq!(g.power_w, None);
         assert!(parse_telemetry_line("garbage").is_none());
+    }
+
+    #[test]
+    fn energy_counter_lines_without_a_number_have_no_counter() {
+        assert_eq!(
+            parse_counter_line("2, 123456789"),
+            Some((2, Some(123456789.0)))
+        );
+        assert_eq!(parse_counter_line("0, [N/A]"), Some((0, None)));
+        assert_eq!(parse_counter_line("0, [Not Supported]"), Some((0, None)));
+        assert_eq!(parse_counter_line("0, inf"), Some((0, None)));
+        assert_eq!(parse_counter_line("0, -5"), Some((0, None)));
+        assert_eq!(parse_counter_line("garbage"), None);
+        assert_eq!(
+            parse_counter_line("0, H100, 87, 71234"),
+            None,
+            "no counter line"
+        );
     }
 
     #[test]

@@ -250,6 +250,28 @@ fn seconds(s: &str) -> Result<f64, String> {
 }
 
 impl Trace {
+    /// Leaves out the rows a server of `max_model_len` tokens would refuse (prompt and output
+    /// over it): a warning naming how many went, or an error when none is left.
+    pub fn keep_servable(
+        &mut self,
+        path: &str,
+        max_model_len: u32,
+    ) -> Result<Option<String>, String> {
+        let rows = self.rows.len();
+        self.rows.retain(|r| {
+            u64::from(r.input_len) + u64::from(r.output_len) <= u64::from(max_model_len)
+        });
+        let over = rows - self.rows.len();
+        if self.rows.is_empty() {
+            return Err(format!(
+                "{path}: every row needs more than the server's max_model_len {max_model_len} (prompt and output tokens): none can be served"
+            ));
+        }
+        Ok((over > 0).then(|| format!(
+            "{path}: {over} of {rows} rows need more than the server's max_model_len {max_model_len}: they are left out (the server would refuse them)"
+        )))
+    }
+
     /// Rows sent in `budget_s` seconds of trace time at `speed` (all: `None`).
     pub fn rows_within(&self, budget_s: Option<f64>, speed: f64) -> usize {
         match budget_s {
@@ -415,6 +437,33 @@ mod tests {
         assert_eq!(t.rows[0].input_len, 10, "sorted by time");
         assert_eq!(t.rows[1].at_s, 3.0);
         assert_eq!(t.notes.len(), 2, "{:?}", t.notes);
+    }
+
+    #[test]
+    fn rows_over_the_model_length_are_left_out_and_counted() {
+        let row = |input_len, output_len| Row {
+            at_s: 0.0,
+            input_len,
+            output_len,
+            hash_ids: vec![],
+        };
+        let mut t = Trace {
+            rows: vec![row(10, 6), row(10, 7), row(2, 2)],
+            block: 512,
+            notes: vec![],
+        };
+        let note = t.keep_servable("t.csv", 16).unwrap().unwrap();
+        assert_eq!(t.rows, vec![row(10, 6), row(2, 2)]);
+        assert!(
+            note.contains("t.csv: 1 of 3 rows") && note.contains("max_model_len 16"),
+            "{note}"
+        );
+        assert_eq!(t.keep_servable("t.csv", 16).unwrap(), None);
+        let e = t.keep_servable("t.csv", 3).unwrap_err();
+        assert!(
+            e.contains("t.csv: every row needs more than the server's max_model_len 3"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -8,12 +8,14 @@
 //! (see [`crate::jsonl`]), so nothing is ever reformatted on the way.
 
 // The modules that are not a kind of their own: shared parts and checks.
+mod engine_steps;
 mod host;
 mod plausible;
 mod server_timing;
 mod telemetry;
 mod values;
 
+pub use engine_steps::*;
 pub use host::*;
 pub use plausible::MAX_REQUEST_TOKENS;
 pub use server_timing::*;

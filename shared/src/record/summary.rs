@@ -150,6 +150,10 @@ pub struct SummaryRecord {
     /// where the requests carried it (loadgen README, "Server timing").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttft_split: Option<super::TtftSplit>,
+    /// The engine's own steps during the point, from its step log (vLLM's iteration details),
+    /// where the server logged them (loadgen README, "Engine steps").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_steps: Option<super::EngineSteps>,
     /// The point's own noise from time blocks within it (batch means), where it was long
     /// enough: what a comparison of single runs rests on.
     #[serde(default, skip_serializing_if = "Option::is_none")]

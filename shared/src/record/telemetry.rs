@@ -162,9 +162,44 @@ pub struct GpuStats {
     pub pcie_rx_bytes_s: Option<GaugeStats>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_tx_bytes_s: Option<GaugeStats>,
+    /// The GPU's energy over the point in joules, from its energy counter (NVML's total
+    /// energy consumption through nvidia-smi, read when the point starts and after it ends;
+    /// DCGM's `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`, its first and last scrape in the point).
+    /// Absent where the counter gave no usable pair of readings (`energy_source` says so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_j: Option<f64>,
+    /// Where the point's energy for this GPU comes from: `counter` (`energy_j`), or
+    /// `sampled_power` (the mean of `power_w` over the point times its duration). Absent
+    /// where there is neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_source: Option<EnergySource>,
     /// Samples not believed (out of range, the same GPU twice in one sample), one line each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+}
+
+/// Where a GPU's energy over a point comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnergySource {
+    /// The GPU's own energy counter, read at the point's start and end.
+    Counter,
+    /// The sampled power integrated over the point (its mean times the point's duration):
+    /// the counter was not there (`[N/A]`, an older driver), or went backwards (a reset).
+    SampledPower,
+    /// A source written by a newer tool.
+    #[serde(other)]
+    Other,
+}
+
+impl EnergySource {
+    pub fn name(self) -> &'static str {
+        match self {
+            EnergySource::Counter => "counter",
+            EnergySource::SampledPower => "sampled_power",
+            EnergySource::Other => "other",
+        }
+    }
 }
 
 /// What people change between runs and forget, recorded once by `srv-launch` on the server's

@@ -5,10 +5,12 @@
 //!   TensorRT-LLM, Triton's TensorRT-LLM backend, Dynamo's frontend; srv-sim speaks vLLM's or SGLang's) and a DCGM exporter's GPU fields to ours;
 //! - [`prom`]: the exposition text parsed (with a maintained crate) and read through the table;
 //! - [`window`]: one point's scrapes and GPU samples turned into the `server` and `gpus`
-//!   objects of its summary (counters differenced, gauges averaged, buckets to percentiles).
+//!   objects of its summary (counters differenced, gauges averaged, buckets to percentiles);
+//! - `energy`: a GPU's energy counter over a point, or why its sampled power stands in.
 //!
 //! Layering: uses `record` (the objects it fills) and `exec::gpu` (nvidia-smi's readings).
 
+mod energy;
 pub mod prom;
 pub mod vocab;
 pub mod window;

@@ -337,6 +337,7 @@ impl Exposition {
                             GpuFigure::TempC => &mut g.temp_c,
                             GpuFigure::PcieRxBytesS => &mut g.pcie_rx_bytes_s,
                             GpuFigure::PcieTxBytesS => &mut g.pcie_tx_bytes_s,
+                            GpuFigure::EnergyMj => &mut g.energy_mj,
                         };
                         *slot = Some(s.value);
                     }

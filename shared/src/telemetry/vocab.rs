@@ -573,6 +573,9 @@ pub enum GpuFigure {
     TempC,
     PcieRxBytesS,
     PcieTxBytesS,
+    /// A counter (mJ since the driver loaded), not a gauge: the point's energy is its last
+    /// reading minus its first.
+    EnergyMj,
 }
 
 /// A DCGM exporter's field for each GPU figure (gauges, labelled `gpu="N"`; `modelName` names
@@ -585,6 +588,7 @@ pub const GPU_TABLE: &[(GpuFigure, &str)] = &[
     (GpuFigure::TempC, "DCGM_FI_DEV_GPU_TEMP"),
     (GpuFigure::PcieRxBytesS, "DCGM_FI_PROF_PCIE_RX_BYTES"),
     (GpuFigure::PcieTxBytesS, "DCGM_FI_PROF_PCIE_TX_BYTES"),
+    (GpuFigure::EnergyMj, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
 ];
 
 /// On a MIG instance `DCGM_FI_DEV_GPU_UTIL` is not supported; the graphics engine's active

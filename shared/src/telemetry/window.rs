@@ -4,7 +4,7 @@
 
 use super::prom::{Buckets, Left, Reading};
 use super::vocab::{Engine, Figure};
-use crate::exec::gpu::GpuReading;
+use crate::exec::gpu::{CounterRow, GpuReading};
 use crate::record::{BucketDist, GaugeStats, GpuStats, ServerStats, SpecStats};
 use std::collections::BTreeMap;
 
@@ -463,6 +463,7 @@ struct GpuAcc {
     name: Option<String>,
     samples: u64,
     fields: [Acc; 7],
+    energy: super::energy::CounterTrack,
     notes: BTreeMap<String, Left>,
 }
 
@@ -500,6 +501,11 @@ impl GpuWindow {
                 g.pcie_rx_bytes_s,
                 g.pcie_tx_bytes_s,
             ];
+            // A DCGM exporter gives the counter with every scrape; nvidia-smi's comes apart
+            // ([`GpuWindow::add_counters`]).
+            if g.energy_mj.is_some() {
+                e.energy.add(g.energy_mj);
+            }
             for ((acc, v), (name, max)) in e.fields.iter_mut().zip(fields).zip(GPU_FIELD_MAX) {
                 let Some(v) = v else { continue };
                 if v.is_finite() && (0.0..=max).contains(&v) {
@@ -514,6 +520,31 @@ impl GpuWindow {
         }
     }
 
+    /// One read of the GPUs' energy counters (nvidia-smi's, at the point's start and end).
+    pub fn add_counters(&mut self, rows: &[CounterRow]) {
+        let mut seen = std::collections::BTreeSet::new();
+        for (index, mj) in rows {
+            if seen.insert(*index) {
+                self.gpus.entry((*index, None)).or_default().energy.add(*mj);
+            }
+        }
+    }
+
+    /// Why a GPU whose counter was read has no energy from it, one line per GPU ("GPU 0: its
+    /// energy counter went backwards ..."): its energy is the sampled power's instead.
+    pub fn energy_fallbacks(&self) -> Vec<String> {
+        self.gpus
+            .iter()
+            .filter_map(|((index, mig), g)| {
+                let why = g.energy.energy_j().err()??;
+                Some(match mig {
+                    Some(m) => format!("GPU {index} (MIG {m}): {why}"),
+                    None => format!("GPU {index}: {why}"),
+                })
+            })
+            .collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.gpus.is_empty()
     }
@@ -521,19 +552,25 @@ impl GpuWindow {
     pub fn finish(self) -> Vec<GpuStats> {
         self.gpus
             .into_iter()
-            .map(|((index, mig_instance), g)| GpuStats {
-                index,
-                mig_instance,
-                name: g.name,
-                samples: g.samples,
-                util_pct: g.fields[0].stats(),
-                mem_used_mib: g.fields[1].stats(),
-                power_w: g.fields[2].stats(),
-                sm_clock_mhz: g.fields[3].stats(),
-                temp_c: g.fields[4].stats(),
-                pcie_rx_bytes_s: g.fields[5].stats(),
-                pcie_tx_bytes_s: g.fields[6].stats(),
-                notes: note_lines(g.notes),
+            .map(|((index, mig_instance), g)| {
+                let power_w = g.fields[2].stats();
+                let (energy_j, energy_source) = g.energy.verdict(power_w.is_some());
+                GpuStats {
+                    index,
+                    mig_instance,
+                    name: g.name,
+                    samples: g.samples,
+                    util_pct: g.fields[0].stats(),
+                    mem_used_mib: g.fields[1].stats(),
+                    power_w,
+                    sm_clock_mhz: g.fields[3].stats(),
+                    temp_c: g.fields[4].stats(),
+                    pcie_rx_bytes_s: g.fields[5].stats(),
+                    pcie_tx_bytes_s: g.fields[6].stats(),
+                    energy_j,
+                    energy_source,
+                    notes: note_lines(g.notes),
+                }
             })
             .collect()
     }

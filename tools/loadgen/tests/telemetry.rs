@@ -204,6 +204,10 @@ fn gpu_telemetry_from_a_stand_in_nvidia_smi_here_and_over_ssh() {
     assert!(g.get("power_w").is_none(), "[N/A] is no reading: {g}");
     assert_eq!(f(&g["sm_clock_mhz"]["max"]), 345.0);
     assert!(g["samples"].as_u64().unwrap() >= 2, "{g}");
+    // No power, but an energy counter read at the start and the end: a tenth of GPU 0's step.
+    let step_j = testkit::FAKE_ENERGY_STEP_MJ as f64 / 1000.0;
+    assert_eq!(g["energy_source"], "counter", "{g}");
+    assert_eq!(g["energy_j"].as_f64(), Some(step_j / 10.0), "{g}");
 
     // Over SSH: the host and GPUs named by the upstream server record.
     let sshd = testkit::sshd();
@@ -234,6 +238,7 @@ fn gpu_telemetry_from_a_stand_in_nvidia_smi_here_and_over_ssh() {
     let s = summaries(&recs)[0];
     assert_eq!(gpus(s), vec![(0, 87.0)], "{s}");
     assert_eq!(f(&s["gpus"][0]["power_w"]["mean"]), 512.5);
+    assert_eq!(s["gpus"][0]["energy_j"].as_f64(), Some(step_j), "{s}");
 }
 
 #[test]
@@ -266,7 +271,9 @@ fn gpu_telemetry_from_a_dcgm_exporter() {
          DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-a\",device=\"nvidia0\",modelName=\"NVIDIA H200\",Hostname=\"g\"} 64\n\
          DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-b\",device=\"nvidia1\",modelName=\"NVIDIA H200\",Hostname=\"g\"} 12\n\
          # TYPE DCGM_FI_PROF_PCIE_RX_BYTES gauge\n\
-         DCGM_FI_PROF_PCIE_RX_BYTES{gpu=\"1\",UUID=\"GPU-b\",device=\"nvidia1\",modelName=\"NVIDIA H200\",Hostname=\"g\"} 2500000\n",
+         DCGM_FI_PROF_PCIE_RX_BYTES{gpu=\"1\",UUID=\"GPU-b\",device=\"nvidia1\",modelName=\"NVIDIA H200\",Hostname=\"g\"} 2500000\n\
+         # TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n\
+         DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu=\"1\",UUID=\"GPU-b\",device=\"nvidia1\",modelName=\"NVIDIA H200\",Hostname=\"g\"} 987654321\n",
     )
     .unwrap();
     let port = testkit::free_port();
@@ -307,6 +314,10 @@ fn gpu_telemetry_from_a_dcgm_exporter() {
     assert_eq!(gpus(s), vec![(1, 12.0)], "{s}");
     assert_eq!(f(&s["gpus"][0]["pcie_rx_bytes_s"]["mean"]), 2_500_000.0);
     assert_eq!(s["gpus"][0]["name"], "NVIDIA H200");
+    // The exporter's energy counter, first and last scrape of the point (a static page: it
+    // did not move).
+    assert_eq!(s["gpus"][0]["energy_source"], "counter", "{s}");
+    assert_eq!(s["gpus"][0]["energy_j"].as_f64(), Some(0.0), "{s}");
 }
 
 /// The prefix cache as the server counted it over each point equals the hit rate the prefix

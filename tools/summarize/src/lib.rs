@@ -7,6 +7,7 @@ pub mod compare;
 pub mod compute;
 pub mod distrusted;
 pub mod efficiency;
+pub mod energy;
 pub mod env_diff;
 pub mod host_notes;
 pub mod input;
@@ -150,6 +151,7 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
             t.notes = notes::all_with_ramps(points, &inputs.ramps);
             t.notes
                 .extend(self_report::unavailable(&inputs.servers, points));
+            t.notes.extend(energy::source_notes(points));
             if let Some((roof, said)) = &measured {
                 t.notes.extend(said.clone());
                 t.notes.extend(efficiency::notes(points, roof));

@@ -160,9 +160,9 @@ pub enum Scalar {
     GpuUtilPct,
     /// Output tokens/s over the GPUs loadgen sampled (the server's, from its record's --gpus).
     TokSPerGpu,
-    /// Joules per output token on those GPUs: each GPU's mean sampled power over the point
-    /// (the integral of its power over the point's duration, over that duration) x duration,
-    /// summed, over the point's output tokens.
+    /// Joules per output token on those GPUs: each GPU's energy over the point, from its
+    /// energy counter where loadgen read one (`energy_j`), else its mean sampled power x the
+    /// point's duration, summed, over the point's output tokens (see [`crate::energy`]).
     JoulesPerTok,
     /// The server's gauges of requests running and waiting (largest sample in the point).
     RunningMax,
@@ -271,7 +271,7 @@ impl Scalar {
 }
 
 /// The summary's GPUs, each once (a MIG GPU's instances share its power and count once).
-fn whole_gpus(s: &SummaryRecord) -> Vec<&servbench::record::GpuStats> {
+pub(crate) fn whole_gpus(s: &SummaryRecord) -> Vec<&servbench::record::GpuStats> {
     let mut seen = Vec::new();
     s.gpus
         .iter()
@@ -471,14 +471,7 @@ impl Metric {
                     let n = whole_gpus(s).len();
                     (n > 0).then(|| s.output_tok_s / n as f64)
                 }
-                Scalar::JoulesPerTok => {
-                    let gpus = whole_gpus(s);
-                    let watts: Option<Vec<f64>> =
-                        gpus.iter().map(|g| Some(g.power_w?.mean)).collect();
-                    let watts = watts.filter(|w| !w.is_empty())?;
-                    (s.output_tokens > 0 && s.duration_s > 0.0)
-                        .then(|| watts.iter().sum::<f64>() * s.duration_s / s.output_tokens as f64)
-                }
+                Scalar::JoulesPerTok => crate::energy::joules_per_token(s, &whole_gpus(s)),
             },
             Metric::Dist(d, st) => d.of(s).map(|dist| st.of(dist)),
         }

@@ -308,6 +308,21 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                     server_over_client: 1,
                     server_over_client_max_ms: Some(0.3),
                 }),
+                engine_steps: partial.then(|| {
+                    let mut e = EngineSteps::of_steps(
+                        &[Step {
+                            ctx_requests: 1,
+                            ctx_tokens: 64,
+                            gen_requests: 3,
+                            gen_tokens: 3,
+                            elapsed_ms: 27.5,
+                            dummy: false,
+                        }],
+                        0.5,
+                    );
+                    e.malformed_lines = 1;
+                    e
+                }),
                 noise: (!partial).then(|| BatchNoise {
                     blocks: 8,
                     block_s: 1.5,

@@ -35,6 +35,7 @@ use crate::run::flush::Flusher;
 use crate::run::point::Run;
 use crate::run::probe::{Aligner, Model};
 use crate::stop::until_stopped;
+use crate::telemetry::steplog::StepLog;
 use crate::telemetry::{self, Telemetry};
 use anyhow::Context as _;
 use servbench::cli::{self, Exit};
@@ -66,6 +67,11 @@ pub fn run_plan<W: Write>(
             &setup.target,
             setup.server.as_ref(),
         )?),
+        false => None,
+    };
+    // One server, one view of its steps: a single process's run only (ranks: not read).
+    let steplog = match setup.ranks.is_none() {
+        true => StepLog::for_server(setup.server.as_ref(), &plan.telemetry.ssh),
         false => None,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -121,6 +127,7 @@ pub fn run_plan<W: Write>(
             max_model_len,
             ranks: setup.ranks,
             telemetry,
+            steplog,
         };
         let exit = run.all().await;
         // Upstream records still on their way pass on, after a Ctrl-C too (then bounded by

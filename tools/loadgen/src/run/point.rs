@@ -15,6 +15,7 @@ use crate::run::inflight::Finished;
 use crate::run::probe::Aligner;
 use crate::run::progress::{Progress, cpu_seconds};
 use crate::stop::{Ended, stopped, until_stopped};
+use crate::telemetry::steplog::StepLog;
 use crate::telemetry::{PointTelemetry, Telemetry};
 use crate::workload::{Budget, Workload};
 use servbench::cli;
@@ -37,6 +38,8 @@ pub(crate) struct Run<'a, W: Write> {
     pub(crate) flusher: Option<Flusher>,
     /// The server's metrics and GPUs, read on a thread of their own.
     pub(crate) telemetry: Option<Telemetry>,
+    /// The server's step log, read at each point's edges.
+    pub(crate) steplog: Option<StepLog>,
     /// Warnings already given (each once per run).
     pub(crate) warned: BTreeSet<String>,
     /// Prefix groups sent since the cache was last emptied, by (group, prefix words).
@@ -239,6 +242,10 @@ impl<W: Write> Run<'_, W> {
                 _ = ctx.stop.wait() => {}
             }
         }
+        if let Some(log) = &mut self.steplog {
+            // Bounded reads (the log's size), before any request of the point is sent.
+            tokio::task::block_in_place(|| log.begin());
+        }
         self.ranks.start_together(&total).await?;
         let cpu_before = cpu_seconds();
         let mut stats = PointStats::new();
@@ -306,6 +313,10 @@ impl<W: Write> Run<'_, W> {
             Some(t) if self.ranks.is_none() => t.end(stats.output_tokens).await,
             _ => PointTelemetry::default(),
         };
+        let engine_steps = self
+            .steplog
+            .as_mut()
+            .and_then(|log| tokio::task::block_in_place(|| log.end(key.index)));
         let cpu = cpu_seconds() - cpu_before - tele.cpu_s;
         let ended = self.ranks.failure().unwrap_or(ended);
         let mut summary = self.summary(&stats, key, &ended, cpu, &total);
@@ -317,6 +328,7 @@ impl<W: Write> Run<'_, W> {
             summary.telemetry_cpu_s = Some(tele.cpu_s);
         }
         (summary.server, summary.gpus) = (tele.server, tele.gpus);
+        summary.engine_steps = engine_steps;
         self.finish_point(summary, ended, first_failure, stats.good, &load)
             .await
     }

@@ -7,9 +7,15 @@
 //! group killed at the deadline; its output cut at [`SAMPLE_OUTPUT_CAP`]). A run that times out, prints without end, or answers nothing readable ends
 //! the sampling for the run, with one note saying what failed; nvidia-smi failing for one GPU
 //! while the others answer (a lost GPU) is noted once and the healthy GPUs are still sampled.
+//!
+//! The GPUs' energy counters are read apart from the samples, when a point starts (right after
+//! its first sample) and once more after it ends ([`GpuSampler::end_of_point`]). A counter
+//! query that fails (a driver whose nvidia-smi does not know the field, a hang) stops only the
+//! counter reads, with one note: the energy is then the sampled power integrated.
 
 use servbench::cli;
 use servbench::exec::{self, Bounds, Exec, SshOptions, gpu};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, TryRecvError};
 use std::time::Duration;
@@ -38,18 +44,29 @@ pub struct SmiTarget {
 /// client's CPU like the telemetry thread's own).
 pub struct Sampled {
     pub readings: Vec<gpu::GpuReading>,
+    /// The energy counters, where this run read them.
+    pub counters: Option<Vec<gpu::CounterRow>>,
     pub cpu_s: f64,
+}
+
+/// What one run of the sampler reads.
+#[derive(Debug, Clone, Copy)]
+struct Ask {
+    sample: bool,
+    counters: bool,
 }
 
 /// The sampler's handle (owned by the telemetry thread).
 pub struct GpuSampler {
-    ask: Option<mpsc::Sender<()>>,
+    ask: Option<mpsc::Sender<Ask>>,
     got: mpsc::Receiver<Sampled>,
     /// Until the host is connected (over SSH; at once here).
     ready: Option<mpsc::Receiver<()>>,
     ended: mpsc::Receiver<()>,
     in_flight: bool,
     stop: &'static AtomicBool,
+    /// The counter query failed once (noted): it is not asked again this run.
+    counters_off: Arc<AtomicBool>,
 }
 
 impl GpuSampler {
@@ -59,12 +76,14 @@ impl GpuSampler {
         deadline: Duration,
         thread_cpu_s: fn() -> f64,
     ) -> Option<GpuSampler> {
-        let (ask, asked) = mpsc::channel::<()>();
+        let (ask, asked) = mpsc::channel::<Ask>();
+        let counters_off = Arc::new(AtomicBool::new(false));
         let (tx, got) = mpsc::channel();
         let (end_tx, ended) = mpsc::channel();
         let (ready_tx, ready) = mpsc::channel();
         // One per run of loadgen: the flag must outlive the thread, which may be left behind.
         let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+        let counters_off_worker = counters_off.clone();
         std::thread::Builder::new()
             .name("loadgen-gpu".into())
             .spawn(move || {
@@ -74,17 +93,32 @@ impl GpuSampler {
                     exec: None,
                     noted: false,
                     bounds: Bounds::new(deadline, SAMPLE_OUTPUT_CAP).stopped_by(stop),
+                    counters_off: counters_off_worker,
                 };
                 // Connected (over SSH) while loadgen sets up; the first point waits for that
                 // (bounded), never for nvidia-smi itself.
                 let mut alive = worker.connect();
                 let _ = ready_tx.send(());
-                while alive && asked.recv().is_ok() {
+                while alive && let Ok(what) = asked.recv() {
                     let cpu = thread_cpu_s();
-                    let sample = worker.sample();
+                    let sample = match what.sample {
+                        true => worker.sample(),
+                        false => Some(Vec::new()),
+                    };
+                    // Not after a sample that ended the sampling (a hang is waited out once).
+                    let counters = match (what.counters, &sample) {
+                        (true, Some(_)) => worker.counters(),
+                        _ => None,
+                    };
                     let cpu_s = thread_cpu_s() - cpu;
                     alive = match sample {
-                        Some(readings) => tx.send(Sampled { readings, cpu_s }).is_ok(),
+                        Some(readings) => tx
+                            .send(Sampled {
+                                readings,
+                                counters,
+                                cpu_s,
+                            })
+                            .is_ok(),
                         None => false,
                     };
                 }
@@ -98,15 +132,32 @@ impl GpuSampler {
             ended,
             in_flight: false,
             stop,
+            counters_off,
         })
     }
 
     /// Asks for a sample unless one is running (a slow nvidia-smi skips instants).
     pub fn ask(&mut self) {
+        self.send(Ask {
+            sample: true,
+            counters: false,
+        });
+    }
+
+    /// [`GpuSampler::ask`], reading the energy counters after the sample (a point's start).
+    pub fn ask_with_counters(&mut self) {
+        let counters = !self.counters_off.load(Ordering::SeqCst);
+        self.send(Ask {
+            sample: true,
+            counters,
+        });
+    }
+
+    fn send(&mut self, what: Ask) {
         if !self.in_flight
             && let Some(a) = &self.ask
         {
-            self.in_flight = a.send(()).is_ok();
+            self.in_flight = a.send(what).is_ok();
         }
     }
 
@@ -118,15 +169,45 @@ impl GpuSampler {
         }
     }
 
-    /// [`GpuSampler::take`], waiting at most `bound` for the sample under way when there is
-    /// one and `none_yet` (a point shorter than one SSH round trip still gets a sample).
-    pub fn take_at_end(&mut self, none_yet: bool, bound: Duration) -> Vec<Sampled> {
+    /// What a point's end takes: the samples that arrived, and the energy counters read
+    /// after the point. The sample under way is waited for when the point has none yet (at
+    /// most `bound`: a point shorter than one SSH round trip still gets one) or when the
+    /// counters are to be read after it (at most `counter_bound`, one nvidia-smi deadline);
+    /// then the counters are read (at most `counter_bound`). Nothing more is asked once the
+    /// counter query failed in this run.
+    pub fn end_of_point(
+        &mut self,
+        none_yet: bool,
+        bound: Duration,
+        counter_bound: Duration,
+    ) -> Vec<Sampled> {
         let mut out = self.take();
-        if out.is_empty()
-            && none_yet
-            && self.in_flight
+        let counters = !self.counters_off.load(Ordering::SeqCst) && self.ask.is_some();
+        let wait = match counters {
+            true => Some(counter_bound),
+            false => (none_yet && out.is_empty()).then_some(bound),
+        };
+        if self.in_flight
             && self.ask.is_some()
-            && let Ok(s) = self.got.recv_timeout(bound)
+            && let Some(wait) = wait
+        {
+            match self.got.recv_timeout(wait) {
+                Ok(s) => {
+                    self.in_flight = false;
+                    out.push(s);
+                }
+                Err(_) => return out,
+            }
+        }
+        if !counters {
+            return out;
+        }
+        self.send(Ask {
+            sample: false,
+            counters: true,
+        });
+        if self.in_flight
+            && let Ok(s) = self.got.recv_timeout(counter_bound)
         {
             self.in_flight = false;
             out.push(s);
@@ -168,6 +249,7 @@ struct Worker {
     exec: Option<Box<dyn Exec>>,
     noted: bool,
     bounds: Bounds,
+    counters_off: Arc<AtomicBool>,
 }
 
 impl Worker {
@@ -217,6 +299,35 @@ impl Worker {
             Err(_) if self.bounds.stop.is_some_and(|f| f.load(Ordering::SeqCst)) => None,
             Err(e) => self.give_up(e.to_string()),
         }
+    }
+
+    /// The GPUs' energy counters; `None` when they cannot be read (the first failure noted,
+    /// and no more reads this run).
+    fn counters(&mut self) -> Option<Vec<gpu::CounterRow>> {
+        if self.counters_off.load(Ordering::SeqCst) {
+            return None;
+        }
+        let exec = self.exec.as_deref()?;
+        let program = &self.target.program;
+        let why = match gpu::energy_counters(exec, program, &self.target.indices, self.bounds) {
+            // A lost GPU: the others' counters still count (the sample notes the loss).
+            Ok(Some(answer)) if answer.failure.is_none() || !answer.rows.is_empty() => {
+                return Some(answer.rows);
+            }
+            Ok(Some(answer)) => answer.failure.unwrap_or_default(),
+            // No nvidia-smi: the sample says so.
+            Ok(None) => return None,
+            Err(_) if self.bounds.stop.is_some_and(|f| f.load(Ordering::SeqCst)) => return None,
+            Err(e) => e.to_string(),
+        };
+        self.counters_off.store(true, Ordering::SeqCst);
+        cli::info(format!(
+            "note: GPU energy: the energy counters ({}) cannot be read: {why}; each point's \
+             energy is the GPUs' sampled power integrated over it (energy_source \
+             sampled_power)",
+            gpu::ENERGY_COUNTER_FIELD
+        ));
+        None
     }
 
     fn give_up<T>(&mut self, why: String) -> Option<T> {

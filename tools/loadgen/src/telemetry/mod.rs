@@ -7,6 +7,7 @@
 //! CPU time is measured and kept out of `client_cpu_s`.
 
 pub mod gpu_sampler;
+pub mod steplog;
 
 use crate::client::http::{Pool, Target};
 use bytes::Bytes;
@@ -156,6 +157,19 @@ struct Open {
     gpu_cpu_s: f64,
 }
 
+impl Open {
+    /// One run of the nvidia-smi sampler: its sample, its counter reads, its CPU time.
+    fn add(&mut self, s: &gpu_sampler::Sampled) {
+        if !s.readings.is_empty() {
+            self.gpus.add(&s.readings);
+        }
+        if let Some(c) = &s.counters {
+            self.gpus.add_counters(c);
+        }
+        self.gpu_cpu_s += s.cpu_s;
+    }
+}
+
 /// The most of one `/metrics` answer read: engines write well under 1 MiB, and a page many
 /// times that costs the telemetry thread seconds of CPU and many times its size in memory.
 pub const MAX_METRICS_BYTES: usize = 8 << 20;
@@ -173,6 +187,8 @@ struct Scraper {
     noted_metrics: bool,
     noted_cut_short: bool,
     noted_gpus: bool,
+    /// Energy fallbacks already said (each once a run).
+    noted_energy: std::collections::BTreeSet<String>,
     /// The DCGM exporter was read once before the first point.
     gpu_probed: bool,
 }
@@ -218,6 +234,7 @@ impl Scraper {
             noted_metrics: false,
             noted_cut_short: false,
             noted_gpus: false,
+            noted_energy: Default::default(),
             gpu_probed: false,
         }
     }
@@ -254,7 +271,7 @@ impl Scraper {
                         smi.wait_connected(self.plan.timeout);
                         // A sample that ended after the last point is not this point's.
                         smi.take();
-                        smi.ask();
+                        smi.ask_with_counters();
                     }
                     let window = self.scrape().map(|(engine, r)| Window::start(engine, r));
                     let o = Open {
@@ -312,19 +329,25 @@ impl Scraper {
     fn take_gpu_samples(&mut self, o: &mut Open) {
         if let Some(smi) = &mut self.smi {
             for s in smi.take() {
-                o.gpus.add(&s.readings);
-                o.gpu_cpu_s += s.cpu_s;
+                o.add(&s);
             }
         }
     }
 
     fn finish(&mut self, mut o: Open, expected: u64) -> PointTelemetry {
         if let Some(smi) = &mut self.smi {
-            // At most a second, and only for a point with no sample yet.
+            // At most a second for a first sample; one nvidia-smi deadline for the counters.
             let bound = self.plan.timeout.min(Duration::from_secs(1));
-            for s in smi.take_at_end(o.gpus.is_empty(), bound) {
-                o.gpus.add(&s.readings);
-                o.gpu_cpu_s += s.cpu_s;
+            for s in smi.end_of_point(o.gpus.is_empty(), bound, self.plan.timeout) {
+                o.add(&s);
+            }
+        }
+        for why in o.gpus.energy_fallbacks() {
+            if self.noted_energy.insert(why.clone()) {
+                cli::info(format!(
+                    "note: GPU energy: {why}; that point's energy for it is its sampled power \
+                     integrated over the point (energy_source sampled_power)"
+                ));
             }
         }
         let stopped = o.metrics_stopped;

@@ -152,20 +152,11 @@ pub async fn replay(
     if let Some(limit) = max_model_len {
         // The server refuses such a row: it is not built (a prompt of millions of tokens)
         // only to be refused.
-        let rows = trace.rows.len();
-        trace
-            .rows
-            .retain(|r| u64::from(r.input_len) + u64::from(r.output_len) <= u64::from(limit));
-        let over = rows - trace.rows.len();
-        if trace.rows.is_empty() {
-            return Err(servbench::cli::usage(format!(
-                "{path}: every row needs more than the server's max_model_len {limit} (prompt and output tokens): none can be served"
-            )));
-        }
-        if over > 0 {
-            servbench::cli::warn(format!(
-                "{path}: {over} of {rows} rows need more than the server's max_model_len {limit}: they are left out (the server would refuse them)"
-            ));
+        if let Some(note) = trace
+            .keep_servable(path, limit)
+            .map_err(servbench::cli::usage)?
+        {
+            servbench::cli::warn(note);
         }
     }
     Ok(Replay {

@@ -2,8 +2,9 @@
 //! step's deadline to the next and from idle to the next arrival, so a sweep that takes an hour
 //! in real time takes seconds. The client sends what loadgen would: closed-loop slots that send
 //! again when a request ends, open-loop arrivals (loadgen's arrival processes, from `shared`) with
-//! an optional cap in flight, and conversations whose turns resend the history after a think
-//! time. It watches each request's published tokens after every step, timing them as loadgen
+//! an optional cap in flight, conversations whose turns resend the history after a think
+//! time, and a trace's rows (shared's reader) at their offsets with their lengths and shared
+//! blocks. It watches each request's published tokens after every step, timing them as loadgen
 //! times the chunks it receives, and writes loadgen's `request` records.
 
 use crate::clock::Clock;
@@ -12,6 +13,7 @@ use crate::prefix::{PrefixCache, block_hashes};
 use crate::tokens::splitmix64;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use servbench::load::trace::Trace;
 use servbench::load::{Arrival, Think, Turns};
 use servbench::record::{
     ErrorClass, Labels, PointKey, RequestError, RequestRecord, TokenSource, now_ts,
@@ -31,6 +33,12 @@ pub enum Pace {
     Open {
         rate_rps: f64,
         arrival: Arrival,
+        max_concurrency: Option<u32>,
+    },
+    /// A trace's rows at their offsets, played `speed` times as fast, at most `max_concurrency`
+    /// in flight (waiting for a slot counts into latency, as open-loop).
+    Trace {
+        speed: f64,
         max_concurrency: Option<u32>,
     },
 }
@@ -64,6 +72,9 @@ pub struct PointLoad {
     pub max_tokens: u32,
     pub prompts: Prompts,
     pub turns: Option<(Turns, Think)>,
+    /// `--trace`: the rows sent (with [`Pace::Trace`]); each row's lengths replace
+    /// `input_len` and `max_tokens`.
+    pub trace: Option<Arc<Trace>>,
     pub seed: u64,
     /// Send to the engine's queue: HTTP and parsing.
     pub request_latency: Duration,
@@ -88,6 +99,7 @@ struct InFlight {
     itl_ms: Vec<f64>,
     chunks: u32,
     prompt_tokens: u32,
+    max_tokens: u32,
     cached: u32,
     target: Option<u32>,
 }
@@ -100,6 +112,8 @@ struct Session {
     think: Vec<Duration>,
     /// Token identities of the history so far (conversations only).
     history: Vec<u64>,
+    /// The trace row it sends (`--trace`).
+    row: Option<usize>,
 }
 
 /// The virtual clock and its client, for one point.
@@ -168,11 +182,30 @@ impl<'a> VirtualClock<'a> {
                     clock.start_closed(start);
                 }
             }
-            Pace::Open { .. } => {
-                clock.next_open = clock.budget_allows(clock.opened, start).then_some(start)
-            }
+            Pace::Open { .. } | Pace::Trace { .. } => clock.next_open = clock.open_at(start),
         }
         clock
+    }
+
+    /// When the open loop's next session starts (`prev`: the last one's start; the first's at
+    /// the point's start), while the budget lasts: a rate's gap drawn from the arrival process,
+    /// or the next trace row's offset at the played speed.
+    fn open_at(&mut self, prev: Instant) -> Option<Instant> {
+        let at = match self.load.pace {
+            Pace::Closed { .. } => return None,
+            Pace::Open {
+                rate_rps, arrival, ..
+            } if self.opened > 0 => {
+                prev + Duration::from_secs_f64(arrival.draw(&mut self.rng) / rate_rps)
+            }
+            Pace::Open { .. } => prev,
+            Pace::Trace { speed, .. } => {
+                let row = self.load.trace.as_ref()?.rows.get(self.opened as usize)?;
+                // A row beyond any duration at this speed never comes: the point ends there.
+                self.start + Duration::try_from_secs_f64(row.at_s / speed).ok()?
+            }
+        };
+        self.budget_allows(self.opened, at).then_some(at)
     }
 
     /// Whether the budget lets a session start at `at` after `count` others.
@@ -201,12 +234,14 @@ impl<'a> VirtualClock<'a> {
                 (n, gaps)
             }
         };
+        let row = matches!(self.load.pace, Pace::Trace { .. }).then_some(self.started as usize);
         self.sessions.push(Session {
             index: self.started,
             turns,
             turn: 0,
             think,
             history: Vec::new(),
+            row,
         });
         self.started += 1;
         self.in_flight_sessions += 1;
@@ -229,13 +264,14 @@ impl<'a> VirtualClock<'a> {
     /// Open loop: the sessions whose start time has come by `until` (waiting for a slot when
     /// `--max-concurrency` is reached: their latency runs from their intended start).
     fn open_arrivals(&mut self, until: Instant) {
-        let Pace::Open {
-            rate_rps,
-            arrival,
-            max_concurrency,
-        } = self.load.pace
-        else {
-            return;
+        let max_concurrency = match self.load.pace {
+            Pace::Closed { .. } => return,
+            Pace::Open {
+                max_concurrency, ..
+            }
+            | Pace::Trace {
+                max_concurrency, ..
+            } => max_concurrency,
         };
         while let Some(at) = self.next_open.filter(|&t| t <= until) {
             self.opened += 1;
@@ -245,8 +281,7 @@ impl<'a> VirtualClock<'a> {
                 let s = self.new_session();
                 self.schedule(at, s);
             }
-            let next = at + Duration::from_secs_f64(arrival.draw(&mut self.rng) / rate_rps);
-            self.next_open = self.budget_allows(self.opened, next).then_some(next);
+            self.next_open = self.open_at(at);
         }
     }
 
@@ -271,6 +306,13 @@ impl<'a> VirtualClock<'a> {
         self.next_id += 1;
         let session = &mut self.sessions[s];
         session.turn += 1;
+        let trace_row = session
+            .row
+            .and_then(|i| Some((i, load.trace.as_ref()?.rows.get(i)?)));
+        let (input_len, max_tokens) = match trace_row {
+            Some((_, row)) => (row.input_len, row.output_len),
+            None => (load.input_len, load.max_tokens),
+        };
         let user = token_run(
             load.seed,
             0x05e5_5101 ^ (u64::from(load.point.index) << 40) ^ id,
@@ -280,7 +322,7 @@ impl<'a> VirtualClock<'a> {
             None => Vec::new(),
         };
         let (shared, shared_ns) = match load.prompts {
-            _ if load.turns.is_some() => (0, 0),
+            _ if load.turns.is_some() || trace_row.is_some() => (0, 0),
             Prompts::Unique => (0, 0),
             Prompts::Shared(n) => (n.min(load.input_len), 0x5a4e_d000),
             Prompts::Groups { groups, len } => (
@@ -290,16 +332,34 @@ impl<'a> VirtualClock<'a> {
         };
         let shared_ns = token_run(load.seed, shared_ns);
         tokens.extend((0..shared).map(|i| splitmix64(shared_ns ^ u64::from(i))));
-        tokens.extend((shared..load.input_len).map(|i| splitmix64(user ^ u64::from(i))));
+        // A trace row's blocks: equal hash ids, equal tokens (a partial last block is a prefix
+        // of the whole one), so the prefix cache finds what the trace says was shared.
+        let mut from = shared;
+        if let Some((_, row)) = trace_row {
+            let block = load.trace.as_ref().map_or(1, |t| t.block.max(1));
+            for &id in &row.hash_ids {
+                let ns = token_run(load.seed, 0x7ace_b10c_0000_0000 ^ id);
+                let n = block.min(input_len - from);
+                tokens.extend((0..n).map(|i| splitmix64(ns ^ u64::from(i))));
+                from += n;
+            }
+        }
+        // A row's own tokens are the row's, whatever the point: loadgen sends a row the same
+        // words at every speed, so a later point finds it cached.
+        let user = match trace_row {
+            Some((i, _)) => token_run(load.seed, 0x7ace_0000_0000_0001 ^ ((i as u64) << 16)),
+            None => user,
+        };
+        tokens.extend((from..input_len).map(|i| splitmix64(user ^ u64::from(i))));
         let prompt_tokens = tokens.len() as u32;
-        let target = (session.turn == 1).then_some(load.input_len);
+        let target = (session.turn == 1).then_some(input_len);
         let is_conversation = load.turns.is_some();
         let point = load.point.clone();
         let (session_index, turn) = (session.index, session.turn);
         if is_conversation {
             session.history = tokens.clone();
         }
-        let total = u64::from(prompt_tokens) + u64::from(load.max_tokens);
+        let total = u64::from(prompt_tokens) + u64::from(max_tokens);
         let refusal = if total > u64::from(load.max_model_len) {
             Some(format!(
                 "This model's maximum context length is {} tokens. However, you requested {total} tokens",
@@ -317,7 +377,7 @@ impl<'a> VirtualClock<'a> {
             let mut r = self.record(id, point, intended, at);
             r.prompt_tokens = Some(prompt_tokens);
             r.prompt_tokens_target = target;
-            r.max_tokens = Some(self.load.max_tokens);
+            r.max_tokens = Some(max_tokens);
             r.e2e_ms = Some(0.0);
             r.error = Some(RequestError {
                 class: ErrorClass::Http4xx,
@@ -341,7 +401,7 @@ impl<'a> VirtualClock<'a> {
             Some(c) => c.admit(&block_hashes(tokens.iter().copied()), prompt_tokens),
             None => 0,
         };
-        let progress = Progress::new(self.load.max_tokens);
+        let progress = Progress::new(max_tokens);
         let arrive = at + self.load.request_latency;
         self.arrivals.push(Reverse((arrive, id)));
         self.pending.insert(
@@ -365,6 +425,7 @@ impl<'a> VirtualClock<'a> {
             itl_ms: Vec::new(),
             chunks: 0,
             prompt_tokens,
+            max_tokens,
             cached,
             target,
         });
@@ -448,7 +509,7 @@ impl<'a> VirtualClock<'a> {
         r.output_tokens_source = Some(TokenSource::Usage);
         r.prompt_tokens = Some(w.prompt_tokens);
         r.prompt_tokens_target = w.target;
-        r.max_tokens = Some(self.load.max_tokens);
+        r.max_tokens = Some(w.max_tokens);
         if self.load.turns.is_some() {
             let s = &self.sessions[w.session];
             r.session = Some(s.index);
@@ -477,7 +538,7 @@ impl<'a> VirtualClock<'a> {
         self.in_flight_sessions -= 1;
         match self.load.pace {
             Pace::Closed { .. } => self.start_closed(at),
-            Pace::Open { .. } => {
+            Pace::Open { .. } | Pace::Trace { .. } => {
                 if let Some(intended) = self.slot_queue.pop_front() {
                     let s = self.new_session();
                     self.send(intended, at, s);

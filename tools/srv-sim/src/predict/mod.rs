@@ -5,6 +5,7 @@
 //! ([`load::VirtualClock`]); the statistics are shared's one implementation.
 
 pub mod load;
+mod trace;
 
 use crate::cost::Roofline;
 use crate::engine::{ModelledConfig, Spec, run_modelled};
@@ -45,8 +46,9 @@ pub struct PredictArgs {
     /// Open-loop arrivals: poisson, constant or gamma:SHAPE
     #[arg(long, default_value = "poisson", value_parser = Arrival::parse)]
     pub arrival: Arrival,
-    /// Open loop: at most this many requests in flight (waiting for a slot counts into latency)
-    #[arg(long, requires = "rate")]
+    /// Open loop or trace: at most this many requests in flight (waiting for a slot counts
+    /// into latency)
+    #[arg(long, requires = "predict")]
     pub max_concurrency: Option<u32>,
     /// Requests per point (default: max(100, 4 x concurrency), or 10 s of an open-loop rate;
     /// with --turns, sessions)
@@ -90,6 +92,16 @@ pub struct PredictArgs {
     /// Service-level objectives for goodput (ttft_ms=500,tpot_ms=50)
     #[arg(long, value_parser = Slo::parse, requires = "predict")]
     pub slo: Option<Slo>,
+    /// Replay a trace (Mooncake-style JSON lines, or CSV with timestamp and lengths): each row
+    /// at its offset with its lengths, as loadgen --trace
+    #[arg(long, value_name = "FILE", requires = "predict")]
+    pub trace: Option<String>,
+    /// --trace: play it this many times as fast as recorded, a list (0.5,1,2)
+    #[arg(long, default_value = "1", value_parser = cli::f64_list, requires = "trace")]
+    pub trace_speed: F64List,
+    /// --trace: tokens per hash_ids block (Mooncake 512)
+    #[arg(long, default_value_t = 512, requires = "trace")]
+    pub trace_block: u32,
     /// Write the summaries only, no request records
     #[arg(long, requires = "predict")]
     pub no_requests: bool,
@@ -194,6 +206,43 @@ impl PredictArgs {
         if self.duration.is_some_and(|d| d.is_zero()) {
             return Err(cli::usage("--duration must be above 0s"));
         }
+        if self.max_concurrency.is_some() && self.rate.is_none() && self.trace.is_none() {
+            return Err(cli::usage(
+                "--max-concurrency caps an open loop (-r) or a trace (--trace): a closed loop's cap is -c",
+            ));
+        }
+        if self.trace.is_some() {
+            // loadgen's own refusals, in its words.
+            let clash = [
+                (self.input_len.is_some(), "--input-len"),
+                (self.max_tokens.is_some(), "--max-tokens"),
+                (self.turns.is_some(), "--turns"),
+                (self.concurrency.is_some(), "-c"),
+                (self.rate.is_some(), "-r"),
+            ];
+            if let Some((_, flag)) = clash.iter().find(|(given, _)| *given) {
+                return Err(cli::usage(format!(
+                    "--trace sets the times and lengths of every request; it cannot be combined with {flag}"
+                )));
+            }
+            if self.shared_prefix > 0 || self.prefix_groups.is_some() {
+                return Err(cli::usage(
+                    "--trace's hash_ids say which prompts share prefixes: drop --shared-prefix and --prefix-groups",
+                ));
+            }
+            if self
+                .trace_speed
+                .iter()
+                .any(|x| !(x.is_finite() && *x > 0.0))
+            {
+                return Err(cli::usage(
+                    "--trace-speed values must be positive (2: twice as fast)",
+                ));
+            }
+            if self.trace_block == 0 {
+                return Err(cli::usage("--trace-block must be at least 1 token"));
+            }
+        }
         Ok(())
     }
 
@@ -237,6 +286,8 @@ impl PredictArgs {
                 servbench::load::default_closed_requests(slots, conversations)
             }
             Pace::Open { rate_rps, .. } => servbench::load::default_open_requests(rate_rps),
+            // A trace's budget is its rows (`trace::run` counts them).
+            Pace::Trace { .. } => u64::MAX,
         }))
     }
 
@@ -249,9 +300,9 @@ impl PredictArgs {
     }
 }
 
-/// Runs the sweep: every combination of input length, output length and load level, in
-/// loadgen's order, each point on a fresh engine (the prefix cache lives across points, as a
-/// server's does, unless --flush-cache).
+/// Runs the sweep: every combination of input length, output length and load level (or each
+/// `--trace-speed`), in loadgen's order, each point on a fresh engine (the prefix cache lives
+/// across points, as a server's does, unless --flush-cache).
 pub fn run(args: &PredictArgs, engine: Engine) -> anyhow::Result<Exit> {
     args.check()?;
     let mut out = RecordWriter::stdout();
@@ -260,6 +311,9 @@ pub fn run(args: &PredictArgs, engine: Engine) -> anyhow::Result<Exit> {
     let mut cache = engine
         .prefix_caching
         .then(|| PrefixCache::new(engine.kv_cache_tokens));
+    if let Some(path) = &args.trace {
+        return trace::run(args, path, &engine, &labels, cache.as_mut(), &mut out);
+    }
     let mut index = 0u32;
     for input_len in args.inputs() {
         for max_tokens in args.outputs() {
@@ -269,11 +323,11 @@ pub fn run(args: &PredictArgs, engine: Engine) -> anyhow::Result<Exit> {
                         index,
                         concurrency: match pace {
                             Pace::Closed { slots } => Some(slots),
-                            Pace::Open { .. } => None,
+                            Pace::Open { .. } | Pace::Trace { .. } => None,
                         },
                         rate_rps: match pace {
                             Pace::Open { rate_rps, .. } => Some(rate_rps),
-                            Pace::Closed { .. } => None,
+                            Pace::Closed { .. } | Pace::Trace { .. } => None,
                         },
                         input_len: Some(input_len),
                         max_tokens: Some(max_tokens),
@@ -295,29 +349,42 @@ pub fn run(args: &PredictArgs, engine: Engine) -> anyhow::Result<Exit> {
                         max_tokens,
                         prompts: args.prompts(),
                         turns: args.turns.map(|t| (t, args.think_time)),
+                        trace: None,
                         seed: engine.seed,
                         request_latency: engine.request_latency,
                         client_gap: engine.client_gap,
                         max_model_len: engine.max_model_len,
                         kv_cache_tokens: engine.kv_cache_tokens,
                     };
-                    let records = predict_point(load, cache.as_mut(), &engine);
-                    let mut stats = PointStats::new();
-                    for r in &records {
-                        stats.add_request(r, args.slo.as_ref());
-                        if !args.no_requests {
-                            out.emit(r)?;
-                        }
-                    }
-                    let mut summary =
-                        stats.to_summary(point, labels.clone(), false, args.slo.as_ref());
-                    describe(args, pace, &engine, &mut summary);
-                    out.emit(&summary)?;
+                    write_point(args, load, cache.as_mut(), &engine, &mut out)?;
                 }
             }
         }
     }
     Ok(Exit::Ok)
+}
+
+/// Predicts one point and writes its request records (unless --no-requests) and summary.
+fn write_point(
+    args: &PredictArgs,
+    load: PointLoad,
+    cache: Option<&mut PrefixCache>,
+    engine: &Engine,
+    out: &mut RecordWriter<std::io::Stdout>,
+) -> anyhow::Result<()> {
+    let (point, labels, pace) = (load.point.clone(), load.labels.clone(), load.pace);
+    let records = predict_point(load, cache, engine);
+    let mut stats = PointStats::new();
+    for r in &records {
+        stats.add_request(r, args.slo.as_ref());
+        if !args.no_requests {
+            out.emit(r)?;
+        }
+    }
+    let mut summary = stats.to_summary(point, labels, false, args.slo.as_ref());
+    describe(args, pace, engine, &mut summary);
+    out.emit(&summary)?;
+    Ok(())
 }
 
 /// The summary of one closed-loop point of `requests` requests, predicted on a fresh engine
@@ -344,6 +411,7 @@ pub fn predict_closed(
         max_tokens,
         prompts: Prompts::Unique,
         turns: None,
+        trace: None,
         seed: engine.seed,
         request_latency: engine.request_latency,
         client_gap: engine.client_gap,
@@ -406,6 +474,14 @@ fn describe(
     } = pace
     {
         s.arrival = Some(arrival.name());
+        s.max_concurrency = max_concurrency;
+    }
+    if let Pace::Trace {
+        max_concurrency, ..
+    } = pace
+    {
+        s.trace = args.trace.clone();
+        s.trace_rows = Some(s.requests);
         s.max_concurrency = max_concurrency;
     }
     s.prefix_groups = args.prefix_groups;

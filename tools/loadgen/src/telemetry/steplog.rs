@@ -1,0 +1,195 @@
+//! The engine's step log during each point (the summary's `engine_steps`): where the upstream
+//! `server` record says its server logs every step (vLLM's `--enable-logging-iteration-details`,
+//! which srv-launch `--self-report` adds; srv-sim's the same), loadgen notes the size of the
+//! server's log (`server.log`, on `server.host`: here, or over SSH) when the point starts and
+//! when it ends, and parses only the bytes between: no timestamps are trusted (vLLM's have
+//! second resolution and no date). Each edge waits for the log to be quiet (unchanged for
+//! [`QUIET`], at most [`SETTLE`]), so the lines of a step that ran before the edge are on the
+//! right side of it. Every read is one bounded command (a deadline, a byte cap); a failure, a
+//! log that shrank or one with no step line is a note (once), never fatal.
+
+use servbench::cli;
+use servbench::exec::{self, Bounds, Exec, SshOptions, shell_quote};
+use servbench::record::{EngineSteps, ServerRecord};
+use std::time::{Duration, Instant};
+
+/// The flag that makes vLLM log its steps.
+pub const STEP_LOG_FLAG: &str = "--enable-logging-iteration-details";
+/// The most of a point's log read: a step line is ~200 bytes, so this is ~150,000 steps.
+pub const MAX_STEP_LOG_BYTES: u64 = 32 << 20;
+/// Each read of the log (its size, or a point's bytes) is bounded by this.
+const READ_DEADLINE: Duration = Duration::from_secs(10);
+/// The log counts as quiet once its size stayed the same this long ...
+const QUIET: Duration = Duration::from_millis(100);
+/// ... and an edge waits for that at most this long (a busy log from other clients).
+const SETTLE: Duration = Duration::from_secs(1);
+
+/// The server's log, read at each point's edges.
+pub struct StepLog {
+    exec: Box<dyn Exec>,
+    /// `host:path`, for the notes.
+    place: String,
+    path: String,
+    start: Option<(u64, Instant)>,
+    noted: bool,
+}
+
+impl StepLog {
+    /// For a server whose record says it logs its steps; `None` (with a note when it was meant
+    /// to and cannot) otherwise.
+    pub fn for_server(server: Option<&ServerRecord>, ssh: &SshOptions) -> Option<StepLog> {
+        let s = server?;
+        let logs_steps = s.argv.iter().any(|a| a == STEP_LOG_FLAG)
+            || (s.argv.is_empty() && s.command.contains(STEP_LOG_FLAG));
+        if !logs_steps || s.log.is_empty() {
+            return None;
+        }
+        let place = format!("{}:{}", s.host, s.log);
+        match exec::connect(Some(&s.host), ssh) {
+            Ok(exec) => Some(StepLog {
+                exec,
+                place,
+                path: s.log.clone(),
+                start: None,
+                noted: false,
+            }),
+            Err(e) => {
+                cli::info(format!(
+                    "note: no engine step log: cannot reach {place}: {e}; summaries have no `engine_steps`"
+                ));
+                None
+            }
+        }
+    }
+
+    fn note(&mut self, why: String) {
+        if !std::mem::replace(&mut self.noted, true) {
+            cli::info(format!(
+                "note: engine step log {}: {why}; those summaries have no `engine_steps`",
+                self.place
+            ));
+        }
+    }
+
+    /// The log's size now, in bytes.
+    fn size(&self) -> Result<u64, String> {
+        let out = self
+            .exec
+            .run(
+                &format!("wc -c < {}", shell_quote(&self.path)),
+                Bounds::new(READ_DEADLINE, 4096),
+            )
+            .map_err(|e| e.to_string())?;
+        if out.status != 0 {
+            return Err(format!("cannot read its size: {}", out.stderr_text()));
+        }
+        let text = out.stdout_text();
+        text.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("its size read as `{}`", text.trim()))
+    }
+
+    /// The size once the log is quiet (or [`SETTLE`] has passed).
+    fn settled_size(&self) -> Result<u64, String> {
+        let until = Instant::now() + SETTLE;
+        let mut last = self.size()?;
+        loop {
+            std::thread::sleep(QUIET);
+            let now = self.size()?;
+            if now == last || Instant::now() >= until {
+                return Ok(now);
+            }
+            last = now;
+        }
+    }
+
+    /// Bytes `from..to` of the log (at most [`MAX_STEP_LOG_BYTES`]), and whether they were cut.
+    fn bytes(&self, from: u64, to: u64) -> Result<(Vec<u8>, bool), String> {
+        let len = (to - from).min(MAX_STEP_LOG_BYTES);
+        let out = self
+            .exec
+            .run(
+                &format!(
+                    "tail -c +{} {} | head -c {len}",
+                    from + 1,
+                    shell_quote(&self.path)
+                ),
+                Bounds::new(READ_DEADLINE, len as usize + 1),
+            )
+            .map_err(|e| e.to_string())?;
+        if out.status != 0 {
+            return Err(format!("cannot read it: {}", out.stderr_text()));
+        }
+        Ok((out.stdout, to - from > MAX_STEP_LOG_BYTES || out.cut))
+    }
+
+    /// The point starts: its window opens at the log's (quiet) size now. Blocking (bounded).
+    pub fn begin(&mut self) {
+        self.start = match self.settled_size() {
+            Ok(n) => Some((n, Instant::now())),
+            Err(why) => {
+                self.note(why);
+                None
+            }
+        };
+    }
+
+    /// The point ends: the steps the log gained since [`StepLog::begin`]. Blocking (bounded).
+    pub fn end(&mut self, point: u32) -> Option<EngineSteps> {
+        let (from, started) = self.start.take()?;
+        // The window is the point's, not the wait for a quiet log after it.
+        let window_s = started.elapsed().as_secs_f64();
+        let to = match self.settled_size() {
+            Ok(n) => n,
+            Err(why) => {
+                self.note(why);
+                return None;
+            }
+        };
+        if to < from {
+            self.note(format!(
+                "it shrank during point {point} ({from} to {to} bytes: rotated or truncated)"
+            ));
+            return None;
+        }
+        let (bytes, cut) = match self.bytes(from, to) {
+            Ok(b) => b,
+            Err(why) => {
+                self.note(why);
+                return None;
+            }
+        };
+        // Whole lines only: a line the window's edge cut is no step of the point.
+        let text = String::from_utf8_lossy(&bytes);
+        let whole = match text.rfind('\n') {
+            Some(i) => &text[..=i],
+            None => "",
+        };
+        match EngineSteps::from_log(whole, window_s) {
+            Some((mut steps, bad)) => {
+                if let Some(why) = bad {
+                    cli::info(format!(
+                        "note: engine step log {}: {} step lines of point {point} could not be read (first: {why}); left out",
+                        self.place, steps.malformed_lines
+                    ));
+                }
+                steps.log_bytes = to - from;
+                steps.log_cut = cut;
+                if cut {
+                    self.note(format!(
+                        "point {point} wrote {} bytes to it, more than the {} read: its `engine_steps` cover the first part only (`log_cut`)",
+                        to - from,
+                        MAX_STEP_LOG_BYTES
+                    ));
+                }
+                Some(steps)
+            }
+            None => {
+                self.note(format!(
+                    "no step line (`Engine NNN: Iteration(N): ...`) during point {point}, though the server was started with {STEP_LOG_FLAG}"
+                ));
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! The engine's step log read for each point, against srv-sim's truth: launched by srv-launch
+//! `--self-report` (which adds vLLM's `--enable-logging-iteration-details`), srv-sim logs every
+//! step it runs, and each point's `engine_steps` are exactly the step lines its window holds:
+//! their count, their times, their tokens. A server that does not log its steps gives no
+//! `engine_steps` and, when it was started to log them, one note.
+
+use servbench::record::{EngineSteps, SummaryRecord};
+use testkit::sh;
+
+/// (context requests, context tokens, generation requests, generation tokens, ms) of every
+/// `Iteration(N)` line of srv-sim's log, in order: the test's own reading of the lines.
+fn logged(log: &str) -> Vec<(u64, u64, u64, u64, f64)> {
+    log.lines()
+        .filter_map(|l| l.split_once(": Iteration(").map(|(_, rest)| rest))
+        .map(|rest| {
+            let n: Vec<f64> = rest
+                .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .filter_map(|s| s.parse().ok())
+                .collect();
+            (n[1] as u64, n[2] as u64, n[3] as u64, n[4] as u64, n[5])
+        })
+        .collect()
+}
+
+fn summaries(records: &str) -> Vec<SummaryRecord> {
+    records
+        .lines()
+        .filter(|l| l.contains(r#""kind":"summary""#))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn each_points_engine_steps_are_the_step_lines_srv_sim_logged_in_its_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let (requests, max_tokens) = (8u64, 8u64);
+    let out = sh(&format!(
+        "srv-launch sim --self-report > {d}/server.jsonl && \
+         loadgen -c 1,4 -n {requests} --max-tokens {max_tokens} < {d}/server.jsonl > {d}/run.jsonl; \
+         rc=$?; srv-kill --from {d}/server.jsonl > /dev/null; exit $rc"
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let server: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("server.jsonl")).unwrap())
+            .unwrap();
+    let log = std::fs::read_to_string(server["log"].as_str().unwrap()).unwrap();
+    let lines = logged(&log);
+    let points = summaries(&std::fs::read_to_string(dir.path().join("run.jsonl")).unwrap());
+    assert_eq!(points.len(), 2);
+    let steps: Vec<&EngineSteps> = points
+        .iter()
+        .map(|s| {
+            s.engine_steps
+                .as_ref()
+                .expect("engine_steps in every summary")
+        })
+        .collect();
+    // No step of srv-sim's ran outside a point (no warmup; the prompt probes only tokenize).
+    assert_eq!(
+        steps.iter().map(|e| e.steps).sum::<u64>(),
+        lines.len() as u64,
+        "{log}"
+    );
+    // One request at a time: a prefill step (its first token) and max_tokens - 1 decode steps.
+    assert_eq!(steps[0].steps, requests * max_tokens);
+    let mut at = 0;
+    for (s, e) in points.iter().zip(&steps) {
+        let mine = &lines[at..at + e.steps as usize];
+        at += e.steps as usize;
+        let ms: Vec<f64> = mine.iter().map(|l| l.4).collect();
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(close(e.busy_ms, ms.iter().sum()), "{e:?}");
+        assert!(close(
+            e.step_ms_mean,
+            ms.iter().sum::<f64>() / ms.len() as f64
+        ));
+        assert_eq!(e.step_ms_max, ms.iter().copied().fold(0.0, f64::max));
+        assert_eq!(e.ctx_tokens_total, mine.iter().map(|l| l.1).sum::<u64>());
+        assert_eq!(e.gen_tokens_total, mine.iter().map(|l| l.3).sum::<u64>());
+        // Each request's prefill makes its first token, each decode step one more.
+        assert_eq!(
+            e.gen_tokens_total + mine.iter().map(|l| l.0).sum::<u64>(),
+            s.output_tokens
+        );
+        assert_eq!(e.ctx_tokens_total, s.prompt_tokens);
+        assert_eq!((e.malformed_lines, e.log_cut), (0, false));
+    }
+    let c1 = steps[0];
+    assert_eq!(
+        (c1.decode_steps, c1.decode_full_batch),
+        (requests * (max_tokens - 1), Some(1))
+    );
+    assert_eq!(c1.prefill_share, 1.0 / max_tokens as f64);
+    assert_eq!(steps[1].decode_full_batch, Some(4));
+    assert!(!stderr.contains("engine step log"), "{stderr}");
+}
+
+#[test]
+fn a_server_started_to_log_steps_that_logs_none_gets_one_note_and_no_engine_steps() {
+    // A record that says its server logs steps, with a log that has none: srv-sim without the
+    // flag, started by hand, its log a file of our own.
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = testkit::srv_sim(&[]);
+    let port = url.rsplit(':').next().unwrap();
+    let log = dir.path().join("server.log");
+    std::fs::write(&log, "INFO not a step line\n").unwrap();
+    let record = serde_json::json!({
+        "kind": "server", "v": 1, "ts": "2026-12-02T00:00:00.000Z", "engine": "sim",
+        "host": "localhost", "pid": 1, "pgid": 1, "start_ticks": 1, "port": port.parse::<u16>().unwrap(),
+        "url": url, "command": "srv-sim --enable-logging-iteration-details",
+        "log": log.to_str().unwrap(), "ready_s": 0.1,
+        "argv": ["srv-sim", "--enable-logging-iteration-details"]
+    });
+    let server = dir.path().join("server.jsonl");
+    std::fs::write(&server, format!("{record}\n")).unwrap();
+    let out = sh(&format!(
+        "loadgen -c 1,2 -n 2 --max-tokens 2 < {}",
+        server.display()
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let points = summaries(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(points.len(), 2);
+    assert!(points.iter().all(|s| s.engine_steps.is_none()));
+    let notes: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("engine step log"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{stderr}");
+    assert!(notes[0].contains("no step line"), "{stderr}");
+}

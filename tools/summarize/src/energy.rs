@@ -1,0 +1,88 @@
+//! Energy per output token, from the GPUs' own energy counters where loadgen read them
+//! (`gpus[].energy_j`, `energy_source: counter`), else from their sampled power integrated over
+//! the point (the mean of `power_w` times the point's duration), and a note saying which
+//! source each point's figure came from.
+
+use crate::notes::load_name;
+use crate::points::Point;
+use servbench::record::{EnergySource, GpuStats, SummaryRecord};
+
+/// One GPU's energy over the point in joules and where it comes from; `None` where it has
+/// neither a counter reading nor a sampled power.
+fn gpu_energy(g: &GpuStats, duration_s: f64) -> Option<(f64, EnergySource)> {
+    match (g.energy_source, g.energy_j) {
+        (Some(EnergySource::Counter), Some(j)) if j.is_finite() && j >= 0.0 => {
+            Some((j, EnergySource::Counter))
+        }
+        _ => Some((g.power_w?.mean * duration_s, EnergySource::SampledPower)),
+    }
+}
+
+/// The point's energy over `gpus` (each GPU once) and its sources; `None` when one GPU has
+/// none or there are no GPUs.
+fn point_energy(gpus: &[&GpuStats], duration_s: f64) -> Option<(f64, Vec<EnergySource>)> {
+    let each: Option<Vec<(f64, EnergySource)>> =
+        gpus.iter().map(|g| gpu_energy(g, duration_s)).collect();
+    let each = each.filter(|e| !e.is_empty())?;
+    Some((
+        each.iter().map(|(j, _)| j).sum(),
+        each.into_iter().map(|(_, s)| s).collect(),
+    ))
+}
+
+/// Joules per output token on `gpus` (the server's, each once).
+pub fn joules_per_token(s: &SummaryRecord, gpus: &[&GpuStats]) -> Option<f64> {
+    let (joules, _) = point_energy(gpus, s.duration_s)?;
+    (s.output_tokens > 0 && s.duration_s > 0.0).then(|| joules / s.output_tokens as f64)
+}
+
+/// Which source each point's energy came from, one line per source ("energy per token
+/// (j_per_tok) from the GPUs' energy counters: C=1, C=2"); nothing for points whose records
+/// name no source.
+pub fn source_notes(points: &[Point]) -> Vec<String> {
+    let mut counter = Vec::new();
+    let mut sampled = Vec::new();
+    let mut mixed = Vec::new();
+    for p in points {
+        let mut sources: Vec<EnergySource> = Vec::new();
+        for s in &p.repeats {
+            let gpus = crate::metrics::whole_gpus(s);
+            // Records from before loadgen said its source are left unnamed.
+            if gpus.iter().all(|g| g.energy_source.is_none()) {
+                continue;
+            }
+            if let Some((_, of)) = point_energy(&gpus, s.duration_s) {
+                sources.extend(of);
+            }
+        }
+        let target = match (
+            sources.contains(&EnergySource::Counter),
+            sources.contains(&EnergySource::SampledPower),
+        ) {
+            (true, false) => &mut counter,
+            (false, true) => &mut sampled,
+            (true, true) => &mut mixed,
+            (false, false) => continue,
+        };
+        let name = load_name(p);
+        if !target.contains(&name) {
+            target.push(name);
+        }
+    }
+    [
+        (counter, "from the GPUs' energy counters"),
+        (
+            sampled,
+            "from the GPUs' sampled power integrated over the point (no usable energy \
+             counter; loadgen's note said why)",
+        ),
+        (
+            mixed,
+            "from the energy counters of some GPUs and the sampled power of the others",
+        ),
+    ]
+    .into_iter()
+    .filter(|(names, _)| !names.is_empty())
+    .map(|(names, how)| format!("energy per token (j_per_tok) {how}: {}", names.join(", ")))
+    .collect()
+}
