@@ -31,7 +31,47 @@ pub struct P2pRecord {
     pub latency_us: f64,
     pub iters: u32,
     pub warmup: u32,
+    /// How the bytes moved: `tcp` (the tcp backend's sockets), `nccl` (ncclSend/ncclRecv)
+    /// or `copy_engine` (cuMemcpyPeerAsync). Records before this field are `tcp`.
+    #[serde(default)]
+    pub method: P2pMethod,
+    /// `copy_engine`: whether the driver allowed direct peer access between the two GPUs
+    /// (cuDeviceCanAccessPeer, then enabled); without it the copies are staged through host
+    /// memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_access: Option<bool>,
+    /// The pair's link as `nvidia-smi topo -m` prints it (`NV18`, `PIX`, `SYS`, ...), where
+    /// known (GPUs matched by PCI bus id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
 }
 record_kind!(P2pRecord, "p2p", P2p);
+
+/// How a `p2p` record's bytes moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum P2pMethod {
+    /// The tcp backend's sockets between processes or hosts.
+    #[default]
+    Tcp,
+    /// NCCL's send/recv between two GPUs.
+    Nccl,
+    /// The GPUs' copy engines (cuMemcpyPeerAsync), as nvbandwidth and p2pBandwidthLatencyTest.
+    CopyEngine,
+    /// A method written by a newer tool.
+    #[serde(other)]
+    Other,
+}
+
+impl P2pMethod {
+    pub fn name(self) -> &'static str {
+        match self {
+            P2pMethod::Tcp => "tcp",
+            P2pMethod::Nccl => "nccl",
+            P2pMethod::CopyEngine => "copy_engine",
+            P2pMethod::Other => "other",
+        }
+    }
+}

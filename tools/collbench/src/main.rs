@@ -30,6 +30,7 @@ Examples:
   collbench gemm --compute-backend cublas --model kimi-k2 --tp 8 --batch 1,64
   collbench gemm --shape 1024x1024x1024 -n 10        one product, by hand
   collbench p2p -np 4 --bytes 4M                    every pair's bandwidth and latency matrix
+  collbench p2p --backend nccl -g 8                 the same between 8 GPUs: copy engine and NCCL
   collbench limits --compute-backend cublas --hardware h200   bandwidth and launch, measured
 Pipeline:
   srv-launch ... | collbench -np 8 -b 8 -e 256M | summarize";
@@ -62,8 +63,19 @@ struct P2pArgs {
     /// Bytes of each bandwidth message (K/M/G are 1024-based); latency uses 8 bytes
     #[arg(long, value_parser = cli::parse_size, default_value = "4M")]
     bytes: u64,
+    /// --backend nccl: only the copy engine (cuMemcpyPeerAsync) or only NCCL send/recv
+    /// (default: both, each pair's records and matrices apart)
+    #[arg(long, value_enum)]
+    method: Option<P2pMethodArg>,
     #[command(flatten)]
     run: RunArgs,
+}
+
+/// `p2p --method`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum P2pMethodArg {
+    CopyEngine,
+    Nccl,
 }
 
 /// Where the compute half runs (`gemm`, `limits`, `decode --compute`).
@@ -456,6 +468,10 @@ fn p2p(p: P2pArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
     let pc = collbench::p2p::P2pConfig {
         bytes: p.bytes,
         run,
+        only: p.method.map(|m| match m {
+            P2pMethodArg::CopyEngine => servbench::record::P2pMethod::CopyEngine,
+            P2pMethodArg::Nccl => servbench::record::P2pMethod::Nccl,
+        }),
     };
     collbench::p2p::run(&pc, &job)
 }

@@ -9,7 +9,7 @@ use crate::launch::Role;
 use crate::{Backend, Job};
 use servbench::cli::{self, Exit};
 use servbench::jsonl::{self, Disposition, RecordWriter};
-use servbench::record::{P2pRecord, SCHEMA_VERSION, now_ts};
+use servbench::record::{P2pMethod, P2pRecord, SCHEMA_VERSION, now_ts};
 use std::time::Instant;
 
 /// Bytes of each latency message (nvbandwidth's latency test moves a pointer-sized word).
@@ -24,6 +24,8 @@ pub const MAX_BYTES: u64 = 1 << 30;
 pub struct P2pConfig {
     pub bytes: u64,
     pub run: RunConfig,
+    /// `--method` (nccl backend): only the copy engine or only NCCL; `None`: both.
+    pub only: Option<P2pMethod>,
 }
 
 /// One ordered pair's figures, measured on `src`.
@@ -46,11 +48,14 @@ pub fn run(pc: &P2pConfig, job: &Job) -> anyhow::Result<Exit> {
     crate::check_job(job)?;
     crate::check_memory(&pc.run, job, "--bytes")?;
     if job.backend == Backend::Nccl {
-        // Says in one line why it cannot run where there is no driver or NCCL.
-        crate::report_libraries(job, crate::nccl::check_libraries()?);
-        return Err(cli::usage(
-            "collbench p2p measures on --backend tcp only so far (GPU pairs: nvbandwidth, or collbench --coll sendrecv -g 2)",
-        ));
+        return crate::nccl::p2p_run::run(pc, job);
+    }
+    if let Some(m) = pc.only {
+        return Err(cli::usage(format!(
+            "--method {}: the tcp backend moves bytes over its sockets only; the copy engine \
+             and NCCL need --backend nccl",
+            m.name().replace('_', "-")
+        )));
     }
     let mut out = RecordWriter::stdout();
     let id = match &job.role {
@@ -76,7 +81,7 @@ pub fn run(pc: &P2pConfig, job: &Job) -> anyhow::Result<Exit> {
         for (&(src, dst), cell) in pairs(comm.world).iter().zip(&cells) {
             out.emit(&record(pc, job.backend, comm.world, (src, dst), cell))?;
         }
-        for line in matrices(pc, job.backend, comm.world, &cells).lines() {
+        for line in matrices(pc, "tcp backend", comm.world, &cells, None).lines() {
             cli::info(line);
         }
     }
@@ -106,6 +111,9 @@ pub fn record(
         latency_us: cell.latency_us,
         iters: pc.run.iters.timed,
         warmup: pc.run.iters.warmup,
+        method: P2pMethod::Tcp,
+        peer_access: None,
+        link: None,
         extra: servbench::record::Extra::new(),
     }
 }
@@ -245,9 +253,15 @@ impl Pair<'_> {
 type Figure = fn(&Cell) -> f64;
 
 /// The three matrices as nvbandwidth prints them: a row per source, a column per destination,
-/// `-` on the diagonal.
-pub fn matrices(pc: &P2pConfig, backend: Backend, world: usize, cells: &[Cell]) -> String {
-    let list = pairs(world);
+/// `-` on the diagonal; `how` names the method (`tcp backend`, `copy engine`); `links`, where
+/// known, a fourth matrix of each pair's `nvidia-smi topo -m` link.
+pub fn matrices(
+    pc: &P2pConfig,
+    how: &str,
+    world: usize,
+    cells: &[Cell],
+    links: Option<&[Option<String>]>,
+) -> String {
     let mut text = String::new();
     let figures: [(&str, Figure); 3] = [
         ("unidirectional bandwidth (GB/s)", |c| c.uni_gbps),
@@ -261,21 +275,36 @@ pub fn matrices(pc: &P2pConfig, backend: Backend, world: usize, cells: &[Cell]) 
         if k > 0 {
             text.push('\n');
         }
-        text.push_str(&format!(
-            "p2p {title}, {size}-byte messages, {} backend\n{:>8}",
-            backend.name(),
-            "src\\dst"
-        ));
+        text.push_str(&format!("p2p {title}, {size}-byte messages, {how}\n"));
+        text.push_str(&grid(world, |i| format!("{:.2}", get(&cells[i]))));
+    }
+    if let Some(links) = links.filter(|l| l.iter().any(Option::is_some)) {
+        text.push_str("\n\np2p link of each pair (nvidia-smi topo -m)\n");
+        text.push_str(&grid(world, |i| {
+            links
+                .get(i)
+                .cloned()
+                .flatten()
+                .unwrap_or_else(|| "?".into())
+        }));
+    }
+    text
+}
+
+/// A row per source, a column per destination, `-` on the diagonal; `cell` of a pair's
+/// position in [`pairs`].
+fn grid(world: usize, cell: impl Fn(usize) -> String) -> String {
+    let list = pairs(world);
+    let mut text = format!("{:>8}", "src\\dst");
+    for d in 0..world {
+        text.push_str(&format!(" {d:>9}"));
+    }
+    for s in 0..world {
+        text.push_str(&format!("\n{s:>8}"));
         for d in 0..world {
-            text.push_str(&format!(" {d:>9}"));
-        }
-        for s in 0..world {
-            text.push_str(&format!("\n{s:>8}"));
-            for d in 0..world {
-                match list.iter().position(|&p| p == (s, d)) {
-                    Some(i) => text.push_str(&format!(" {:>9.2}", get(&cells[i]))),
-                    None => text.push_str(&format!(" {:>9}", "-")),
-                }
+            match list.iter().position(|&p| p == (s, d)) {
+                Some(i) => text.push_str(&format!(" {:>9}", cell(i))),
+                None => text.push_str(&format!(" {:>9}", "-")),
             }
         }
     }
@@ -290,5 +319,68 @@ mod tests {
     fn pairs_are_every_ordered_pair_without_the_diagonal() {
         assert_eq!(pairs(3), [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]);
         assert_eq!(pairs(4).len(), 12);
+    }
+
+    #[test]
+    fn the_link_matrix_prints_each_pairs_topo_cell_beside_the_figures() {
+        let pc = P2pConfig {
+            bytes: 1 << 20,
+            run: RunConfig {
+                op: crate::ops::Op::named("sendrecv").unwrap(),
+                algo: crate::ops::Algo::Auto,
+                sizes: vec![1 << 20],
+                iters: crate::measure::Iters {
+                    warmup: 1,
+                    timed: 2,
+                },
+                dtype: crate::dtype::Dtype::F32,
+                redop: crate::dtype::RedOp::Sum,
+                root: 0,
+                mode: crate::measure::Mode::Pipelined,
+                check: false,
+                timeout: std::time::Duration::from_secs(5),
+                labels: Default::default(),
+            },
+            only: None,
+        };
+        let cell = Cell {
+            uni_gbps: 40.0,
+            bidir_gbps: 75.5,
+            latency_us: 2.25,
+        };
+        let links = [Some("NV18".to_string()), None];
+        let text = matrices(
+            &pc,
+            "copy engine (cuMemcpyPeerAsync)",
+            2,
+            &[cell, cell],
+            Some(&links),
+        );
+        assert!(
+            text.contains(
+                "p2p unidirectional bandwidth (GB/s), 1048576-byte messages, copy engine"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("p2p link of each pair (nvidia-smi topo -m)"),
+            "{text}"
+        );
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("p2p link"))
+            .skip(2)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows,
+            [vec!["0", "-", "NV18"], vec!["1", "?", "-"]],
+            "{text}"
+        );
+        let none = matrices(&pc, "NCCL send/recv", 2, &[cell, cell], Some(&[None, None]));
+        assert!(
+            !none.contains("p2p link"),
+            "no matrix where no link is known: {none}"
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! `collbench p2p` on 4 local tcp ranks (real processes, real loopback sockets): every ordered
-//! pair measured once, the diagonal absent, and the matrix printed.
+//! pair measured once, the diagonal absent, and the matrix printed; on the nccl backend, where
+//! this machine has no CUDA driver, one line saying which library is missing, exit 2.
 
-use servbench::record::{CollBackend, P2pRecord};
+use servbench::record::{CollBackend, P2pMethod, P2pRecord};
 use std::collections::BTreeSet;
 
 #[test]
@@ -20,6 +21,8 @@ fn four_local_ranks_give_every_ordered_pair_a_finite_positive_bandwidth_and_late
     assert_eq!(pairs, every, "every ordered pair, no diagonal");
     for c in &cells {
         assert_eq!(c.backend, CollBackend::Tcp);
+        assert_eq!(c.method, P2pMethod::Tcp, "{c:?}");
+        assert_eq!((c.peer_access, c.link.as_deref()), (None, None), "{c:?}");
         assert_eq!((c.ranks, c.bytes, c.latency_bytes), (4, 65536, 8), "{c:?}");
         assert_eq!((c.iters, c.warmup), (3, 1), "{c:?}");
         for figure in [c.uni_gbps, c.bidir_gbps, c.latency_us] {
@@ -50,4 +53,39 @@ fn p2p_on_one_rank_is_a_usage_error_naming_the_fix() {
     let out = testkit::run("collbench", &["p2p", "-np", "1"]);
     assert_eq!(out.code(), Some(2), "{}", out.err());
     assert!(out.err().contains("at least two ranks"), "{}", out.err());
+}
+
+#[test]
+fn p2p_over_nccl_without_a_cuda_driver_says_in_one_line_what_is_missing() {
+    for method in [&[][..], &["--method", "copy-engine"][..]] {
+        let out = testkit::run(
+            "collbench",
+            &[&["p2p", "--backend", "nccl", "-g", "2"][..], method].concat(),
+        );
+        let err = out.err();
+        assert_eq!(out.code(), Some(2), "{err}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "one line: {err}");
+        assert!(
+            lines[0].starts_with(
+                "collbench: error: collbench p2p --backend nccl: cannot load the CUDA driver: looked for libcuda.so"
+            ),
+            "{err}"
+        );
+        assert!(lines[0].contains("libcuda.so.1"), "{err}");
+        // The copy engine needs the driver alone; NCCL is asked for only with it.
+        assert_eq!(
+            lines[0].contains("cannot load NCCL"),
+            method.is_empty(),
+            "{err}"
+        );
+        assert!(out.records().is_empty(), "no records: {err}");
+    }
+}
+
+#[test]
+fn a_copy_engine_or_nccl_method_on_the_tcp_backend_is_a_usage_error() {
+    let out = testkit::run("collbench", &["p2p", "-np", "2", "--method", "nccl"]);
+    assert_eq!(out.code(), Some(2), "{}", out.err());
+    assert!(out.err().contains("need --backend nccl"), "{}", out.err());
 }

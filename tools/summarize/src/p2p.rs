@@ -1,9 +1,10 @@
 //! collbench p2p's pair records as nvbandwidth's matrices: a row per source rank, a column per
 //! destination, `-` on the diagonal; one table each for the bandwidth one way, both ways and
-//! the latency, a block of rows per run (backend, ranks, message size).
+//! the latency, a block of rows per run (backend, or on the nccl backend the method: copy engine
+//! or NCCL; ranks; message size).
 
 use crate::table::{Cell, Column, Table};
-use servbench::record::P2pRecord;
+use servbench::record::{P2pMethod, P2pRecord};
 use std::collections::BTreeMap;
 
 /// One run's matrix: backend, ranks, message bytes.
@@ -27,11 +28,20 @@ pub fn tables(pairs: &[P2pRecord]) -> Vec<Table> {
         .collect()
 }
 
+/// A run's method as its block names it: the backend (`tcp`), or on the nccl backend how the
+/// bytes moved (`copy_engine`, `nccl`).
+fn how(p: &P2pRecord) -> String {
+    match p.method {
+        P2pMethod::CopyEngine | P2pMethod::Nccl => p.method.name().to_string(),
+        P2pMethod::Tcp | P2pMethod::Other => p.backend.to_string(),
+    }
+}
+
 fn matrix(title: &str, pairs: &[P2pRecord], get: Figure) -> Table {
     // A run's pairs by (backend, ranks, bytes); a pair measured twice shows its last figure.
     let mut runs: BTreeMap<RunKey, BTreeMap<(u32, u32), f64>> = BTreeMap::new();
     for p in pairs {
-        runs.entry((p.backend.to_string(), p.ranks, p.bytes))
+        runs.entry((how(p), p.ranks, p.bytes))
             .or_default()
             .insert((p.src, p.dst), get(p));
     }

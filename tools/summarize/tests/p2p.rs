@@ -51,3 +51,49 @@ fn real_collbench_p2p_records_become_the_pair_matrices_with_a_marked_diagonal() 
         }
     }
 }
+
+/// A GPU run's records (here: the tcp ones, re-labelled as `collbench p2p --backend nccl`
+/// writes them, once per method) give one block per method in each matrix.
+#[test]
+fn copy_engine_and_nccl_records_of_one_gpu_run_are_blocks_of_their_own() {
+    let collbench = testkit::run_ok(
+        "collbench",
+        &["p2p", "-np", "3", "--bytes", "16K", "-n", "2", "-w", "1"],
+    );
+    let mut lines = String::new();
+    for method in ["copy_engine", "nccl"] {
+        for mut r in testkit::json_lines(&collbench.output.stdout) {
+            r["backend"] = "nccl".into();
+            r["method"] = method.into();
+            r["link"] = "NV18".into();
+            lines.push_str(&format!("{r}\n"));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p2p.jsonl");
+    std::fs::write(&file, lines).unwrap();
+    let out = testkit::run_ok("summarize", &["--format", "json", file.to_str().unwrap()]);
+    let report: serde_json::Value = serde_json::from_slice(&out.output.stdout).unwrap();
+    let uni = report["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["table"] == "p2p unidirectional GB/s")
+        .unwrap_or_else(|| panic!("no unidirectional matrix: {report}"))
+        .clone();
+    let blocks: Vec<&str> = uni["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["backend"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        blocks,
+        ["copy_engine"; 3]
+            .iter()
+            .chain(&["nccl"; 3])
+            .copied()
+            .collect::<Vec<_>>(),
+        "a block of 3 rows per method: {uni}"
+    );
+}

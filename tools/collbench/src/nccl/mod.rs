@@ -10,6 +10,8 @@
 //! Unverified without a GPU on the build machine: everything past the library check.
 
 pub mod call;
+pub mod p2p;
+pub mod p2p_run;
 
 use crate::comm::Comm;
 use crate::culibs::{self, Lib};
@@ -27,7 +29,12 @@ use std::sync::{Arc, Barrier, mpsc};
 /// versions, or exit 2 with every file name looked for and the fix (cudarc would panic at the
 /// first call otherwise).
 pub fn check_libraries() -> anyhow::Result<String> {
-    culibs::load(&[Lib::Driver, Lib::Nccl], "--backend nccl", &|lib| {
+    check_libraries_for("--backend nccl", &[Lib::Driver, Lib::Nccl])
+}
+
+/// [`check_libraries`] for `libs`, the line led by `flag` (`collbench p2p --backend nccl`).
+pub fn check_libraries_for(flag: &str, libs: &[Lib]) -> anyhow::Result<String> {
+    culibs::load(libs, flag, &|lib| {
         match lib {
         Lib::Nccl if Lib::Nccl.candidates().iter().all(|n| n != "libnccl.so.2") && dlopen_works("libnccl.so.2") => {
             "libnccl.so.2 is there but cudarc does not try that name: make a directory with \
