@@ -162,6 +162,12 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
                 ));
                 t.notes.extend(steps.iter().map(steps::PointStep::line));
             }
+            // The engine's step beside the TPOT where no budget line above printed it.
+            let judged: Vec<String> = match &measured {
+                Some(_) => steps.iter().map(|s| s.name.clone()).collect(),
+                None => Vec::new(),
+            };
+            t.notes.extend(steps::engine_step_lines(points, &judged));
         }
         out.push(t);
     }

@@ -175,10 +175,13 @@ pub enum Scalar {
     /// The engine's own FLOPs and bytes per GPU per second over the point (its counters).
     EngineTflops,
     EngineGbps,
+    /// The engine's own steps over the point (its step log): mean step time, steps per second.
+    EngineStepMs,
+    EngineStepsS,
 }
 
 impl Scalar {
-    const ALL: [Scalar; 26] = [
+    const ALL: [Scalar; 28] = [
         Scalar::ReqS,
         Scalar::OutputTokS,
         Scalar::TotalTokS,
@@ -205,6 +208,8 @@ impl Scalar {
         Scalar::TtftOutsideMs,
         Scalar::EngineTflops,
         Scalar::EngineGbps,
+        Scalar::EngineStepMs,
+        Scalar::EngineStepsS,
     ];
 
     fn name(self) -> &'static str {
@@ -235,6 +240,8 @@ impl Scalar {
             Scalar::TtftOutsideMs => "ttft_outside",
             Scalar::EngineTflops => "eng_tflops",
             Scalar::EngineGbps => "eng_gbps",
+            Scalar::EngineStepMs => "eng_step",
+            Scalar::EngineStepsS => "eng_steps_s",
         }
     }
 
@@ -266,6 +273,8 @@ impl Scalar {
             Scalar::TtftOutsideMs => "outside ms",
             Scalar::EngineTflops => "eng TF/s/GPU",
             Scalar::EngineGbps => "eng GB/s/GPU",
+            Scalar::EngineStepMs => "eng step ms",
+            Scalar::EngineStepsS => "eng steps/s",
         }
     }
 }
@@ -293,6 +302,11 @@ pub enum Metric {
 /// The point's TTFT split, where some request was in it.
 fn split(s: &SummaryRecord) -> Option<&servbench::record::TtftSplit> {
     s.ttft_split.as_ref().filter(|t| t.requests > 0)
+}
+
+/// The point's engine steps, where its step log had some.
+fn steps(s: &SummaryRecord) -> Option<&servbench::record::EngineSteps> {
+    s.engine_steps.as_ref().filter(|e| e.steps > 0)
 }
 
 /// `amount` over the point's duration, in units of `unit`.
@@ -416,7 +430,8 @@ impl Metric {
                 | Scalar::JoulesPerTok
                 | Scalar::EngineQueueMs
                 | Scalar::EnginePrefillMs
-                | Scalar::TtftOutsideMs,
+                | Scalar::TtftOutsideMs
+                | Scalar::EngineStepMs,
             )
             | Metric::Dist(..) => Better::Lower,
             Metric::Scalar(_) => Better::Higher,
@@ -451,6 +466,8 @@ impl Metric {
                 Scalar::EngineQueueMs => split(s)?.engine_queue_ms,
                 Scalar::EnginePrefillMs => split(s).map(|t| t.engine_prefill_ms),
                 Scalar::TtftOutsideMs => split(s).map(|t| t.outside_ms),
+                Scalar::EngineStepMs => steps(s).map(|e| e.step_ms_mean),
+                Scalar::EngineStepsS => steps(s).map(|e| e.steps_per_s),
                 Scalar::EngineTflops => per_second(s, s.server.as_ref()?.est_flops_per_gpu?, 1e12),
                 Scalar::EngineGbps => {
                     let srv = s.server.as_ref()?;

@@ -120,6 +120,8 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
         /// loaded the same server: they watched the same one).
         server: Option<ServerStats>,
         gpus: Vec<GpuStats>,
+        /// The engine's steps loadgen read from its log (the first host's, likewise).
+        engine_steps: Option<servbench::record::EngineSteps>,
         /// What the workload expected of the prefix cache, and the seed of its prompts.
         prefix_hit_rate_expected: Option<f64>,
         seed: Option<u64>,
@@ -165,6 +167,10 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
                             .as_ref()
                             .map(|s| s.gpus.clone())
                             .unwrap_or_default(),
+                        engine_steps: acc
+                            .first_summary
+                            .as_ref()
+                            .and_then(|s| s.engine_steps.clone()),
                         prefix_hit_rate_expected: acc
                             .first_summary
                             .as_ref()
@@ -194,6 +200,7 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
                     );
                     summary.server.clone_from(&s.server);
                     summary.gpus.clone_from(&s.gpus);
+                    summary.engine_steps.clone_from(&s.engine_steps);
                     summary.prefix_hit_rate_expected = s.prefix_hit_rate_expected;
                     summary.seed = s.seed;
                     summary

@@ -60,7 +60,7 @@ impl Col {
 
 /// The metrics shown by default, in order (columns with no value anywhere are dropped).
 /// The server's figures come last and only where loadgen read them.
-pub const DEFAULT_METRICS: [Metric; 24] = [
+pub const DEFAULT_METRICS: [Metric; 26] = [
     Metric::REQ_S,
     Metric::TOK_S,
     Metric::TTFT_P50,
@@ -88,6 +88,9 @@ pub const DEFAULT_METRICS: [Metric; 24] = [
     // The engine's own FLOP and byte counters (vLLM --enable-mfu-metrics), per GPU.
     Metric::Scalar(crate::metrics::Scalar::EngineTflops),
     Metric::Scalar(crate::metrics::Scalar::EngineGbps),
+    // The engine's own steps (vLLM --enable-logging-iteration-details), from its log.
+    Metric::Scalar(crate::metrics::Scalar::EngineStepMs),
+    Metric::Scalar(crate::metrics::Scalar::EngineStepsS),
 ];
 
 /// The group keys of the points: `by` when given, else every varying key except the load

@@ -104,6 +104,18 @@ pub fn unavailable(servers: &[servbench::record::ServerRecord], points: &[Point]
     if !points.iter().any(|p| splits_all(p).next().is_some()) {
         missing.push("per-request server timing (vLLM `metrics`, llama-server `timings`)");
     }
+    let asked_steps = servers.iter().any(|s| {
+        s.self_report_flags
+            .iter()
+            .any(|f| f == "--enable-logging-iteration-details")
+    });
+    if asked_steps
+        && !points
+            .iter()
+            .any(|p| p.repeats.iter().any(|s| s.engine_steps.is_some()))
+    {
+        missing.push("the engine's step log (its decode budget is the client's TPOT)");
+    }
     if missing.is_empty() {
         return Vec::new();
     }

@@ -7,6 +7,10 @@
 //! else the `coll` curve (the inputs', else `--comm-from`'s), else (only when GEMMs were
 //! measured, to complete the budget) the card's topology model; the GEMMs and launch overhead
 //! from the `gemm_step` of the model at the point's TP nearest its batch.
+//!
+//! Where the engine logged its steps (the summaries' `engine_steps`), the step judged is the
+//! engine's own mean decode-only step at the point's batch, beside the client's TPOT; a point
+//! with no parts measured gets the engine's step beside the TPOT alone ([`engine_step_lines`]).
 
 use crate::efficiency::Roofline;
 use crate::input::Inputs;
@@ -82,6 +86,89 @@ pub fn spec_tokens(p: &Point) -> Option<SpecTokens> {
     })
 }
 
+/// A point's decode step as the engine timed it (its step log), mean over the repeats that
+/// logged steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineStep {
+    /// Mean decode-only step time at `batch`.
+    pub ms: f64,
+    /// The batch it is at: the point's, where the engine's decode steps reached it, else their
+    /// mean batch.
+    pub batch: f64,
+    /// Decode-only steps, and all steps, of the repeats.
+    pub decode_steps: u64,
+    pub steps: u64,
+}
+
+/// The engine's decode step of `p` at `batch` requests, from its step log.
+pub fn engine_step(p: &Point, batch: u32) -> Option<EngineStep> {
+    let logs: Vec<&servbench::record::EngineSteps> = p
+        .repeats
+        .iter()
+        .filter_map(|s| s.engine_steps.as_ref())
+        .collect();
+    let at: Vec<(f64, f64)> = logs
+        .iter()
+        .filter_map(|e| e.decode_step_at(batch))
+        .collect();
+    if at.is_empty() {
+        return None;
+    }
+    let n = at.len() as f64;
+    Some(EngineStep {
+        ms: at.iter().map(|x| x.0).sum::<f64>() / n,
+        batch: at.iter().map(|x| x.1).sum::<f64>() / n,
+        decode_steps: logs.iter().map(|e| e.decode_steps).sum(),
+        steps: logs.iter().map(|e| e.steps).sum(),
+    })
+}
+
+impl EngineStep {
+    /// `engine step 27.4 ms at batch 8 (its step log: 120 decode steps of 128; TPOT p50 27.9 ms)`
+    fn words(&self, tpot_ms: f64) -> String {
+        format!(
+            "engine step {} ms at batch {} (its step log: {} decode steps of {}; TPOT p50 {} ms)",
+            human(self.ms),
+            batch_words(self.batch),
+            self.decode_steps,
+            self.steps,
+            human(tpot_ms)
+        )
+    }
+}
+
+/// A batch as a whole number where it is one (the point's), else its mean.
+fn batch_words(batch: f64) -> String {
+    if batch.fract() == 0.0 {
+        format!("{batch:.0}")
+    } else {
+        format!("{} (mean)", human(batch))
+    }
+}
+
+/// The engine's step beside the client's TPOT for each point that logged steps and whose
+/// budget is not printed with its parts (`judged` names the points that are).
+pub fn engine_step_lines(points: &[Point], judged: &[String]) -> Vec<String> {
+    let keys = Keys::of(points);
+    points
+        .iter()
+        .filter_map(|p| {
+            let name = point_name(p, &keys.varying);
+            if judged.contains(&name) {
+                return None;
+            }
+            let tpot = p.mean(Metric::TPOT_P50).filter(|t| *t > 0.0)?;
+            let e = engine_step(p, p.params.concurrency.unwrap_or(1).max(1))?;
+            Some(format!(
+                "{name}: {}: the client's TPOT is {} ms {} the engine's step (streaming, detokenization, the frontend); no allreduce or GEMM measurement to split the step (collbench decode or gemm_step records, with --roofline)",
+                e.words(tpot),
+                human((tpot - e.ms).abs()),
+                if tpot >= e.ms { "above" } else { "below" },
+            ))
+        })
+        .collect()
+}
+
 /// The GEMMs' measurement a point's budget uses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GemmFrom {
@@ -104,6 +191,8 @@ pub struct PointStep {
     pub tpot_ms: f64,
     pub spec: Option<SpecTokens>,
     pub gemm: Option<GemmFrom>,
+    /// The engine's own decode step, where it logged its steps: the step judged.
+    pub engine: Option<EngineStep>,
     pub verdict: StepVerdict,
 }
 
@@ -192,9 +281,14 @@ fn judge_point(
         }
     };
     let spec = spec_tokens(p);
-    let basis = match &spec {
-        None => StepBasis::Measured("TPOT p50".into()),
-        Some(s) => StepBasis::Measured(format!(
+    let engine = engine_step(p, batch);
+    let basis = match (&engine, &spec) {
+        (Some(e), _) => StepBasis::Measured(format!(
+            "the engine's mean decode step at batch {}, from its step log",
+            batch_words(e.batch)
+        )),
+        (None, None) => StepBasis::Measured("TPOT p50".into()),
+        (None, Some(s)) => StepBasis::Measured(format!(
             "TPOT p50 {} ms x {:.2} tokens per verify step, from {}",
             human(tpot_ms),
             s.per_step,
@@ -202,7 +296,10 @@ fn judge_point(
         )),
     };
     let verdict = StepVerdict::judge(StepParts {
-        step_ms: tpot_ms * spec.as_ref().map_or(1.0, |s| s.per_step),
+        step_ms: match &engine {
+            Some(e) => e.ms,
+            None => tpot_ms * spec.as_ref().map_or(1.0, |s| s.per_step),
+        },
         basis,
         allreduce_ms,
         compute: gemm_step.map(|s| ComputeParts {
@@ -225,6 +322,7 @@ fn judge_point(
             backend: s.backend.clone(),
             batch: (s.batch != batch).then_some(s.batch),
         }),
+        engine,
         verdict,
     })
 }
@@ -259,7 +357,10 @@ impl PointStep {
     /// (the rest only where the parts were counted), else the allreduces beside the step.
     pub fn line(&self) -> String {
         let v = &self.verdict;
-        let Some(gemm) = &self.gemm else {
+        if let Some(e) = &self.engine {
+            return self.engine_line(e);
+        }
+        if self.gemm.is_none() {
             return format!(
                 "{}: allreduce {} ms per step (2 x {} layers x {} at batch {}; {}): {}",
                 self.name,
@@ -272,12 +373,7 @@ impl PointStep {
             );
         };
         let compute = v.parts.compute.as_ref();
-        let gemm_from = match (&gemm.backend, gemm.batch) {
-            (GemmBackend::Cpu, Some(b)) => format!("measured on the CPU at batch {b}"),
-            (GemmBackend::Cpu, None) => "measured on the CPU".to_string(),
-            (_, Some(b)) => format!("measured at batch {b}"),
-            _ => "measured".to_string(),
-        };
+        let gemm_from = self.gemm_words().unwrap_or_default();
         let rest = if v.counted.is_some() {
             format!(
                 ", the rest {} ms (attention, sampling, scheduling)",
@@ -304,6 +400,49 @@ impl PointStep {
             self.allreduce_words(),
             human(compute.map_or(0.0, |c| c.gemm_ms)),
             human(compute.map_or(0.0, |c| c.launch_ms)),
+            v.text()
+        )
+    }
+}
+
+impl PointStep {
+    fn gemm_words(&self) -> Option<String> {
+        let gemm = self.gemm.as_ref()?;
+        Some(match (&gemm.backend, gemm.batch) {
+            (GemmBackend::Cpu, Some(b)) => format!("measured on the CPU at batch {b}"),
+            (GemmBackend::Cpu, None) => "measured on the CPU".to_string(),
+            (_, Some(b)) => format!("measured at batch {b}"),
+            _ => "measured".to_string(),
+        })
+    }
+
+    /// The budget of the engine's own step: `C=8: engine step 27.4 ms at batch 8 (its step
+    /// log ...; TPOT p50 ...): allreduce 8.9 ms (measured ...), GEMMs ..., the rest ...: verdict`.
+    fn engine_line(&self, e: &EngineStep) -> String {
+        let v = &self.verdict;
+        let mut parts = vec![format!(
+            "allreduce {} ms ({})",
+            human(v.parts.allreduce_ms),
+            self.allreduce_words()
+        )];
+        if let (Some(from), Some(c)) = (self.gemm_words(), v.parts.compute.as_ref()) {
+            parts.push(format!("GEMMs {} ms ({from})", human(c.gemm_ms)));
+            parts.push(format!(
+                "launch overhead {} ms (measured)",
+                human(c.launch_ms)
+            ));
+        }
+        if v.counted.is_some() {
+            parts.push(format!(
+                "the rest {} ms (attention, sampling, scheduling)",
+                human(v.rest_ms)
+            ));
+        }
+        format!(
+            "{}: {}: {}: {}",
+            self.name,
+            e.words(self.tpot_ms),
+            parts.join(", "),
             v.text()
         )
     }
