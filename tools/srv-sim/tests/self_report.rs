@@ -137,3 +137,58 @@ fn without_the_flags_srv_sim_says_nothing_about_itself() {
             .contains("Iteration(")
     );
 }
+
+/// `--predict --enable-logging-iteration-details` logs its virtual steps in the server's format:
+/// at C=1 (each request alone on an idle engine, whatever the machine's load) they are the steps
+/// the server ran for the same loadgen load, one for one, with the same step times.
+#[test]
+fn a_prediction_logs_the_steps_the_server_ran_under_loadgen_at_c1() {
+    let preset = ["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
+    let load = [
+        "-c",
+        "1",
+        "-n",
+        "3",
+        "--input-len",
+        "64",
+        "--max-tokens",
+        "4",
+        "--seed",
+        "3",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("sim.log");
+    let sim = start_logged(
+        &[&preset[..], &["--enable-logging-iteration-details"]].concat(),
+        &log,
+    );
+    let out = Command::new(testkit::bin("loadgen"))
+        .args([
+            "--url",
+            &format!("http://127.0.0.1:{}", sim.port),
+            "--no-metrics",
+        ])
+        .args(load)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(sim);
+    let served = steps(&std::fs::read_to_string(&log).unwrap());
+    let predicted = Command::new(testkit::bin("srv-sim"))
+        .args(preset)
+        .args(["--predict", "--enable-logging-iteration-details"])
+        .args(load)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(predicted.status.success());
+    let predicted = steps(&String::from_utf8_lossy(&predicted.stderr));
+    // Each request: its prompt's step (which samples the first token), then three decodes.
+    assert_eq!(served.len(), 12, "{served:?}");
+    assert_eq!(predicted, served);
+}

@@ -131,6 +131,10 @@ pub struct Engine {
     /// The modelled client (--request-latency, --client-gap).
     pub request_latency: Duration,
     pub client_gap: Duration,
+    /// `--enable-logging-iteration-details`: the sweep's virtual steps on stderr, one line each
+    /// in the server's (vLLM's) format, each point's from Iteration(0), so a prediction's steps
+    /// can be laid beside a served run's log.
+    pub log_steps: bool,
 }
 
 impl crate::Plan {
@@ -175,6 +179,7 @@ impl crate::Plan {
             labels: self.labels.clone(),
             request_latency: self.predict.request_latency,
             client_gap: self.predict.client_gap,
+            log_steps: self.self_report.enable_logging_iteration_details,
         })
     }
 }
@@ -373,7 +378,7 @@ fn write_point(
     out: &mut RecordWriter<std::io::Stdout>,
 ) -> anyhow::Result<()> {
     let (point, labels, pace) = (load.point.clone(), load.labels.clone(), load.pace);
-    let records = predict_point(load, cache, engine);
+    let records = predict_point(load, cache, engine, engine.log_steps);
     let mut stats = PointStats::new();
     for r in &records {
         stats.add_request(r, args.slo.as_ref());
@@ -422,17 +427,19 @@ pub fn predict_closed(
         .prefix_caching
         .then(|| PrefixCache::new(engine.kv_cache_tokens));
     let mut stats = PointStats::new();
-    for r in predict_point(load, cache.as_mut(), engine) {
+    for r in predict_point(load, cache.as_mut(), engine, false) {
         stats.add_request(&r, None);
     }
     stats.to_summary(point, Labels::new(), false, None)
 }
 
-/// One point: the engine on a virtual clock until the client's load is over.
+/// One point: the engine on a virtual clock until the client's load is over (its steps logged
+/// with `log_steps`).
 fn predict_point(
     load: PointLoad,
     cache: Option<&mut PrefixCache>,
     engine: &Engine,
+    log_steps: bool,
 ) -> Vec<servbench::record::RequestRecord> {
     let mut clock = VirtualClock::new(load, cache);
     let metrics = Arc::new(Mutex::new(Metrics::new(crate::metrics::MetricNames::Vllm)));
@@ -446,8 +453,12 @@ fn predict_point(
             spec: engine.spec,
             max_running: engine.max_running,
             seed: engine.seed,
-            // A prediction writes records, not an engine's log or counters.
-            report: crate::selfreport::SelfReport::default().for_engine(0),
+            // A prediction writes records, and its step log where asked; no counters.
+            report: crate::selfreport::SelfReport {
+                enable_logging_iteration_details: log_steps,
+                ..Default::default()
+            }
+            .for_engine(0),
         },
     );
     let mut records = clock.records;
