@@ -7,6 +7,8 @@
 #              iterations (tools/collbench/bench/torch_gemm.py): ratio per shape, goal 0.95-1.05
 #   limits     copy, read, launch, launch+sync beside PyTorch's (bench/gpu_probe.py limits)
 #   nccl       a one-rank allreduce through collbench's NCCL path: loads, forms, exact
+#   p2p        collbench p2p --backend nccl over every GPU pair, copy engine then NCCL
+#              send/recv (64M messages), and summarize's matrices of them (needs 2+ GPUs)
 #   decode     collbench decode --compute, llama-3.1-70b TP1, and summarize over it
 #   telemetry  loadgen's nvidia-smi sampling during a torch matmul loop beside NVML and dmon
 #   kill       srv-kill --pid on a PyTorch process holding 10 GiB: GPU memory before, after
@@ -164,6 +166,28 @@ elif run nccl "$work/nccl.jsonl" "$bin/collbench" --backend nccl -g 1 -b 8 -e 64
   --label step=nccl; then
   say "nccl: $(grep -h 'collbench: loaded' "$work/err" | head -1)"
   "$py" "$bench/device_table.py" nccl "$work/nccl.jsonl" | tee -a "$table"
+fi
+
+# p2p: every ordered pair of GPUs, the copy engine and NCCL as two steps (one failing leaves the
+# other's figures), and the matrices as summarize prints them.
+ngpus=0
+[ -z "$gpu_why" ] && ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ -n "$gpu_why" ]; then
+  skip p2p "$gpu_why"
+elif [ "$ngpus" -lt 2 ]; then
+  skip p2p "$ngpus GPU here: a pair needs two (run on a multi-GPU box)"
+else
+  for method in copy-engine nccl; do
+    if run "p2p $method" "$work/p2p-$method.jsonl" "$bin/collbench" p2p --backend nccl -g "$ngpus" \
+      --method "$method" --bytes 64M -n "$iters" -w "$warmup" --label step=p2p; then
+      say "p2p $method: $(grep -c '"kind":"p2p"' "$work/p2p-$method.jsonl") pairs of $ngpus GPUs"
+    fi
+  done
+  cat "$work"/p2p-*.jsonl >"$work/p2p.txt" 2>/dev/null
+  if [ -s "$work/p2p.txt" ]; then
+    run "p2p matrices" "$work/p2p-matrices.txt" "$bin/summarize" "$work/p2p.txt" &&
+      tee -a "$table" <"$work/p2p-matrices.txt"
+  fi
 fi
 
 # decode: both halves of a 70B step at TP1, and the budget as summarize prints it.

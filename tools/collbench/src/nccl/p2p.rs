@@ -94,9 +94,14 @@ pub struct Bench {
 impl Bench {
     pub fn open(n: usize, bytes: u64) -> Result<Bench, String> {
         let available = CudaContext::device_count().map_err(cu_err("cuDeviceGetCount"))? as usize;
-        if n < 2 || n > available {
+        if available < 2 {
             return Err(format!(
-                "-g {n}: p2p needs 2 to {available} GPUs here (this host has {available})"
+                "this host has {available} GPU(s): a pair needs two (run on a multi-GPU box)"
+            ));
+        }
+        if !(2..=available).contains(&n) {
+            return Err(format!(
+                "-g {n}: give 2 to {available} (the GPUs this host has)"
             ));
         }
         let gpus = (0..n)
