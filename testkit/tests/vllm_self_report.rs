@@ -1,7 +1,13 @@
 //! The real vLLM CPU build (see vllm.rs) launched with srv-launch `--self-report`: its own
 //! flags are accepted, every request carries vLLM's per-request `metrics` (server timing) with
 //! a server TTFT no larger than the client's, its FLOP and byte counters are read per point,
-//! and summarize prints the TTFT split. One engine at a time, as every vllm*.rs test.
+//! each point's engine steps are read from its log, and summarize prints the TTFT split and
+//! the engine-step budget. One engine at a time, as every vllm*.rs test.
+//!
+//! The step count's relation: at C=1 every engine step makes exactly one token of the one
+//! request running (its prefill step the first, each decode step one more; a 64-token prompt
+//! is not chunked), so the C=1 point's steps from the log equal its output tokens over a batch
+//! of 1; the acceptance asks it within 5%.
 
 mod real_vllm;
 
@@ -64,7 +70,26 @@ fn vllm_self_report_gives_server_timing_counters_and_the_ttft_split() {
             "{srv}"
         );
     }
+    let c1 = of_kind(&records, "summary")
+        .into_iter()
+        .find(|s| s["point"]["concurrency"] == 1)
+        .unwrap();
+    let e = &c1["engine_steps"];
+    let steps = e["steps"].as_f64().expect("the C=1 point's engine steps");
+    let tokens = c1["output_tokens"].as_f64().unwrap();
+    assert!(
+        (steps - tokens).abs() <= 0.05 * tokens,
+        "{steps} engine steps for {tokens} tokens at C=1: {e}"
+    );
+    assert_eq!(e["malformed_lines"], Value::Null, "{e}");
+    assert!(e["step_ms_mean"].as_f64().unwrap() > 0.0, "{e}");
+    assert_eq!(e["decode_full_batch"], 1, "{e}");
+    assert!(
+        table.contains("note: C=1: engine step"),
+        "no engine-step budget:\n{table}"
+    );
     for header in [
+        "eng step ms",
         "eng queue ms",
         "eng prefill ms",
         "outside ms",
