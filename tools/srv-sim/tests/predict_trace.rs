@@ -134,6 +134,38 @@ fn a_predicted_trace_is_one_record_per_row_with_its_lengths_at_its_offsets() {
 }
 
 #[test]
+fn a_capped_trace_sends_a_row_when_a_slot_frees_with_its_latency_from_its_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("burst.csv");
+    std::fs::write(
+        &path,
+        "timestamp,input_length,output_length\n0,128,8\n0,128,8\n0.001,128,8\n",
+    )
+    .unwrap();
+    let out = predict(&["--trace", path.to_str().unwrap(), "--max-concurrency", "1"]);
+    assert!(out.status.success());
+    let recs = json_lines(&out.stdout);
+    let mut requests = of_kind(&recs, "request");
+    requests.sort_by_key(|r| r["id"].as_u64());
+    assert_eq!(requests.len(), 3);
+    for (r, at) in requests.iter().zip([0.0, 0.0, 1.0]) {
+        assert!((f(r, "/intended_ms") - at).abs() < 1e-9, "{r}");
+    }
+    for w in requests.windows(2) {
+        // One in flight: the next row leaves when the last one's stream ends, and its latency
+        // runs from its own offset.
+        let end = f(w[0], "/intended_ms") + f(w[0], "/e2e_ms");
+        let sent = f(w[1], "/intended_ms") + f(w[1], "/send_lag_ms");
+        assert!(
+            (sent - end).abs() < 1e-6,
+            "sent {sent} ms, previous ended {end} ms"
+        );
+        assert!(f(w[1], "/ttft_ms") > f(w[1], "/send_lag_ms"), "{}", w[1]);
+    }
+    assert_eq!(of_kind(&recs, "summary")[0]["max_concurrency"], 1);
+}
+
+#[test]
 fn a_bad_trace_is_loadgens_error_line_and_trace_refuses_lengths() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.jsonl");
