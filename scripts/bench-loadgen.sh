@@ -5,6 +5,7 @@
 # open-loop sends are. Client and server run pinned to different cores.
 #
 #   ONLY=floor scripts/bench-loadgen.sh # the loadgen-vs-floor rows and the send lag only
+#   ONLY=cpu scripts/bench-loadgen.sh   # the CPU rows (1), the floor rows and the send lag
 #   LOADGEN=/path/to/loadgen            # another loadgen build (a before/after comparison)
 #
 #   scripts/bench-loadgen.sh            # full run (a few minutes), prints a table on stdout
@@ -19,6 +20,11 @@ SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 QUICK=${QUICK:-0}
 ONLY=${ONLY:-all}
+case "$ONLY" in
+  all | floor | cpu) ;;
+  *) echo "ONLY=$ONLY: all, floor or cpu" >&2; exit 2 ;;
+esac
+
 SECS=10
 [ "$QUICK" = 1 ] && SECS=3
 
@@ -81,16 +87,27 @@ if [ "$ONLY" != floor ]; then
 fi
 
 # 1b. The same streams from the floor client (tools/loadgen/examples/floor_client.rs: one hyper
-#     connection per stream, lines split, nothing recorded), side by side with loadgen at each C.
+#     connection per stream, lines split, nothing recorded), side by side with loadgen at each C:
+#     its `pattern` row looks for a byte pattern and decodes nothing, its `serde` row decodes
+#     each chunk's text as a minimal correct client does.
 start_server --ttft 0ms --itl 0ms
+floor() {
+  taskset -c "$CLIENT_CPU" "$BIN/examples/floor_client" "$url" "$1" "$SECS" 256 "$2" |
+    sed -n 's/.*cpu_s_per_1m_tokens=//p'
+}
 for c in 1 4 16 64 256 1024; do
-  floor=$(taskset -c "$CLIENT_CPU" "$BIN/examples/floor_client" "$url" "$c" "$SECS" 256 | sed -n 's/.*cpu_s_per_1m_tokens=//p')
+  pattern=$(floor "$c" pattern)
+  decoding=$(floor "$c" serde)
   lg -c "$c" --duration "${SECS}s" --warmup 2s --max-tokens 256 --input-len 32
   summ '"\(.client_cpu_s) \(.output_tokens)"' | while read -r cpu out; do
     printf '%-44s %s\n' "c=$c CPU-s per 1M tokens loadgen / floor" \
-      "$(awk -v a="$cpu" -v b="$out" -v f="$floor" 'BEGIN { l = a / b * 1e6; printf "%.2f / %.2f (%.2fx)", l, f, l / f }')"
+      "$(awk -v a="$cpu" -v b="$out" -v f="$pattern" -v d="$decoding" 'BEGIN { l = a / b * 1e6; printf "%.2f / pattern %.2f (%.2fx) / serde %.2f (%.2fx)", l, f, l / f, d, l / d }')"
   done
 done
+
+if [ "$ONLY" = cpu ]; then
+  ONLY=floor
+fi
 
 if [ "$ONLY" != floor ]; then
   # 2. Concurrent streams held: 10,000 streams of ~3 s each, all open at once.

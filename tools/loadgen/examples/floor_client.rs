@@ -1,12 +1,23 @@
 //! The practical floor of a streaming client's CPU per token, for `scripts/bench-loadgen.sh`:
 //! one hyper HTTP/1.1 connection per stream, each stream read to its `[DONE]` with its lines
-//! split (memchr) and nothing else: no records, no statistics, no timestamps. Closed loop at
-//! concurrency C for a time (the connections made first, outside the measured CPU, as loadgen
-//! makes its pool before a point), then one line on stdout:
+//! split (memchr), each content chunk timestamped, and nothing else: no records, no
+//! statistics. Two ways to see a token in a `data:` line:
+//!
+//! - `pattern` (the default): the bytes `"text":"` followed by anything but `"`. It never
+//!   decodes the content: it cannot tell `"text": "x"` (a space) from no token, takes a
+//!   `text` key anywhere (another choice's, a nested object's) for the content, never checks
+//!   the chunk is JSON, and never reads the text. It is the floor of splitting the stream,
+//!   below what a correct client can do.
+//! - `serde`: the line decoded by serde_json into a tiny struct (the first choice's `text`,
+//!   borrowed where it has no escape), as a minimal correct client reads it: it counts a
+//!   token where the text is non-empty, and adds up the text's length.
+//!
+//! Closed loop at concurrency C for a time (the connections made first, outside the measured
+//! CPU, as loadgen makes its pool before a point), then one line on stdout:
 //! `streams=N tokens=T cpu_s=S cpu_s_per_1m_tokens=X` (tokens: streams x max tokens, which
 //! srv-sim gives exactly with `ignore_eos`).
 //!
-//!     cargo run --release -p loadgen --example floor_client -- URL C SECONDS MAX_TOKENS
+//!     cargo run --release -p loadgen --example floor_client -- URL C SECONDS MAX_TOKENS [pattern|serde]
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -34,12 +45,26 @@ struct Args {
     concurrency: usize,
     time: Duration,
     max_tokens: u32,
+    decode: bool,
 }
 
 fn args() -> Result<Args, String> {
     let a: Vec<String> = std::env::args().skip(1).collect();
-    let [url, c, secs, max] = a.as_slice() else {
-        return Err("usage: floor_client URL CONCURRENCY SECONDS MAX_TOKENS".into());
+    let (url, c, secs, max, decode) = match a.as_slice() {
+        [url, c, secs, max] => (url, c, secs, max, false),
+        [url, c, secs, max, how] => {
+            let decode = match how.as_str() {
+                "pattern" => false,
+                "serde" => true,
+                _ => return Err(format!("{how}: pattern or serde")),
+            };
+            (url, c, secs, max, decode)
+        }
+        _ => {
+            return Err(
+                "usage: floor_client URL CONCURRENCY SECONDS MAX_TOKENS [pattern|serde]".into(),
+            );
+        }
     };
     let rest = url
         .strip_prefix("http://")
@@ -58,12 +83,43 @@ fn args() -> Result<Args, String> {
         concurrency: num(c, "concurrency")?.clamp(1, 100_000) as usize,
         time: Duration::from_secs(num(secs, "seconds")?.clamp(1, 3600)),
         max_tokens: num(max, "max tokens")?.clamp(1, 1 << 20) as u32,
+        decode,
     })
 }
 
 /// A completions chunk's text, where it is not empty.
 static TEXT: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
     std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"text\":\""));
+
+/// What a minimal client decodes of a completions chunk.
+#[derive(serde::Deserialize)]
+struct Chunk<'a> {
+    #[serde(borrow)]
+    choices: Vec<Choice<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Choice<'a> {
+    #[serde(borrow, default)]
+    text: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// The length of a `data:` line's content text, decoded; 0 for none (and for `[DONE]`).
+fn decoded_text(line: &[u8]) -> Result<usize, String> {
+    let Some(payload) = line.strip_prefix(b"data:") else {
+        return Ok(0);
+    };
+    let payload = payload.trim_ascii();
+    if payload == b"[DONE]" {
+        return Ok(0);
+    }
+    let chunk: Chunk = serde_json::from_slice(payload).map_err(|e| e.to_string())?;
+    Ok(chunk
+        .choices
+        .first()
+        .and_then(|c| c.text.as_ref())
+        .map_or(0, |t| t.len()))
+}
 
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
@@ -107,7 +163,7 @@ async fn slot(
         let mut incoming = resp.into_body();
         let mut partial: Vec<u8> = Vec::new();
         let mut done = false;
-        let (mut first, mut last, mut chunks) = (None, None, 0u32);
+        let (mut first, mut last, mut chunks, mut text_bytes) = (None, None, 0u32, 0usize);
         while let Some(frame) = incoming.frame().await {
             let frame = frame.map_err(|e| e.to_string())?;
             let now = Instant::now();
@@ -123,9 +179,15 @@ async fn slot(
                     &partial
                 };
                 done |= line.starts_with(b"data: [DONE]");
-                if let Some(i) = TEXT.find(line)
-                    && line.get(i + TEXT.needle().len()) != Some(&b'"')
-                {
+                let token = if a.decode {
+                    let n = decoded_text(line)?;
+                    text_bytes += n;
+                    n > 0
+                } else {
+                    TEXT.find(line)
+                        .is_some_and(|i| line.get(i + TEXT.needle().len()) != Some(&b'"'))
+                };
+                if token {
                     first.get_or_insert(now);
                     last = Some(now);
                     chunks += 1;
@@ -138,7 +200,7 @@ async fn slot(
         if !done {
             return Err("a stream ended without [DONE]".into());
         }
-        std::hint::black_box((first, last, chunks));
+        std::hint::black_box((first, last, chunks, text_bytes));
         streams.fetch_add(1, Ordering::Relaxed);
         send.ready().await.map_err(|e| e.to_string())?;
     }
