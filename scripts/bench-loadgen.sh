@@ -49,6 +49,9 @@ trap 'stop_server; rm -rf "$work"' EXIT
 # start_server ARGS...: srv-sim on a free port, pinned; sets $url.
 start_server() {
   stop_server
+  # Emptied here, not only by the redirect (made in the child, maybe after the wait below
+  # began): the last server's URL must not be read as this one's.
+  : >"$work/sim.err"
   taskset -c "$SERVER_CPU" "$BIN/srv-sim" --port 0 --threads 1 "$@" 2>"$work/sim.err" &
   server_pid=$!
   url=""
