@@ -5,11 +5,12 @@
 //! when it ends, and parses only the bytes between: no timestamps are trusted (vLLM's have
 //! second resolution and no date). Each edge waits for the log to be quiet (unchanged for
 //! [`QUIET`], at most [`SETTLE`]), so the lines of a step that ran before the edge are on the
-//! right side of it. Every read is one bounded command (a deadline, a byte cap); a failure, a
-//! log that shrank or one with no step line is a note (once), never fatal.
+//! right side of it. Every read is bounded (`Exec::file_len` and `Exec::read_from`, shared with
+//! srv-launch's startup phases: a byte cap, and over SSH one command of at most 10 s); a
+//! failure, a log that shrank or one with no step line is a note (once), never fatal.
 
 use servbench::cli;
-use servbench::exec::{self, Bounds, Exec, SshOptions, shell_quote};
+use servbench::exec::{self, Exec, SshOptions};
 use servbench::record::{EngineSteps, ServerRecord};
 use std::time::{Duration, Instant};
 
@@ -17,8 +18,6 @@ use std::time::{Duration, Instant};
 pub const STEP_LOG_FLAG: &str = "--enable-logging-iteration-details";
 /// The most of a point's log read: a step line is ~200 bytes, so this is ~150,000 steps.
 pub const MAX_STEP_LOG_BYTES: u64 = 32 << 20;
-/// Each read of the log (its size, or a point's bytes) is bounded by this.
-const READ_DEADLINE: Duration = Duration::from_secs(10);
 /// The log counts as quiet once its size stayed the same this long ...
 const QUIET: Duration = Duration::from_millis(100);
 /// ... and an edge waits for that at most this long (a busy log from other clients).
@@ -73,20 +72,11 @@ impl StepLog {
 
     /// The log's size now, in bytes.
     fn size(&self) -> Result<u64, String> {
-        let out = self
-            .exec
-            .run(
-                &format!("wc -c < {}", shell_quote(&self.path)),
-                Bounds::new(READ_DEADLINE, 4096),
-            )
-            .map_err(|e| e.to_string())?;
-        if out.status != 0 {
-            return Err(format!("cannot read its size: {}", out.stderr_text()));
+        match self.exec.file_len(&self.path) {
+            Ok(Some(len)) => Ok(len),
+            Ok(None) => Err("it does not exist".into()),
+            Err(e) => Err(format!("cannot read its size: {e}")),
         }
-        let text = out.stdout_text();
-        text.trim()
-            .parse::<u64>()
-            .map_err(|_| format!("its size read as `{}`", text.trim()))
     }
 
     /// The size once the log is quiet (or [`SETTLE`] has passed).
@@ -106,21 +96,11 @@ impl StepLog {
     /// Bytes `from..to` of the log (at most [`MAX_STEP_LOG_BYTES`]), and whether they were cut.
     fn bytes(&self, from: u64, to: u64) -> Result<(Vec<u8>, bool), String> {
         let len = (to - from).min(MAX_STEP_LOG_BYTES);
-        let out = self
-            .exec
-            .run(
-                &format!(
-                    "tail -c +{} {} | head -c {len}",
-                    from + 1,
-                    shell_quote(&self.path)
-                ),
-                Bounds::new(READ_DEADLINE, len as usize + 1),
-            )
-            .map_err(|e| e.to_string())?;
-        if out.status != 0 {
-            return Err(format!("cannot read it: {}", out.stderr_text()));
+        match self.exec.read_from(&self.path, from, len) {
+            Ok(Some(bytes)) => Ok((bytes, to - from > MAX_STEP_LOG_BYTES)),
+            Ok(None) => Err("it no longer exists".into()),
+            Err(e) => Err(format!("cannot read it: {e}")),
         }
-        Ok((out.stdout, to - from > MAX_STEP_LOG_BYTES || out.cut))
     }
 
     /// The point starts: its window opens at the log's (quiet) size now. Blocking (bounded).
