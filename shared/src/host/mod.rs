@@ -15,7 +15,7 @@ pub mod smi;
 pub mod topo;
 
 use crate::exec::{Bounds, Exec, shell_quote};
-use crate::record::HostEnv;
+use crate::record::{HostEnv, ThpMode};
 
 /// The environment variable naming the root prefix /proc and /sys are read under (for tests
 /// and containers whose host files are mounted elsewhere); srv-launch's `--host-root` sets it.
@@ -86,7 +86,7 @@ pub fn parse_sysfs(text: &str) -> (HostEnv, Option<String>) {
                 h.thp = v
                     .split_once('[')
                     .and_then(|(_, rest)| rest.split_once(']'))
-                    .map(|(mode, _)| mode.to_string())
+                    .map(|(mode, _)| ThpMode::parse(mode))
             }
             "mem_total_kb" => {
                 h.mem_total_bytes = v

@@ -29,6 +29,11 @@ pub enum Algo {
 }
 
 impl Algo {
+    /// As a `sim_plan.allreduce_algo`.
+    pub fn wire(self) -> crate::record::AllreduceAlgo {
+        crate::record::AllreduceAlgo::parse(self.name())
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Algo::RingLl => "ring/LL",

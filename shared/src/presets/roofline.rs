@@ -106,10 +106,18 @@ pub enum Comm {
 impl Comm {
     /// `model` or `measured: FILE (tcp, 2 ranks, latency mode, mean)`.
     pub fn describe(&self) -> String {
+        self.source().to_string()
+    }
+
+    /// Where the allreduce times come from (`sim_plan.comm_source`).
+    pub fn source(&self) -> crate::record::CommSource {
+        use crate::record::CommSource;
         match self {
-            Comm::Model => "model".into(),
-            Comm::Measured { curve, from } => format!("measured: {from} ({})", curve.describe()),
-            Comm::Topology { from } => format!("topology: {from}"),
+            Comm::Model => CommSource::Model,
+            Comm::Measured { curve, from } => {
+                CommSource::Measured(format!("{from} ({})", curve.describe()))
+            }
+            Comm::Topology { from } => CommSource::Topology(from.clone()),
         }
     }
 }
@@ -200,11 +208,18 @@ impl ModelCard {
 
     /// `fp8`, or `fp8 + nvfp4 experts`.
     pub fn formats(&self) -> String {
-        match self.expert_format {
-            Some(e) if e != self.weight_format && self.moe.is_some() => {
-                format!("{} + {} experts", self.weight_format.name(), e.name())
-            }
-            _ => self.weight_format.name().to_string(),
+        self.weight_formats().to_string()
+    }
+
+    /// The weights' format, and the experts' where it differs (`sim_plan.weight_format`).
+    pub fn weight_formats(&self) -> crate::record::WeightFormats {
+        let name = |f: WeightFormat| crate::record::WeightFormatName::parse(f.name());
+        crate::record::WeightFormats {
+            weights: name(self.weight_format),
+            experts: match self.expert_format {
+                Some(e) if e != self.weight_format && self.moe.is_some() => Some(name(e)),
+                _ => None,
+            },
         }
     }
 

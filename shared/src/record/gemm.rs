@@ -36,7 +36,7 @@ pub struct GemmRecord {
     pub dtype: GemmDtype,
     /// The weights' type on the model card, when it differs from `dtype` (the CPU computes f32).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub card_dtype: Option<String>,
+    pub card_dtype: Option<GemmDtype>,
     /// One call, in microseconds.
     pub time_us: Dist,
     /// 2 m n k / mean time.

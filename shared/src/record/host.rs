@@ -4,6 +4,7 @@
 //! limit and who else holds its memory; and the GPUs' topology and P2P matrices. Every field is
 //! absent where the box could not say (no GPU, not root, nvidia-smi's `[N/A]`): never guessed.
 
+use super::ThpMode;
 use serde::{Deserialize, Serialize};
 
 /// The host's tunables and GPUs (see the module docs).
@@ -39,7 +40,7 @@ pub struct HostEnv {
     pub numa_balancing: Option<bool>,
     /// Transparent huge pages mode: the bracketed word of .../transparent_hugepage/enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub thp: Option<String>,
+    pub thp: Option<ThpMode>,
     /// MemTotal of /proc/meminfo.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_total_bytes: Option<u64>,

@@ -8,6 +8,7 @@
 //! (see [`crate::jsonl`]), so nothing is ever reformatted on the way.
 
 // The modules that are not a kind of their own: shared parts and checks.
+mod compound;
 mod engine_steps;
 mod host;
 mod plausible;
@@ -15,6 +16,7 @@ mod server_timing;
 mod telemetry;
 mod values;
 
+pub use compound::*;
 pub use engine_steps::*;
 pub use host::*;
 pub use plausible::MAX_REQUEST_TOKENS;

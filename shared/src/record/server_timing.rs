@@ -2,13 +2,14 @@
 //! engine sent it in its answer: vLLM's `metrics` (`--enable-per-request-metrics`; srv-sim's
 //! the same) or llama-server's `timings`. Milliseconds on the engine's clock.
 
+use super::TimingSource;
 use serde::{Deserialize, Serialize};
 
 /// One request's server-side times. A figure the engine did not send is absent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ServerTiming {
     /// Whose figures: `vllm` (the `metrics` object: vLLM, srv-sim) or `llamacpp` (`timings`).
-    pub source: String,
+    pub source: TimingSource,
     /// In the engine's queue before it was first scheduled (vLLM `queue_time_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_ms: Option<f64>,
@@ -51,7 +52,7 @@ impl ServerTiming {
             let queue_ms = num(m, "queue_time_ms");
             let prefill_ms = num(m, "time_to_first_token_ms");
             ServerTiming {
-                source: "vllm".into(),
+                source: TimingSource::Vllm,
                 queue_ms,
                 prefill_ms,
                 ttft_ms: prefill_ms.map(|p| p + queue_ms.unwrap_or(0.0)),
@@ -61,7 +62,7 @@ impl ServerTiming {
         } else if let Some(t) = v.get("timings").filter(|t| t.is_object()) {
             let prefill_ms = num(t, "prompt_ms");
             ServerTiming {
-                source: "llamacpp".into(),
+                source: TimingSource::Llamacpp,
                 queue_ms: None,
                 prefill_ms,
                 ttft_ms: prefill_ms,
@@ -82,7 +83,7 @@ impl ServerTiming {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct TtftSplit {
     /// Whose figures (`vllm`, `llamacpp`), as [`ServerTiming::source`].
-    pub source: String,
+    pub source: TimingSource,
     /// Requests the means are over.
     pub requests: u64,
     /// Mean client TTFT of those requests.

@@ -1,4 +1,4 @@
-use super::{Extra, Labels, current_version};
+use super::{AllreduceAlgo, CommSource, Extra, Labels, WeightFormats, current_version};
 use serde::{Deserialize, Serialize};
 
 /// `srv-sim --dry-run`: what srv-sim's cost model predicts for a model, hardware and layout,
@@ -44,7 +44,7 @@ pub struct SimPlanRecord {
     /// Smallest decode batch that is compute-bound; null when none up to 65,536 is.
     pub compute_bound_batch: Option<u32>,
     /// How the weights are stored: `bf16`, `fp8`, `fp8 + nvfp4 experts`.
-    pub weight_format: String,
+    pub weight_format: WeightFormats,
     /// GPU memory per GPU the engine may use (90%).
     pub usable_bytes_per_gpu: f64,
     /// Whether the weights and the KV cache of one `max_model_len` request fit.
@@ -66,12 +66,12 @@ pub struct SimPlanRecord {
     /// One of them at batch 1, µs, as `comm_source` gives it.
     pub allreduce_us: f64,
     /// The algorithm NCCL would pick (`ring/LL`, `ring/Simple`, `nvls`...), or `measured`.
-    pub allreduce_algo: String,
+    pub allreduce_algo: AllreduceAlgo,
     /// The slowest topology level the TP group spans (`cross-socket`, `nvswitch`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comm_level: Option<String>,
     /// `model`, or `measured: FILE (backend, ranks, mode, statistic)` with `--comm-from`.
-    pub comm_source: String,
+    pub comm_source: CommSource,
     /// With `--spec-tokens`: tokens one verify step emits on average (1 + A + ... + A^K).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_tokens_per_step: Option<f64>,

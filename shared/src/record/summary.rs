@@ -1,4 +1,6 @@
-use super::{Api, Dist, Extra, GpuStats, Labels, PointKey, ServerStats, current_version};
+use super::{
+    Api, ArrivalProcess, Dist, Extra, GpuStats, Labels, PointKey, ServerStats, current_version,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -95,7 +97,7 @@ pub struct SummaryRecord {
     pub seed: Option<u64>,
     /// Open-loop arrival process (`poisson`, `constant`, `gamma:SHAPE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub arrival: Option<String>,
+    pub arrival: Option<ArrivalProcess>,
     /// Open-loop cap on requests in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrency: Option<u32>,

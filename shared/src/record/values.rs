@@ -144,6 +144,13 @@ impl Default for SpecFrom {
     }
 }
 
+/// Not said (empty): a default [`super::ServerTiming`] names no source.
+impl Default for TimingSource {
+    fn default() -> TimingSource {
+        TimingSource::Other(String::new())
+    }
+}
+
 /// No engine named (empty), as an empty `summary.server` had before it was typed.
 impl Default for Engine {
     fn default() -> Engine {
@@ -332,6 +339,53 @@ wire_enum! {
     }
 }
 
+wire_enum! {
+    /// The allreduce algorithm a `sim_plan` costs decode's allreduces by (`sim_plan.allreduce_algo`):
+    /// what NCCL would pick, `measured` (read off `--comm-from`'s curve), or `none` without TP.
+    AllreduceAlgo {
+        RingLl = "ring/LL",
+        RingLl128 = "ring/LL128",
+        RingSimple = "ring/Simple",
+        TreeLl = "tree/LL",
+        TreeSimple = "tree/Simple",
+        Nvls = "nvls",
+        Measured = "measured",
+        /// No tensor parallelism: no allreduce.
+        NoAllreduce = "none",
+    }
+}
+
+wire_enum! {
+    /// How a model's weights are stored (one part of `sim_plan.weight_format`, [`WeightFormats`]).
+    WeightFormatName {
+        Bf16 = "bf16",
+        Fp8 = "fp8",
+        Nvfp4 = "nvfp4",
+        Mxfp4 = "mxfp4",
+    }
+}
+
+wire_enum! {
+    /// Whose per-request timing an answer carried (`request.server_timing.source`,
+    /// `summary.ttft_split.source`).
+    TimingSource {
+        /// vLLM's `metrics` object (`--enable-per-request-metrics`; srv-sim's the same).
+        Vllm = "vllm",
+        /// llama-server's `timings` object.
+        Llamacpp = "llamacpp",
+    }
+}
+
+wire_enum! {
+    /// Transparent huge pages mode (`host.thp`: the bracketed word of
+    /// /sys/kernel/mm/transparent_hugepage/enabled).
+    ThpMode {
+        Always = "always",
+        Madvise = "madvise",
+        Never = "never",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,5 +414,17 @@ mod tests {
         assert_eq!(Engine::LlamaCpp.as_str(), "llama-cpp");
         assert_eq!(Engine::LlamaCpp.metrics_name(), "llamacpp");
         assert_eq!(Engine::Vllm.metrics_name(), "vllm");
+    }
+
+    #[test]
+    fn sim_plan_and_timing_values_keep_their_spellings_on_the_wire() {
+        assert_eq!(AllreduceAlgo::parse("ring/LL128"), AllreduceAlgo::RingLl128);
+        assert_eq!(AllreduceAlgo::NoAllreduce.as_str(), "none");
+        assert_eq!(TimingSource::parse("llamacpp"), TimingSource::Llamacpp);
+        assert_eq!(ThpMode::parse("madvise"), ThpMode::Madvise);
+        assert_eq!(
+            WeightFormatName::parse("fp4"),
+            WeightFormatName::Other("fp4".into())
+        );
     }
 }

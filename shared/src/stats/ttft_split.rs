@@ -1,11 +1,11 @@
 //! The TTFT split of one point from its requests' server timing ([`TtftSplit`]): sums kept
 //! exactly so points merge (ranks, repeats); rebuilt from a summary's means times its count.
 
-use crate::record::{RequestRecord, TtftSplit};
+use crate::record::{RequestRecord, TimingSource, TtftSplit};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SplitAcc {
-    source: Option<String>,
+    source: Option<TimingSource>,
     n: u64,
     client: f64,
     queue_n: u64,

@@ -7,7 +7,7 @@
 use crate::engine::{CostModel, StepShape};
 use crate::selfreport::StepCounts;
 use servbench::presets::{self, Comm, Deployment, StepWork, WeightFormat};
-use servbench::record::{Extra, Labels, SCHEMA_VERSION, SimPlanRecord, now_ts};
+use servbench::record::{AllreduceAlgo, Extra, Labels, SCHEMA_VERSION, SimPlanRecord, now_ts};
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
@@ -130,7 +130,7 @@ impl Roofline {
             single_stream_tok_s: 1.0 / step_s,
             pipeline_bubble_at_batch_1: (pp - 1.0) / pp,
             compute_bound_batch: dep.compute_bound_batch(context),
-            weight_format: dep.model.formats(),
+            weight_format: dep.model.weight_formats(),
             usable_bytes_per_gpu: self.usable_bytes_per_gpu(),
             fits: fit_note.is_none(),
             fit_note,
@@ -145,13 +145,13 @@ impl Roofline {
             allreduce_bytes: dep.model.allreduce_bytes(1),
             allreduce_us: allreduce.us,
             allreduce_algo: if tp > 1 {
-                allreduce.algo.name().into()
+                allreduce.algo.wire()
             } else {
-                "none".into()
+                AllreduceAlgo::NoAllreduce
             },
             comm_level: (tp > 1 && matches!(dep.comm, Comm::Model | Comm::Topology { .. }))
                 .then(|| dep.hw.interconnect.level_for(tp).name.clone()),
-            comm_source: dep.comm.describe(),
+            comm_source: dep.comm.source(),
             spec_tokens_per_step: None,
             spec_single_stream_tok_s: None,
             extra: Extra::new(),

@@ -3,7 +3,7 @@
 //! suggested TP-4 group is one socket's four GPUs, and its dry run is faster than a TP-4 group
 //! across the sockets.
 
-use servbench::record::SimPlanRecord;
+use servbench::record::{CommSource, SimPlanRecord};
 use testkit::host_box::{Fabric, HostBox};
 use testkit::run_ok;
 
@@ -46,13 +46,13 @@ fn the_suggested_tp4_group_is_one_socket_and_its_dry_run_beats_a_group_across_so
     let best = plan(&["--comm-from", &host]);
     assert_eq!(
         best.comm_source,
-        format!("topology: {host} (GPUs 0,1,2,3, one socket)"),
+        CommSource::Topology(format!("{host} (GPUs 0,1,2,3, one socket)")),
         "the best-connected 4 GPUs: {best:?}"
     );
     let across = plan(&["--comm-from", &host, "--tp-gpus", "0,1,4,5"]);
     assert_eq!(
         across.comm_source,
-        format!("topology: {host} (GPUs 0,1,4,5, across sockets)")
+        CommSource::Topology(format!("{host} (GPUs 0,1,4,5, across sockets)"))
     );
     assert!(
         across.allreduce_us > best.allreduce_us,

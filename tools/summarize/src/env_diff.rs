@@ -5,7 +5,7 @@
 
 use crate::table::{Cell, Column, Table};
 use servbench::presets::Layout;
-use servbench::record::ServerRecord;
+use servbench::record::{ServerRecord, ThpMode};
 use std::collections::BTreeSet;
 
 /// Flags whose value differs on every launch and says nothing about the setup.
@@ -118,7 +118,7 @@ fn host_fields(s: &ServerRecord) -> Vec<(String, String)> {
     put("kernel cmdline".into(), h.kernel_cmdline.clone());
     put("NUMA nodes".into(), h.numa_nodes.map(|c| c.to_string()));
     put("NUMA balancing".into(), h.numa_balancing.map(on));
-    put("THP".into(), h.thp.clone());
+    put("THP".into(), h.thp.as_ref().map(ThpMode::to_string));
     put(
         "memory".into(),
         h.mem_total_bytes

@@ -58,7 +58,7 @@ pub fn plan_table(plans: &[SimPlanRecord]) -> Table {
                 Cell::num(Some(p.decode_compute_ms)),
                 Cell::num(Some(p.decode_comm_ms)),
                 Cell::num(Some(p.allreduce_us)),
-                Cell::Text(p.allreduce_algo.clone()),
+                Cell::Text(p.allreduce_algo.to_string()),
                 Cell::num(Some(p.single_stream_tok_s)),
                 Cell::num(Some(p.memory_bound_tok_s)),
                 Cell::int(p.max_running_requests),

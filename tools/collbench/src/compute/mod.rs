@@ -301,7 +301,7 @@ pub fn measure_batch(
         .as_ref()
         .map(GemmDtype::card_name)
         .filter(|c| *c != dtype.name())
-        .map(str::to_string);
+        .map(servbench::record::GemmDtype::parse);
     let mut gemms = Vec::with_capacity(shapes.len());
     for (i, shape) in shapes.iter().enumerate() {
         let samples = dev.time_gemm(i, cfg.iters)?;

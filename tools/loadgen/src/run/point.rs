@@ -394,7 +394,7 @@ impl<W: Write> Run<'_, W> {
             ..
         } = load
         {
-            s.arrival = Some(arrival.name());
+            s.arrival = Some((*arrival).into());
             s.max_concurrency = *max_concurrency;
         }
         s

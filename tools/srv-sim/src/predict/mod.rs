@@ -484,7 +484,7 @@ fn describe(
         ..
     } = pace
     {
-        s.arrival = Some(arrival.name());
+        s.arrival = Some(arrival.into());
         s.max_concurrency = max_concurrency;
     }
     if let Pace::Trace {
