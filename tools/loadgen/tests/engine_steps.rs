@@ -2,7 +2,8 @@
 //! `--self-report` (which adds vLLM's `--enable-logging-iteration-details`), srv-sim logs every
 //! step it runs, and each point's `engine_steps` are exactly the step lines its window holds:
 //! their count, their times, their tokens. A server that does not log its steps gives no
-//! `engine_steps` and, when it was started to log them, one note.
+//! `engine_steps` and, when it was started to log them, one note. A server on another host has
+//! its log read over SSH (the loopback sshd).
 
 use servbench::record::{EngineSteps, SummaryRecord};
 use testkit::sh;
@@ -130,4 +131,57 @@ fn a_server_started_to_log_steps_that_logs_none_gets_one_note_and_no_engine_step
         .collect();
     assert_eq!(notes.len(), 1, "{stderr}");
     assert!(notes[0].contains("no step line"), "{stderr}");
+}
+
+#[test]
+fn a_remote_servers_step_log_is_read_over_ssh() {
+    // srv-sim here, its log a file of ours, and a record that names the loopback sshd as its
+    // host: loadgen reads the log's size and bytes over SSH, as for a server on another box.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("sim.log");
+    let port = testkit::free_port();
+    let mut cmd = std::process::Command::new(testkit::bin("srv-sim"));
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--enable-logging-iteration-details",
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::fs::File::create(&log).unwrap());
+    let _sim = testkit::Guard::spawn(cmd);
+    assert!(
+        testkit::wait_port(port, std::time::Duration::from_secs(20)),
+        "srv-sim never listened"
+    );
+    let sshd = testkit::sshd();
+    let url = format!("http://127.0.0.1:{port}");
+    let record = serde_json::json!({
+        "kind": "server", "v": 1, "ts": "2026-12-02T00:00:00.000Z", "engine": "sim",
+        "host": sshd.target, "pid": 1, "pgid": 1, "start_ticks": 1, "port": port,
+        "url": url, "command": "srv-sim --enable-logging-iteration-details",
+        "log": log.to_str().unwrap(), "ready_s": 0.1,
+        "argv": ["srv-sim", "--enable-logging-iteration-details"]
+    });
+    let server = dir.path().join("server.jsonl");
+    std::fs::write(&server, format!("{record}\n")).unwrap();
+    let out = sh(&format!(
+        "loadgen -c 1 -n 3 --max-tokens 4 --identity {} --known-hosts {} < {}",
+        sshd.key,
+        sshd.known_hosts,
+        server.display()
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let points = summaries(&String::from_utf8_lossy(&out.stdout));
+    let e = points[0]
+        .engine_steps
+        .as_ref()
+        .expect("engine_steps over SSH");
+    let lines = logged(&std::fs::read_to_string(&log).unwrap());
+    assert_eq!((e.steps, lines.len() as u64), (3 * 4, 3 * 4), "{stderr}");
+    assert!(
+        (e.busy_ms - lines.iter().map(|l| l.4).sum::<f64>()).abs() < 1e-9,
+        "{e:?}"
+    );
+    assert!(!stderr.contains("engine step log"), "{stderr}");
 }
