@@ -11,21 +11,29 @@ use std::collections::BTreeMap;
 type RunKey = (String, u32, u64);
 
 /// Reads one figure of a pair.
-type Figure = fn(&P2pRecord) -> f64;
+type Figure = fn(&P2pRecord) -> Cell;
 
-/// The three matrices (`p2p unidirectional GB/s`, `p2p bidirectional GB/s`, `p2p latency us`).
+/// The three matrices (`p2p unidirectional GB/s`, `p2p bidirectional GB/s`, `p2p latency us`),
+/// and where records carry it, a fourth of each pair's `nvidia-smi topo -m` link.
 pub fn tables(pairs: &[P2pRecord]) -> Vec<Table> {
     let figures: [(&str, Figure); 3] = [
-        ("p2p unidirectional GB/s", |p| p.uni_gbps),
-        ("p2p bidirectional GB/s", |p| p.bidir_gbps),
+        ("p2p unidirectional GB/s", |p| Cell::num(Some(p.uni_gbps))),
+        ("p2p bidirectional GB/s", |p| Cell::num(Some(p.bidir_gbps))),
         ("p2p latency us (half an 8-byte round trip)", |p| {
-            p.latency_us
+            Cell::num(Some(p.latency_us))
         }),
     ];
-    figures
+    let mut out: Vec<Table> = figures
         .iter()
         .map(|(title, get)| matrix(title, pairs, *get))
-        .collect()
+        .collect();
+    let linked: Vec<P2pRecord> = pairs.iter().filter(|p| p.link.is_some()).cloned().collect();
+    if !linked.is_empty() {
+        out.push(matrix("p2p link (nvidia-smi topo -m)", &linked, |p| {
+            Cell::Text(p.link.clone().unwrap_or_default())
+        }));
+    }
+    out
 }
 
 /// A run's method as its block names it: the backend (`tcp`), or on the nccl backend how the
@@ -39,7 +47,7 @@ fn how(p: &P2pRecord) -> String {
 
 fn matrix(title: &str, pairs: &[P2pRecord], get: Figure) -> Table {
     // A run's pairs by (backend, ranks, bytes); a pair measured twice shows its last figure.
-    let mut runs: BTreeMap<RunKey, BTreeMap<(u32, u32), f64>> = BTreeMap::new();
+    let mut runs: BTreeMap<RunKey, BTreeMap<(u32, u32), Cell>> = BTreeMap::new();
     for p in pairs {
         runs.entry((how(p), p.ranks, p.bytes))
             .or_default()
@@ -70,7 +78,7 @@ fn matrix(title: &str, pairs: &[P2pRecord], get: Figure) -> Table {
             let mut row = vec![Cell::Text(backend.clone()), Cell::int(*bytes), Cell::int(s)];
             row.extend((0..side).map(|d| match cells.get(&(s, d)) {
                 _ if d == s => Cell::Text("-".into()),
-                Some(v) => Cell::num(Some(*v)),
+                Some(v) => v.clone(),
                 None => Cell::Empty,
             }));
             t.push(row, group);

@@ -96,4 +96,18 @@ fn copy_engine_and_nccl_records_of_one_gpu_run_are_blocks_of_their_own() {
             .collect::<Vec<_>>(),
         "a block of 3 rows per method: {uni}"
     );
+    // Each pair's link beside the figures, in a matrix of its own.
+    let link = report["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["table"] == "p2p link (nvidia-smi topo -m)")
+        .unwrap_or_else(|| panic!("no link matrix: {report}"))
+        .clone();
+    let first = &link["rows"][0];
+    assert_eq!(
+        (&first["to_0"], &first["to_1"]),
+        (&"-".into(), &"NV18".into()),
+        "{link}"
+    );
 }
