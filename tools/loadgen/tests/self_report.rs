@@ -135,5 +135,13 @@ fn a_self_report_launch_whose_server_sends_no_timing_gets_one_line_saying_so() {
         .collect();
     assert_eq!(lines.len(), 1, "{table}");
     assert!(lines[0].contains("per-request server timing"), "{table}");
-    assert!(!table.contains("eng queue"), "{table}");
+    // srv-launch added the step-log flag and no point has steps: the same line says so.
+    assert!(
+        lines[0].contains("the engine's step log (its decode budget is the client's TPOT)"),
+        "{table}"
+    );
+    assert!(
+        !table.contains("eng queue") && !table.contains("eng step"),
+        "{table}"
+    );
 }
