@@ -18,6 +18,18 @@ pub enum Arrival {
     Gamma(f64),
 }
 
+/// As a summary's `arrival`.
+impl From<Arrival> for crate::record::ArrivalProcess {
+    fn from(a: Arrival) -> crate::record::ArrivalProcess {
+        use crate::record::ArrivalProcess;
+        match a {
+            Arrival::Poisson => ArrivalProcess::Poisson,
+            Arrival::Constant => ArrivalProcess::Constant,
+            Arrival::Gamma(k) => ArrivalProcess::Gamma(k),
+        }
+    }
+}
+
 impl Arrival {
     pub fn parse(s: &str) -> Result<Arrival, String> {
         match s.trim() {
@@ -180,6 +192,20 @@ pub fn default_open_requests(rate_rps: f64) -> u64 {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+
+    #[test]
+    fn a_summary_arrival_is_spelled_as_the_flag_that_gave_it() {
+        for a in [
+            Arrival::Poisson,
+            Arrival::Constant,
+            Arrival::Gamma(0.5),
+            Arrival::Gamma(2.0),
+        ] {
+            let wire = crate::record::ArrivalProcess::from(a);
+            assert_eq!(wire.to_wire(), a.name());
+            assert_eq!(crate::record::ArrivalProcess::from_wire(&a.name()), wire);
+        }
+    }
 
     #[test]
     fn draws_have_unit_mean() {

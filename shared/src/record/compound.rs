@@ -3,7 +3,6 @@
 //! string this build cannot read is kept as written in `Other`, as [`super::values`] does.
 
 use super::WeightFormatName;
-use crate::load::Arrival;
 
 /// Serde as the string `to_wire` writes and `from_wire` reads (which never fails).
 macro_rules! wire_string {
@@ -47,29 +46,25 @@ pub enum ArrivalProcess {
 }
 
 impl ArrivalProcess {
+    /// As `servbench::load::Arrival::name` spells it (loadgen's `--arrival`).
     pub fn to_wire(&self) -> String {
         match self {
-            ArrivalProcess::Poisson => Arrival::Poisson.name(),
-            ArrivalProcess::Constant => Arrival::Constant.name(),
-            ArrivalProcess::Gamma(k) => Arrival::Gamma(*k).name(),
+            ArrivalProcess::Poisson => "poisson".into(),
+            ArrivalProcess::Constant => "constant".into(),
+            ArrivalProcess::Gamma(k) => format!("gamma:{k}"),
             ArrivalProcess::Other(s) => s.clone(),
         }
     }
 
     pub fn from_wire(s: &str) -> ArrivalProcess {
-        match Arrival::parse(s) {
-            Ok(a) => ArrivalProcess::from(a),
-            Err(_) => ArrivalProcess::Other(s.to_string()),
-        }
-    }
-}
-
-impl From<Arrival> for ArrivalProcess {
-    fn from(a: Arrival) -> ArrivalProcess {
-        match a {
-            Arrival::Poisson => ArrivalProcess::Poisson,
-            Arrival::Constant => ArrivalProcess::Constant,
-            Arrival::Gamma(k) => ArrivalProcess::Gamma(k),
+        let shape = s.strip_prefix("gamma:").map(str::parse::<f64>);
+        match (s, shape) {
+            ("poisson", _) => ArrivalProcess::Poisson,
+            ("constant", _) => ArrivalProcess::Constant,
+            (_, Some(Ok(k))) if k.is_finite() && k > 0.0 && format!("gamma:{k}") == s => {
+                ArrivalProcess::Gamma(k)
+            }
+            _ => ArrivalProcess::Other(s.to_string()),
         }
     }
 }
@@ -156,7 +151,14 @@ mod tests {
 
     #[test]
     fn compound_values_read_back_as_written_and_an_unknown_one_is_kept() {
-        for s in ["poisson", "constant", "gamma:0.5", "bursty"] {
+        for s in [
+            "poisson",
+            "constant",
+            "gamma:0.5",
+            "bursty",
+            "gamma:0.50",
+            "gamma:-1",
+        ] {
             assert_eq!(ArrivalProcess::from_wire(s).to_wire(), s);
         }
         assert_eq!(
