@@ -50,6 +50,11 @@ struct Gpu {
 impl Gpu {
     fn new(device: usize, bytes: usize) -> Result<Gpu, String> {
         let ctx = CudaContext::new(device).map_err(cu_err("cuCtxCreate"))?;
+        // Streams are synchronized by hand around every phase; cudarc's own event tracking
+        // would record this context's events on the other GPU's stream (a peer copy's), which
+        // CUDA refuses (an event and its stream share a context).
+        // SAFETY: called before this context's first allocation.
+        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(cu_err("cuStreamCreate"))?;
         let send = stream
             .alloc_zeros::<u8>(bytes.max(LATENCY_BYTES as usize))
