@@ -1,6 +1,6 @@
 //! What servers answer that loadgen must read right: usage counts that are not token counts
 //! (streamed or whole), errors in the stream's own framing, tool-call-only streams, replies
-//! without end in a conversation. Each against a hostile stand-in server (`hostile`).
+//! without end in a conversation, a chunk nested past any bound. Each against a hostile stand-in server (`hostile`).
 
 mod hostile;
 
@@ -314,4 +314,25 @@ fn summarize(records: &[u8]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A content chunk, then one nested a million brackets deep.
+fn nested_deep(_path: &str, req: &Value) -> Answer {
+    Answer::Stream(vec![
+        chunk(req, " a"),
+        format!(r#"data: {{"logprobs":{}"#, "[".repeat(1 << 20)),
+        "data: [DONE]".into(),
+    ])
+}
+
+/// The chunk scanner recursed once per bracket: a hostile chunk nested a million deep
+/// overflowed the request task's stack and killed loadgen instead of failing the request.
+#[test]
+fn a_chunk_nested_a_million_deep_fails_the_request_as_malformed() {
+    let server = hostile::start(nested_deep);
+    let r = &requests(&server.url(), "x", &[])[0];
+    assert_eq!(r["error"]["class"], "protocol", "{r}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("malformed SSE data"), "{msg}");
+    assert_eq!(r["chunks"], 1, "{r}");
 }

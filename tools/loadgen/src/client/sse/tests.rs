@@ -454,7 +454,7 @@ fn the_shapes_of_each_engines_stream_replay_to_the_walks_answer() {
 /// the stack instead of being a malformed chunk.
 #[test]
 fn a_deeply_nested_chunk_is_malformed_not_a_stack_overflow() {
-    let deep = format!(r#"{{"choices":{}"#, "[".repeat(1 << 20));
+    let deep = format!(r#"{{"logprobs":{}"#, "[".repeat(1 << 20));
     assert!(classify(deep.as_bytes()).is_err());
     let nested = format!(r#"{{"a":{}1{}}}"#, "[".repeat(100), "]".repeat(100));
     assert_eq!(classify(nested.as_bytes()), Ok(Event::default()));
