@@ -173,3 +173,64 @@ impl StepLog {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+
+    const STEP: &str = "INFO [loggers.py:200] Engine 000: Iteration(4): 0 context requests, 0 context tokens, 2 generation requests, 2 generation tokens, iteration elapsed time: 5.25 ms, GPU KV cache usage: 0.1%\n";
+
+    fn log_of(path: &std::path::Path) -> StepLog {
+        let record: ServerRecord = serde_json::from_value(serde_json::json!({
+            "kind": "server", "v": 1, "ts": "2026-12-02T00:00:00.000Z", "engine": "vllm",
+            "host": "localhost", "pid": 1, "pgid": 1, "start_ticks": 1, "port": 8000,
+            "url": "http://127.0.0.1:8000", "command": "vllm serve m",
+            "log": path.to_str().unwrap(), "ready_s": 1.0,
+            "argv": ["vllm", "serve", "m", STEP_LOG_FLAG]
+        }))
+        .unwrap();
+        StepLog::for_server(Some(&record), &SshOptions::default()).expect("a step log")
+    }
+
+    fn append(path: &std::path::Path, text: &str) {
+        let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn only_the_whole_lines_written_inside_the_window_are_the_points_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.log");
+        std::fs::write(&path, STEP.repeat(3)).unwrap();
+        let mut log = log_of(&path);
+        log.begin();
+        // Two whole steps, then the first half of a third still being written.
+        append(&path, &format!("{STEP}{STEP}{}", &STEP[..60]));
+        let e = log.end(0).expect("the window's steps");
+        assert_eq!((e.steps, e.gen_tokens_total), (2, 4));
+        assert_eq!(e.log_bytes, (2 * STEP.len() + 60) as u64);
+        assert!(!log.noted);
+    }
+
+    #[test]
+    fn a_log_that_shrank_during_a_point_gives_no_steps_and_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.log");
+        std::fs::write(&path, STEP.repeat(3)).unwrap();
+        let mut log = log_of(&path);
+        log.begin();
+        std::fs::write(&path, STEP).unwrap();
+        assert_eq!(log.end(0), None);
+        assert!(log.noted);
+    }
+
+    #[test]
+    fn a_missing_log_gives_no_steps_and_a_note_not_a_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = log_of(&dir.path().join("gone.log"));
+        log.begin();
+        assert_eq!(log.end(0), None);
+        assert!(log.noted);
+    }
+}
