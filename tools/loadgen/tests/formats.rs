@@ -1,6 +1,7 @@
 //! What servers answer that loadgen must read right: usage counts that are not token counts
 //! (streamed or whole), errors in the stream's own framing, tool-call-only streams, replies
-//! without end in a conversation, a chunk nested past any bound. Each against a hostile stand-in server (`hostile`).
+//! without end in a conversation, a chunk nested past any bound. Each against a hostile
+//! stand-in server (`hostile`).
 
 mod hostile;
 
