@@ -4,6 +4,7 @@
 
 pub mod collected;
 pub mod run;
+pub mod servers;
 pub mod smi;
 pub mod stand_in;
 pub mod startup;

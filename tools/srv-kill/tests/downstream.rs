@@ -1,33 +1,15 @@
 //! srv-kill kills first, whatever happens downstream: a reader that is gone, a full disk, a
 //! line of input that is not UTF-8. Each is reported after the kill, with an honest exit code.
 
-use servbench::exec::{Exec, Local};
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use testkit::{Guard, bash, cmd, wait_gone};
-
-/// A server record for a running pid, as srv-launch writes it.
-fn server_record(pid: u32) -> String {
-    let start = Local.start_ticks(pid).unwrap().unwrap();
-    serde_json::json!({
-        "kind": "server", "v": 1, "ts": "2026-11-30T00:00:00.000Z", "labels": {},
-        "engine": "cmd", "host": "localhost", "pid": pid, "pgid": pid,
-        "start_ticks": start, "port": 0, "url": "http://127.0.0.1:1",
-        "command": "sleep", "log": "/dev/null", "ready_s": 0.1
-    })
-    .to_string()
-}
-
-fn server() -> Guard {
-    let mut c = Command::new("sleep");
-    c.arg("60");
-    Guard::spawn(c)
-}
+use testkit::servers::{server_record, sleeping_server};
+use testkit::{bash, cmd, wait_gone};
 
 #[test]
 fn srv_kill_into_a_full_disk_kills_first_then_fails_with_one_line() {
-    let server = server();
+    let server = sleeping_server();
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("server.jsonl");
     std::fs::write(&rec, server_record(server.pid()) + "\n").unwrap();
@@ -57,7 +39,7 @@ fn srv_kill_into_a_full_disk_kills_first_then_fails_with_one_line() {
 #[test]
 fn srv_kill_whose_reader_is_gone_still_kills_and_exits_by_the_kill() {
     // `... | srv-kill | summarize --cols typo`: the reader exits at once, before any record.
-    let server = server();
+    let server = sleeping_server();
     let mut child = cmd("srv-kill")
         .args(["--grace", "1s"])
         .stdin(Stdio::piped())
@@ -95,7 +77,7 @@ fn srv_kill_whose_reader_is_gone_still_kills_and_exits_by_the_kill() {
 
 #[test]
 fn a_line_that_is_not_utf8_is_skipped_with_its_place_and_the_kill_goes_on() {
-    let server = server();
+    let server = sleeping_server();
     let mut input =
         b"{\"kind\":\"note\",\"v\":1,\"ts\":\"t\",\"labels\":{\"x\":\"\xff\xfe\"}}\n".to_vec();
     input.extend_from_slice(server_record(server.pid()).as_bytes());

@@ -4,29 +4,12 @@
 //! every server it holds before it leaves, with exit 130. Each test knows srv-kill has read a
 //! line because it passes on a marker record written after it.
 
-use servbench::exec::{Exec, Local};
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
-use testkit::{Collected, Guard, cmd, wait_gone};
-
-fn server_record(pid: u32) -> String {
-    let start = Local.start_ticks(pid).unwrap().unwrap();
-    serde_json::json!({
-        "kind": "server", "v": 1, "ts": "2026-12-01T00:00:00.000Z", "labels": {},
-        "engine": "cmd", "host": "localhost", "pid": pid, "pgid": pid,
-        "start_ticks": start, "port": 0, "url": "http://127.0.0.1:1",
-        "command": "sleep", "log": "/dev/null", "ready_s": 0.1
-    })
-    .to_string()
-}
-
-fn server() -> Guard {
-    let mut c = Command::new("sleep");
-    c.arg("60");
-    Guard::spawn(c)
-}
+use testkit::servers::{server_record, sleeping_server};
+use testkit::{Collected, cmd, wait_gone};
 
 /// srv-kill reading a pipe this test holds open; its stdout lines and stderr as they come.
 struct SrvKill {
@@ -101,7 +84,7 @@ impl SrvKill {
 
 #[test]
 fn a_second_ctrl_c_stops_reading_and_srv_kill_still_kills_every_server_it_holds() {
-    let (first, second) = (server(), server());
+    let (first, second) = (sleeping_server(), sleeping_server());
     // A drain bound far beyond the test's: only the second signal can end the reading.
     let mut kill = SrvKill::start(&["--grace", "1s", "--drain-wait", "10m"]);
     kill.feed(&server_record(first.pid()), 1);
@@ -132,7 +115,7 @@ fn a_second_ctrl_c_stops_reading_and_srv_kill_still_kills_every_server_it_holds(
 
 #[test]
 fn no_end_of_input_within_drain_wait_and_srv_kill_still_kills_what_it_holds() {
-    let server = server();
+    let server = sleeping_server();
     let mut kill = SrvKill::start(&["--grace", "1s", "--drain-wait", "1s"]);
     kill.feed(&server_record(server.pid()), 1);
     kill.signal(libc::SIGTERM);

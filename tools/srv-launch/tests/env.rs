@@ -2,26 +2,12 @@
 //! `/version`), the GPUs it was given (a stand-in nvidia-smi first on PATH: this machine has no
 //! GPU), driver, CUDA, kernel, CPU, host name and the full argv, here and over the loopback sshd.
 
-use std::io::Write;
 use std::process::{Command, Output, Stdio};
+use testkit::servers::srv_kill;
 use testkit::{FakeNvidiaSmi, cmd, json_lines, sshd};
 
 fn run(c: &mut Command) -> Output {
     c.stdin(Stdio::null()).output().expect("run")
-}
-
-/// Stops the server a record names, with srv-kill.
-fn kill(record: &serde_json::Value, ssh: &[&str]) {
-    let mut child = cmd("srv-kill")
-        .args(ssh)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    writeln!(child.stdin.as_mut().unwrap(), "{record}").unwrap();
-    drop(child.stdin.take());
-    assert!(child.wait().unwrap().success(), "srv-kill failed");
 }
 
 fn sh(script: &str) -> String {
@@ -72,7 +58,7 @@ fn the_environment_is_recorded_once_with_the_gpus_the_server_was_given() {
         argv.ends_with(&["--seed", "3"]),
         "the full flag set: {argv:?}"
     );
-    kill(r, &[]);
+    srv_kill(r, &[]);
 }
 
 #[test]
@@ -100,7 +86,7 @@ fn over_ssh_the_remote_hosts_environment_is_recorded_and_missing_gpus_left_out()
     assert_eq!(env["kernel"], sh("uname -r").as_str(), "{env}");
     // The remote shell's PATH has no nvidia-smi: no GPU fields, and no failure.
     assert!(env.get("gpu_model").is_none(), "{env}");
-    kill(
+    srv_kill(
         r,
         &[
             "--host",

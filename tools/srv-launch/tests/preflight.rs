@@ -4,27 +4,13 @@
 //! sshd. A clean box is recorded whole and warns of nothing; a dirty one warns of each thing
 //! once; --strict-preflight refuses it with exit 3 and starts nothing.
 
-use serde_json::Value;
-use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use testkit::host_box::{Fabric, HostBox};
+use testkit::servers::srv_kill;
 use testkit::{cmd, json_lines, sshd};
 
 fn run(c: &mut Command) -> Output {
     c.stdin(Stdio::null()).output().expect("run")
-}
-
-fn kill(record: &Value, ssh: &[&str]) {
-    let mut child = cmd("srv-kill")
-        .args(ssh)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    writeln!(child.stdin.as_mut().unwrap(), "{record}").unwrap();
-    drop(child.stdin.take());
-    assert!(child.wait().unwrap().success(), "srv-kill failed");
 }
 
 fn launch(b: &HostBox, gpus: &str, tp: &str, extra: &[&str]) -> Output {
@@ -99,7 +85,7 @@ fn a_clean_dual_socket_box_is_recorded_whole_and_warns_of_nothing() {
     assert_eq!(t["links"][3][3], "X");
     assert_eq!(t["p2p_read"][0][7], "OK");
     assert_eq!(t["p2p_write"][7][0], "OK");
-    kill(r, &[]);
+    srv_kill(r, &[]);
 }
 
 #[test]
@@ -149,7 +135,7 @@ fn each_preflight_warning_fires_once_on_a_dirty_box_over_ssh() {
         20480u64 << 20
     );
     assert_eq!(h["topology"]["p2p_read"][0][4], "CNS");
-    kill(r, &ssh);
+    srv_kill(r, &ssh);
 }
 
 #[test]
@@ -175,7 +161,7 @@ fn a_gen1_link_and_a_foreign_process_warn_for_the_gpus_given() {
         !err.contains("spans sockets") && !err.contains("P2P is not supported"),
         "{err}"
     );
-    kill(&json_lines(&out.stdout)[0], &[]);
+    srv_kill(&json_lines(&out.stdout)[0], &[]);
 }
 
 #[test]
@@ -198,7 +184,7 @@ fn strict_preflight_refuses_a_dirty_box_with_exit_3_and_starts_nothing() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    kill(&json_lines(&out.stdout)[0], &[]);
+    srv_kill(&json_lines(&out.stdout)[0], &[]);
 }
 
 #[test]
@@ -211,7 +197,7 @@ fn on_nvswitch_a_group_across_sockets_is_not_warned_of() {
     let r = &json_lines(&out.stdout)[0];
     assert_eq!(r["env"]["host"]["topology"]["links"][0][7], "NV18");
     assert_eq!(r["env"]["host"]["gpus"][7]["numa_node"], 1);
-    kill(r, &[]);
+    srv_kill(r, &[]);
 }
 
 #[test]
@@ -226,5 +212,5 @@ fn a_box_without_gpus_or_sysfs_records_no_host_fields() {
     assert!(warnings(&out.stderr).is_empty(), "{err}");
     let r = &json_lines(&out.stdout)[0];
     assert!(r["env"].get("host").is_none(), "nothing guessed: {r}");
-    kill(r, &[]);
+    srv_kill(r, &[]);
 }

@@ -2,35 +2,14 @@
 //! from loadgen's `request` records must equal loadgen's own `summary` records, and the table
 //! must show the latencies the server was told to produce.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use summarize::input;
 use summarize::points;
 
 /// Starts srv-sim on a free port with fixed latencies; returns the guard and its URL.
 fn start_sim() -> (testkit::Guard, String) {
-    let mut c = testkit::cmd("srv-sim");
-    c.args(["--port", "0", "--ttft", "20ms", "--itl", "2ms"])
-        .stderr(Stdio::piped());
-    let mut guard = testkit::Guard::spawn(c);
-    let stderr = guard.child.stderr.take().expect("srv-sim stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        match lines.next() {
-            Some(Ok(line)) => {
-                if let Some(url) = line.split("listening on ").nth(1) {
-                    let url = url.trim().to_string();
-                    // Keep draining stderr so srv-sim never blocks on a full pipe.
-                    std::thread::spawn(move || for _ in lines {});
-                    return (guard, url);
-                }
-            }
-            _ => break,
-        }
-    }
-    panic!("srv-sim did not say where it listens");
+    testkit::srv_sim(&["--ttft", "20ms", "--itl", "2ms"])
 }
 
 #[test]
