@@ -178,3 +178,18 @@ pub fn loadgen(args: &[&str]) -> Run {
 pub fn loadgen_ok(args: &[&str]) -> Run {
     run("loadgen", args).ok()
 }
+
+/// summarize's table as a user reads it: `records` (JSON lines) written to a file and
+/// summarized, asserting summarize succeeded; its stdout.
+pub fn summarize_table(records: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("run.jsonl");
+    std::fs::write(&file, records).unwrap();
+    let out = crate::cmd("summarize").arg(&file).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -236,17 +236,7 @@ fn bench_gpu_without_a_gpu_or_pytorch_says_why_in_one_line_and_exits_2() {
 
 /// srv-sim on a free port, in fixed-latency mode.
 fn sim() -> (Guard, String) {
-    let port = free_port();
-    let mut c = testkit::cmd("srv-sim");
-    c.args(["--port", &port.to_string(), "--ttft", "2ms", "--itl", "1ms"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let guard = Guard::spawn(c);
-    assert!(
-        wait_port(port, Duration::from_secs(20)),
-        "srv-sim did not listen"
-    );
-    (guard, format!("http://127.0.0.1:{port}"))
+    testkit::srv_sim(&["--ttft", "2ms", "--itl", "1ms"])
 }
 
 #[test]

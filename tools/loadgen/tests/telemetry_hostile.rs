@@ -233,16 +233,7 @@ fn a_five_request_point_has_gauges_from_its_first_and_last_scrapes() {
 
 /// summarize's table as a user reads it, for loadgen's stdout.
 fn summarize(stdout: &str) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("run.jsonl");
-    std::fs::write(&file, stdout).unwrap();
-    let out = testkit::cmd("summarize").arg(&file).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    testkit::run::summarize_table(stdout)
 }
 
 #[test]

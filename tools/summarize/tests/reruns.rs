@@ -57,17 +57,8 @@ fn prefix_counters(url: &str) -> (f64, f64) {
 }
 
 fn summarize(records: &[Value]) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("run.jsonl");
     let text: String = records.iter().map(|r| format!("{r}\n")).collect();
-    std::fs::write(&path, text).unwrap();
-    let out = testkit::cmd("summarize").arg(&path).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    testkit::run::summarize_table(&text)
 }
 
 #[test]
