@@ -4,7 +4,7 @@
 //! server refuses, and loadgen says so once, with the fix. And conversations (`--turns`) on it.
 
 use serde_json::Value;
-use testkit::{json_lines, setup_env, sh};
+use testkit::{json_lines, of_kind, setup_env, sh};
 
 /// `srv-launch llama-cpp ... -- EXTRA | loadgen LOADGEN | srv-kill`: the records and stderr.
 fn pipeline(extra: &str, loadgen: &str) -> (Vec<Value>, String) {
@@ -20,10 +20,6 @@ fn pipeline(extra: &str, loadgen: &str) -> (Vec<Value>, String) {
     (json_lines(&out.stdout), err)
 }
 
-fn summaries(records: &[Value]) -> Vec<&Value> {
-    records.iter().filter(|r| r["kind"] == "summary").collect()
-}
-
 #[test]
 fn flush_cache_erases_llama_server_slots_before_each_point() {
     let dir = tempfile::tempdir().unwrap();
@@ -33,7 +29,7 @@ fn flush_cache_erases_llama_server_slots_before_each_point() {
         load,
     );
     assert!(!err.contains("--flush-cache"), "{err}");
-    let s = summaries(&records);
+    let s = of_kind(&records, "summary");
     assert_eq!(s.len(), 2, "{records:?}");
     for s in &s {
         assert_eq!(s["cache_flushed"], true, "{s}");
@@ -54,7 +50,7 @@ fn flush_cache_erases_llama_server_slots_before_each_point() {
         err.contains("HTTP 501") && err.contains("--slot-save-path"),
         "{err}"
     );
-    let s = summaries(&records);
+    let s = of_kind(&records, "summary");
     assert_eq!(s.len(), 2);
     assert!(s.iter().all(|s| s["cache_flushed"] == false), "{s:?}");
 }

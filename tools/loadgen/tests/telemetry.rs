@@ -6,7 +6,7 @@
 use serde_json::Value;
 use std::process::Stdio;
 use testkit::loadgen;
-use testkit::{FakeNvidiaSmi, Guard};
+use testkit::{FakeNvidiaSmi, Guard, of_kind};
 
 /// Llama-3.1-8B on an A100-80G: ~8 ms decode steps.
 const PRESET: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
@@ -41,10 +41,6 @@ fn loadgen_with(
     )
 }
 
-fn summaries(records: &[Value]) -> Vec<&Value> {
-    records.iter().filter(|r| r["kind"] == "summary").collect()
-}
-
 fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
@@ -77,7 +73,7 @@ fn speculative_acceptance_reads_the_same_in_both_name_flavours() {
         ])
         .parts();
         assert_eq!(code, Some(0), "{err}");
-        let s = summaries(&recs)[0];
+        let s = of_kind(&recs, "summary")[0];
         let server = &s["server"];
         assert_eq!(server["engine"], names, "{s}");
         let spec = &server["spec"];
@@ -125,7 +121,7 @@ fn a_small_kv_budget_fills_and_preempts_at_high_concurrency_only() {
     ])
     .parts();
     assert_eq!(code, Some(0), "{err}");
-    let s = summaries(&recs);
+    let s = of_kind(&recs, "summary");
     let (one, many) = (&s[0]["server"], &s[1]["server"]);
     assert_eq!(one["preemptions"], 0, "{one}");
     assert!(f(&one["kv_usage"]["max"]) < 0.2, "{one}");
@@ -154,14 +150,14 @@ fn a_server_without_metrics_is_noted_once_and_is_no_error() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(err.matches("note: no server metrics").count(), 1, "{err}");
     assert!(err.contains("HTTP 404"), "{err}");
-    for s in summaries(&recs) {
+    for s in of_kind(&recs, "summary") {
         assert!(s.get("server").is_none(), "{s}");
     }
     // --no-metrics: not even a note.
     let (code, recs, err) = loadgen(&["--url", &url, "-n", "2", "--no-metrics"]).parts();
     assert_eq!(code, Some(0), "{err}");
     assert!(!err.contains("note:"), "{err}");
-    assert!(summaries(&recs)[0].get("server").is_none());
+    assert!(of_kind(&recs, "summary")[0].get("server").is_none());
 }
 
 /// The GPU entries of a summary, by index.
@@ -197,7 +193,7 @@ fn gpu_telemetry_from_a_stand_in_nvidia_smi_here_and_over_ssh() {
         None,
     );
     assert_eq!(code, Some(0), "{err}");
-    let s = summaries(&recs)[0];
+    let s = of_kind(&recs, "summary")[0];
     assert_eq!(gpus(s), vec![(1, 3.0)], "{s}");
     let g = &s["gpus"][0];
     assert_eq!(g["name"], "NVIDIA H100 80GB HBM3");
@@ -235,7 +231,7 @@ fn gpu_telemetry_from_a_stand_in_nvidia_smi_here_and_over_ssh() {
         Some(&format!("{record}\n")),
     );
     assert_eq!(code, Some(0), "{err}");
-    let s = summaries(&recs)[0];
+    let s = of_kind(&recs, "summary")[0];
     assert_eq!(gpus(s), vec![(0, 87.0)], "{s}");
     assert_eq!(f(&s["gpus"][0]["power_w"]["mean"]), 512.5);
     assert_eq!(s["gpus"][0]["energy_j"].as_f64(), Some(step_j), "{s}");
@@ -254,7 +250,7 @@ fn a_missing_nvidia_smi_is_noted_when_asked_for_and_silent_otherwise() {
     );
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(err.matches("note: no GPU telemetry").count(), 1, "{err}");
-    assert!(summaries(&recs)[0].get("gpus").is_none());
+    assert!(of_kind(&recs, "summary")[0].get("gpus").is_none());
     // A loopback URL samples this host's GPUs if it has any, and says nothing if not.
     let (code, _, err) = loadgen_with(&args, &[("PATH", &path)], None);
     assert_eq!(code, Some(0), "{err}");
@@ -310,7 +306,7 @@ fn gpu_telemetry_from_a_dcgm_exporter() {
     ])
     .parts();
     assert_eq!(code, Some(0), "{err}");
-    let s = summaries(&recs)[0];
+    let s = of_kind(&recs, "summary")[0];
     assert_eq!(gpus(s), vec![(1, 12.0)], "{s}");
     assert_eq!(f(&s["gpus"][0]["pcie_rx_bytes_s"]["mean"]), 2_500_000.0);
     assert_eq!(s["gpus"][0]["name"], "NVIDIA H200");
@@ -349,7 +345,7 @@ fn the_servers_prefix_hit_rate_matches_the_prefix_groups_in_both_name_flavours()
         ])
         .parts();
         assert_eq!(code, Some(0), "{err}");
-        let points = summaries(&recs);
+        let points = of_kind(&recs, "summary");
         assert_eq!(points.len(), 2);
         for s in points {
             let expected = f(&s["prefix_hit_rate_expected"]);

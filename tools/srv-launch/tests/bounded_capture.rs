@@ -28,17 +28,8 @@ fn ssh_flags() -> Vec<String> {
 
 /// Stops the server a record names, with srv-kill (over SSH with `ssh`).
 fn kill(record: &serde_json::Value, ssh: &[String]) {
-    use std::io::Write;
-    let mut child = cmd("srv-kill")
-        .args(ssh)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    writeln!(child.stdin.as_mut().unwrap(), "{record}").unwrap();
-    drop(child.stdin.take());
-    assert!(child.wait().unwrap().success(), "srv-kill failed");
+    let ssh: Vec<&str> = ssh.iter().map(String::as_str).collect();
+    testkit::servers::srv_kill(record, &ssh);
     assert!(wait_gone(
         &[record["pid"].as_u64().unwrap() as u32],
         Duration::from_secs(5)
