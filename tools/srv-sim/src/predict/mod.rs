@@ -4,6 +4,7 @@
 //! is the server's own step loop ([`crate::engine::run_modelled`]) on a virtual clock
 //! ([`load::VirtualClock`]); the statistics are shared's one implementation.
 
+mod gap;
 pub mod load;
 mod trace;
 
@@ -113,6 +114,15 @@ pub struct PredictArgs {
     /// taken one after another, this far apart (its record written, its next request sent)
     #[arg(long, value_name = "DUR", value_parser = cli::parse_duration, default_value = "100us")]
     pub client_gap: Duration,
+    /// The client gap measured from a loadgen run (its closed-loop requests' server_timing:
+    /// serve with --enable-per-request-metrics) instead of --client-gap
+    #[arg(
+        long,
+        value_name = "RUN.jsonl",
+        requires = "predict",
+        conflicts_with = "client_gap"
+    )]
+    pub client_gap_from: Option<String>,
 }
 
 /// What `--predict` needs from the rest of srv-sim's configuration.
@@ -178,7 +188,19 @@ impl crate::Plan {
             prefix_caching: self.engine.prefix_caching,
             labels: self.labels.clone(),
             request_latency: self.predict.request_latency,
-            client_gap: self.predict.client_gap,
+            client_gap: match &self.predict.client_gap_from {
+                Some(path) => {
+                    let m = gap::measure(path)?;
+                    servbench::diag::info(format!(
+                        "--client-gap-from {path}: client gap {} us (median of {} spacings within a wave, {} re-sent requests)",
+                        m.gap.as_micros(),
+                        m.spacings,
+                        m.resent
+                    ));
+                    m.gap
+                }
+                None => self.predict.client_gap,
+            },
             log_steps: self.self_report.enable_logging_iteration_details,
         })
     }
