@@ -30,8 +30,9 @@ fn predict_from(run: &std::path::Path) -> Output {
         .unwrap()
 }
 
-/// The `client gap N us (median of S spacings ..., R re-sent requests)` line: (N, S, R).
-fn measured_line(stderr: &str) -> (u64, u64, u64) {
+/// The `client gap G us, request latency L us (median of S spacings ... over R re-sent
+/// requests; ...)` line: (G, L, S, R).
+fn measured_line(stderr: &str) -> (u64, u64, u64, u64) {
     let line = stderr
         .lines()
         .find(|l| l.contains(": client gap "))
@@ -44,7 +45,7 @@ fn measured_line(stderr: &str) -> (u64, u64, u64) {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().unwrap())
         .collect();
-    (nums[0], nums[1], nums[2])
+    (nums[0], nums[1], nums[2], nums[3])
 }
 
 #[test]
@@ -82,7 +83,7 @@ fn the_client_gap_measured_from_a_loadgen_run_is_non_negative_and_below_its_mean
     let predicted = predict_from(&run);
     let stderr = String::from_utf8_lossy(&predicted.stderr);
     assert!(predicted.status.success(), "{stderr}");
-    let (gap_us, spacings, resent) = measured_line(&stderr);
+    let (gap_us, latency_us, spacings, resent) = measured_line(&stderr);
     // Every request past the first C was sent into a freed slot; the spacings are of
     // consecutive ones, so at most one fewer.
     assert_eq!(resent, 24, "{stderr}");
@@ -90,6 +91,10 @@ fn the_client_gap_measured_from_a_loadgen_run_is_non_negative_and_below_its_mean
     assert!(
         (gap_us as f64) < mean_e2e_us,
         "{gap_us} us against {mean_e2e_us} us"
+    );
+    assert!(
+        (latency_us as f64) < mean_e2e_us,
+        "{latency_us} us against {mean_e2e_us} us"
     );
     let summaries = testkit::json_lines(&predicted.stdout)
         .into_iter()

@@ -6,7 +6,8 @@
 //! which srv-sim and vLLM send with `--enable-per-request-metrics`): send + TTFT − engine TTFT,
 //! late by the first token's way back, which is about the same for every request. The gap is
 //! the median spacing of consecutive arrivals within one step's wave: spacings under half the
-//! point's median inter-token gap (a step), pooled over the file's closed-loop points.
+//! point's median inter-token gap (a step), pooled over the file's closed-loop points. The
+//! request latency is measured with it: the median TTFT less the engine's, over every request.
 
 use servbench::cli;
 use servbench::record::Record;
@@ -19,6 +20,9 @@ pub struct MeasuredGap {
     /// The median spacing of a wave's re-sent arrivals; zero where no two arrived in one step
     /// (C=1: the gap then changes nothing).
     pub gap: Duration,
+    /// The median of each request's TTFT less the engine's (send to the engine's queue, and
+    /// the first token's way back): the modelled client's request latency.
+    pub request_latency: Duration,
     /// Spacings within a wave the median was taken over.
     pub spacings: usize,
     /// Re-sent requests read (closed-loop requests past each point's first C).
@@ -40,6 +44,7 @@ pub fn measure(path: &str) -> anyhow::Result<MeasuredGap> {
         .map_err(|e| cli::usage(format!("{flag}: {e}")))?;
     let mut points: BTreeMap<(u32, u32, u32, u32, u32), Point> = BTreeMap::new();
     let mut untimed = 0usize;
+    let mut overheads_ms = Vec::new();
     for line in reader {
         let line = line.map_err(|e| cli::usage(format!("{flag}: {e}")))?;
         let Record::Request(ref r) = line.record else {
@@ -48,7 +53,7 @@ pub fn measure(path: &str) -> anyhow::Result<MeasuredGap> {
         let (Some(c), None) = (r.point.concurrency, r.point.rate_rps) else {
             continue;
         };
-        if !r.is_ok() || r.id < u64::from(c) {
+        if !r.is_ok() {
             continue;
         }
         let Some(ttft) = r.ttft_ms else { continue };
@@ -56,12 +61,17 @@ pub fn measure(path: &str) -> anyhow::Result<MeasuredGap> {
             untimed += 1;
             continue;
         };
-        let arrival = r.intended_ms + r.send_lag_ms + ttft - engine_ttft;
+        let overhead = ttft - engine_ttft;
+        let arrival = r.intended_ms + r.send_lag_ms + overhead;
         if !arrival.is_finite() || r.itl_ms.iter().any(|x| !x.is_finite()) {
             return Err(cli::usage(format!(
                 "{flag}: {}: a time is not a finite number (rerun loadgen)",
                 line.location()
             )));
+        }
+        overheads_ms.push(overhead.max(0.0));
+        if r.id < u64::from(c) {
+            continue;
         }
         let key = (
             r.point.index,
@@ -99,6 +109,7 @@ pub fn measure(path: &str) -> anyhow::Result<MeasuredGap> {
     let gap_ms = median(&mut spacings).unwrap_or(0.0);
     Ok(MeasuredGap {
         gap: Duration::from_secs_f64(gap_ms.max(0.0) / 1e3),
+        request_latency: Duration::from_secs_f64(median(&mut overheads_ms).unwrap_or(0.0) / 1e3),
         spacings: spacings.len(),
         resent,
     })

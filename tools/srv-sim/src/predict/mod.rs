@@ -172,6 +172,20 @@ impl crate::Plan {
             ));
         }
         let kv_cache_tokens = self.kv_budget(&roofline)?.unwrap_or(u64::MAX);
+        let measured = match &self.predict.client_gap_from {
+            Some(path) => {
+                let m = gap::measure(path)?;
+                servbench::diag::info(format!(
+                    "--client-gap-from {path}: client gap {} us, request latency {} us (median of {} spacings within a wave over {} re-sent requests; of each TTFT less the engine's)",
+                    m.gap.as_micros(),
+                    m.request_latency.as_micros(),
+                    m.spacings,
+                    m.resent
+                ));
+                Some(m)
+            }
+            None => None,
+        };
         Ok(Engine {
             model_name: self
                 .server
@@ -187,20 +201,10 @@ impl crate::Plan {
             max_model_len: self.engine.max_model_len,
             prefix_caching: self.engine.prefix_caching,
             labels: self.labels.clone(),
-            request_latency: self.predict.request_latency,
-            client_gap: match &self.predict.client_gap_from {
-                Some(path) => {
-                    let m = gap::measure(path)?;
-                    servbench::diag::info(format!(
-                        "--client-gap-from {path}: client gap {} us (median of {} spacings within a wave, {} re-sent requests)",
-                        m.gap.as_micros(),
-                        m.spacings,
-                        m.resent
-                    ));
-                    m.gap
-                }
-                None => self.predict.client_gap,
-            },
+            request_latency: measured
+                .as_ref()
+                .map_or(self.predict.request_latency, |m| m.request_latency),
+            client_gap: measured.as_ref().map_or(self.predict.client_gap, |m| m.gap),
             log_steps: self.self_report.enable_logging_iteration_details,
         })
     }
