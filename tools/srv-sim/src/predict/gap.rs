@@ -5,7 +5,7 @@
 //! client's clock, is its first token's receipt less the engine's own TTFT (`server_timing`,
 //! which srv-sim and vLLM send with `--enable-per-request-metrics`): send + TTFT − engine TTFT,
 //! late by the first token's way back, which is about the same for every request. The gap is
-//! the median spacing of consecutive arrivals within one step's wave: spacings under half the
+//! the mean spacing of consecutive arrivals within one step's wave: spacings under half the
 //! point's median inter-token gap (a step), pooled over the file's closed-loop points. The
 //! request latency is measured with it: the median TTFT less the engine's, over every request.
 
@@ -17,13 +17,13 @@ use std::time::Duration;
 /// What the run tells about the client.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MeasuredGap {
-    /// The median spacing of a wave's re-sent arrivals; zero where no two arrived in one step
+    /// The mean spacing of a wave's re-sent arrivals; zero where no two arrived in one step
     /// (C=1: the gap then changes nothing).
     pub gap: Duration,
     /// The median of each request's TTFT less the engine's (send to the engine's queue, and
     /// the first token's way back): the modelled client's request latency.
     pub request_latency: Duration,
-    /// Spacings within a wave the median was taken over.
+    /// Spacings within a wave the mean was taken over.
     pub spacings: usize,
     /// Re-sent requests read (closed-loop requests past each point's first C).
     pub resent: usize,
@@ -106,7 +106,13 @@ pub fn measure(path: &str) -> anyhow::Result<MeasuredGap> {
                 .filter(|d| *d < step_ms / 2.0),
         );
     }
-    let gap_ms = median(&mut spacings).unwrap_or(0.0);
+    // The mean, not the median: the model spreads a wave of k over (k - 1) gaps, so the mean
+    // spacing gives the wave the span it had.
+    let gap_ms = if spacings.is_empty() {
+        0.0
+    } else {
+        spacings.iter().sum::<f64>() / spacings.len() as f64
+    };
     Ok(MeasuredGap {
         gap: Duration::from_secs_f64(gap_ms.max(0.0) / 1e3),
         request_latency: Duration::from_secs_f64(median(&mut overheads_ms).unwrap_or(0.0) / 1e3),

@@ -176,7 +176,7 @@ impl crate::Plan {
             Some(path) => {
                 let m = gap::measure(path)?;
                 servbench::diag::info(format!(
-                    "--client-gap-from {path}: client gap {} us, request latency {} us (median of {} spacings within a wave over {} re-sent requests; of each TTFT less the engine's)",
+                    "--client-gap-from {path}: client gap {} us, request latency {} us (mean of {} spacings within a wave over {} re-sent requests; median of each TTFT less the engine's)",
                     m.gap.as_micros(),
                     m.request_latency.as_micros(),
                     m.spacings,
