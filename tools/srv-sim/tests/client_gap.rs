@@ -92,9 +92,14 @@ fn the_client_gap_measured_from_a_loadgen_run_is_non_negative_and_below_its_mean
         (gap_us as f64) < mean_e2e_us,
         "{gap_us} us against {mean_e2e_us} us"
     );
+    // Each request's TTFT less the engine's is at most its TTFT, below its end: so the median
+    // of the one is at most the median of the other, whatever the machine's load.
+    let mut sorted = e2e.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median_e2e_us = sorted[15] * 1e3;
     assert!(
-        (latency_us as f64) < mean_e2e_us,
-        "{latency_us} us against {mean_e2e_us} us"
+        (latency_us as f64) <= median_e2e_us,
+        "{latency_us} us against {median_e2e_us} us"
     );
     let summaries = testkit::json_lines(&predicted.stdout)
         .into_iter()
