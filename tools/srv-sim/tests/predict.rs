@@ -10,17 +10,8 @@ use serde_json::Value;
 use std::process::{Command, Output, Stdio};
 use testkit::{check, holds_in_one_of_three, json_lines, of_kind};
 
-/// Llama-3.1-8B on an A100-80G: ~8 ms decode steps, long enough to time on a busy machine.
-const PRESET: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
-
 fn predict(args: &[&str]) -> Output {
-    Command::new(testkit::bin("srv-sim"))
-        .args(PRESET)
-        .arg("--predict")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run srv-sim --predict")
+    predict_on(LLAMA_8B_ON_A100, args)
 }
 
 fn records(args: &[&str]) -> Vec<Value> {
@@ -31,12 +22,6 @@ fn records(args: &[&str]) -> Vec<Value> {
         String::from_utf8_lossy(&out.stderr)
     );
     json_lines(&out.stdout)
-}
-
-fn f(v: &Value, path: &str) -> f64 {
-    v.pointer(path)
-        .and_then(Value::as_f64)
-        .unwrap_or_else(|| panic!("{path} in {v}"))
 }
 
 #[test]
@@ -115,7 +100,7 @@ fn predicted_records_are_loadgens_and_summarize_tabulates_them() {
 
 #[test]
 fn a_predicted_single_stream_steps_at_the_dry_run_rate() {
-    let plan = dry_run(&[PRESET, &["--dry-run-context", "72"]].concat());
+    let plan = dry_run(&[LLAMA_8B_ON_A100, &["--dry-run-context", "72"]].concat());
     let step_ms = plan["decode_step_ms"].as_f64().unwrap();
     let recs = records(&[
         "-c",
@@ -238,20 +223,6 @@ fn predict_refuses_what_it_does_not_model_and_load_flags_need_it() {
     }
 }
 
-/// Per point: (output tok/s, TTFT mean ms, TPOT p50 ms) from a record stream's summaries.
-fn figures(recs: &[Value]) -> Vec<(f64, f64, f64)> {
-    of_kind(recs, "summary")
-        .iter()
-        .map(|s| {
-            (
-                f(s, "/output_tok_s"),
-                f(s, "/ttft_ms/mean"),
-                f(s, "/tpot_ms/p50"),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn the_prediction_agrees_with_the_server_under_loadgen_at_c1_and_c8() {
     let load = [
@@ -268,23 +239,8 @@ fn the_prediction_agrees_with_the_server_under_loadgen_at_c1_and_c8() {
     ];
     let predicted = figures(&records(&load));
     holds_in_one_of_three("predicted against measured", || {
-        let sim = start(&[PRESET, &["--realtime", "--seed", "3"]].concat());
-        let out = Command::new(testkit::bin("loadgen"))
-            .args([
-                "--url",
-                &format!("http://127.0.0.1:{}", sim.port),
-                "--no-metrics",
-            ])
-            .args(load)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let measured = figures(&json_lines(&out.stdout));
+        let sim = start(&[LLAMA_8B_ON_A100, &["--realtime", "--seed", "3"]].concat());
+        let measured = figures(&loadgen_against(&sim, &load));
         let mut said = Vec::new();
         for ((p, m), c) in predicted.iter().zip(&measured).zip([1, 8]) {
             let off = |a: f64, b: f64| b / a - 1.0;

@@ -10,8 +10,7 @@ use serde_json::Value;
 use std::process::{Command, Output, Stdio};
 use testkit::{check, holds_in_one_of_three, json_lines, of_kind};
 
-/// Llama-3.1-8B on an A100-80G: ~8 ms decode steps, 50-110 ms prefills of these rows.
-const PRESET: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
+// LLAMA_8B_ON_A100 (common): ~8 ms decode steps, 50-110 ms prefills of these rows.
 
 /// (offset ms, input, output): rows 1 and 3 share their two blocks, row 4 the first of them.
 const ROWS: &[(u64, u32, u32)] = &[
@@ -43,19 +42,7 @@ fn trace() -> (tempfile::TempDir, String) {
 }
 
 fn predict(args: &[&str]) -> Output {
-    Command::new(testkit::bin("srv-sim"))
-        .args(PRESET)
-        .arg("--predict")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run srv-sim --predict")
-}
-
-fn f(v: &Value, path: &str) -> f64 {
-    v.pointer(path)
-        .and_then(Value::as_f64)
-        .unwrap_or_else(|| panic!("{path} in {v}"))
+    predict_on(LLAMA_8B_ON_A100, args)
 }
 
 #[test]
@@ -202,20 +189,6 @@ fn a_bad_trace_is_loadgens_error_line_and_trace_refuses_lengths() {
     }
 }
 
-/// Per point: (output tok/s, TTFT mean ms, TPOT p50 ms).
-fn figures(recs: &[Value]) -> Vec<(f64, f64, f64)> {
-    of_kind(recs, "summary")
-        .iter()
-        .map(|s| {
-            (
-                f(s, "/output_tok_s"),
-                f(s, "/ttft_ms/mean"),
-                f(s, "/tpot_ms/p50"),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn a_predicted_trace_agrees_with_the_server_replaying_it_under_loadgen() {
     let (_dir, path) = trace();
@@ -232,23 +205,8 @@ fn a_predicted_trace_agrees_with_the_server_replaying_it_under_loadgen() {
     let predicted_recs = json_lines(&out.stdout);
     let predicted = figures(&predicted_recs);
     holds_in_one_of_three("predicted trace against measured", || {
-        let sim = start(&[PRESET, &["--realtime", "--seed", "3"]].concat());
-        let out = Command::new(testkit::bin("loadgen"))
-            .args([
-                "--url",
-                &format!("http://127.0.0.1:{}", sim.port),
-                "--no-metrics",
-            ])
-            .args(load)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let measured_recs = json_lines(&out.stdout);
+        let sim = start(&[LLAMA_8B_ON_A100, &["--realtime", "--seed", "3"]].concat());
+        let measured_recs = loadgen_against(&sim, &load);
         // The same requests: a row's lengths at its offset, in both.
         let rows = |recs: &[Value]| {
             let mut v: Vec<(u64, u64, u64, u64)> = of_kind(recs, "request")

@@ -143,7 +143,7 @@ fn without_the_flags_srv_sim_says_nothing_about_itself() {
 /// the server ran for the same loadgen load, one for one, with the same step times.
 #[test]
 fn a_prediction_logs_the_steps_the_server_ran_under_loadgen_at_c1() {
-    let preset = ["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
+    let preset = LLAMA_8B_ON_A100;
     let load = [
         "-c",
         "1",
@@ -159,24 +159,10 @@ fn a_prediction_logs_the_steps_the_server_ran_under_loadgen_at_c1() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("sim.log");
     let sim = start_logged(
-        &[&preset[..], &["--enable-logging-iteration-details"]].concat(),
+        &[preset, &["--enable-logging-iteration-details"]].concat(),
         &log,
     );
-    let out = Command::new(testkit::bin("loadgen"))
-        .args([
-            "--url",
-            &format!("http://127.0.0.1:{}", sim.port),
-            "--no-metrics",
-        ])
-        .args(load)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    loadgen_against(&sim, &load);
     drop(sim);
     let served = steps(&std::fs::read_to_string(&log).unwrap());
     let predicted = Command::new(testkit::bin("srv-sim"))

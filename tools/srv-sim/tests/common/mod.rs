@@ -348,3 +348,58 @@ pub fn normal_thread() {
         libc::sched_setscheduler(0, libc::SCHED_OTHER, &param);
     }
 }
+
+/// Llama-3.1-8B on an A100-80G: ~8 ms decode steps, long enough to time on a busy machine.
+pub const LLAMA_8B_ON_A100: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
+
+/// The real loadgen against `sim` (`--no-metrics`, then `args`), which must succeed: its records.
+pub fn loadgen_against(sim: &Sim, args: &[&str]) -> Vec<serde_json::Value> {
+    let out = Command::new(testkit::bin("loadgen"))
+        .args([
+            "--url",
+            &format!("http://127.0.0.1:{}", sim.port),
+            "--no-metrics",
+        ])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run loadgen");
+    assert!(
+        out.status.success(),
+        "loadgen {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    testkit::json_lines(&out.stdout)
+}
+
+/// `srv-sim --predict` on `preset`, then `args`.
+pub fn predict_on(preset: &[&str], args: &[&str]) -> std::process::Output {
+    Command::new(testkit::bin("srv-sim"))
+        .args(preset)
+        .arg("--predict")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run srv-sim --predict")
+}
+
+/// The number at JSON pointer `path` in `v`.
+pub fn f(v: &serde_json::Value, path: &str) -> f64 {
+    v.pointer(path)
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or_else(|| panic!("{path} in {v}"))
+}
+
+/// Per point: (output tok/s, TTFT mean ms, TPOT p50 ms) from a record stream's summaries.
+pub fn figures(recs: &[serde_json::Value]) -> Vec<(f64, f64, f64)> {
+    testkit::of_kind(recs, "summary")
+        .iter()
+        .map(|s| {
+            (
+                f(s, "/output_tok_s"),
+                f(s, "/ttft_ms/mean"),
+                f(s, "/tpot_ms/p50"),
+            )
+        })
+        .collect()
+}
