@@ -159,11 +159,23 @@ pub fn engine_step_lines(points: &[Point], judged: &[String]) -> Vec<String> {
             }
             let tpot = p.mean(Metric::TPOT_P50).filter(|t| *t > 0.0)?;
             let e = engine_step(p, p.params.concurrency.unwrap_or(1).max(1))?;
+            // Judged on the figures as printed, so the note never reads "0 ms below".
+            let relation = if human(tpot) == human(e.ms) {
+                "the client's TPOT equals the engine's step".to_string()
+            } else if tpot > e.ms {
+                format!(
+                    "the client's TPOT is {} ms above the engine's step (streaming, detokenization, the frontend)",
+                    human(tpot - e.ms)
+                )
+            } else {
+                format!(
+                    "the client's TPOT is {} ms below the engine's step (the client's p50 against the steps' mean)",
+                    human(e.ms - tpot)
+                )
+            };
             Some(format!(
-                "{name}: {}: the client's TPOT is {} ms {} the engine's step (streaming, detokenization, the frontend); no allreduce or GEMM measurement to split the step (collbench decode or gemm_step records, with --roofline)",
+                "{name}: {}: {relation}; no allreduce or GEMM measurement to split the step (collbench decode or gemm_step records, with --roofline)",
                 e.words(tpot),
-                human((tpot - e.ms).abs()),
-                if tpot >= e.ms { "above" } else { "below" },
             ))
         })
         .collect()

@@ -97,6 +97,13 @@ fn the_engine_step_columns_note_and_mbu_are_srv_sims_own_figures() {
             printed_as(tpot, s["tpot_ms"]["p50"].as_f64().unwrap()),
             "{note}"
         );
+        // TPOT and step printed alike read as equal, never as "0 ms below" (regression).
+        assert_eq!(
+            tpot == step,
+            note.contains("the client's TPOT equals the engine's step"),
+            "{note}"
+        );
+        assert!(!note.contains(" is 0 ms "), "{note}");
 
         // The counters are the cost model's: each step's memory time at 3350 GB/s and its
         // compute time at 989 TFLOP/s. Every step here is memory-bound, so its logged time is
