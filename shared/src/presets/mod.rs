@@ -12,6 +12,7 @@
 
 pub mod cards;
 pub mod comm;
+pub mod gemm;
 pub mod roofline;
 pub mod verdict;
 
@@ -20,7 +21,8 @@ pub use cards::{
     model_presets,
 };
 pub use comm::{Algo, AllreduceCost, MeasuredCurve};
-pub use roofline::{Comm, Deployment, Layout, MEMORY_UTILIZATION, Rates, StepCost, StepWork};
+pub use gemm::GemmCurve;
+pub use roofline::{Comm, Deployment, Gemm, Layout, MEMORY_UTILIZATION, Rates, StepCost, StepWork};
 pub use verdict::{Bound, ComputeParts, StepBasis, StepParts, StepVerdict};
 
 use std::path::Path;

@@ -122,6 +122,33 @@ impl Comm {
     }
 }
 
+/// Where the GEMM part of a step comes from.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Gemm {
+    /// The roofline: weight bytes over bandwidth against FLOPs over peak.
+    #[default]
+    Model,
+    /// collbench's `gemm_step` records (its GEMM time replaces the roofline's), and where
+    /// they were read.
+    Measured {
+        curve: super::GemmCurve,
+        from: String,
+    },
+}
+
+impl Gemm {
+    /// Where the GEMM times come from (`sim_plan.compute_source`).
+    pub fn source(&self) -> crate::record::ComputeSource {
+        use crate::record::ComputeSource;
+        match self {
+            Gemm::Model => ComputeSource::Model,
+            Gemm::Measured { curve, from } => {
+                ComputeSource::Measured(format!("{from} ({})", curve.describe()))
+            }
+        }
+    }
+}
+
 /// The work of one engine step (or micro-batch) on one pipeline stage.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct StepWork {
@@ -142,12 +169,15 @@ pub struct StepCost {
     pub compute_s: f64,
     /// Tensor-parallel allreduces (and pipeline hand-offs).
     pub comm_s: f64,
+    /// Measured GEMMs (`Gemm::Measured`; 0 otherwise): the weights' bytes and FLOPs are then
+    /// out of `memory_s` and `compute_s`, which hold attention over the KV cache only.
+    pub gemm_s: f64,
 }
 
 impl StepCost {
-    /// Roofline: memory and compute overlap, communication does not.
+    /// Roofline: memory and compute overlap, communication and measured GEMMs do not.
     pub fn total_s(&self) -> f64 {
-        self.memory_s.max(self.compute_s) + self.comm_s
+        self.gemm_s + self.memory_s.max(self.compute_s) + self.comm_s
     }
 
     pub fn compute_bound(&self) -> bool {
@@ -275,6 +305,7 @@ pub struct Deployment {
     pub layout: Layout,
     pub rates: Rates,
     pub comm: Comm,
+    pub gemm: Gemm,
 }
 
 impl Deployment {
@@ -287,6 +318,7 @@ impl Deployment {
             layout,
             rates,
             comm: Comm::Model,
+            gemm: Gemm::Model,
         }
     }
 
@@ -344,6 +376,11 @@ impl Deployment {
         let weight_bytes = model.weight_bytes_read(tokens) * stage / tp;
         let kv_bytes = work.kv_tokens as f64 * model.kv_bytes_per_token() * stage
             / model.kv_split(self.layout.tp);
+        // Measured GEMMs cover the weights' reads and FLOPs; attention stays modelled.
+        let (weight_bytes, gemm_s) = match &self.gemm {
+            Gemm::Model => (weight_bytes, 0.0),
+            Gemm::Measured { curve, .. } => (0.0, curve.us_at(tokens) * 1e-6 * stage),
+        };
         let memory_s = (weight_bytes + kv_bytes) / (self.rates.mem_bw_gbps * 1e9);
         // 2 FLOPs per parameter per token, each part at its format's rate; attention: QK^T
         // and AV over the KV, each 2 x heads x head_dim FLOPs per cached token per layer.
@@ -357,13 +394,18 @@ impl Deployment {
             * f64::from(model.layers)
             * work.kv_tokens as f64
             / self.rates.flops(WeightFormat::Bf16);
-        let compute_s = (dense + routed + attention) * stage / tp;
+        let linear = match self.gemm {
+            Gemm::Model => dense + routed,
+            Gemm::Measured { .. } => 0.0,
+        };
+        let compute_s = (linear + attention) * stage / tp;
         let allreduces = f64::from(model.allreduces_per_step()) * stage;
         let comm_s = allreduces * self.allreduce(model.allreduce_bytes(tokens)).us * 1e-6;
         StepCost {
             memory_s,
             compute_s,
             comm_s,
+            gemm_s,
         }
     }
 
@@ -382,6 +424,7 @@ impl Deployment {
             memory_s: stage.memory_s * stages,
             compute_s: stage.compute_s * stages,
             comm_s: stage.comm_s * stages + self.handoffs_s(self.model.allreduce_bytes(batch)),
+            gemm_s: stage.gemm_s * stages,
         }
     }
 
@@ -409,6 +452,7 @@ impl Deployment {
             memory_s: stage.memory_s * stages,
             compute_s: stage.compute_s * stages,
             comm_s: stage.comm_s * stages + self.handoffs_s(self.model.allreduce_bytes(tokens)),
+            gemm_s: stage.gemm_s * stages,
         }
     }
 

@@ -109,6 +109,40 @@ impl CommSource {
 
 wire_string!(CommSource);
 
+/// Where a `sim_plan`'s GEMM times came from (`sim_plan.compute_source`): the roofline's
+/// FLOPs and weight bytes (`model`), or collbench's `gemm_step` records (`measured: FILE`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum ComputeSource {
+    #[default]
+    Model,
+    /// `--gemm-from FILE`'s measured GEMM time per step.
+    Measured(String),
+    /// A value this build does not know, kept as written.
+    Other(String),
+}
+
+impl ComputeSource {
+    pub fn to_wire(&self) -> String {
+        match self {
+            ComputeSource::Model => "model".into(),
+            ComputeSource::Measured(from) => format!("measured: {from}"),
+            ComputeSource::Other(s) => s.clone(),
+        }
+    }
+
+    pub fn from_wire(s: &str) -> ComputeSource {
+        if s == "model" {
+            ComputeSource::Model
+        } else if let Some(from) = s.strip_prefix("measured: ") {
+            ComputeSource::Measured(from.to_string())
+        } else {
+            ComputeSource::Other(s.to_string())
+        }
+    }
+}
+
+wire_string!(ComputeSource);
+
 /// How a model's weights are stored (`sim_plan.weight_format`): one format (`bf16`), or a MoE
 /// whose experts are stored apart (`fp8 + nvfp4 experts`).
 #[derive(Debug, Clone, PartialEq, Eq)]

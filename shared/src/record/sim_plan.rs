@@ -1,4 +1,4 @@
-use super::{AllreduceAlgo, CommSource, Extra, Labels, WeightFormats, current_version};
+use super::{AllreduceAlgo, CommSource, ComputeSource, Extra, Labels, WeightFormats, current_version};
 use serde::{Deserialize, Serialize};
 
 /// `srv-sim --dry-run`: what srv-sim's cost model predicts for a model, hardware and layout,
@@ -72,6 +72,14 @@ pub struct SimPlanRecord {
     pub comm_level: Option<String>,
     /// `model`, or `measured: FILE (backend, ranks, mode, statistic)` with `--comm-from`.
     pub comm_source: CommSource,
+    /// `model`, or `measured: FILE` with `--gemm-from`: where the GEMM part of a step came from.
+    #[serde(default)]
+    pub compute_source: ComputeSource,
+    /// With `--gemm-from`: the measured GEMM part of the batch-1 decode step (interpolated
+    /// from the `gemm_step` records), ms; it replaces the weights' share of
+    /// `decode_memory_ms`/`decode_compute_ms`, which then hold attention over the KV cache only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_gemm_ms: Option<f64>,
     /// With `--spec-tokens`: tokens one verify step emits on average (1 + A + ... + A^K).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_tokens_per_step: Option<f64>,

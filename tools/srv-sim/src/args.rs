@@ -84,6 +84,11 @@ pub struct Args {
     /// srv-launch's `server` record whose host topology gives the TP group's links
     #[arg(long, value_name = "COLL.jsonl")]
     pub comm_from: Option<String>,
+    /// GEMM times per decode step measured by collbench (its `gemm_step` records of this
+    /// model at --tp) instead of the roofline's weight reads and FLOPs; attention, allreduces
+    /// and the step overhead stay modelled
+    #[arg(long, value_name = "GEMM.jsonl")]
+    pub gemm_from: Option<String>,
     /// With --comm-from's host topology: the GPUs of the TP group (default: the server
     /// record's --gpus when it has --tp of them, else the best-connected --tp GPUs)
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
@@ -219,6 +224,7 @@ impl Args {
                     pp: self.pp,
                 },
                 comm_from: self.comm_from,
+                gemm_from: self.gemm_from,
                 tp_gpus: self.tp_gpus,
                 step_overhead: self.step_overhead,
                 calibration: self.calibration.calibration.clone(),
@@ -313,6 +319,11 @@ impl Args {
         if self.comm_from.is_some() && self.tp == 1 {
             return Err(cli::usage(
                 "--comm-from replaces the tensor-parallel allreduces: give --tp 2 or more",
+            ));
+        }
+        if self.gemm_from.is_some() && self.fixed_latency() {
+            return Err(cli::usage(
+                "--gemm-from replaces the cost model's GEMM times: drop --ttft/--itl",
             ));
         }
         if self.faults.engine_panic_after.is_some() && self.fixed_latency() {

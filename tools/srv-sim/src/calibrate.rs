@@ -45,6 +45,10 @@ pub struct Calibration {
     pub prefill_efficiency: f64,
     /// The measured file, and each point's figures against the fitted model's.
     pub fitted_on: String,
+    /// `--gemm-from FILE (batches ...)`: the GEMM time was taken as measured, not fitted, so
+    /// the FLOP fraction scales attention only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_from: Option<String>,
     pub points: Vec<FitPoint>,
 }
 
@@ -184,6 +188,10 @@ fn card_of(x: &[f64; 4], base: &Roofline, fitted_on: &str, points: Vec<FitPoint>
         flops_fraction: x[2].exp(),
         prefill_efficiency: x[3].exp(),
         fitted_on: fitted_on.to_string(),
+        gemm_from: match &base.dep.gemm {
+            servbench::presets::Gemm::Model => None,
+            measured => Some(measured.source().to_string()),
+        },
         points,
     }
 }

@@ -49,7 +49,12 @@ impl Roofline {
         // Linear FLOPs go with tokens: the prefill chunks' share of them runs at its efficiency.
         let tokens = f64::from(shape.work.decode_seqs + shape.work.prefill_tokens).max(1.0);
         let prefill_share = f64::from(shape.work.prefill_tokens) / tokens;
-        let slower = 1.0 + prefill_share * (1.0 / self.prefill_efficiency - 1.0);
+        // Measured GEMMs were timed at the step's token count: no efficiency applies to them,
+        // and compute_s then holds attention only.
+        let slower = match dep.gemm {
+            presets::Gemm::Model => 1.0 + prefill_share * (1.0 / self.prefill_efficiency - 1.0),
+            presets::Gemm::Measured { .. } => 1.0,
+        };
         presets::StepCost {
             compute_s: round.compute_s * slower + prefill_attention / self.prefill_efficiency,
             ..round
@@ -152,6 +157,9 @@ impl Roofline {
             comm_level: (tp > 1 && matches!(dep.comm, Comm::Model | Comm::Topology { .. }))
                 .then(|| dep.hw.interconnect.level_for(tp).name.clone()),
             comm_source: dep.comm.source(),
+            compute_source: dep.gemm.source(),
+            decode_gemm_ms: matches!(dep.gemm, presets::Gemm::Measured { .. })
+                .then_some(one.gemm_s * 1e3),
             spec_tokens_per_step: None,
             spec_single_stream_tok_s: None,
             extra: Extra::new(),

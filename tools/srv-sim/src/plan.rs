@@ -11,7 +11,7 @@ use crate::metrics::MetricNames;
 use crate::predict::PredictArgs;
 use crate::selfreport::SelfReport;
 use servbench::cli;
-use servbench::presets::{self, Comm, Deployment, Layout, MeasuredCurve};
+use servbench::presets::{self, Comm, Deployment, Gemm, GemmCurve, Layout, MeasuredCurve};
 use servbench::record::{Labels, SimPlanRecord};
 use std::time::Duration;
 
@@ -62,6 +62,8 @@ pub struct ModelPlan {
     pub hardware: String,
     pub layout: Layout,
     pub comm_from: Option<String>,
+    /// `--gemm-from FILE`: collbench's `gemm_step` records for the GEMM part of a step.
+    pub gemm_from: Option<String>,
     pub tp_gpus: Vec<u32>,
     pub step_overhead: Duration,
     /// `--calibration CARD.json`, applied to the hardware card.
@@ -167,6 +169,15 @@ impl Plan {
                 cli::warn(format!("--comm-from {path}: {w}"));
             }
         }
+        if let Some(path) = &m.gemm_from {
+            // The largest step a dry run times is one stream (with its drafts); the engine's
+            // is a full chunk of --max-prefill-tokens.
+            let largest = match self.action {
+                Action::DryRun { .. } => 1 + self.engine.spec.map_or(0, |s| s.tokens),
+                _ => self.engine.max_step_tokens,
+            };
+            dep.gemm = measured_gemm(path, &dep, largest)?;
+        }
         let mut roofline = Roofline {
             dep,
             step_overhead: m.step_overhead,
@@ -178,6 +189,13 @@ impl Plan {
                 cli::warn(format!(
                     "--calibration {path} was fitted on {}, applied here to {}",
                     card.hardware, roofline.dep.hw.name
+                ));
+            }
+            if let Some(from) = &card.gemm_from
+                && m.gemm_from.is_none()
+            {
+                cli::warn(format!(
+                    "--calibration {path} was fitted with GEMMs {from}: give --gemm-from with the same file, or its FLOP fraction (attention only) is applied to the modelled GEMMs"
                 ));
             }
             card.apply(&mut roofline);
@@ -304,6 +322,58 @@ fn measured_comm(path: &str, tp: u32) -> anyhow::Result<Comm> {
         cli::warn(format!("--comm-from {path}: {caveat}"));
     }
     Ok(Comm::Measured {
+        curve,
+        from: path.to_string(),
+    })
+}
+
+/// `--gemm-from FILE`: the GEMM time per step collbench measured for this model at this TP.
+/// Records of another model or TP are left out with one warning; none matching is an error.
+fn measured_gemm(path: &str, dep: &Deployment, largest_step: u32) -> anyhow::Result<Gemm> {
+    let steps = presets::gemm::gemm_step_records_from(path)
+        .map_err(|e| cli::usage(format!("--gemm-from: {e}")))?;
+    let (model, tp) = (dep.model.name.as_str(), dep.layout.tp);
+    let curve = GemmCurve::from_records(&steps, model, tp).ok_or_else(|| {
+        let mut found: Vec<String> = steps
+            .iter()
+            .map(|s| format!("{} at tp {}", s.model, s.tp))
+            .collect();
+        found.sort();
+        found.dedup();
+        let found = if found.is_empty() {
+            "no gemm_step records".to_string()
+        } else {
+            format!("gemm_step records of {} only", found.join(", "))
+        };
+        cli::usage(format!(
+            "--gemm-from {path}: {found}, and {model} at --tp {tp} needs its own (collbench gemm --model {model} --tp {tp} --batch 1,8,64)"
+        ))
+    })?;
+    let others = steps
+        .iter()
+        .filter(|s| s.model != model || s.tp != tp)
+        .count();
+    if others > 0 {
+        cli::warn(format!(
+            "--gemm-from {path}: {others} gemm_step record(s) of another model or TP left out (only {model} at tp {tp} is read)"
+        ));
+    }
+    if let Some(s) = steps
+        .iter()
+        .find(|s| s.model == model && s.tp == tp && s.hardware != dep.hw.name)
+    {
+        cli::warn(format!(
+            "--gemm-from {path}: GEMMs measured on {} ({}), applied here to {}",
+            s.device, s.hardware, dep.hw.name
+        ));
+    }
+    let (lo, hi) = curve.range();
+    if lo > 1 || hi < largest_step {
+        cli::warn(format!(
+            "--gemm-from {path}: batches {lo}-{hi} measured, and steps of 1-{largest_step} tokens are timed: outside them the nearest measured batch's time is used (measure more: collbench gemm --batch 1,...,{largest_step})"
+        ));
+    }
+    Ok(Gemm::Measured {
         curve,
         from: path.to_string(),
     })

@@ -533,6 +533,12 @@ pub(super) fn sim_plan() -> impl Strategy<Value = Record> {
                     allreduce_algo: "ring/LL".into(),
                     comm_level: spec.then(|| "nvswitch".into()),
                     comm_source: "model".into(),
+                    compute_source: if spec {
+                        "measured: gemm.jsonl".into()
+                    } else {
+                        "model".into()
+                    },
+                    decode_gemm_ms: spec.then_some(ms / 2.0),
                     spec_tokens_per_step: spec.then_some(2.19),
                     spec_single_stream_tok_s: spec.then_some(250.0),
                     extra,
