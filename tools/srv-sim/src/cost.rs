@@ -183,9 +183,18 @@ impl CostModel for Roofline {
 
     /// The step's compute and memory times at the card's rates, per GPU of one stage: its
     /// FLOPs at the weight format's peak and its bytes at the memory bandwidth, so MFU and MBU
-    /// over a point are those times' shares of it.
+    /// over a point are those times' shares of it (the weights' included under --gemm-from).
     fn step_counts(&self, shape: &StepShape) -> StepCounts {
-        let cost = self.step_cost(shape);
+        // Measured GEMMs still did the weights' FLOPs and reads: count them as the roofline
+        // does, so MFU and MBU say the same work whoever timed it.
+        let cost = match &self.dep.gemm {
+            presets::Gemm::Model => self.step_cost(shape),
+            presets::Gemm::Measured { .. } => {
+                let mut modelled = self.clone();
+                modelled.dep.gemm = presets::Gemm::Model;
+                modelled.step_cost(shape)
+            }
+        };
         let stages = f64::from(self.dep.layout.pp.max(1));
         StepCounts {
             flops_per_gpu: cost.compute_s * self.dep.rates.flops(self.dep.model.weight_format)

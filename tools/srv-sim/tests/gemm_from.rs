@@ -5,6 +5,8 @@
 //! The records are written in collbench's documented shape (its CPU backend takes seconds per
 //! step of an 8B model, too slow here).
 
+mod common;
+use common::{completion_body, get, metric, post, start};
 use serde_json::{Value, json};
 use std::process::{Command, Output};
 use testkit::{json_lines, of_kind};
@@ -216,4 +218,34 @@ fn calibrate_with_gemm_from_keeps_the_measured_gemms_and_recovers_the_hidden_ove
             assert!(off.abs() < 0.05, "{off:+.3} at {p}");
         }
     }
+}
+
+#[test]
+fn served_with_gemm_from_the_flop_and_byte_counters_still_count_the_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let gemms = llama_gemms(dir.path());
+    // The same requests, one after another: the same steps, whoever times their GEMMs.
+    let counters = |extra: &[&str]| {
+        let sim = start(&[&["--enable-mfu-metrics"][..], PRESET, extra].concat());
+        for _ in 0..2 {
+            let x = post(sim.port, "/v1/completions", &completion_body(16, 4, true));
+            assert_eq!(x.status, 200);
+        }
+        let metrics = get(sim.port, "/metrics").1;
+        (
+            metric(&metrics, "vllm:estimated_flops_per_gpu_total"),
+            metric(&metrics, "vllm:estimated_read_bytes_per_gpu_total"),
+        )
+    };
+    let (flops, bytes) = counters(&[]);
+    let (measured_flops, measured_bytes) = counters(&["--gemm-from", &gemms]);
+    assert!(flops > 0.0 && bytes > 0.0);
+    assert!(
+        (measured_flops / flops - 1.0).abs() < 1e-9,
+        "{measured_flops} vs {flops}"
+    );
+    assert!(
+        (measured_bytes / bytes - 1.0).abs() < 1e-9,
+        "{measured_bytes} vs {bytes}"
+    );
 }
