@@ -25,18 +25,14 @@ impl GemmCurve {
             return None;
         }
         pts.sort_by_key(|p| p.0);
-        let mut points: Vec<(u32, f64)> = Vec::new();
-        let mut i = 0;
-        while i < pts.len() {
-            let batch = pts[i].0;
-            let same: Vec<f64> = pts[i..]
-                .iter()
-                .take_while(|p| p.0 == batch)
-                .map(|p| p.1)
-                .collect();
-            i += same.len();
-            points.push((batch, same.iter().sum::<f64>() / same.len() as f64));
-        }
+        // Several records of one batch: their mean.
+        let points = pts
+            .chunk_by(|a, b| a.0 == b.0)
+            .map(|same| {
+                let mean = same.iter().map(|p| p.1).sum::<f64>() / same.len() as f64;
+                (same[0].0, mean)
+            })
+            .collect();
         Some(GemmCurve { points })
     }
 

@@ -269,12 +269,11 @@ impl Bench {
         let stream = |g: &Gpu| g.stream.cu_stream() as sys::cudaStream_t;
         // One grouped round: `len` bytes from a to b, and from b to a too when `both`.
         let round = |len: usize, both: bool| -> Result<(), String> {
-            let mut moves = vec![(src, dst)];
-            if both {
-                moves.push((dst, src));
-            }
+            // No allocation per round: this runs inside the timed loop.
+            let there_and_back = [(src, dst), (dst, src)];
+            let moves = &there_and_back[..if both { 2 } else { 1 }];
             result::group_start().map_err(nccl_err("ncclGroupStart"))?;
-            for &(a, b) in &moves {
+            for &(a, b) in moves {
                 let (ga, gb) = (&self.gpus[a], &self.gpus[b]);
                 let (sp, _s) = ga.send.device_ptr(&ga.stream);
                 let (rp, _r) = gb.recv.device_ptr(&gb.stream);
