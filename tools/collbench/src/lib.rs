@@ -118,6 +118,17 @@ pub fn bench(cfg: &RunConfig, job: &Job) -> anyhow::Result<Exit> {
     }
 }
 
+/// Runs `collbench p2p` on the job's backend: the TCP pairs ([`p2p::run`]) or one process's
+/// GPUs over the copy engine and NCCL ([`nccl::p2p_run::run`]).
+pub fn p2p(pc: &p2p::P2pConfig, job: &Job) -> anyhow::Result<Exit> {
+    check_job(job)?;
+    check_memory(&pc.run, job, "--bytes")?;
+    match job.backend {
+        Backend::Nccl => nccl::p2p_run::run(pc, job),
+        Backend::Tcp => p2p::run(pc, job),
+    }
+}
+
 /// Flags that do not fit the backend.
 pub fn check_job(job: &Job) -> anyhow::Result<()> {
     if job.backend == Backend::Tcp && job.gpus != 1 {

@@ -473,7 +473,7 @@ fn p2p(p: P2pArgs, args: Vec<OsString>) -> anyhow::Result<Exit> {
             P2pMethodArg::Nccl => servbench::record::P2pMethod::Nccl,
         }),
     };
-    collbench::p2p::run(&pc, &job)
+    collbench::p2p(&pc, &job)
 }
 
 fn target(c: &ComputeArgs, backend: ComputeBackend) -> Target {

@@ -43,13 +43,9 @@ pub fn pairs(world: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// Runs `collbench p2p`: forwards upstream records, then one `p2p` record per ordered pair.
+/// Runs `collbench p2p --backend tcp` (the crate root's [`crate::p2p`] picks the backend):
+/// forwards upstream records, then one `p2p` record per ordered pair.
 pub fn run(pc: &P2pConfig, job: &Job) -> anyhow::Result<Exit> {
-    crate::check_job(job)?;
-    crate::check_memory(&pc.run, job, "--bytes")?;
-    if job.backend == Backend::Nccl {
-        return crate::nccl::p2p_run::run(pc, job);
-    }
     if let Some(m) = pc.only {
         return Err(cli::usage(format!(
             "--method {}: the tcp backend moves bytes over its sockets only; the copy engine \
