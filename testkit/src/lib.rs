@@ -11,7 +11,10 @@ pub mod startup;
 pub mod tty;
 
 pub use collected::Collected;
-pub use run::{Run, loadgen, loadgen_ok, ok, run, run_cmd, run_in, run_ok, stderr};
+pub use run::{
+    Call, Run, Spawned, call, loadgen, loadgen_at, loadgen_ok, loadgen_within, ok, run, run_cmd,
+    run_cmd_within, run_in, run_ok, stderr,
+};
 pub use stand_in::StandIn;
 
 use std::net::{SocketAddr, TcpStream};

@@ -3,9 +3,10 @@
 //! schema does not name, as JSON values.
 
 use servbench::record::{Record, RecordKind};
-use std::ops::Deref;
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::ffi::OsStr;
+use std::ops::{Deref, DerefMut};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The longest any test run of a tool may take: past it the tool is killed and the test fails
 /// saying so, instead of hanging the suite.
@@ -18,6 +19,8 @@ pub struct Run {
     pub output: Output,
     /// The tool and its arguments, as a failure message names them.
     pub what: String,
+    /// From the start of the process to its end.
+    pub took: Duration,
 }
 
 impl Deref for Run {
@@ -134,17 +137,161 @@ pub fn ok(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
 }
 
-/// Runs `c` (stdin empty unless set), bounded by [`RUN_LIMIT`].
-pub fn run_cmd(mut c: Command) -> Run {
+/// Runs `c` (stdin as `c` set it), bounded by [`RUN_LIMIT`].
+pub fn run_cmd(c: Command) -> Run {
+    run_within(c, RUN_LIMIT, None)
+}
+
+/// [`run_cmd`], failing the test past `limit` instead.
+pub fn run_cmd_within(c: Command, limit: Duration) -> Run {
+    run_within(c, limit, None)
+}
+
+/// Runs `c`, its stdin `stdin` when given, failing the test past `limit`.
+fn run_within(mut c: Command, limit: Duration, stdin: Option<Vec<u8>>) -> Run {
     let what = format!("{c:?}");
+    if stdin.is_some() {
+        c.stdin(Stdio::piped());
+    }
+    let started = Instant::now();
     let mut child = c
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    if let Some(bytes) = stdin {
+        let mut pipe = child.stdin.take().expect("piped stdin");
+        // Written from a thread so a tool that answers before reading it all cannot block us.
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let _ = pipe.write_all(&bytes);
+        });
+    }
+    let output = crate::wait_output(&mut child, limit);
     Run {
-        output: crate::wait_output(&mut child, RUN_LIMIT),
+        output,
         what,
+        took: started.elapsed(),
+    }
+}
+
+/// One run of a workspace binary being set up, for the runs that need more than arguments:
+/// environment, stdin, their own time limit. Stdin is empty unless [`Call::stdin`] gives it.
+pub struct Call {
+    cmd: Command,
+    limit: Duration,
+    stdin: Option<Vec<u8>>,
+}
+
+/// A [`Call`] of workspace binary `tool`.
+pub fn call(tool: &str) -> Call {
+    let mut cmd = crate::cmd(tool);
+    cmd.stdin(Stdio::null());
+    Call {
+        cmd,
+        limit: RUN_LIMIT,
+        stdin: None,
+    }
+}
+
+impl Call {
+    /// `--url URL`.
+    pub fn url(self, url: &str) -> Call {
+        self.args(["--url", url])
+    }
+
+    pub fn args<S: AsRef<OsStr>>(mut self, args: impl IntoIterator<Item = S>) -> Call {
+        self.cmd.args(args);
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: impl AsRef<OsStr>) -> Call {
+        self.cmd.env(key, value);
+        self
+    }
+
+    pub fn env_remove(mut self, key: &str) -> Call {
+        self.cmd.env_remove(key);
+        self
+    }
+
+    /// Without the system's CA store settings (`SSL_CERT_FILE`, `SSL_CERT_DIR`), so only what
+    /// the test gives is trusted.
+    pub fn no_system_ca(self) -> Call {
+        self.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR")
+    }
+
+    /// The tool reads `bytes` on its stdin.
+    pub fn stdin(mut self, bytes: impl Into<Vec<u8>>) -> Call {
+        self.stdin = Some(bytes.into());
+        self
+    }
+
+    /// Past `limit` the tool is killed and the test fails (instead of [`RUN_LIMIT`]).
+    pub fn within(mut self, limit: Duration) -> Call {
+        self.limit = limit;
+        self
+    }
+
+    pub fn run(self) -> Run {
+        run_within(self.cmd, self.limit, self.stdin)
+    }
+
+    /// [`Call::run`], which must exit 0.
+    #[track_caller]
+    pub fn run_ok(self) -> Run {
+        self.run().ok()
+    }
+
+    /// Started and left running, stdout and stderr piped, for a test that reads or signals it
+    /// meanwhile ([`Spawned::wait`] ends it). Stdin is empty.
+    pub fn spawn(mut self) -> Spawned {
+        assert!(self.stdin.is_none(), "a spawned Call reads no stdin");
+        let what = format!("{:?}", self.cmd);
+        let started = Instant::now();
+        let child = self
+            .cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {what}: {e}"));
+        Spawned {
+            child,
+            what,
+            started,
+        }
+    }
+}
+
+/// A tool [`Call::spawn`] started: the child (through `Deref`) and what it is.
+pub struct Spawned {
+    pub child: Child,
+    what: String,
+    started: Instant,
+}
+
+impl Deref for Spawned {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.child
+    }
+}
+
+impl DerefMut for Spawned {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+}
+
+impl Spawned {
+    /// Its end, failing the test past `limit`: what it wrote that was not taken meanwhile.
+    pub fn wait(mut self, limit: Duration) -> Run {
+        let output = crate::wait_output(&mut self.child, limit);
+        Run {
+            output,
+            what: self.what,
+            took: self.started.elapsed(),
+        }
     }
 }
 
@@ -171,6 +318,16 @@ pub fn run_ok(tool: &str, args: &[&str]) -> Run {
 /// loadgen with `args` and no stdin.
 pub fn loadgen(args: &[&str]) -> Run {
     run("loadgen", args)
+}
+
+/// loadgen against `url` with a test file's fixed flags `base` (its `BASE`), then `args`.
+pub fn loadgen_at(url: &str, base: &[&str], args: &[&str]) -> Run {
+    call("loadgen").url(url).args(base).args(args).run()
+}
+
+/// loadgen with `args`, failing the test past `limit` (a test of how soon it ends).
+pub fn loadgen_within(args: &[&str], limit: Duration) -> Run {
+    call("loadgen").args(args).within(limit).run()
 }
 
 /// loadgen with `args`, which must exit 0.

@@ -123,7 +123,7 @@ fn vllm_preset_launches_serves_loadgen_exactly_and_srv_kill_ends_the_whole_tree(
 
     // loadgen, completions: a concurrency sweep over two prompt lengths, every prompt exactly
     // on target (aligned through vLLM's /tokenize), every output exactly 9 tokens.
-    let completions = loadgen(
+    let completions = loadgen_exact(
         &url,
         &[
             "-c",
@@ -150,7 +150,7 @@ fn vllm_preset_launches_serves_loadgen_exactly_and_srv_kill_ends_the_whole_tree(
     }
 
     // Chat: the prompt counted with the chat template, as the server applies it.
-    let chat = loadgen(
+    let chat = loadgen_exact(
         &url,
         &[
             "--api",
@@ -169,7 +169,7 @@ fn vllm_preset_launches_serves_loadgen_exactly_and_srv_kill_ends_the_whole_tree(
     assert_eq!(of_kind(&chat, "summary")[0]["api"], "chat");
 
     // Open loop: a rate instead of a concurrency.
-    let open = loadgen(
+    let open = loadgen_exact(
         &url,
         &[
             "-r",

@@ -43,7 +43,7 @@ fn flush_cache_and_prefix_groups_on_the_real_vllm() {
         )
     };
     let before = counters();
-    let records = loadgen(
+    let records = loadgen_exact(
         &url,
         &[
             "--engine",
@@ -100,7 +100,7 @@ fn three_turn_conversation_on_the_real_vllm_resends_the_history() {
     };
     for api in ["chat", "completions"] {
         let before = hits();
-        let records = loadgen(
+        let records = loadgen_exact(
             &url,
             &[
                 "--api",

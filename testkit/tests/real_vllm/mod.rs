@@ -292,20 +292,19 @@ pub fn launch(dir: &Path, port: u16, engine_args: &[&str]) -> (Value, String) {
     (records[0].clone(), stderr)
 }
 
-pub fn loadgen(url: &str, args: &[&str]) -> Vec<Value> {
-    let out = tool("loadgen")
-        .args(["--url", url])
+/// loadgen against the engine, which must exit 0 having met every prompt length it aimed at.
+pub fn loadgen_exact(url: &str, args: &[&str]) -> Vec<Value> {
+    let out = testkit::call("loadgen")
+        .env("PATH", path_env())
+        .url(url)
         .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "loadgen {args:?}: {stderr}");
+        .run_ok();
+    let stderr = out.err();
     assert!(
         !stderr.contains("closest the server counted"),
         "loadgen {args:?} missed a prompt length: {stderr}"
     );
-    json_lines(&out.stdout)
+    out.values()
 }
 
 pub fn srv_kill(args: &[&str], stdin: Option<&Value>) -> (Option<i32>, Vec<Value>, String) {

@@ -7,41 +7,30 @@ mod hostile;
 
 use hostile::{Answer, chunk};
 use serde_json::Value;
-use std::process::{Output, Stdio};
+use servbench::record::{ErrorClass, RequestRecord, SummaryRecord};
+use testkit::loadgen_at;
 
-fn loadgen(url: &str, args: &[&str]) -> Output {
-    testkit::cmd("loadgen")
-        .args([
-            "--url",
-            url,
-            "--no-metrics",
-            "--no-gpu",
-            "-c",
-            "1",
-            "--timeout",
-            "30s",
-        ])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run loadgen")
-}
+/// Every run's flags besides the test's own: one at a time, no telemetry, a bounded request.
+const BASE: &[&str] = &["--no-metrics", "--no-gpu", "-c", "1", "--timeout", "30s"];
 
-/// The request records of a run with one prompt, `prompt`.
-fn requests(url: &str, prompt: &str, args: &[&str]) -> Vec<Value> {
+/// The one request record of a run with one prompt, `prompt`.
+fn request(url: &str, prompt: &str, args: &[&str]) -> RequestRecord {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("p.jsonl");
     std::fs::write(&p, format!("{}\n", serde_json::json!({"prompt": prompt}))).unwrap();
     let mut all = vec!["--prompts", p.to_str().unwrap(), "-n", "1"];
     all.extend_from_slice(args);
-    let out = loadgen(url, &all);
-    let records = testkit::json_lines(&out.stdout);
-    let reqs: Vec<Value> = testkit::of_kind(&records, "request")
-        .into_iter()
-        .cloned()
-        .collect();
-    assert_eq!(reqs.len(), 1, "{}", String::from_utf8_lossy(&out.stderr));
-    reqs
+    loadgen_at(url, BASE, &all).one::<RequestRecord>()
+}
+
+/// The request's error class, where it failed.
+fn failed_as(r: &RequestRecord) -> Option<ErrorClass> {
+    r.error.as_ref().map(|e| e.class)
+}
+
+/// The request's error message ("" where it did not fail).
+fn message(r: &RequestRecord) -> &str {
+    r.error.as_ref().map_or("", |e| e.message.as_str())
 }
 
 fn prompt_of(req: &Value) -> String {
@@ -79,27 +68,22 @@ fn usage_that_is_not_a_token_count_is_a_protocol_error_streamed_or_whole() {
     for usage in ["-7", "1e30", "3.7", "4294967296"] {
         for stream in [true, false] {
             let args: &[&str] = if stream { &[] } else { &["--no-stream"] };
-            let r = &requests(&server.url(), usage, args)[0];
+            let r = request(&server.url(), usage, args);
             assert_eq!(
-                r["error"]["class"], "protocol",
-                "usage {usage}, stream {stream}: {r}"
+                failed_as(&r),
+                Some(ErrorClass::Protocol),
+                "usage {usage}, stream {stream}: {r:?}"
             );
         }
     }
     // Without usage a stream counts its chunks; a whole answer has no count at all.
-    let r = &requests(&server.url(), "none", &[])[0];
-    assert!(r["error"].is_null() && r["output_tokens"] == 2, "{r}");
-    let r = &requests(&server.url(), "none", &["--no-stream"])[0];
-    assert_eq!(r["error"]["class"], "protocol", "{r}");
-    assert!(
-        r["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("completion_tokens"),
-        "{r}"
-    );
-    let r = &requests(&server.url(), "2", &["--no-stream"])[0];
-    assert!(r["error"].is_null() && r["output_tokens"] == 2, "{r}");
+    let r = request(&server.url(), "none", &[]);
+    assert!(r.error.is_none() && r.output_tokens == 2, "{r:?}");
+    let r = request(&server.url(), "none", &["--no-stream"]);
+    assert_eq!(failed_as(&r), Some(ErrorClass::Protocol), "{r:?}");
+    assert!(message(&r).contains("completion_tokens"), "{r:?}");
+    let r = request(&server.url(), "2", &["--no-stream"]);
+    assert!(r.error.is_none() && r.output_tokens == 2, "{r:?}");
 }
 
 /// An error in the stream's framing, as old llama-server (`error:`) or `event: error` send it.
@@ -122,9 +106,9 @@ fn framing_error(_path: &str, req: &Value) -> Answer {
 fn an_sse_error_field_or_event_fails_the_request() {
     let server = hostile::start(framing_error);
     for form in ["field", "event"] {
-        let r = &requests(&server.url(), form, &[])[0];
-        assert_eq!(r["error"]["class"], "protocol", "{form}: {r}");
-        let msg = r["error"]["message"].as_str().unwrap();
+        let r = request(&server.url(), form, &[]);
+        assert_eq!(failed_as(&r), Some(ErrorClass::Protocol), "{form}: {r:?}");
+        let msg = message(&r);
         assert!(msg.contains("KV cache is full"), "{form}: {msg}");
     }
 }
@@ -159,15 +143,15 @@ fn tool_call(_path: &str, _req: &Value) -> Answer {
 #[test]
 fn a_tool_call_only_stream_has_a_first_token_and_gaps() {
     let server = hostile::start(tool_call);
-    let r = &requests(&server.url(), "weather?", &["--api", "chat"])[0];
-    assert!(r["error"].is_null(), "{r}");
-    assert_eq!(r["chunks"], 3, "{r}");
+    let r = request(&server.url(), "weather?", &["--api", "chat"]);
+    assert!(r.error.is_none(), "{r:?}");
+    assert_eq!(r.chunks, 3, "{r:?}");
     assert!(
-        r["ttft_ms"].as_f64().is_some(),
-        "a tool call's first delta is a first token: {r}"
+        r.ttft_ms.is_some(),
+        "a tool call's first delta is a first token: {r:?}"
     );
-    assert_eq!(r["itl_ms"].as_array().unwrap().len(), 2, "{r}");
-    assert!(r["tpot_ms"].as_f64().is_some(), "{r}");
+    assert_eq!(r.itl_ms.len(), 2, "{r:?}");
+    assert!(r.tpot_ms.is_some(), "{r:?}");
 }
 
 /// A stream that never ends and ignores max_tokens (2 KB a chunk).
@@ -185,8 +169,9 @@ fn a_conversation_against_a_server_ignoring_max_tokens_fails_at_the_reply_bound(
         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\",\"content\":\"b\"}]}\n",
     )
     .unwrap();
-    let out = loadgen(
+    let out = loadgen_at(
         &server.url(),
+        BASE,
         &[
             "--api",
             "chat",
@@ -200,23 +185,15 @@ fn a_conversation_against_a_server_ignoring_max_tokens_fails_at_the_reply_bound(
             p.to_str().unwrap(),
         ],
     );
-    let records = testkit::json_lines(&out.stdout);
-    let reqs = testkit::of_kind(&records, "request");
+    let reqs = out.of::<RequestRecord>();
+    assert_eq!(reqs.len(), 1, "no turn after a failed one: {}", out.err());
+    let r = &reqs[0];
     assert_eq!(
-        reqs.len(),
-        1,
-        "no turn after a failed one: {}",
-        String::from_utf8_lossy(&out.stderr)
+        failed_as(r),
+        Some(ErrorClass::Protocol),
+        "bounded, not a timeout: {r:?}"
     );
-    let e = &reqs[0]["error"];
-    assert_eq!(e["class"], "protocol", "bounded, not a timeout: {e}");
-    assert!(
-        e["message"]
-            .as_str()
-            .unwrap()
-            .contains("longer than 16 MiB"),
-        "{e}"
-    );
+    assert!(message(r).contains("longer than 16 MiB"), "{r:?}");
 }
 
 /// A reasoning model: two reasoning chunks, then three of the answer, 20 ms apart.
@@ -246,28 +223,26 @@ fn a_reasoning_answer_records_its_first_answer_token_and_reasoning_share() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("p.jsonl");
     std::fs::write(&p, "{\"prompt\":\"why?\"}\n").unwrap();
-    let out = loadgen(
-        &server.url(),
-        &["--api", "chat", "--prompts", p.to_str().unwrap(), "-n", "2"],
-    );
-    let records = testkit::json_lines(&out.stdout);
-    let reqs = testkit::of_kind(&records, "request");
-    assert_eq!(reqs.len(), 2, "{}", String::from_utf8_lossy(&out.stderr));
+    let prompts = ["--api", "chat", "--prompts", p.to_str().unwrap()];
+    let out = loadgen_at(&server.url(), BASE, &[&prompts[..], &["-n", "2"]].concat());
+    let reqs = out.of::<RequestRecord>();
+    assert_eq!(reqs.len(), 2, "{}", out.err());
     for r in &reqs {
-        let (ttft, ttfo) = (
-            r["ttft_ms"].as_f64().unwrap(),
-            r["ttfo_ms"].as_f64().unwrap(),
-        );
-        assert_eq!(r["ttft_reasoning_ms"], r["ttft_ms"], "{r}");
+        let (ttft, ttfo) = (r.ttft_ms.unwrap(), r.ttfo_ms.unwrap());
+        assert_eq!(r.ttft_reasoning_ms, r.ttft_ms, "{r:?}");
         assert!(
             ttfo >= ttft + 30.0,
-            "two reasoning chunks 20 ms apart come first: {r}"
+            "two reasoning chunks 20 ms apart come first: {r:?}"
         );
-        assert_eq!(r["reasoning_tokens"], 2, "{r}");
+        assert_eq!(r.reasoning_tokens, Some(2), "{r:?}");
     }
-    let summary = testkit::of_kind(&records, "summary")[0];
-    assert_eq!(summary["ttfo_ms"]["n"], 2, "{summary}");
-    assert_eq!(summary["reasoning_share"], 0.4, "{summary}");
+    let summary = &out.of::<SummaryRecord>()[0];
+    assert_eq!(
+        summary.ttfo_ms.as_ref().map(|d| d.n),
+        Some(2),
+        "{summary:?}"
+    );
+    assert_eq!(summary.reasoning_share, Some(0.4), "{summary:?}");
     // summarize shows both where the model reasoned.
     let table = summarize(&out.stdout);
     assert!(
@@ -281,15 +256,9 @@ fn a_reasoning_answer_records_its_first_answer_token_and_reasoning_share() {
     );
     // Without reasoning neither appears.
     let server = hostile::start(tool_call);
-    let r = &requests(&server.url(), "x", &["--api", "chat"])[0];
-    assert!(
-        r.get("ttfo_ms").is_none() && r.get("reasoning_tokens").is_none(),
-        "{r}"
-    );
-    let out = loadgen(
-        &server.url(),
-        &["--api", "chat", "--prompts", p.to_str().unwrap(), "-n", "1"],
-    );
+    let r = request(&server.url(), "x", &["--api", "chat"]);
+    assert!(r.ttfo_ms.is_none() && r.reasoning_tokens.is_none(), "{r:?}");
+    let out = loadgen_at(&server.url(), BASE, &[&prompts[..], &["-n", "1"]].concat());
     let table = summarize(&out.stdout);
     assert!(
         table.contains("TTFT p50") && !table.contains("TTFO") && !table.contains("reasoning"),
@@ -299,22 +268,11 @@ fn a_reasoning_answer_records_its_first_answer_token_and_reasoning_share() {
 
 /// summarize's table of these records.
 fn summarize(records: &[u8]) -> String {
-    use std::io::Write;
-    let mut child = testkit::cmd("summarize")
+    testkit::call("summarize")
         .args(["--no-notes"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run summarize");
-    child.stdin.take().unwrap().write_all(records).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+        .stdin(records)
+        .run_ok()
+        .out()
 }
 
 /// A content chunk, then one nested a million brackets deep.
@@ -331,9 +289,9 @@ fn nested_deep(_path: &str, req: &Value) -> Answer {
 #[test]
 fn a_chunk_nested_a_million_deep_fails_the_request_as_malformed() {
     let server = hostile::start(nested_deep);
-    let r = &requests(&server.url(), "x", &[])[0];
-    assert_eq!(r["error"]["class"], "protocol", "{r}");
-    let msg = r["error"]["message"].as_str().unwrap();
+    let r = request(&server.url(), "x", &[]);
+    assert_eq!(failed_as(&r), Some(ErrorClass::Protocol), "{r:?}");
+    let msg = message(&r);
     assert!(msg.contains("malformed SSE data"), "{msg}");
-    assert_eq!(r["chunks"], 1, "{r}");
+    assert_eq!(r.chunks, 1, "{r:?}");
 }

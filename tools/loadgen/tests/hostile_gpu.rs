@@ -5,11 +5,10 @@
 //! sample); the healthy GPUs of a host that lost one are still sampled; no run of the stand-in
 //! is left behind.
 
-use serde_json::Value;
-use std::process::{Command, Stdio};
+use servbench::record::SummaryRecord;
 use std::time::{Duration, Instant};
 use testkit::smi::{HostileSmi, Smi};
-use testkit::{Guard, json_lines, of_kind, sshd, wait_output};
+use testkit::{Call, Guard, call, sshd};
 
 /// A run's stated bound (its duration, the end's scrape) with generous slack.
 const WITHIN: Duration = Duration::from_secs(60);
@@ -25,41 +24,18 @@ enum Via {
     Ssh,
 }
 
-fn loadgen(smi: &HostileSmi, via: Via, args: &[&str]) -> Command {
-    let mut c = testkit::cmd("loadgen");
-    c.args(args);
+/// loadgen sampling `smi` `via` here or SSH, bounded by [`WITHIN`].
+fn watching(smi: &HostileSmi, via: Via) -> Call {
+    let c = call("loadgen").within(WITHIN);
     match via {
-        Via::Here => {
-            c.args(["--gpu-host", "localhost"]).env("PATH", smi.path());
-        }
+        Via::Here => c.args(["--gpu-host", "localhost"]).env("PATH", smi.path()),
         Via::Ssh => {
             let s = sshd();
             c.args(["--gpu-host", &s.target, "--identity", &s.key])
                 .args(["--known-hosts", &s.known_hosts, "--nvidia-smi"])
-                .arg(smi.program());
+                .args([smi.program()])
         }
     }
-    c.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-/// Runs it to its end: exit code, records, stderr, how long it took.
-fn run(mut c: Command) -> (Option<i32>, Vec<Value>, String, Duration) {
-    let started = Instant::now();
-    let mut child = c.spawn().expect("run loadgen");
-    let out = wait_output(&mut child, WITHIN);
-    (
-        out.status.code(),
-        json_lines(&out.stdout),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-        started.elapsed(),
-    )
-}
-
-fn summary(recs: &[Value]) -> &Value {
-    of_kind(recs, "summary")[0]
 }
 
 #[test]
@@ -82,12 +58,13 @@ fn a_hung_nvidia_smi_does_not_delay_the_load_and_is_given_up_with_one_note() {
             "200ms",
             "--no-requests",
         ];
-        let (code, recs, err, took) = run(loadgen(&smi, via, &args));
-        assert_eq!(code, Some(0), "{via:?}: {err}");
-        assert!(took < WITHIN, "{via:?}: {took:?}");
-        let s = summary(&recs);
-        assert!(s["ok"].as_u64().unwrap() > 0, "the load ran: {s}");
-        assert!(s.get("gpus").is_none(), "{s}");
+        let out = watching(&smi, via).args(args).run();
+        let err = out.err();
+        assert_eq!(out.code(), Some(0), "{via:?}: {err}");
+        assert!(out.took < WITHIN, "{via:?}: {:?}", out.took);
+        let s = out.one::<SummaryRecord>();
+        assert!(s.ok > 0, "the load ran: {s:?}");
+        assert!(s.gpus.is_empty(), "{s:?}");
         assert_eq!(
             err.matches("note: no GPU telemetry").count(),
             1,
@@ -105,7 +82,7 @@ fn the_first_sigterm_ends_a_run_whose_nvidia_smi_hangs() {
     // G7 as reported: a loopback URL samples this host's GPUs without being asked.
     let (_sim, url) = sim();
     let smi = HostileSmi::new(Smi::Hangs);
-    let mut child = testkit::cmd("loadgen")
+    let child = call("loadgen")
         .args([
             "--url",
             &url,
@@ -118,11 +95,7 @@ fn the_first_sigterm_ends_a_run_whose_nvidia_smi_hangs() {
         ])
         .args(["--no-requests"])
         .env("PATH", smi.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     let end = Instant::now() + WITHIN;
     while smi.runs().is_empty() {
         assert!(Instant::now() < end, "nvidia-smi never asked");
@@ -132,17 +105,13 @@ fn the_first_sigterm_ends_a_run_whose_nvidia_smi_hangs() {
     // SAFETY: one SIGTERM to the loadgen child this test spawned.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let signalled = Instant::now();
-    let out = wait_output(&mut child, WITHIN);
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = child.wait(WITHIN);
+    let err = out.err();
     assert_eq!(out.status.code(), Some(130), "{err}");
     assert!(signalled.elapsed() < Duration::from_secs(20), "{err}");
-    let recs = json_lines(&out.stdout);
-    let s = summary(&recs);
-    assert_eq!(s["partial"], true, "{s}");
-    assert!(
-        s["ok"].as_u64().unwrap() > 0,
-        "requests were sent meanwhile: {s}"
-    );
+    let s = &out.of::<SummaryRecord>()[0];
+    assert!(s.partial, "{s:?}");
+    assert!(s.ok > 0, "requests were sent meanwhile: {s:?}");
     assert!(smi.none_left_running(Duration::from_secs(10)));
 }
 
@@ -171,11 +140,12 @@ fn an_endless_or_failing_nvidia_smi_is_noted_once_naming_the_failure() {
             ];
             // 3 s: time for the first sample over SSH on a loaded machine (a failure found
             // after the run ended is not worth a note, and is not given one).
-            let (code, recs, err, took) = run(loadgen(&smi, via, &args));
+            let out = watching(&smi, via).args(args).run();
+            let err = out.err();
             let what = format!("{via:?} {kind:?}");
-            assert_eq!(code, Some(0), "{what}: {err}");
-            assert!(took < WITHIN, "{what}: {took:?}");
-            assert!(summary(&recs)["ok"].as_u64().unwrap() > 0, "{what}");
+            assert_eq!(out.code(), Some(0), "{what}: {err}");
+            assert!(out.took < WITHIN, "{what}: {:?}", out.took);
+            assert!(out.one::<SummaryRecord>().ok > 0, "{what}");
             assert_eq!(
                 err.matches("note: no GPU telemetry").count(),
                 1,
@@ -213,8 +183,9 @@ fn a_lost_gpu_is_named_and_the_healthy_gpus_are_still_sampled() {
         "100ms",
         "--no-requests",
     ];
-    let (code, recs, err, _) = run(loadgen(&smi, Via::Here, &args));
-    assert_eq!(code, Some(0), "{err}");
+    let out = watching(&smi, Via::Here).args(args).run();
+    let err = out.err();
+    assert_eq!(out.code(), Some(0), "{err}");
     assert_eq!(err.matches("note: GPU telemetry").count(), 1, "{err}");
     assert!(
         err.contains("exited 255: Unable to determine the device handle for GPU0000:3B:00.0"),
@@ -222,15 +193,10 @@ fn a_lost_gpu_is_named_and_the_healthy_gpus_are_still_sampled() {
     );
     assert!(err.contains("sampling the GPUs that answer (1)"), "{err}");
     assert!(!err.contains("no nvidia-smi"), "{err}");
-    let s = summary(&recs);
-    let gpus = s["gpus"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no gpus: {s}"));
-    assert_eq!(gpus.len(), 1, "{s}");
-    assert_eq!(gpus[0]["index"], 1);
-    assert_eq!(gpus[0]["util_pct"]["mean"], 42.0);
-    assert!(
-        gpus[0]["samples"].as_u64().unwrap() >= 2,
-        "kept sampling: {s}"
-    );
+    let s = out.one::<SummaryRecord>();
+    let gpus = &s.gpus;
+    assert_eq!(gpus.len(), 1, "{s:?}");
+    assert_eq!(gpus[0].index, 1);
+    assert_eq!(gpus[0].util_pct.as_ref().map(|u| u.mean), Some(42.0));
+    assert!(gpus[0].samples >= 2, "kept sampling: {s:?}");
 }

@@ -3,9 +3,9 @@
 //! store (`SSL_CERT_FILE`), refuses it clearly without, and skips the check with `--insecure`.
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use serde_json::Value;
+use servbench::record::SummaryRecord;
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use testkit::{Call, call};
 
 /// Writes ca.pem, cert.pem and key.pem into `dir`.
 fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
@@ -30,24 +30,6 @@ fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     std::fs::write(&paths.1, leaf_cert.pem()).unwrap();
     std::fs::write(&paths.2, leaf_key.serialize_pem()).unwrap();
     paths
-}
-
-fn loadgen(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = testkit::cmd("loadgen");
-    c.args(args).stdin(Stdio::null());
-    // The system store must not hold our CA unless a test puts it there.
-    c.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().expect("run loadgen")
-}
-
-fn summary(out: &Output) -> Value {
-    let recs = testkit::json_lines(&out.stdout);
-    recs.into_iter()
-        .find(|r| r["kind"] == "summary")
-        .unwrap_or_else(|| panic!("no summary: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
 #[test]
@@ -81,28 +63,23 @@ fn https_works_with_cacert_and_fails_clearly_without() {
         "8",
     ];
 
+    // The system store must not hold our CA unless the test puts it there.
+    let loadgen = |target: &str| -> Call { call("loadgen").no_system_ca().url(target).args(load) };
+
     // Trusted through --cacert, by IP address and by name.
     let localhost = url.replace("127.0.0.1", "localhost");
     for target in [url.as_str(), localhost.as_str()] {
-        let mut args = vec!["--url", target, "--cacert", ca];
-        args.extend(load);
-        let out = loadgen(&args, &[]);
-        let err = String::from_utf8_lossy(&out.stderr);
+        let out = loadgen(target).args(["--cacert", ca]).run();
+        let err = out.err();
         assert!(out.status.success(), "{target}: {err}");
-        let s = summary(&out);
-        assert_eq!(
-            (s["ok"].as_u64(), s["prompt_len_exact"].as_u64()),
-            (Some(6), Some(6)),
-            "{s}"
-        );
-        assert!(s["ttft_ms"]["p50"].as_f64().unwrap() >= 5.0, "{s}");
+        let s = out.one::<SummaryRecord>();
+        assert_eq!((s.ok, s.prompt_len_exact), (6, 6), "{s:?}");
+        assert!(s.ttft_ms.as_ref().unwrap().p50 >= 5.0, "{s:?}");
     }
 
     // Without it the server's certificate is not trusted: one line saying so and what to do.
-    let mut args = vec!["--url", url.as_str()];
-    args.extend(load);
-    let out = loadgen(&args, &[]);
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = loadgen(&url).run();
+    let err = out.err();
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains("TLS handshake with")
@@ -117,32 +94,28 @@ fn https_works_with_cacert_and_fails_clearly_without() {
     );
 
     // The system's store is read (SSL_CERT_FILE as OpenSSL reads it).
-    let out = loadgen(&args, &[("SSL_CERT_FILE", ca)]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(summary(&out)["ok"], 6);
+    let out = loadgen(&url).env("SSL_CERT_FILE", ca).run_ok();
+    assert_eq!(out.one::<SummaryRecord>().ok, 6);
 
     // --insecure: encrypted, unauthenticated, spelled out.
-    let mut insecure = args.clone();
-    insecure.push("--insecure");
-    let out = loadgen(&insecure, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(summary(&out)["ok"], 6);
+    let out = loadgen(&url).args(["--insecure"]).run_ok();
+    assert_eq!(out.one::<SummaryRecord>().ok, 6);
 
     // A CA file that is not one, and TLS flags on a plain http URL: refused in one line.
-    let out = loadgen(&["--url", &url, "--cacert", key], &[]);
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = call("loadgen")
+        .no_system_ca()
+        .url(&url)
+        .args(["--cacert", key])
+        .run();
+    let err = out.err();
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains(&format!("--cacert {key}")), "{err}");
-    let out = loadgen(&["--url", "http://127.0.0.1:9", "--insecure"], &[]);
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = call("loadgen")
+        .no_system_ca()
+        .url("http://127.0.0.1:9")
+        .args(["--insecure"])
+        .run();
+    let err = out.err();
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("apply to https:// URLs only"), "{err}");
 }

@@ -4,9 +4,10 @@
 //! "pass --cacert"); a plain-HTTP server behind https:// and an HTTPS server behind http://
 //! each get one line naming the scheme to use.
 
+use servbench::record::SummaryRecord;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use testkit::stderr;
+use std::process::Command;
+use testkit::Run;
 
 /// `openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -addext subjectAltName=SAN`:
 /// writes NAME.pem and NAME.key in `dir`.
@@ -52,32 +53,26 @@ fn serve_tls(cert: &Path, key: &Path) -> (testkit::Guard, String) {
     ])
 }
 
-fn loadgen(url: &str, extra: &[&str]) -> Output {
-    let mut c = testkit::cmd("loadgen");
-    c.args([
-        "--url",
-        url,
-        "-c",
-        "1",
-        "-n",
-        "3",
-        "--input-len",
-        "16",
-        "--max-tokens",
-        "4",
-    ])
-    .args(extra)
-    .env_remove("SSL_CERT_FILE")
-    .env_remove("SSL_CERT_DIR")
-    .stdin(Stdio::null());
-    c.output().expect("run loadgen")
-}
+/// Every run's load: three small requests, one at a time.
+const BASE: &[&str] = &[
+    "-c",
+    "1",
+    "-n",
+    "3",
+    "--input-len",
+    "16",
+    "--max-tokens",
+    "4",
+];
 
-fn ok_requests(out: &Output) -> Option<u64> {
-    testkit::json_lines(&out.stdout)
-        .into_iter()
-        .find(|r| r["kind"] == "summary")
-        .and_then(|s| s["ok"].as_u64())
+/// loadgen against `url` trusting only the certificates `extra` names.
+fn trusting_only(url: &str, extra: &[&str]) -> Run {
+    testkit::call("loadgen")
+        .no_system_ca()
+        .url(url)
+        .args(BASE)
+        .args(extra)
+        .run()
 }
 
 #[test]
@@ -87,14 +82,14 @@ fn an_openssl_self_signed_ca_certificate_given_to_cacert_is_trusted_as_pinned() 
     let (_sim, url) = serve_tls(&cert, &key);
     let localhost = url.replace("127.0.0.1", "localhost");
     for target in [url.as_str(), localhost.as_str()] {
-        let out = loadgen(target, &["--cacert", cert.to_str().unwrap()]);
-        assert!(out.status.success(), "{target}: {}", stderr(&out));
-        assert_eq!(ok_requests(&out), Some(3), "{target}: {}", stderr(&out));
+        let out = trusting_only(target, &["--cacert", cert.to_str().unwrap()]);
+        assert!(out.status.success(), "{target}: {}", out.err());
+        assert_eq!(out.one::<SummaryRecord>().ok, 3, "{target}: {}", out.err());
     }
     // Pinning is exact: another certificate made the same way is not this server's.
     let (other, _) = openssl_self_signed(dir.path(), "other", "DNS:localhost,IP:127.0.0.1");
-    let out = loadgen(&url, &["--cacert", other.to_str().unwrap()]);
-    let err = stderr(&out);
+    let out = trusting_only(&url, &["--cacert", other.to_str().unwrap()]);
+    let err = out.err();
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains("the server presents a CA certificate as its own")
@@ -108,8 +103,8 @@ fn a_certificate_for_another_name_names_the_mismatch_and_not_cacert() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = openssl_self_signed(dir.path(), "c", "DNS:other.example");
     let (_sim, url) = serve_tls(&cert, &key);
-    let out = loadgen(&url, &["--cacert", cert.to_str().unwrap()]);
-    let err = stderr(&out);
+    let out = trusting_only(&url, &["--cacert", cert.to_str().unwrap()]);
+    let err = out.err();
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains("the certificate is for other names than 127.0.0.1")
@@ -122,8 +117,8 @@ fn a_certificate_for_another_name_names_the_mismatch_and_not_cacert() {
 fn plain_http_behind_https_and_https_behind_http_each_name_the_scheme_to_use() {
     let (_plain, plain_url) = testkit::srv_sim(&["--ttft", "2ms", "--itl", "1ms"]);
     let https_url = plain_url.replace("http://", "https://");
-    let out = loadgen(&https_url, &["--insecure"]);
-    let err = stderr(&out);
+    let out = trusting_only(&https_url, &["--insecure"]);
+    let err = out.err();
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains("the server answered in plain HTTP, not TLS: use an http:// URL"),
@@ -134,8 +129,8 @@ fn plain_http_behind_https_and_https_behind_http_each_name_the_scheme_to_use() {
     let (cert, key) = openssl_self_signed(dir.path(), "c", "DNS:localhost,IP:127.0.0.1");
     let (_tls, tls_url) = serve_tls(&cert, &key);
     let http_url = tls_url.replace("https://", "http://");
-    let out = loadgen(&http_url, &[]);
-    let err = stderr(&out);
+    let out = trusting_only(&http_url, &[]);
+    let err = out.err();
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains("if it serves TLS, use an https:// URL"),

@@ -6,16 +6,12 @@ mod hostile;
 
 use hostile::{Answer, chunk};
 use serde_json::Value;
-use std::process::{Output, Stdio};
+use servbench::record::RequestRecord;
+use std::process::Output;
+use testkit::loadgen_at;
 
-fn loadgen(url: &str, args: &[&str]) -> Output {
-    testkit::cmd("loadgen")
-        .args(["--url", url, "--no-metrics", "--no-gpu", "--timeout", "30s"])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run loadgen")
-}
+/// Every run's flags besides the test's own: no telemetry, a bounded request.
+const BASE: &[&str] = &["--no-metrics", "--no-gpu", "--timeout", "30s"];
 
 /// Answers every request with as many tokens as it asked for (at most 8), streamed.
 fn obliging(_path: &str, req: &Value) -> Answer {
@@ -58,11 +54,15 @@ fn flag_files_that_never_end_are_one_error_naming_the_file_and_the_bound() {
     ];
     for (args, bound) in cases {
         let started = std::time::Instant::now();
-        let out = loadgen(&url, args);
+        let out = loadgen_at(&url, BASE, args);
         refused(&out, &["/dev/zero", bound]);
         assert!(started.elapsed().as_secs() < 60, "{args:?}");
     }
-    let out = loadgen("https://127.0.0.1:9", &["--cacert", "/dev/zero", "-n", "1"]);
+    let out = loadgen_at(
+        "https://127.0.0.1:9",
+        BASE,
+        &["--cacert", "/dev/zero", "-n", "1"],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{err}");
     assert!(
@@ -81,7 +81,7 @@ fn trace_rows_no_model_can_hold_are_refused_or_left_out_without_being_built() {
         "{\"timestamp\": 0, \"input_length\": 4000000000, \"output_length\": 2}\n",
     );
     refused(
-        &loadgen(&server.url(), &["--trace", &huge]),
+        &loadgen_at(&server.url(), BASE, &["--trace", &huge]),
         &["huge.jsonl:1:", "at most 10000000"],
     );
     // Over the server's max_model_len (131072): left out with a count, the rest replayed.
@@ -90,7 +90,7 @@ fn trace_rows_no_model_can_hold_are_refused_or_left_out_without_being_built() {
         "over.jsonl",
         "{\"timestamp\": 0, \"input_length\": 9000000, \"output_length\": 2}\n{\"timestamp\": 1, \"input_length\": 8, \"output_length\": 2}\n",
     );
-    let out = loadgen(&server.url(), &["--trace", &over]);
+    let out = loadgen_at(&server.url(), BASE, &["--trace", &over]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(
@@ -99,10 +99,8 @@ fn trace_rows_no_model_can_hold_are_refused_or_left_out_without_being_built() {
         ),
         "{err}"
     );
-    let records = testkit::json_lines(&out.stdout);
-    let reqs = testkit::of_kind(&records, "request");
-    assert_eq!(reqs.len(), 1);
-    assert!(reqs[0]["error"].is_null(), "{}", reqs[0]);
+    let req = out.one::<RequestRecord>();
+    assert!(req.error.is_none(), "{req:?}");
 }
 
 #[test]
@@ -116,7 +114,7 @@ fn a_prompts_max_tokens_that_is_not_a_count_is_refused_naming_file_and_line() {
             &format!("{{\"prompt\":\"a b c\",\"max_tokens\":{bad}}}\n"),
         );
         refused(
-            &loadgen(&server.url(), &["--prompts", &p, "-n", "1"]),
+            &loadgen_at(&server.url(), BASE, &["--prompts", &p, "-n", "1"]),
             &["p.jsonl:1:", "max_tokens"],
         );
     }
@@ -133,21 +131,32 @@ fn sharegpt_prompts_ask_for_their_replys_length_unless_max_tokens_is_given() {
             {"conversations":[{"role":"user","content":"q2"},{"role":"assistant","content":"twenty characters ok"}]},
             {"conversations":[]}]"#,
     );
-    let out = loadgen(&server.url(), &["--prompts", &p, "-n", "4", "-c", "1"]);
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = loadgen_at(
+        &server.url(),
+        BASE,
+        &["--prompts", &p, "-n", "4", "-c", "1"],
+    );
+    let err = out.err();
     assert!(out.status.success(), "{err}");
     assert!(err.contains("1 of 3 entries skipped"), "{err}");
-    let records = testkit::json_lines(&out.stdout);
-    for r in testkit::of_kind(&records, "request") {
-        assert_eq!(r["max_tokens"], 5, "20 characters, about 5 tokens: {r}");
+    for r in out.of::<RequestRecord>() {
+        assert_eq!(
+            r.max_tokens,
+            Some(5),
+            "20 characters, about 5 tokens: {r:?}"
+        );
     }
-    let out = loadgen(
+    let out = loadgen_at(
         &server.url(),
+        BASE,
         &["--prompts", &p, "-n", "2", "--max-tokens", "7"],
     );
-    let records = testkit::json_lines(&out.stdout);
-    for r in testkit::of_kind(&records, "request") {
-        assert_eq!(r["max_tokens"], 7, "--max-tokens forces one length: {r}");
+    for r in out.of::<RequestRecord>() {
+        assert_eq!(
+            r.max_tokens,
+            Some(7),
+            "--max-tokens forces one length: {r:?}"
+        );
     }
 }
 
@@ -179,6 +188,6 @@ fn flag_values_no_run_can_honour_are_refused_when_parsed() {
         (&["--turns", "all", "-c", "1"], "--turns all"),
     ];
     for (args, want) in cases {
-        refused(&loadgen(url, args), &[want]);
+        refused(&loadgen_at(url, BASE, args), &[want]);
     }
 }

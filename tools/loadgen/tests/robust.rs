@@ -4,23 +4,27 @@
 
 mod server;
 
+use servbench::record::{ErrorClass, PointStop, RequestRecord, SummaryRecord};
 use server::Behavior;
 use std::io::{BufRead, BufReader};
 use std::process::{Output, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use testkit::of_kind;
+use testkit::{Run, call, loadgen_within as loadgen};
 
-/// Runs loadgen to its end, failing the test past `limit`.
-fn loadgen(args: &[&str], limit: Duration) -> Output {
-    let mut child = testkit::cmd("loadgen")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start loadgen");
-    testkit::wait_output(&mut child, limit)
+/// Every request of `out` failed as `class` with a message containing `says`: `n` of them.
+#[track_caller]
+fn each_failed(out: &Run, n: usize, class: ErrorClass, says: &str) {
+    let reqs = out.of::<RequestRecord>();
+    assert_eq!(reqs.len(), n, "{}", out.err());
+    for r in reqs {
+        let e = r
+            .error
+            .as_ref()
+            .unwrap_or_else(|| panic!("did not fail: {r:?}"));
+        assert_eq!(e.class, class, "{r:?}");
+        assert!(e.message.contains(says), "{says:?} not in {r:?}");
+    }
 }
 
 fn signal(child: &std::process::Child, sig: i32) {
@@ -39,14 +43,10 @@ fn a_closed_stdout_stops_sending_at_once() {
         itl: Duration::from_millis(1),
         ..Behavior::default()
     });
-    let mut child = testkit::cmd("loadgen")
+    let mut child = call("loadgen")
         .args(["--url", &srv.url(), "-c", "4", "-n", "1000000"])
         .args(["--max-tokens", "2", "--input-len", "8"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     let mut first = String::new();
     let mut reader = BufReader::new(child.stdout.take().unwrap());
     reader.read_line(&mut first).unwrap();
@@ -79,14 +79,10 @@ fn a_closed_stdout_cancels_long_requests_without_a_record_to_write() {
         itl: Duration::from_millis(200),
         ..Behavior::default()
     });
-    let mut child = testkit::cmd("loadgen")
+    let mut child = call("loadgen")
         .args(["--url", &srv.url(), "-c", "2", "--duration", "120s"])
         .args(["--max-tokens", "500", "--no-requests", "--grace", "60s"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while srv.requests.load(Ordering::SeqCst) < 2 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -142,13 +138,9 @@ fn the_first_signal_stops_start_up() {
         (true, "POST /tokenize", libc::SIGINT),
     ] {
         let silent = server::start_silent(models);
-        let mut child = testkit::cmd("loadgen")
+        let mut child = call("loadgen")
             .args(["--url", &silent.url(), "-n", "1", "--input-len", "16"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .spawn();
         assert!(silent.wait_for(waits_at), "loadgen never asked {waits_at}");
         signal(&child, sig);
         let out = testkit::wait_output(&mut child, Duration::from_secs(10));
@@ -174,28 +166,24 @@ fn a_dead_server_stops_the_point_as_server_down_without_being_hammered() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("server down"), "{stderr}");
-    let recs = testkit::json_lines(&out.stdout);
-    let sums = of_kind(&recs, "summary");
-    assert_eq!(sums.len(), 1, "{stderr}");
-    let s = sums[0];
-    assert_eq!(s["partial"], true);
-    assert_eq!(s["stopped_by"], "server_down");
+    let s = out.one::<SummaryRecord>();
+    assert!(s.partial);
+    assert_eq!(s.stopped_by, Some(PointStop::ServerDown));
     assert!(
-        s["stop_reason"]
-            .as_str()
+        s.stop_reason
+            .as_deref()
             .is_some_and(|r| r.contains("connection") || r.contains("connect")),
-        "{s}"
+        "{s:?}"
     );
-    let ok = s["ok"].as_u64().unwrap();
-    assert!((1..=20).contains(&ok), "{s}");
-    let connect = s["errors_by_class"]["connect"].as_u64().unwrap_or(0);
+    assert!((1..=20).contains(&s.ok), "{s:?}");
+    let connect = s.errors_by_class.get("connect").copied().unwrap_or(0);
     assert!(
         (3..500).contains(&connect),
         "{connect} requests sent at a refused port"
     );
-    let reqs = of_kind(&recs, "request");
-    assert_eq!(reqs.len() as u64, s["requests"].as_u64().unwrap());
-    let mut ids: Vec<u64> = reqs.iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    let reqs = out.of::<RequestRecord>();
+    assert_eq!(reqs.len() as u64, s.requests);
+    let mut ids: Vec<u64> = reqs.iter().map(|r| r.id).collect();
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), reqs.len(), "every finished request once");
@@ -257,20 +245,15 @@ fn the_open_files_soft_limit_is_raised_to_the_hard_one() {
         itl: Duration::from_millis(1),
         ..Behavior::default()
     });
-    let mut child = testkit::sh_cmd(&format!(
+    let mut c = testkit::sh_cmd(&format!(
         "ulimit -Sn 100 && ulimit -Hn 2048 && exec loadgen --url {} -c 300 -n 300 --max-tokens 2 --no-requests",
         srv.url()
-    ))
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let out = testkit::wait_output(&mut child, Duration::from_secs(60));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let s = &testkit::json_lines(&out.stdout)[0];
-    assert_eq!(s["ok"], 300, "{s}");
+    ));
+    c.stdin(Stdio::null());
+    let out = testkit::run_cmd_within(c, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{}", out.err());
+    let s = &out.of::<SummaryRecord>()[0];
+    assert_eq!(s.ok, 300, "{s:?}");
 }
 
 /// A server that answers 0 tokens (or a nonsense count) for every prompt: loadgen does not
@@ -316,10 +299,9 @@ fn a_stream_with_finish_reason_and_no_done_is_complete() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let recs = testkit::json_lines(&out.stdout);
-    let s = of_kind(&recs, "summary")[0];
-    assert_eq!((s["ok"].as_u64(), s["errors"].as_u64()), (Some(4), Some(0)));
-    assert_eq!(s["output_tokens"], 12);
+    let s = &out.of::<SummaryRecord>()[0];
+    assert_eq!((s.ok, s.errors), (4, 0));
+    assert_eq!(s.output_tokens, 12);
 }
 
 /// A stream that ends without a finish_reason and without [DONE] is cut off: incomplete.
@@ -336,19 +318,7 @@ fn a_stream_without_finish_reason_or_done_is_incomplete() {
         Duration::from_secs(20),
     );
     assert_eq!(out.status.code(), Some(1));
-    let recs = testkit::json_lines(&out.stdout);
-    let reqs = of_kind(&recs, "request");
-    assert_eq!(reqs.len(), 3);
-    for r in reqs {
-        assert_eq!(r["error"]["class"], "reset", "{r}");
-        assert!(
-            r["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("incomplete"),
-            "{r}"
-        );
-    }
+    each_failed(&out, 3, ErrorClass::Reset, "incomplete");
 }
 
 /// A server's error message reaches the terminal through loadgen's warnings: its control
@@ -384,19 +354,12 @@ fn a_servers_error_body_is_escaped_before_it_reaches_stderr() {
             .any(|l| l.starts_with("loadgen: error: fake")),
         "a faked line: {stderr}"
     );
-    let recs = testkit::json_lines(&out.stdout);
-    let reqs = of_kind(&recs, "request");
-    assert_eq!(reqs.len(), 2);
-    for r in reqs {
-        assert_eq!(r["error"]["class"], "http_5xx", "{r}");
-        assert!(
-            r["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("\u{1b}[2J\u{1b}]0;owned\u{7}boom"),
-            "{r}"
-        );
-    }
+    each_failed(
+        &out,
+        2,
+        ErrorClass::Http5xx,
+        "\u{1b}[2J\u{1b}]0;owned\u{7}boom",
+    );
 }
 
 /// Durations and rates whose deadlines would overflow the clock (a panic, and exit 0 when it
@@ -458,13 +421,8 @@ fn a_trace_row_beyond_a_year_ends_the_point_with_a_warning() {
         stderr.contains("request 1 would leave") && stderr.contains("beyond a year"),
         "{stderr}"
     );
-    let recs = testkit::json_lines(&out.stdout);
-    let s = of_kind(&recs, "summary")[0];
-    assert_eq!(
-        (s["requests"].as_u64(), s["ok"].as_u64()),
-        (Some(1), Some(1)),
-        "{s}"
-    );
+    let s = &out.of::<SummaryRecord>()[0];
+    assert_eq!((s.requests, s.ok), (1, 1), "{s:?}");
 }
 /// The reader leaving just as a short point's last requests finish: the abort then finds every
 /// request gone (nobody left to hear the cancel), and loadgen used to poll its finished abort
@@ -473,14 +431,10 @@ fn a_trace_row_beyond_a_year_ends_the_point_with_a_warning() {
 fn a_reader_leaving_as_the_last_requests_finish_never_panics() {
     let srv = server::start(Behavior::default());
     for round in 0..20 {
-        let mut child = testkit::cmd("loadgen")
+        let mut child = call("loadgen")
             .args(["--url", &srv.url(), "-c", "4", "-n", "8", "--warmup", "0"])
             .args(["--max-tokens", "2", "--input-len", "8"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .spawn();
         let mut first = String::new();
         let mut reader = BufReader::new(child.stdout.take().unwrap());
         reader.read_line(&mut first).unwrap();
@@ -559,15 +513,6 @@ fn an_endless_line_or_a_huge_answer_fails_the_request_instead_of_growing_without
         args.extend(["--prompts", "builtin", "--model", "m"]);
         args.extend(extra);
         let out = loadgen(&args, Duration::from_secs(60));
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let records = testkit::json_lines(&out.stdout);
-        let requests = of_kind(&records, "request");
-        assert_eq!(requests.len(), 1, "{stderr}");
-        let error = &requests[0]["error"];
-        assert_eq!(error["class"], "protocol", "{error}");
-        assert!(
-            error["message"].as_str().unwrap().contains(bound),
-            "{error}"
-        );
+        each_failed(&out, 1, ErrorClass::Protocol, bound);
     }
 }

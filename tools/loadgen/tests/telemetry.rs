@@ -5,40 +5,14 @@
 
 use serde_json::Value;
 use std::process::Stdio;
-use testkit::loadgen;
 use testkit::{FakeNvidiaSmi, Guard, of_kind};
+use testkit::{call, loadgen};
 
 /// Llama-3.1-8B on an A100-80G: ~8 ms decode steps.
 const PRESET: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
 
 fn sim(extra: &[&str]) -> (Guard, String) {
     testkit::srv_sim(&[PRESET, extra].concat())
-}
-
-fn loadgen_with(
-    args: &[&str],
-    env: &[(&str, &str)],
-    stdin: Option<&str>,
-) -> (Option<i32>, Vec<Value>, String) {
-    use std::io::Write;
-    let mut c = testkit::cmd("loadgen");
-    c.args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = c.spawn().expect("run loadgen");
-    let mut input = child.stdin.take().unwrap();
-    if let Some(s) = stdin {
-        input.write_all(s.as_bytes()).unwrap();
-    }
-    drop(input);
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code(),
-        testkit::json_lines(&out.stdout),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 fn f(v: &Value) -> f64 {
@@ -187,11 +161,12 @@ fn gpu_telemetry_from_a_stand_in_nvidia_smi_here_and_over_ssh() {
     ];
     // Here: the stand-in first on PATH; only GPU 1.
     let path = smi.path();
-    let (code, recs, err) = loadgen_with(
-        &[&common[..], &["--gpu-host", "localhost", "--gpus", "1"]].concat(),
-        &[("PATH", &path)],
-        None,
-    );
+    let (code, recs, err) = call("loadgen")
+        .args(common)
+        .args(["--gpu-host", "localhost", "--gpus", "1"])
+        .env("PATH", &path)
+        .run()
+        .parts();
     assert_eq!(code, Some(0), "{err}");
     let s = of_kind(&recs, "summary")[0];
     assert_eq!(gpus(s), vec![(1, 3.0)], "{s}");
@@ -214,22 +189,13 @@ fn gpu_telemetry_from_a_stand_in_nvidia_smi_here_and_over_ssh() {
         "ready_s": 1.0, "gpus": "0"
     });
     let program = smi.program();
-    let (code, recs, err) = loadgen_with(
-        &[
-            &common[2..],
-            &[
-                "--identity",
-                &sshd.key,
-                "--known-hosts",
-                &sshd.known_hosts,
-                "--nvidia-smi",
-                &program,
-            ],
-        ]
-        .concat(),
-        &[],
-        Some(&format!("{record}\n")),
-    );
+    let (code, recs, err) = call("loadgen")
+        .args(&common[2..])
+        .args(["--identity", &sshd.key, "--known-hosts", &sshd.known_hosts])
+        .args(["--nvidia-smi", &program])
+        .stdin(format!("{record}\n"))
+        .run()
+        .parts();
     assert_eq!(code, Some(0), "{err}");
     let s = of_kind(&recs, "summary")[0];
     assert_eq!(gpus(s), vec![(0, 87.0)], "{s}");
@@ -243,16 +209,17 @@ fn a_missing_nvidia_smi_is_noted_when_asked_for_and_silent_otherwise() {
     let empty = tempfile::tempdir().unwrap();
     let path = format!("{}:/usr/bin:/bin", empty.path().display());
     let args = ["--url", &url, "-c", "1,2", "-n", "3", "--max-tokens", "4"];
-    let (code, recs, err) = loadgen_with(
-        &[&args[..], &["--gpu-host", "localhost"]].concat(),
-        &[("PATH", &path)],
-        None,
-    );
+    let (code, recs, err) = call("loadgen")
+        .args(args)
+        .args(["--gpu-host", "localhost"])
+        .env("PATH", &path)
+        .run()
+        .parts();
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(err.matches("note: no GPU telemetry").count(), 1, "{err}");
     assert!(of_kind(&recs, "summary")[0].get("gpus").is_none());
     // A loopback URL samples this host's GPUs if it has any, and says nothing if not.
-    let (code, _, err) = loadgen_with(&args, &[("PATH", &path)], None);
+    let (code, _, err) = call("loadgen").args(args).env("PATH", &path).run().parts();
     assert_eq!(code, Some(0), "{err}");
     assert!(!err.contains("GPU"), "{err}");
 }

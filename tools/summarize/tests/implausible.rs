@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use testkit::stderr;
 
 fn summarize(args: &[&str]) -> Output {
@@ -32,30 +32,21 @@ fn readme_line(kind: &str) -> Value {
     serde_json::from_str(line).unwrap()
 }
 
+/// Twenty short requests, two at a time, without telemetry: their stdout lines.
 fn loadgen_run(url: &str) -> Vec<String> {
-    let out = Command::new(testkit::bin("loadgen"))
-        .args([
-            "--url",
-            url,
-            "-c",
-            "2",
-            "-n",
-            "20",
-            "--max-tokens",
-            "4",
-            "--input-len",
-            "16",
-            "--no-metrics",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    const BASE: &[&str] = &[
+        "-c",
+        "2",
+        "-n",
+        "20",
+        "--max-tokens",
+        "4",
+        "--input-len",
+        "16",
+        "--no-metrics",
+    ];
+    let out = testkit::loadgen_at(url, BASE, &[]).ok().out();
+    out.lines().map(str::to_string).collect()
 }
 
 /// The table's rows as JSON (`--format json`).

@@ -3,40 +3,24 @@
 //! served from the prefix cache the first run filled, and summarize says so when they were
 //! (the same `--seed` given twice).
 
-use serde_json::Value;
-use std::process::{Command, Stdio};
-use testkit::of_kind;
+use servbench::record::SummaryRecord;
+use testkit::{Run, loadgen_at};
 
-fn loadgen(url: &str, extra: &[&str]) -> Vec<Value> {
-    let out = Command::new(testkit::bin("loadgen"))
-        .args([
-            "--url",
-            url,
-            "-c",
-            "2",
-            "-n",
-            "8",
-            "--max-tokens",
-            "4",
-            "--input-len",
-            "64",
-        ])
-        .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run loadgen");
-    assert!(
-        out.status.success(),
-        "loadgen: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    testkit::json_lines(&out.stdout)
-}
+/// Every run's load: eight short requests, two at a time.
+const BASE: &[&str] = &[
+    "-c",
+    "2",
+    "-n",
+    "8",
+    "--max-tokens",
+    "4",
+    "--input-len",
+    "64",
+];
 
-fn summary(records: &[Value]) -> &Value {
-    let s = of_kind(records, "summary");
-    assert_eq!(s.len(), 1, "one point");
-    s[0]
+/// The one point's summary.
+fn summary(run: &Run) -> SummaryRecord {
+    run.one::<SummaryRecord>()
 }
 
 /// Prefix-cache (queries, hits) in tokens, from srv-sim's /metrics.
@@ -56,23 +40,18 @@ fn prefix_counters(url: &str) -> (f64, f64) {
     )
 }
 
-fn summarize(records: &[Value]) -> String {
-    let text: String = records.iter().map(|r| format!("{r}\n")).collect();
-    testkit::run::summarize_table(&text)
+fn summarize(run: &Run) -> String {
+    testkit::run::summarize_table(&run.out())
 }
 
 #[test]
 fn a_default_rerun_draws_a_fresh_seed_and_finds_no_prefix_hits() {
     let (_sim, url) = testkit::srv_sim(&["--ttft", "2ms", "--itl", "1ms"]);
-    let first = loadgen(&url, &[]);
+    let first = loadgen_at(&url, BASE, &[]).ok();
     let after_first = prefix_counters(&url);
-    let second = loadgen(&url, &[]);
+    let second = loadgen_at(&url, BASE, &[]).ok();
     let after_second = prefix_counters(&url);
-    let seed = |r: &[Value]| {
-        summary(r)["seed"]
-            .as_u64()
-            .expect("the summary records its seed")
-    };
+    let seed = |r: &Run| summary(r).seed.expect("the summary records its seed");
     let (s1, s2) = (seed(&first), seed(&second));
     assert_ne!(s1, s2, "each run without --seed draws its own");
     assert!(
@@ -87,7 +66,11 @@ fn a_default_rerun_draws_a_fresh_seed_and_finds_no_prefix_hits() {
         after_second.1, after_first.1,
         "the second default run's unique prompts found no prefix cached"
     );
-    assert_eq!(summary(&second)["prefix_hit_rate_expected"], 0.0);
+    let summaries = second.values();
+    assert_eq!(
+        testkit::of_kind(&summaries, "summary")[0]["prefix_hit_rate_expected"],
+        0.0
+    );
     assert!(
         !summarize(&second).contains("prefix cache held"),
         "a clean rerun gets no note"
@@ -95,12 +78,13 @@ fn a_default_rerun_draws_a_fresh_seed_and_finds_no_prefix_hits() {
 
     // The same seed again sends the first run's prompts: the cache serves them, and
     // summarize says the rerun is flattered, naming the seed.
-    let again = loadgen(&url, &["--seed", &s1.to_string()]);
+    let again = loadgen_at(&url, BASE, &["--seed", &s1.to_string()]).ok();
     assert_eq!(seed(&again), s1, "--seed is recorded as given");
     let after_again = prefix_counters(&url);
     assert!(after_again.1 > after_second.1, "the repeated prompts hit");
-    let hit = summary(&again)["server"]["prefix_hit_rate"]
-        .as_f64()
+    let hit = summary(&again)
+        .server
+        .and_then(|s| s.prefix_hit_rate)
         .expect("loadgen records the server's prefix hit rate");
     assert!(hit > 0.5, "{hit}");
     let text = summarize(&again);
