@@ -1,8 +1,10 @@
 //! The one dispatch loop every load mode feeds: a runtime task that takes each unit from the
 //! point's workload, decides its intended send time through [`crate::pacing::next_send`],
 //! waits for it precisely and starts it (`inflight.rs`); finished requests come back to the
-//! phase's caller one at a time, watched for a server gone (`health.rs`). Per request it takes
-//! one reference count and one spawned task, no lock and no other allocation than the body.
+//! phase's caller in order, in batches at most a millisecond after they finished (one wakeup
+//! of the caller's thread per batch, not per request), watched for a server gone
+//! (`health.rs`). Per request it takes one reference count and one spawned task, no lock and
+//! no other allocation than the body.
 
 use crate::client::body::Bodies;
 use crate::client::http::Pool;
@@ -85,10 +87,19 @@ impl Context {
         // `watch::send` stores nothing once every request has dropped its receiver, and a
         // finished `aborted` polled again panics.
         let mut cancelled = false;
+        // Finished requests are taken in batches: after one, the collector rests for
+        // COLLECT_EVERY, and requests finishing meanwhile queue without waking its thread (a
+        // wakeup per request was a tenth of the client's CPU). Each is still handed on, in
+        // order, at most that long after it finished.
+        let mut batch: Vec<Finished> = Vec::new();
+        let mut resting_until: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
-                msg = rx.recv() => match msg {
-                    Some(f) => {
+                n = rx.recv_many(&mut batch, COLLECT_BATCH), if resting_until.is_none() => {
+                    if n == 0 {
+                        break;
+                    }
+                    for f in batch.drain(..) {
                         if down.is_none()
                             && let Some(why) = health.observe(f.outcome.failure.as_ref(), f.outcome.end)
                         {
@@ -101,8 +112,11 @@ impl Context {
                         }
                         each(f, start);
                     }
-                    None => break,
-                },
+                    resting_until = Some(tokio::time::Instant::now() + COLLECT_EVERY);
+                }
+                _ = sleep_until_some(resting_until), if resting_until.is_some() => {
+                    resting_until = None;
+                }
                 _ = &mut stopped, if !stopped_by_run => {
                     stopped_by_run = true;
                     halt.stop();
@@ -138,6 +152,12 @@ impl Context {
         }
     }
 }
+
+/// How long the collector rests after taking a batch of finished requests.
+const COLLECT_EVERY: Duration = Duration::from_millis(1);
+
+/// The most finished requests taken in one batch (more wait for the next).
+const COLLECT_BATCH: usize = 4096;
 
 /// Sleeps until `t`, or forever without one.
 async fn sleep_until_some(t: Option<tokio::time::Instant>) {
