@@ -13,31 +13,16 @@ use testkit::{Guard, free_port, json_lines, matched_pids, wait_gone};
 
 #[test]
 fn vllm_pipeline_launch_sweep_builtin_prompts_kill_summarize_leaves_nothing_running() {
-    let _one = one_engine_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = dir.path().join("server.jsonl");
-    let records = dir.path().join("records.jsonl");
-    let _leftovers = Leftovers(server.clone());
     // The hand run of the issue, as a user types it: launch, sweep C=1,4, the README's "is the
     // server still healthy?" check on the built-in prompts, kill, summarize.
-    let script = format!(
-        "srv-launch vllm --model {model} -- {args} | tee {server} \
-         | loadgen -c 1,4 -n 8 --input-len 128 --max-tokens 16 \
-         | loadgen --prompts builtin -n 5 \
-         | srv-kill | tee {records} | summarize",
-        model = model(),
-        args = ENGINE_ARGS.join(" "),
-        server = server.display(),
-        records = records.display(),
+    let run = pipeline(
+        "",
+        "loadgen -c 1,4 -n 8 --input-len 128 --max-tokens 16 | loadgen --prompts builtin -n 5",
     );
-    let out = run_bounded(&script, dir.path(), PIPELINE_LIMIT);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stderr}");
+    let (table, records) = (&run.table, &run.records);
 
     // srv-kill consumes the server record; the tee before loadgen kept it.
-    let r = json_lines(&std::fs::read(&server).unwrap())[0].clone();
-    let records = json_lines(&std::fs::read(&records).unwrap());
+    let r = &run.server;
     let sweep: Vec<Value> = records
         .iter()
         .filter(|x| x["kind"] != "summary" || x["point"]["input_len"] == 128)
@@ -81,7 +66,7 @@ fn vllm_pipeline_launch_sweep_builtin_prompts_kill_summarize_leaves_nothing_runn
         "{r}"
     );
     // The built-in prompts: each runs to its own max_tokens (forced: no early EOS).
-    let builtin: Vec<&Value> = of_kind(&records, "request")
+    let builtin: Vec<&Value> = of_kind(records, "request")
         .into_iter()
         .filter(|x| x.get("prompt_tokens_target").is_none())
         .collect();
@@ -93,7 +78,7 @@ fn vllm_pipeline_launch_sweep_builtin_prompts_kill_summarize_leaves_nothing_runn
 
     // Nothing left: the kill record's processes are gone, no process carries the launch id,
     // the port is free.
-    let kill = of_kind(&records, "kill")[0];
+    let kill = of_kind(records, "kill")[0];
     assert_eq!(kill["ok"], true, "{kill}");
     assert_eq!(kill["port_free"], true, "{kill}");
     assert!(
@@ -101,7 +86,7 @@ fn vllm_pipeline_launch_sweep_builtin_prompts_kill_summarize_leaves_nothing_runn
         "API server, EngineCore, Worker: {kill}"
     );
     assert!(wait_gone(&matched_pids(kill), Duration::from_secs(10)));
-    assert!(of_launch(&r).is_empty(), "{:?}", of_launch(&r));
+    assert!(of_launch(r).is_empty(), "{:?}", of_launch(r));
     assert!(port_free(u(&r["port"]) as u16));
 
     // The table: both sweep points at 128 prompt tokens and 16 out, and no note that prompts

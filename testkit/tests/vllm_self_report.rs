@@ -13,30 +13,15 @@ mod real_vllm;
 
 use real_vllm::*;
 use serde_json::Value;
-use testkit::{json_lines, of_kind};
+use testkit::of_kind;
 
 #[test]
 fn vllm_self_report_gives_server_timing_counters_and_the_ttft_split() {
-    let _one = one_engine_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let server = dir.path().join("server.jsonl");
-    let records = dir.path().join("records.jsonl");
-    let _leftovers = Leftovers(server.clone());
-    let script = format!(
-        "srv-launch vllm --self-report --model {model} -- {args} | tee {server} \
-         | loadgen -c 1,4 -n 8 --input-len 64 --max-tokens 16 \
-         | srv-kill | tee {records} | summarize",
-        model = model(),
-        args = ENGINE_ARGS.join(" "),
-        server = server.display(),
-        records = records.display(),
+    let run = pipeline(
+        "--self-report",
+        "loadgen -c 1,4 -n 8 --input-len 64 --max-tokens 16",
     );
-    let out = run_bounded(&script, dir.path(), PIPELINE_LIMIT);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stderr}");
-
-    let launched = json_lines(&std::fs::read(&server).unwrap())[0].clone();
+    let (launched, records, table, stderr) = (&run.server, &run.records, &run.table, &run.stderr);
     assert_eq!(launched["self_report"], true, "{launched}");
     assert_eq!(
         launched["self_report_flags"],
@@ -46,8 +31,7 @@ fn vllm_self_report_gives_server_timing_counters_and_the_ttft_split() {
             "--enable-mfu-metrics"
         ])
     );
-    let records = json_lines(&std::fs::read(&records).unwrap());
-    let requests = of_kind(&records, "request");
+    let requests = of_kind(records, "request");
     assert_eq!(requests.len(), 16, "{stderr}");
     for r in &requests {
         let t = &r["server_timing"];
@@ -60,7 +44,7 @@ fn vllm_self_report_gives_server_timing_counters_and_the_ttft_split() {
         );
         assert!(t["queue_ms"].as_f64().unwrap() >= 0.0 && t["prefill_ms"].as_f64().unwrap() > 0.0);
     }
-    for s in of_kind(&records, "summary") {
+    for s in of_kind(records, "summary") {
         let split = &s["ttft_split"];
         assert_eq!(split["requests"], 8, "{s}");
         let srv: &Value = &s["server"];
@@ -70,7 +54,7 @@ fn vllm_self_report_gives_server_timing_counters_and_the_ttft_split() {
             "{srv}"
         );
     }
-    let c1 = of_kind(&records, "summary")
+    let c1 = of_kind(records, "summary")
         .into_iter()
         .find(|s| s["point"]["concurrency"] == 1)
         .unwrap();

@@ -77,6 +77,53 @@ pub fn run_bounded(script: &str, dir: &Path, limit: Duration) -> Output {
     }
 }
 
+/// What a whole launch-load-kill-summarize pipeline left ([`pipeline`]). Holds the engine
+/// lock and the launch's [`Leftovers`] until dropped.
+pub struct Pipeline {
+    /// The server record srv-launch wrote (teed before the load: srv-kill consumes it).
+    pub server: Value,
+    /// Every record that reached summarize.
+    pub records: Vec<Value>,
+    /// summarize's table.
+    pub table: String,
+    pub stderr: String,
+    // Dropped in this order: the launch's leftovers ended, its files removed, the lock freed.
+    _leftovers: Leftovers,
+    _dir: tempfile::TempDir,
+    _one: MutexGuard<'static, ()>,
+}
+
+/// `srv-launch vllm LAUNCH --model M -- ENGINE_ARGS | tee server | LOAD | srv-kill | tee records
+/// | summarize`, as a user types it, one engine at a time and within [`PIPELINE_LIMIT`]; it
+/// must succeed.
+pub fn pipeline(launch: &str, load: &str) -> Pipeline {
+    let one = one_engine_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let server = dir.path().join("server.jsonl");
+    let records = dir.path().join("records.jsonl");
+    let leftovers = Leftovers(server.clone());
+    let script = format!(
+        "srv-launch vllm {launch} --model {model} -- {args} | tee {server} | {load} \
+         | srv-kill | tee {records} | summarize",
+        model = model(),
+        args = ENGINE_ARGS.join(" "),
+        server = server.display(),
+        records = records.display(),
+    );
+    let out = run_bounded(&script, dir.path(), PIPELINE_LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    Pipeline {
+        server: json_lines(&std::fs::read(&server).unwrap())[0].clone(),
+        records: json_lines(&std::fs::read(&records).unwrap()),
+        table: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr,
+        _leftovers: leftovers,
+        _dir: dir,
+        _one: one,
+    }
+}
+
 /// Ends whatever a test's launch left, pass or fail: srv-kill on the server record teed to
 /// `file` (the launch id there finds workers that outlived their parent).
 pub struct Leftovers(pub PathBuf);
