@@ -88,6 +88,21 @@ pub fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The number at `at` in `v`: a top-level key (`"duration_s"`), a JSON pointer
+/// (`"/ttft_ms/p50"`, `"/gpus/0/power_w/mean"`) or `""` for `v` itself; panics naming the
+/// place and the value when it is absent or not a number.
+#[track_caller]
+pub fn num(v: &serde_json::Value, at: &str) -> f64 {
+    let found = if at.is_empty() || at.starts_with('/') {
+        v.pointer(at)
+    } else {
+        v.get(at)
+    };
+    found
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or_else(|| panic!("no number at {at} in {v}"))
+}
+
 /// srv-kill's kill records in its output (it passes the server records it was given on
 /// before them, marked killed).
 pub fn kill_records(stdout: &[u8]) -> Vec<serde_json::Value> {

@@ -4,17 +4,13 @@
 
 mod server;
 
-use serde_json::Value;
 use servbench::record::{RequestRecord, TokenSource};
 use server::{Behavior, Usage};
 use std::time::Duration;
 use testkit::loadgen_ok;
+use testkit::num;
 use testkit::of_kind;
 use testkit::{check, holds_in_one_of_three};
-
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
 
 fn mean(xs: impl IntoIterator<Item = f64>) -> f64 {
     let v: Vec<f64> = xs.into_iter().collect();
@@ -54,11 +50,11 @@ fn ttft_and_itl_match_fixed_latency_truth() {
             let reqs = of_kind(&recs, "request");
             assert_eq!(reqs.len(), 8);
             assert_eq!(truth.len(), 8);
-            let lg_ttft: Vec<f64> = reqs.iter().map(|r| f(&r["ttft_ms"])).collect();
+            let lg_ttft: Vec<f64> = reqs.iter().map(|r| num(r, "ttft_ms")).collect();
             let true_ttft: Vec<f64> = truth.iter().map(|t| t.ttft_ms).collect();
             let lg_itl: Vec<f64> = reqs
                 .iter()
-                .flat_map(|r| r["itl_ms"].as_array().unwrap().iter().map(f))
+                .flat_map(|r| r["itl_ms"].as_array().unwrap().iter().map(|v| num(v, "")))
                 .collect();
             let true_itl: Vec<f64> = truth
                 .iter()
@@ -70,22 +66,22 @@ fn ttft_and_itl_match_fixed_latency_truth() {
                 assert_eq!(r["chunks"], 20);
                 assert_eq!(r["itl_ms"].as_array().unwrap().len(), 19);
                 assert_eq!(r["output_tokens_source"], "usage");
-                let tpot = f(&r["tpot_ms"]);
-                let want = (f(&r["e2e_ms"]) - f(&r["ttft_ms"])) / 19.0;
+                let tpot = num(r, "tpot_ms");
+                let want = (num(r, "e2e_ms") - num(r, "ttft_ms")) / 19.0;
                 assert!((tpot - want).abs() < 1e-6);
                 worst_tpot_err = worst_tpot_err.max((tpot - 10.0).abs());
             }
             let s = of_kind(&recs, "summary")[0];
             assert_eq!(s["ok"], 8);
             assert_eq!(s["point"]["concurrency"], c.parse::<u32>().unwrap());
-            let sum_ttft = f(&s["ttft_ms"]["mean"]);
+            let sum_ttft = num(s, "/ttft_ms/mean");
             let records_ttft = mean(lg_ttft.iter().copied());
             assert!(
                 (sum_ttft - records_ttft).abs() < 0.1,
                 "summary mean {sum_ttft} vs records {records_ttft}"
             );
             assert!(s["hist"]["ttft_ms"].as_str().unwrap().starts_with("HISTF"));
-            assert!(f(&s["client_cpu_s"]) > 0.0);
+            assert!(num(s, "client_cpu_s") > 0.0);
 
             // Medians within 1 ms (the acceptance figure), means within 2 ms. loadgen's clock
             // starts before its bytes leave, the server's once it has read them, so loadgen may
@@ -136,7 +132,7 @@ fn multi_token_chunks_count_tokens_not_chunks() {
         let reqs = of_kind(&recs, "request");
         assert_eq!(reqs.len(), truth.len());
         let s = of_kind(&recs, "summary")[0];
-        assert_eq!(f(&s["tokens_per_chunk"]), 4.0);
+        assert_eq!(num(s, "tokens_per_chunk"), 4.0);
         assert_eq!(s["output_tokens"], 48);
         let (mut worst_itl, mut worst_tpot): (f64, f64) = (0.0, 0.0);
         // One at a time (-c 1): records and the server's truths are in the same order.
@@ -146,12 +142,17 @@ fn multi_token_chunks_count_tokens_not_chunks() {
             assert_eq!(r["output_tokens_source"], "usage");
             // Chunk count and usage disagree: flagged.
             assert_eq!(r["output_tokens_chunks"], 4);
-            let itl: Vec<f64> = r["itl_ms"].as_array().unwrap().iter().map(f).collect();
+            let itl: Vec<f64> = r["itl_ms"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| num(v, ""))
+                .collect();
             assert_eq!(itl.len(), 3, "one gap per chunk, not per token");
             let err = (mean(itl.iter().copied()) - mean(t.itl_ms.iter().copied())).abs();
             worst_itl = worst_itl.max(err);
             // TPOT per token: (e2e - ttft) / (16 - 1): the three chunk gaps over 15 tokens.
-            let tpot = f(&r["tpot_ms"]);
+            let tpot = num(r, "tpot_ms");
             let want = t.itl_ms.iter().sum::<f64>() / 15.0;
             worst_tpot = worst_tpot.max((tpot - want).abs());
         }
@@ -296,19 +297,19 @@ fn open_loop_latency_includes_the_wait_for_a_send_slot() {
     assert_eq!(reqs.len(), 6);
     for r in &reqs {
         let id = r["id"].as_u64().unwrap() as f64;
-        let intended = f(&r["intended_ms"]);
+        let intended = num(r, "intended_ms");
         assert!(
             (intended - 50.0 * id).abs() < 1.0,
             "intended {intended} for request {id}"
         );
-        let ttft = f(&r["ttft_ms"]);
+        let ttft = num(r, "ttft_ms");
         assert!(
             ttft >= 100.0 + 50.0 * id - 5.0,
             "request {id}: ttft {ttft} lacks the slot wait"
         );
     }
     let s = of_kind(&recs, "summary")[0];
-    assert_eq!(f(&s["point"]["rate_rps"]), 20.0);
+    assert_eq!(num(s, "/point/rate_rps"), 20.0);
     assert_eq!(s["arrival"], "constant");
     assert_eq!(s["max_concurrency"], 1);
 }
@@ -337,11 +338,11 @@ fn open_loop_follows_absolute_deadlines() {
     assert_eq!(reqs.len(), 100);
     for r in &reqs {
         let id = r["id"].as_u64().unwrap() as f64;
-        assert!((f(&r["intended_ms"]) - 5.0 * id).abs() < 0.01);
+        assert!((num(r, "intended_ms") - 5.0 * id).abs() < 0.01);
     }
     // On a quiet machine the lag is tens of microseconds; allow a loaded box its hiccups.
     let s = of_kind(&recs, "summary")[0];
-    assert!(f(&s["send_lag_ms"]["p50"]) < 2.0, "{}", s["send_lag_ms"]);
+    assert!(num(s, "/send_lag_ms/p50") < 2.0, "{}", s["send_lag_ms"]);
 }
 
 #[test]
@@ -444,5 +445,5 @@ fn duration_bounds_a_point() {
     // ~35 ms per request, 2 at a time, for 1 s: tens of requests, and every one finished.
     assert!((10..=80).contains(&n), "{n} requests");
     assert_eq!(s["ok"].as_u64().unwrap(), n);
-    assert!(f(&s["duration_s"]) >= 0.9);
+    assert!(num(s, "duration_s") >= 0.9);
 }

@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 use std::process::Stdio;
+use testkit::num;
 use testkit::{FakeNvidiaSmi, Guard, of_kind};
 use testkit::{call, loadgen};
 
@@ -13,10 +14,6 @@ const PRESET: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
 
 fn sim(extra: &[&str]) -> (Guard, String) {
     testkit::srv_sim(&[PRESET, extra].concat())
-}
-
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
 #[test]
@@ -51,8 +48,8 @@ fn speculative_acceptance_reads_the_same_in_both_name_flavours() {
         let server = &s["server"];
         assert_eq!(server["engine"], names, "{s}");
         let spec = &server["spec"];
-        let alpha = f(&spec["chain_alpha"]);
-        let len = f(&spec["mean_accepted_len"]);
+        let alpha = num(spec, "chain_alpha");
+        let len = num(spec, "mean_accepted_len");
         assert!((alpha - 0.70).abs() <= 0.03, "{names}: acceptance {alpha}");
         assert!(
             (len - 2.533).abs() <= 0.1,
@@ -69,9 +66,9 @@ fn speculative_acceptance_reads_the_same_in_both_name_flavours() {
         // The server counted exactly the client's tokens (srv-sim counts words, as the client).
         assert_eq!(server["generation_tokens"], s["output_tokens"], "{s}");
         assert_eq!(server["prompt_tokens"], s["prompt_tokens"], "{s}");
-        assert!(f(&server["running"]["max"]) <= 4.0);
+        assert!(num(server, "/running/max") <= 4.0);
         assert!(s["telemetry_cpu_s"].as_f64().is_some());
-        assert!(f(&server["ttft_ms"]["mean"]) > 0.0);
+        assert!(num(server, "/ttft_ms/mean") > 0.0);
     }
 }
 
@@ -98,10 +95,10 @@ fn a_small_kv_budget_fills_and_preempts_at_high_concurrency_only() {
     let s = of_kind(&recs, "summary");
     let (one, many) = (&s[0]["server"], &s[1]["server"]);
     assert_eq!(one["preemptions"], 0, "{one}");
-    assert!(f(&one["kv_usage"]["max"]) < 0.2, "{one}");
+    assert!(num(one, "/kv_usage/max") < 0.2, "{one}");
     assert!(many["preemptions"].as_u64().unwrap() > 0, "{many}");
-    assert!(f(&many["kv_usage"]["max"]) >= 0.95, "{many}");
-    assert!(f(&many["waiting"]["max"]) > 0.0, "{many}");
+    assert!(num(many, "/kv_usage/max") >= 0.95, "{many}");
+    assert!(num(many, "/waiting/max") > 0.0, "{many}");
 }
 
 #[test]
@@ -140,7 +137,7 @@ fn gpus(s: &Value) -> Vec<(u64, f64)> {
         .as_array()
         .unwrap_or_else(|| panic!("no gpus in {s}"))
         .iter()
-        .map(|g| (g["index"].as_u64().unwrap(), f(&g["util_pct"]["mean"])))
+        .map(|g| (g["index"].as_u64().unwrap(), num(g, "/util_pct/mean")))
         .collect()
 }
 
@@ -173,7 +170,7 @@ fn gpu_telemetry_from_a_stand_in_nvidia_smi_here_and_over_ssh() {
     let g = &s["gpus"][0];
     assert_eq!(g["name"], "NVIDIA H100 80GB HBM3");
     assert!(g.get("power_w").is_none(), "[N/A] is no reading: {g}");
-    assert_eq!(f(&g["sm_clock_mhz"]["max"]), 345.0);
+    assert_eq!(num(g, "/sm_clock_mhz/max"), 345.0);
     assert!(g["samples"].as_u64().unwrap() >= 2, "{g}");
     // No power, but an energy counter read at the start and the end: a tenth of GPU 0's step.
     let step_j = testkit::FAKE_ENERGY_STEP_MJ as f64 / 1000.0;
@@ -199,7 +196,7 @@ fn gpu_telemetry_from_a_stand_in_nvidia_smi_here_and_over_ssh() {
     assert_eq!(code, Some(0), "{err}");
     let s = of_kind(&recs, "summary")[0];
     assert_eq!(gpus(s), vec![(0, 87.0)], "{s}");
-    assert_eq!(f(&s["gpus"][0]["power_w"]["mean"]), 512.5);
+    assert_eq!(num(s, "/gpus/0/power_w/mean"), 512.5);
     assert_eq!(s["gpus"][0]["energy_j"].as_f64(), Some(step_j), "{s}");
 }
 
@@ -275,7 +272,7 @@ fn gpu_telemetry_from_a_dcgm_exporter() {
     assert_eq!(code, Some(0), "{err}");
     let s = of_kind(&recs, "summary")[0];
     assert_eq!(gpus(s), vec![(1, 12.0)], "{s}");
-    assert_eq!(f(&s["gpus"][0]["pcie_rx_bytes_s"]["mean"]), 2_500_000.0);
+    assert_eq!(num(s, "/gpus/0/pcie_rx_bytes_s/mean"), 2_500_000.0);
     assert_eq!(s["gpus"][0]["name"], "NVIDIA H200");
     // The exporter's energy counter, first and last scrape of the point (a static page: it
     // did not move).
@@ -315,8 +312,8 @@ fn the_servers_prefix_hit_rate_matches_the_prefix_groups_in_both_name_flavours()
         let points = of_kind(&recs, "summary");
         assert_eq!(points.len(), 2);
         for s in points {
-            let expected = f(&s["prefix_hit_rate_expected"]);
-            let measured = f(&s["server"]["prefix_hit_rate"]);
+            let expected = num(s, "prefix_hit_rate_expected");
+            let measured = num(s, "/server/prefix_hit_rate");
             assert!(expected > 0.5, "{s}");
             assert!(
                 (measured - expected).abs() < 0.02,

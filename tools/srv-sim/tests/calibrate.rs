@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 use std::process::{Command, Output};
+use testkit::num;
 use testkit::{json_lines, of_kind};
 
 const PRESET: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
@@ -43,10 +44,6 @@ fn measured(dir: &std::path::Path, edit: impl Fn(&mut Value)) -> String {
     path.display().to_string()
 }
 
-fn f(v: &Value, path: &str) -> f64 {
-    v.pointer(path).and_then(Value::as_f64).unwrap()
-}
-
 #[test]
 fn a_calibration_on_two_points_reproduces_them_and_the_card_applies() {
     let dir = tempfile::tempdir().unwrap();
@@ -66,7 +63,7 @@ fn a_calibration_on_two_points_reproduces_them_and_the_card_applies() {
         "flops_fraction",
         "prefill_efficiency",
     ] {
-        assert!(f(&card, &format!("/{k}")) > 0.0, "{k}: {card}");
+        assert!(num(&card, &format!("/{k}")) > 0.0, "{k}: {card}");
     }
     let path = dir.path().join("card.json");
     std::fs::write(&path, &out.stdout).unwrap();
@@ -88,7 +85,7 @@ fn a_calibration_on_two_points_reproduces_them_and_the_card_applies() {
         .zip(of_kind(&fitted, "summary"))
     {
         for fig in ["/output_tok_s", "/ttft_ms/p50", "/tpot_ms/p50"] {
-            let off = f(p, fig) / f(m, fig) - 1.0;
+            let off = num(p, fig) / num(m, fig) - 1.0;
             assert!(off.abs() < 0.05, "{fig} {off:+.3} at {}", m["point"]);
         }
     }
@@ -100,7 +97,7 @@ fn a_fit_that_cannot_explain_a_figure_is_refused_naming_it() {
     // TTFT at C=8 ten times what any overhead or fraction can make of it beside the others.
     let run = measured(dir.path(), |r| {
         if r["kind"] == "summary" && r["point"]["concurrency"] == 8 {
-            let v = f(r, "/ttft_ms/p50");
+            let v = num(r, "/ttft_ms/p50");
             r["ttft_ms"]["p50"] = serde_json::json!(v * 10.0);
         }
     });

@@ -9,6 +9,7 @@ mod common;
 use common::{completion_body, get, metric, post, start};
 use serde_json::{Value, json};
 use std::process::{Command, Output};
+use testkit::num;
 use testkit::{json_lines, of_kind};
 
 const PRESET: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
@@ -53,10 +54,6 @@ fn llama_gemms(dir: &std::path::Path) -> String {
     )
 }
 
-fn f(v: &Value, key: &str) -> f64 {
-    v[key].as_f64().unwrap_or_else(|| panic!("{key} in {v}"))
-}
-
 fn plan(args: &[&str]) -> (Value, String) {
     let out = sim(&[&["--dry-run"][..], args].concat());
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -79,19 +76,19 @@ fn a_dry_run_with_gemm_from_times_the_gemm_part_as_measured_and_the_rest_as_mode
         format!("measured: {gemms} (batches 1-2048 (3 points))")
     );
     // Batch 1: the mean of its two records.
-    let gemm = f(&measured, "decode_gemm_ms");
+    let gemm = num(&measured, "decode_gemm_ms");
     assert!((gemm - 3.1).abs() < 1e-12, "{gemm}");
     // The weights left memory and compute: what remains is attention over the KV cache.
-    let kv = f(&measured, "kv_bytes_per_token") * f(&measured, "context_tokens");
-    let weights = f(&measured, "active_weight_bytes_per_token");
-    let share = f(&measured, "decode_memory_ms") / f(&modelled, "decode_memory_ms");
+    let kv = num(&measured, "kv_bytes_per_token") * num(&measured, "context_tokens");
+    let weights = num(&measured, "active_weight_bytes_per_token");
+    let share = num(&measured, "decode_memory_ms") / num(&modelled, "decode_memory_ms");
     assert!((share - kv / (kv + weights)).abs() < 1e-9, "{share}");
-    assert!(f(&measured, "decode_compute_ms") < f(&modelled, "decode_compute_ms"));
+    assert!(num(&measured, "decode_compute_ms") < num(&modelled, "decode_compute_ms"));
     // The step: measured GEMMs, then the overlapped rest, the allreduces and the overhead.
-    let rest = f(&measured, "decode_memory_ms").max(f(&measured, "decode_compute_ms"))
-        + f(&measured, "decode_comm_ms")
-        + f(&measured, "step_overhead_ms");
-    let step = f(&measured, "decode_step_ms");
+    let rest = num(&measured, "decode_memory_ms").max(num(&measured, "decode_compute_ms"))
+        + num(&measured, "decode_comm_ms")
+        + num(&measured, "step_overhead_ms");
+    let step = num(&measured, "decode_step_ms");
     assert!(
         (step - (gemm + rest)).abs() < 1e-9,
         "{step} vs {gemm} + {rest}"
@@ -105,9 +102,9 @@ fn a_step_between_measured_batches_reads_the_linear_interpolation() {
     // Three drafts: one verify step of 4 tokens, halfway between batch 1 (3100) and 7 (6100).
     let spec = ["--spec-tokens", "3", "--spec-accept", "0.5"];
     let (p, _) = plan(&[&spec[..], &["--gemm-from", &gemms]].concat());
-    let verify_ms = f(&p, "spec_tokens_per_step") / f(&p, "spec_single_stream_tok_s") * 1e3;
+    let verify_ms = num(&p, "spec_tokens_per_step") / num(&p, "spec_single_stream_tok_s") * 1e3;
     // Without TP the verify step's non-GEMM part is the decode step's (same KV, no allreduce).
-    let rest = f(&p, "decode_step_ms") - f(&p, "decode_gemm_ms");
+    let rest = num(&p, "decode_step_ms") - num(&p, "decode_gemm_ms");
     let gemm = verify_ms - rest;
     assert!((gemm - 4.6).abs() < 1e-9, "{gemm}");
 }
@@ -166,7 +163,7 @@ fn gemm_records_of_another_model_are_refused_alone_and_left_out_with_a_warning_b
         err.contains("1 gemm_step record(s) of another model or TP"),
         "{err}"
     );
-    assert!((f(&p, "decode_gemm_ms") - 3.0).abs() < 1e-12, "{p}");
+    assert!((num(&p, "decode_gemm_ms") - 3.0).abs() < 1e-12, "{p}");
 }
 
 #[test]
@@ -210,7 +207,7 @@ fn calibrate_with_gemm_from_keeps_the_measured_gemms_and_recovers_the_hidden_ove
         card["gemm_from"],
         format!("measured: {gemms} (batches 1-2048 (3 points))")
     );
-    let overhead = f(&card, "step_overhead_us");
+    let overhead = num(&card, "step_overhead_us");
     assert!((overhead / 2000.0 - 1.0).abs() < 0.05, "{overhead}: {card}");
     for p in card["points"].as_array().unwrap() {
         for i in 0..3 {

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use std::process::Command;
 use std::time::Instant;
+use testkit::num;
 use testkit::{check, holds_in_one_of_three};
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -14,10 +15,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     realtime_thread();
     guard
-}
-
-fn f(v: &serde_json::Value, k: &str) -> f64 {
-    v[k].as_f64().unwrap_or_else(|| panic!("{k} in {v}"))
 }
 
 /// Decode tokens/s of one stream through HTTP: tokens after the first over the time they took.
@@ -56,14 +53,14 @@ fn tp8_is_no_faster_than_tp4_over_dual_socket_pcie_and_faster_over_nvswitch() {
     };
     let (pcie4, pcie8) = (plan("rtx-pro-6000", "4"), plan("rtx-pro-6000", "8"));
     let (nv4, nv8) = (plan("h200", "4"), plan("h200", "8"));
-    let rate = |p: &serde_json::Value| f(p, "single_stream_tok_s");
+    let rate = |p: &serde_json::Value| num(p, "single_stream_tok_s");
     assert!(rate(&pcie8) <= rate(&pcie4), "{pcie4}\n{pcie8}");
     assert!(rate(&nv8) > rate(&nv4), "{nv4}\n{nv8}");
     // Why: TP8's allreduces cross the sockets, ~70 us each against ~14 inside one.
     assert_eq!(pcie8["comm_level"], "cross-socket");
     assert_eq!(pcie4["comm_level"], "switch");
-    assert!(f(&pcie8, "allreduce_us") > 4.0 * f(&pcie4, "allreduce_us"));
-    assert!(f(&pcie8, "decode_memory_ms") < 0.51 * f(&pcie4, "decode_memory_ms"));
+    assert!(num(&pcie8, "allreduce_us") > 4.0 * num(&pcie4, "allreduce_us"));
+    assert!(num(&pcie8, "decode_memory_ms") < 0.51 * num(&pcie4, "decode_memory_ms"));
 
     let measured = |hw: &str, tp: &str| {
         let mut args = layout(hw, tp);
@@ -122,16 +119,16 @@ fn comm_from_collbench_records_changes_the_dry_runs_communication_to_the_measure
         "{source}"
     );
     assert_eq!(measured["allreduce_algo"], "measured");
-    assert!((f(&measured, "allreduce_us") - mean).abs() < 1e-9 * mean);
-    let comm = f(&measured, "decode_comm_ms");
+    assert!((num(&measured, "allreduce_us") - mean).abs() < 1e-9 * mean);
+    let comm = num(&measured, "decode_comm_ms");
     assert!(
         (comm - 64.0 * mean / 1000.0).abs() < 1e-9 * comm,
         "{measured}"
     );
-    assert_ne!(comm, f(&modelled, "decode_comm_ms"));
+    assert_ne!(comm, num(&modelled, "decode_comm_ms"));
     assert_eq!(
-        f(&measured, "decode_memory_ms"),
-        f(&modelled, "decode_memory_ms")
+        num(&measured, "decode_memory_ms"),
+        num(&modelled, "decode_memory_ms")
     );
 
     // The tcp backend is said to be no GPU figure; records at another rank count are refused.
@@ -207,7 +204,7 @@ fn pp8_with_micro_batch_cap_8_stops_rising_past_8_per_stage() {
     let plan = dry_run(&[&base[..6], &["--pp-max-micro-batch", "8"]].concat());
     assert_eq!(plan["max_running_requests"], 64);
     assert_eq!(plan["pp_max_micro_batch"], 8);
-    assert_eq!(f(&plan, "pipeline_bubble_at_batch_1"), 7.0 / 8.0);
+    assert_eq!(num(&plan, "pipeline_bubble_at_batch_1"), 7.0 / 8.0);
     let capped = start(&[&base[..], &["--pp-max-micro-batch", "8"]].concat());
     let free = start(&base);
     holds_in_one_of_three(
@@ -300,7 +297,7 @@ fn printed_cards_load_back_edited_and_presets_are_listed() {
     std::fs::write(&path, serde_json::to_string_pretty(&hw).unwrap()).unwrap();
     let p = path.to_str().unwrap();
     let rate = |tp: &str| {
-        f(
+        num(
             &dry_run(&["--model", "qwen3-32b", "--hardware-file", p, "--tp", tp]),
             "single_stream_tok_s",
         )

@@ -5,6 +5,7 @@
 mod common;
 use common::*;
 use std::time::{Duration, Instant};
+use testkit::num;
 use testkit::{check, holds_in_one_of_three};
 
 /// Llama-3.1-8B on an A100-80G: ~8 ms decode steps, long enough to time on a busy machine.
@@ -129,18 +130,17 @@ fn tensor_and_pipeline_parallel_move_the_figures_in_the_documented_direction() {
     let tp2 = dry_run(&[&m[..], &["--tp", "2"]].concat());
     let tp4 = dry_run(&[&m[..], &["--tp", "4"]].concat());
     let pp2 = dry_run(&[&m[..], &["--tp", "2", "--pp", "2"]].concat());
-    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} in {v}"));
     // TP: each GPU reads half the bytes, allreduces are added; the step gets shorter.
-    assert!(f(&tp4, "decode_memory_ms") < 0.51 * f(&tp2, "decode_memory_ms"));
-    assert!(f(&tp4, "decode_comm_ms") > f(&tp2, "decode_comm_ms"));
-    assert!(f(&tp4, "decode_step_ms") < f(&tp2, "decode_step_ms"));
-    assert!(f(&tp4, "single_stream_tok_s") > f(&tp2, "single_stream_tok_s"));
-    assert!(f(&tp4, "kv_cache_tokens") > f(&tp2, "kv_cache_tokens"));
+    assert!(num(&tp4, "decode_memory_ms") < 0.51 * num(&tp2, "decode_memory_ms"));
+    assert!(num(&tp4, "decode_comm_ms") > num(&tp2, "decode_comm_ms"));
+    assert!(num(&tp4, "decode_step_ms") < num(&tp2, "decode_step_ms"));
+    assert!(num(&tp4, "single_stream_tok_s") > num(&tp2, "single_stream_tok_s"));
+    assert!(num(&tp4, "kv_cache_tokens") > num(&tp2, "kv_cache_tokens"));
     // PP: one stream gains nothing (stages run in turn, plus hand-offs), capacity grows,
     // and with one request half of each round is bubble.
-    assert!(f(&pp2, "decode_step_ms") >= f(&tp2, "decode_step_ms"));
-    assert!(f(&pp2, "kv_cache_tokens") > f(&tp2, "kv_cache_tokens"));
-    assert_eq!(f(&pp2, "pipeline_bubble_at_batch_1"), 0.5);
+    assert!(num(&pp2, "decode_step_ms") >= num(&tp2, "decode_step_ms"));
+    assert!(num(&pp2, "kv_cache_tokens") > num(&tp2, "kv_cache_tokens"));
+    assert_eq!(num(&pp2, "pipeline_bubble_at_batch_1"), 0.5);
 
     // Measured through HTTP: TP=2 speeds one stream up by the dry-run's ratio.
     let small = [
@@ -154,7 +154,7 @@ fn tensor_and_pipeline_parallel_move_the_figures_in_the_documented_direction() {
     ];
     let plan1 = dry_run(&small);
     let plan2 = dry_run(&[&small[..], &["--tp", "2"]].concat());
-    let want = f(&plan2, "single_stream_tok_s") / f(&plan1, "single_stream_tok_s");
+    let want = num(&plan2, "single_stream_tok_s") / num(&plan1, "single_stream_tok_s");
     assert!(want > 1.5, "{want}");
     let one = start(
         &small[..4]

@@ -8,6 +8,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
+use testkit::num;
 use testkit::{check, holds_in_one_of_three, json_lines, of_kind};
 
 fn predict(args: &[&str]) -> Output {
@@ -51,7 +52,7 @@ fn predicted_records_are_loadgens_and_summarize_tabulates_them() {
             15,
             "one gap per token after the first"
         );
-        let (ttft, e2e, tpot) = (f(r, "/ttft_ms"), f(r, "/e2e_ms"), f(r, "/tpot_ms"));
+        let (ttft, e2e, tpot) = (num(r, "/ttft_ms"), num(r, "/e2e_ms"), num(r, "/tpot_ms"));
         assert!((tpot - (e2e - ttft) / 15.0).abs() < 1e-9, "{r}");
     }
     for (s, c) in summaries.iter().zip([1, 8]) {
@@ -60,12 +61,12 @@ fn predicted_records_are_loadgens_and_summarize_tabulates_them() {
             (s["requests"].as_u64(), s["ok"].as_u64()),
             (Some(16), Some(16))
         );
-        let tok_s = f(s, "/output_tokens") / f(s, "/duration_s");
-        assert!((f(s, "/output_tok_s") / tok_s - 1.0).abs() < 1e-9, "{s}");
+        let tok_s = num(s, "/output_tokens") / num(s, "/duration_s");
+        assert!((num(s, "/output_tok_s") / tok_s - 1.0).abs() < 1e-9, "{s}");
     }
     // More in flight: more tokens per second, each request slower to its first token.
-    assert!(f(summaries[1], "/output_tok_s") > 4.0 * f(summaries[0], "/output_tok_s"));
-    assert!(f(summaries[1], "/ttft_ms/p50") > f(summaries[0], "/ttft_ms/p50"));
+    assert!(num(summaries[1], "/output_tok_s") > 4.0 * num(summaries[0], "/output_tok_s"));
+    assert!(num(summaries[1], "/ttft_ms/p50") > num(summaries[0], "/ttft_ms/p50"));
     let out = predict(&[
         "-c",
         "1,8",
@@ -114,13 +115,13 @@ fn a_predicted_single_stream_steps_at_the_dry_run_rate() {
     ]);
     for r in of_kind(&recs, "request") {
         // Contexts 64..80 read next to nothing beside the weights: the step is the dry run's.
-        let tpot = f(r, "/tpot_ms");
+        let tpot = num(r, "/tpot_ms");
         assert!(
             (tpot / step_ms - 1.0).abs() < 0.001,
             "TPOT {tpot} ms, dry run {step_ms} ms"
         );
         // A request sent as the last one ended reaches an idle engine: its prompt is one step.
-        assert!(f(r, "/ttft_ms") < 2.0 * step_ms, "{r}");
+        assert!(num(r, "/ttft_ms") < 2.0 * step_ms, "{r}");
     }
 }
 
@@ -155,7 +156,7 @@ fn a_predicted_conversation_resends_its_history_and_hits_the_prefix_cache() {
     }
     // Each turn is sent its think time after the previous reply ended.
     let (t1, t2) = (requests[0], requests[1]);
-    let gap = f(t2, "/intended_ms") - f(t1, "/intended_ms") - f(t1, "/e2e_ms");
+    let gap = num(t2, "/intended_ms") - num(t1, "/intended_ms") - num(t1, "/e2e_ms");
     assert!((gap - 50.0).abs() < 1e-6, "think time {gap} ms");
     let summary = of_kind(&recs, "summary")[0];
     assert_eq!(
@@ -187,13 +188,13 @@ fn predicted_open_loop_sends_follow_the_arrival_process_and_groups_share_their_p
     assert_eq!(requests.len(), 8);
     for (i, r) in requests.iter().enumerate() {
         assert!(
-            (f(r, "/intended_ms") - 500.0 * i as f64).abs() < 1e-6,
+            (num(r, "/intended_ms") - 500.0 * i as f64).abs() < 1e-6,
             "{r}"
         );
         // Each group's first request prefills 4096 tokens; the others find the group's prefix
         // cached (4032 tokens, whole blocks) and prefill 64.
         if i >= 2 {
-            let (cached, cold) = (f(r, "/ttft_ms"), f(requests[i % 2], "/ttft_ms"));
+            let (cached, cold) = (num(r, "/ttft_ms"), num(requests[i % 2], "/ttft_ms"));
             assert!(cached < cold / 5.0, "{cached} ms against {cold} ms cold");
         }
     }

@@ -8,6 +8,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
+use testkit::num;
 use testkit::{check, holds_in_one_of_three, json_lines, of_kind};
 
 // LLAMA_8B_ON_A100 (common): ~8 ms decode steps, 50-110 ms prefills of these rows.
@@ -62,7 +63,7 @@ fn a_predicted_trace_is_one_record_per_row_with_its_lengths_at_its_offsets() {
             .into_iter()
             .filter(|r| r["point"]["index"] == point)
             .collect();
-        requests.sort_by(|a, b| f(a, "/intended_ms").total_cmp(&f(b, "/intended_ms")));
+        requests.sort_by(|a, b| num(a, "/intended_ms").total_cmp(&num(b, "/intended_ms")));
         assert_eq!(requests.len(), ROWS.len(), "one record per row");
         for (r, &(at, input, output)) in requests.iter().zip(ROWS) {
             assert_eq!(r["point"]["trace_speed"], speed, "{r}");
@@ -70,7 +71,7 @@ fn a_predicted_trace_is_one_record_per_row_with_its_lengths_at_its_offsets() {
             assert!(r.get("error").is_none(), "{r}");
             // Offsets from the first row, at the played speed, in virtual time: exact.
             let want = (at - ROWS[0].0) as f64 / speed;
-            assert!((f(r, "/intended_ms") - want).abs() < 1e-6, "{r}");
+            assert!((num(r, "/intended_ms") - want).abs() < 1e-6, "{r}");
             assert_eq!(
                 (
                     r["prompt_tokens"].as_u64(),
@@ -98,7 +99,7 @@ fn a_predicted_trace_is_one_record_per_row_with_its_lengths_at_its_offsets() {
         // Row 3 repeats row 1's blocks after row 1 ended: its prompt is cached, its first token
         // comes in a fraction of row 1's time.
         if point == 0 {
-            let (cold, warm) = (f(requests[0], "/ttft_ms"), f(requests[2], "/ttft_ms"));
+            let (cold, warm) = (num(requests[0], "/ttft_ms"), num(requests[2], "/ttft_ms"));
             assert!(warm < cold / 2.0, "cached {warm} ms, cold {cold} ms");
         }
     }
@@ -136,18 +137,22 @@ fn a_capped_trace_sends_a_row_when_a_slot_frees_with_its_latency_from_its_offset
     requests.sort_by_key(|r| r["id"].as_u64());
     assert_eq!(requests.len(), 3);
     for (r, at) in requests.iter().zip([0.0, 0.0, 1.0]) {
-        assert!((f(r, "/intended_ms") - at).abs() < 1e-9, "{r}");
+        assert!((num(r, "/intended_ms") - at).abs() < 1e-9, "{r}");
     }
     for w in requests.windows(2) {
         // One in flight: the next row leaves when the last one's stream ends, and its latency
         // runs from its own offset.
-        let end = f(w[0], "/intended_ms") + f(w[0], "/e2e_ms");
-        let sent = f(w[1], "/intended_ms") + f(w[1], "/send_lag_ms");
+        let end = num(w[0], "/intended_ms") + num(w[0], "/e2e_ms");
+        let sent = num(w[1], "/intended_ms") + num(w[1], "/send_lag_ms");
         assert!(
             (sent - end).abs() < 1e-6,
             "sent {sent} ms, previous ended {end} ms"
         );
-        assert!(f(w[1], "/ttft_ms") > f(w[1], "/send_lag_ms"), "{}", w[1]);
+        assert!(
+            num(w[1], "/ttft_ms") > num(w[1], "/send_lag_ms"),
+            "{}",
+            w[1]
+        );
     }
     assert_eq!(of_kind(&recs, "summary")[0]["max_concurrency"], 1);
 }
@@ -214,7 +219,7 @@ fn a_predicted_trace_agrees_with_the_server_replaying_it_under_loadgen() {
                 .map(|r| {
                     (
                         r["point"]["index"].as_u64().unwrap(),
-                        f(r, "/intended_ms").round() as u64,
+                        num(r, "/intended_ms").round() as u64,
                         r["prompt_tokens"].as_u64().unwrap(),
                         r["output_tokens"].as_u64().unwrap(),
                     )

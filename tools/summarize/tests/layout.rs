@@ -15,6 +15,7 @@ mod synth;
 use fixtures::summarize;
 use serde_json::Value;
 use servbench::record::Labels;
+use testkit::num;
 use testkit::ok;
 
 /// The load-points table of `--format json` output: its rows, context and notes.
@@ -29,10 +30,6 @@ fn points_table(args: &[&str]) -> Value {
         .find(|t| t["table"].as_str().unwrap_or("").starts_with("load points"))
         .cloned()
         .expect("a load points table")
-}
-
-fn num(row: &Value, k: &str) -> f64 {
-    row[k].as_f64().unwrap_or_else(|| panic!("{k} in {row}"))
 }
 
 /// Every row was judged as TP=1 (327% and 552% "of the limit" on a TP4/TP8 sweep): now each

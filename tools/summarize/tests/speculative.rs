@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 use std::process::{Command, Stdio};
+use testkit::num;
 
 /// srv-sim modelling Llama-3.1-8B on one H100, `extra` added; loadgen at C=1 (128 tokens: 32
 /// verify steps of 4 with every draft accepted); the summarize text and load-points JSON table.
@@ -51,10 +52,6 @@ fn run(extra: &[&str]) -> (String, Value) {
     (summarize("text"), table)
 }
 
-fn num(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
 /// With 4 tokens per verify step the stream decodes ~4x the one-token limit: it read "over" and
 /// "impossible, so the card, the layout or the data is wrong". Now it is a share of the
 /// speculative limit, from the server's mean accepted length.
@@ -77,9 +74,9 @@ fn a_speculative_stream_is_judged_against_the_verify_step_not_called_impossible(
         "{spec}"
     );
     let row = &table["rows"][0];
-    let (rate, limit) = (num(&row["stream_tok_s"]), num(&row["step_limit_tok_s"]));
+    let (rate, limit) = (num(row, "stream_tok_s"), num(row, "step_limit_tok_s"));
     // srv-sim runs the modelled verify step: the stream is at its speculative limit.
-    let share = num(&row["step_pct"]);
+    let share = num(row, "step_pct");
     assert!((90.0..=100.0).contains(&share), "{row}");
     // One token per ~4.9 ms step is ~204 tok/s; four per verify step is well above it.
     assert!(rate > 600.0, "{row}");
@@ -92,6 +89,6 @@ fn a_plain_stream_keeps_the_one_token_per_step_limits() {
     let (text, table) = run(&[]);
     assert!(table["context"]["speculative"].is_null(), "{table}");
     assert!(!text.contains("verify step"), "{text}");
-    let share = num(&table["rows"][0]["step_pct"]);
+    let share = num(&table, "/rows/0/step_pct");
     assert!((90.0..=100.0).contains(&share), "{table}");
 }

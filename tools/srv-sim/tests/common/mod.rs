@@ -8,6 +8,7 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use testkit::Guard;
+use testkit::num;
 
 /// A running srv-sim and its port.
 pub struct Sim {
@@ -384,11 +385,6 @@ pub fn predict_on(preset: &[&str], args: &[&str]) -> std::process::Output {
 }
 
 /// The number at JSON pointer `path` in `v`.
-pub fn f(v: &serde_json::Value, path: &str) -> f64 {
-    v.pointer(path)
-        .and_then(serde_json::Value::as_f64)
-        .unwrap_or_else(|| panic!("{path} in {v}"))
-}
 
 /// Per point: (output tok/s, TTFT mean ms, TPOT p50 ms) from a record stream's summaries.
 pub fn figures(recs: &[serde_json::Value]) -> Vec<(f64, f64, f64)> {
@@ -396,9 +392,9 @@ pub fn figures(recs: &[serde_json::Value]) -> Vec<(f64, f64, f64)> {
         .iter()
         .map(|s| {
             (
-                f(s, "/output_tok_s"),
-                f(s, "/ttft_ms/mean"),
-                f(s, "/tpot_ms/p50"),
+                num(s, "/output_tok_s"),
+                num(s, "/ttft_ms/mean"),
+                num(s, "/tpot_ms/p50"),
             )
         })
         .collect()
