@@ -384,8 +384,6 @@ pub fn predict_on(preset: &[&str], args: &[&str]) -> std::process::Output {
         .expect("run srv-sim --predict")
 }
 
-/// The number at JSON pointer `path` in `v`.
-
 /// Per point: (output tok/s, TTFT mean ms, TPOT p50 ms) from a record stream's summaries.
 pub fn figures(recs: &[serde_json::Value]) -> Vec<(f64, f64, f64)> {
     testkit::of_kind(recs, "summary")
