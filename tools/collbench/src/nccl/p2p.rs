@@ -257,6 +257,43 @@ impl Bench {
         })
     }
 
+    /// One NCCL group: for each `(a, b)` of `moves`, `len` bytes from GPU a's send buffer to
+    /// GPU b's receive buffer, the sends and receives paired by the group.
+    fn grouped(&self, c: &Comms, moves: &[(usize, usize)], len: usize) -> Result<(), String> {
+        let stream = |g: &Gpu| g.stream.cu_stream() as sys::cudaStream_t;
+        result::group_start().map_err(nccl_err("ncclGroupStart"))?;
+        for &(a, b) in moves {
+            let (ga, gb) = (&self.gpus[a], &self.gpus[b]);
+            let (sp, _s) = ga.send.device_ptr(&ga.stream);
+            let (rp, _r) = gb.recv.device_ptr(&gb.stream);
+            // SAFETY: live device buffers of at least `len` bytes on each GPU (callers pass the
+            // bench's size or LATENCY_BYTES, and each buffer holds the larger); each
+            // communicator and stream is its GPU's; the group pairs the send with its recv.
+            unsafe {
+                result::send(
+                    sp as *const std::ffi::c_void,
+                    len,
+                    sys::ncclDataType_t::ncclUint8,
+                    b as i32,
+                    c.0[a],
+                    stream(ga),
+                )
+                .map_err(nccl_err("ncclSend"))?;
+                result::recv(
+                    rp as *mut std::ffi::c_void,
+                    len,
+                    sys::ncclDataType_t::ncclUint8,
+                    a as i32,
+                    c.0[b],
+                    stream(gb),
+                )
+                .map_err(nccl_err("ncclRecv"))?;
+            }
+        }
+        result::group_end().map_err(nccl_err("ncclGroupEnd"))?;
+        Ok(())
+    }
+
     fn nccl(
         &self,
         c: &Comms,
@@ -266,42 +303,11 @@ impl Bench {
         timed: u32,
     ) -> Result<Cell, String> {
         let (gs, gd) = (&self.gpus[src], &self.gpus[dst]);
-        let stream = |g: &Gpu| g.stream.cu_stream() as sys::cudaStream_t;
-        // One grouped round: `len` bytes from a to b, and from b to a too when `both`.
+        // One grouped round: `len` bytes from src to dst, and from dst to src too when `both`.
         let round = |len: usize, both: bool| -> Result<(), String> {
             // No allocation per round: this runs inside the timed loop.
             let there_and_back = [(src, dst), (dst, src)];
-            let moves = &there_and_back[..if both { 2 } else { 1 }];
-            result::group_start().map_err(nccl_err("ncclGroupStart"))?;
-            for &(a, b) in moves {
-                let (ga, gb) = (&self.gpus[a], &self.gpus[b]);
-                let (sp, _s) = ga.send.device_ptr(&ga.stream);
-                let (rp, _r) = gb.recv.device_ptr(&gb.stream);
-                // SAFETY: live device buffers of at least `len` bytes on each GPU; each
-                // communicator and stream is its GPU's; the group pairs the send with its recv.
-                unsafe {
-                    result::send(
-                        sp as *const std::ffi::c_void,
-                        len,
-                        sys::ncclDataType_t::ncclUint8,
-                        b as i32,
-                        c.0[a],
-                        stream(ga),
-                    )
-                    .map_err(nccl_err("ncclSend"))?;
-                    result::recv(
-                        rp as *mut std::ffi::c_void,
-                        len,
-                        sys::ncclDataType_t::ncclUint8,
-                        a as i32,
-                        c.0[b],
-                        stream(gb),
-                    )
-                    .map_err(nccl_err("ncclRecv"))?;
-                }
-            }
-            result::group_end().map_err(nccl_err("ncclGroupEnd"))?;
-            Ok(())
+            self.grouped(c, &there_and_back[..if both { 2 } else { 1 }], len)
         };
         let timed_rounds = |n: u32, len: usize, both: bool| -> Result<f64, String> {
             gs.sync()?;
@@ -325,33 +331,8 @@ impl Bench {
             gd.sync()?;
             let start = Instant::now();
             for _ in 0..n {
-                for (a, b) in [(src, dst), (dst, src)] {
-                    let (ga, gb) = (&self.gpus[a], &self.gpus[b]);
-                    result::group_start().map_err(nccl_err("ncclGroupStart"))?;
-                    let (sp, _s) = ga.send.device_ptr(&ga.stream);
-                    let (rp, _r) = gb.recv.device_ptr(&gb.stream);
-                    // SAFETY: as in `round`, with LATENCY_BYTES.
-                    unsafe {
-                        result::send(
-                            sp as *const std::ffi::c_void,
-                            LATENCY_BYTES as usize,
-                            sys::ncclDataType_t::ncclUint8,
-                            b as i32,
-                            c.0[a],
-                            stream(ga),
-                        )
-                        .map_err(nccl_err("ncclSend"))?;
-                        result::recv(
-                            rp as *mut std::ffi::c_void,
-                            LATENCY_BYTES as usize,
-                            sys::ncclDataType_t::ncclUint8,
-                            a as i32,
-                            c.0[b],
-                            stream(gb),
-                        )
-                        .map_err(nccl_err("ncclRecv"))?;
-                    }
-                    result::group_end().map_err(nccl_err("ncclGroupEnd"))?;
+                for there in [(src, dst), (dst, src)] {
+                    self.grouped(c, &[there], LATENCY_BYTES as usize)?;
                 }
             }
             gs.sync()?;
