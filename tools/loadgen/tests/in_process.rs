@@ -10,9 +10,7 @@ use loadgen::stop::Stop;
 use serde_json::Value;
 use servbench::cli::{self, Exit};
 use servbench::jsonl::RecordWriter;
-use server::Behavior;
 use std::io::Write;
-use std::time::Duration;
 
 /// Collects the records, and pulls `stop` once `after` request records were written: a stop
 /// in the middle of a point, at a known place, without a timer.
@@ -48,11 +46,7 @@ fn records(buf: &[u8], kind: &str) -> Vec<Value> {
 
 #[test]
 fn two_runs_in_one_process_the_second_is_not_stopped_by_the_first() {
-    let srv = server::start(Behavior {
-        ttft: Duration::from_millis(5),
-        itl: Duration::from_millis(2),
-        ..Behavior::default()
-    });
+    let srv = server::paced(5, 2);
     let url = srv.url();
     let args = |extra: &[&str]| {
         let mut a = vec![

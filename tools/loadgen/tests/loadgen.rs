@@ -25,11 +25,7 @@ fn median(xs: &[f64]) -> f64 {
 
 #[test]
 fn ttft_and_itl_match_fixed_latency_truth() {
-    let srv = server::start(Behavior {
-        ttft: Duration::from_millis(60),
-        itl: Duration::from_millis(10),
-        ..Behavior::default()
-    });
+    let srv = server::paced(60, 10);
     for c in ["1", "4"] {
         holds_in_one_of_three(&format!("loadgen vs truth, c={c}"), || {
             let before = srv.truths().len();
@@ -272,11 +268,7 @@ fn exact_input_lengths_via_tokenize_or_probes() {
 
 #[test]
 fn open_loop_latency_includes_the_wait_for_a_send_slot() {
-    let srv = server::start(Behavior {
-        ttft: Duration::from_millis(100),
-        itl: Duration::from_millis(1),
-        ..Behavior::default()
-    });
+    let srv = server::paced(100, 1);
     // Sends are due every 50 ms but one slot frees only every ~100 ms: request i waits ~50*i ms.
     let recs = loadgen_ok(&[
         "--url",
@@ -316,11 +308,7 @@ fn open_loop_latency_includes_the_wait_for_a_send_slot() {
 
 #[test]
 fn open_loop_follows_absolute_deadlines() {
-    let srv = server::start(Behavior {
-        ttft: Duration::from_millis(2),
-        itl: Duration::from_millis(1),
-        ..Behavior::default()
-    });
+    let srv = server::paced(2, 1);
     let recs = loadgen_ok(&[
         "--url",
         &srv.url(),
@@ -382,11 +370,7 @@ fn ramp_stops_on_saturation_and_names_the_best_level() {
 
 #[test]
 fn warmup_is_not_counted_and_repeats_are_numbered() {
-    let srv = server::start(Behavior {
-        ttft: Duration::from_millis(2),
-        itl: Duration::from_millis(1),
-        ..Behavior::default()
-    });
+    let srv = server::paced(2, 1);
     let recs = loadgen_ok(&[
         "--url",
         &srv.url(),
@@ -421,11 +405,7 @@ fn warmup_is_not_counted_and_repeats_are_numbered() {
 
 #[test]
 fn duration_bounds_a_point() {
-    let srv = server::start(Behavior {
-        ttft: Duration::from_millis(20),
-        itl: Duration::from_millis(5),
-        ..Behavior::default()
-    });
+    let srv = server::paced(20, 5);
     let started = std::time::Instant::now();
     let recs = loadgen_ok(&[
         "--url",

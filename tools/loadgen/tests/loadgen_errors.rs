@@ -116,11 +116,7 @@ fn server_down_model_missing_or_all_failed_exit_1() {
 
 #[test]
 fn ctrl_c_writes_a_partial_summary_and_every_finished_request() {
-    let srv = server::start(Behavior {
-        ttft: Duration::from_millis(100),
-        itl: Duration::from_millis(20),
-        ..Behavior::default()
-    });
+    let srv = server::paced(100, 20);
     let mut child = testkit::cmd("loadgen")
         .args([
             "--url",
@@ -171,11 +167,7 @@ fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> Output
 
 #[test]
 fn server_record_on_stdin_is_the_target_and_passes_through() {
-    let srv = server::start(Behavior {
-        ttft: Duration::from_millis(1),
-        itl: Duration::from_millis(1),
-        ..Behavior::default()
-    });
+    let srv = server::paced(1, 1);
     let server_line = format!(
         r#"{{"kind":"server","v":1,"ts":"2026-11-30T17:00:00.000Z","labels":{{"engine":"sim","tp":"1"}},"engine":"sim","host":"localhost","pid":1,"pgid":1,"start_ticks":1,"port":{},"url":"{}","command":"x","log":"/tmp/x","ready_s":0.1}}"#,
         srv.port,

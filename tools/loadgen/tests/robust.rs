@@ -38,11 +38,7 @@ fn signal(child: &std::process::Child, sig: i32) {
 /// quietly, instead of running the whole point into a closed pipe.
 #[test]
 fn a_closed_stdout_stops_sending_at_once() {
-    let srv = server::start(Behavior {
-        ttft: Duration::from_millis(2),
-        itl: Duration::from_millis(1),
-        ..Behavior::default()
-    });
+    let srv = server::paced(2, 1);
     let mut child = call("loadgen")
         .args(["--url", &srv.url(), "-c", "4", "-n", "1000000"])
         .args(["--max-tokens", "2", "--input-len", "8"])
@@ -74,11 +70,7 @@ fn a_closed_stdout_stops_sending_at_once() {
 /// each would take 100 s).
 #[test]
 fn a_closed_stdout_cancels_long_requests_without_a_record_to_write() {
-    let srv = server::start(Behavior {
-        ttft: Duration::from_millis(5),
-        itl: Duration::from_millis(200),
-        ..Behavior::default()
-    });
+    let srv = server::paced(5, 200);
     let mut child = call("loadgen")
         .args(["--url", &srv.url(), "-c", "2", "--duration", "120s"])
         .args(["--max-tokens", "500", "--no-requests", "--grace", "60s"])
@@ -240,11 +232,7 @@ fn resource_limits_are_refused_in_one_line() {
 /// raised, so 300 streams do not fail with EMFILE.
 #[test]
 fn the_open_files_soft_limit_is_raised_to_the_hard_one() {
-    let srv = server::start(Behavior {
-        ttft: Duration::from_millis(300),
-        itl: Duration::from_millis(1),
-        ..Behavior::default()
-    });
+    let srv = server::paced(300, 1);
     let mut c = testkit::sh_cmd(&format!(
         "ulimit -Sn 100 && ulimit -Hn 2048 && exec loadgen --url {} -c 300 -n 300 --max-tokens 2 --no-requests",
         srv.url()

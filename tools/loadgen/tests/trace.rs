@@ -4,8 +4,6 @@
 mod server;
 
 use serde_json::{Value, json};
-use server::Behavior;
-use std::time::Duration;
 use testkit::of_kind;
 use testkit::{loadgen, loadgen_ok};
 
@@ -86,11 +84,7 @@ fn requests_leave_at_the_traces_times_with_its_lengths() {
 
 #[test]
 fn equal_hash_ids_send_equal_prefixes() {
-    let srv = server::start(Behavior {
-        ttft: Duration::from_millis(1),
-        itl: Duration::from_millis(1),
-        ..Behavior::default()
-    });
+    let srv = server::paced(1, 1);
     let dir = tempfile::tempdir().unwrap();
     let trace = write(
         &dir,

@@ -126,6 +126,15 @@ impl TestServer {
     }
 }
 
+/// A well-behaved server whose first token takes `ttft_ms` and each next one `itl_ms`.
+pub fn paced(ttft_ms: u64, itl_ms: u64) -> TestServer {
+    start(Behavior {
+        ttft: Duration::from_millis(ttft_ms),
+        itl: Duration::from_millis(itl_ms),
+        ..Behavior::default()
+    })
+}
+
 pub fn start(b: Behavior) -> TestServer {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
