@@ -11,6 +11,36 @@ use testkit::of_kind;
 use testkit::stderr;
 use testkit::{Guard, json_lines, wait_output};
 
+/// srv-sim answering in 10 ms then 5 ms a token, and WORLD ranks started by hand loading it
+/// at `-c concurrency` for 60 s, already sending: the sim and the ranks.
+fn ranks_under_load(concurrency: &str) -> (Guard, Vec<Guard>) {
+    let (sim, url) = testkit::srv_sim(&["--ttft", "10ms", "--itl", "5ms"]);
+    let coordinator = format!("127.0.0.1:{}", testkit::free_port());
+    let args = [
+        "--url",
+        &url,
+        "-c",
+        concurrency,
+        "--duration",
+        "60s",
+        "--max-tokens",
+        "8",
+    ];
+    let guards = (0..WORLD)
+        .map(|r| rank(r, &coordinator, &args, None))
+        .collect();
+    wait_for_load(&url);
+    (sim, guards)
+}
+
+/// Sends `sig` to `pid`, a rank this test started.
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a process this test started, by its pid.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
 #[test]
 fn a_killed_rank_under_mpirun_fails_the_job_naming_it() {
     let _one = one_job();
@@ -37,10 +67,7 @@ fn a_killed_rank_under_mpirun_fails_the_job_naming_it() {
         })
         .max()
         .expect("a rank of the job");
-    // SAFETY: kill(2) on a rank of the job this test started.
-    unsafe {
-        libc::kill(victim as i32, libc::SIGKILL);
-    }
+    signal(victim, libc::SIGKILL);
     let started = Instant::now();
     // Nothing hangs: the job ends long before the point's 60 s.
     let out = wait_output(&mut mpi.child, Duration::from_secs(30));
@@ -57,27 +84,9 @@ fn a_killed_rank_under_mpirun_fails_the_job_naming_it() {
 #[test]
 fn a_killed_rank_fails_the_point_on_every_rank_naming_it() {
     let _one = one_job();
-    let (_sim, url) = testkit::srv_sim(&["--ttft", "10ms", "--itl", "5ms"]);
-    let coordinator = format!("127.0.0.1:{}", testkit::free_port());
-    let args = [
-        "--url",
-        &url,
-        "-c",
-        "6",
-        "--duration",
-        "60s",
-        "--max-tokens",
-        "8",
-    ];
-    let mut guards: Vec<Guard> = (0..WORLD)
-        .map(|r| rank(r, &coordinator, &args, None))
-        .collect();
-    wait_for_load(&url);
+    let (_sim, mut guards) = ranks_under_load("6");
     let victim = guards[2].pid();
-    // SAFETY: kill(2) on the rank this test started.
-    unsafe {
-        libc::kill(victim as i32, libc::SIGKILL);
-    }
+    signal(victim, libc::SIGKILL);
     let started = Instant::now();
     // Nothing hangs: the others end long before the point's 60 s.
     let outs: Vec<Output> = guards[..2]
@@ -111,27 +120,10 @@ fn a_killed_rank_fails_the_point_on_every_rank_naming_it() {
 #[test]
 fn a_rank_gone_silent_is_given_up_after_ten_seconds() {
     let _one = one_job();
-    let (_sim, url) = testkit::srv_sim(&["--ttft", "10ms", "--itl", "5ms"]);
-    let coordinator = format!("127.0.0.1:{}", testkit::free_port());
-    let args = [
-        "--url",
-        &url,
-        "-c",
-        "3",
-        "--duration",
-        "60s",
-        "--max-tokens",
-        "8",
-    ];
-    let mut guards: Vec<Guard> = (0..WORLD)
-        .map(|r| rank(r, &coordinator, &args, None))
-        .collect();
-    wait_for_load(&url);
+    let (_sim, mut guards) = ranks_under_load("3");
     let stopped = guards[1].pid();
-    // SAFETY: SIGSTOP to the rank this test started; its guard kills it at the end.
-    unsafe {
-        libc::kill(stopped as i32, libc::SIGSTOP);
-    }
+    // SIGSTOP: its guard kills it at the end.
+    signal(stopped, libc::SIGSTOP);
     let out = wait_output(&mut guards[0].child, Duration::from_secs(30));
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);

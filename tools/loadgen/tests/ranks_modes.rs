@@ -7,7 +7,6 @@ mod server;
 
 use job::*;
 use serde_json::{Value, json};
-use std::time::Duration;
 use testkit::of_kind;
 
 /// The generation requests the capture server read, in order.
@@ -19,18 +18,10 @@ fn generations(srv: &server::TestServer) -> Vec<Value> {
         .collect()
 }
 
-fn fast_server() -> server::TestServer {
-    server::start(server::Behavior {
-        ttft: Duration::from_millis(2),
-        itl: Duration::from_millis(1),
-        ..server::Behavior::default()
-    })
-}
-
 #[test]
 fn find_max_as_ranks_decides_once_on_the_merged_figures() {
     let _one = one_job();
-    let srv = fast_server();
+    let srv = server::paced(2, 1);
     let url = srv.url();
     let records = job_ok(&[
         "--url",
@@ -79,7 +70,7 @@ fn find_max_as_ranks_decides_once_on_the_merged_figures() {
 #[test]
 fn conversations_as_ranks_split_the_sessions_like_the_concurrency() {
     let _one = one_job();
-    let srv = fast_server();
+    let srv = server::paced(2, 1);
     let url = srv.url();
     let records = job_ok(&[
         "--url",
@@ -122,7 +113,7 @@ fn conversations_as_ranks_split_the_sessions_like_the_concurrency() {
 #[test]
 fn trace_rows_go_round_the_ranks_at_their_times_with_shared_prefixes() {
     let _one = one_job();
-    let srv = fast_server();
+    let srv = server::paced(2, 1);
     let url = srv.url();
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.jsonl");
@@ -199,7 +190,7 @@ fn trace_rows_go_round_the_ranks_at_their_times_with_shared_prefixes() {
 #[test]
 fn flush_cache_as_ranks_is_rank_0s_alone_before_the_common_start() {
     let _one = one_job();
-    let srv = fast_server();
+    let srv = server::paced(2, 1);
     let url = srv.url();
     let records = job_ok(&[
         "--url",
