@@ -3,19 +3,17 @@
 //! same loopback server, so the SSH path, the coordinator address and the records' host count
 //! are all exercised.
 
-use testkit::{cmd, json_lines, sshd};
+use servbench::record::{CollRecord, Record};
+use testkit::{Run, call, sshd};
 
-#[test]
-fn a_run_across_two_hosts_over_ssh() {
+/// collbench with `args` across two "hosts" of the loopback sshd, 127.0.0.1 and `second`, its
+/// key and a copy of its known_hosts (plus `ssh` options).
+fn across_two_hosts(second: &str, ssh: &[&str], args: &[&str]) -> Run {
     let s = sshd();
     let dir = tempfile::tempdir().unwrap();
     let kh = s.known_hosts_copy(dir.path());
-    let hosts = format!(
-        "{u}@127.0.0.1:{p},{u}@localhost:{p}",
-        u = s.user,
-        p = s.port
-    );
-    let out = cmd("collbench")
+    let hosts = format!("{u}@127.0.0.1:{p},{u}@{second}:{p}", u = s.user, p = s.port);
+    call("collbench")
         .args([
             "--hosts",
             &hosts,
@@ -23,9 +21,18 @@ fn a_run_across_two_hosts_over_ssh() {
             &s.key,
             "--known-hosts",
             &kh,
-            "--accept-new-host",
         ])
-        .args([
+        .args(ssh)
+        .args(args)
+        .run()
+}
+
+#[test]
+fn a_run_across_two_hosts_over_ssh() {
+    let out = across_two_hosts(
+        "localhost",
+        &["--accept-new-host"],
+        &[
             "--coll",
             "allgather",
             "-b",
@@ -38,46 +45,32 @@ fn a_run_across_two_hosts_over_ssh() {
             "2",
             "--label",
             "run=ssh",
-        ])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+        ],
+    );
+    let err = out.err();
     assert!(out.status.success(), "{err}");
-    let recs = json_lines(&out.stdout);
-    let colls: Vec<_> = recs.iter().filter(|r| r["kind"] == "coll").collect();
-    assert_eq!(colls.len(), 4, "{recs:?}");
+    let colls = out.of::<CollRecord>();
+    assert_eq!(colls.len(), 4, "{}", out.out());
     for c in &colls {
-        assert_eq!(c["ranks"], 2, "{c}");
-        assert_eq!(c["hosts"], 2, "{c}");
-        assert_eq!(c["wrong"], 0, "{c}");
-        assert_eq!(c["labels"]["run"], "ssh");
+        assert_eq!((c.ranks, c.hosts, c.wrong), (2, 2, 0), "{c:?}");
+        assert_eq!(c.labels.get("run").map(String::as_str), Some("ssh"));
     }
-    assert!(colls[3]["bytes"].as_u64().unwrap() > 1 << 20);
-    assert_eq!(recs.last().unwrap()["kind"], "coll_run");
+    assert!(colls[3].bytes > 1 << 20);
+    assert!(
+        matches!(out.records().last(), Some(Record::CollRun(_))),
+        "{}",
+        out.out()
+    );
     // Rank 0's table comes back on stderr.
     assert!(err.contains("# Avg bus bandwidth"), "{err}");
 }
 
 #[test]
 fn a_missing_remote_binary_is_reported_and_fails() {
-    let s = sshd();
-    let dir = tempfile::tempdir().unwrap();
-    let kh = s.known_hosts_copy(dir.path());
-    let hosts = format!(
-        "{u}@127.0.0.1:{p},{u}@127.0.0.1:{p}",
-        u = s.user,
-        p = s.port
-    );
-    let out = cmd("collbench")
-        .args([
-            "--hosts",
-            &hosts,
-            "--identity",
-            &s.key,
-            "--known-hosts",
-            &kh,
-        ])
-        .args([
+    let out = across_two_hosts(
+        "127.0.0.1",
+        &[],
+        &[
             "--remote-bin",
             "/nonexistent/collbench",
             "-b",
@@ -86,10 +79,9 @@ fn a_missing_remote_binary_is_reported_and_fails() {
             "8",
             "--timeout",
             "5s",
-        ])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+        ],
+    );
+    let err = out.err();
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("/nonexistent/collbench"), "{err}");
     assert!(out.stdout.is_empty());
@@ -99,7 +91,7 @@ fn a_missing_remote_binary_is_reported_and_fails() {
 fn an_unreachable_host_is_a_usage_error_naming_it() {
     let s = sshd();
     let port = testkit::free_port();
-    let out = cmd("collbench")
+    let out = call("collbench")
         .args([
             "--hosts",
             &format!("{}@127.0.0.1:{port}", s.user),
@@ -116,9 +108,8 @@ fn an_unreachable_host_is_a_usage_error_naming_it() {
             "-e",
             "8",
         ])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+        .run();
+    let err = out.err();
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains(&port.to_string()), "{err}");
 }
