@@ -262,19 +262,41 @@ pub fn http_server(port: u16) -> Guard {
     server
 }
 
+/// The fields of `/proc/PID/stat` the tests read (those after the parenthesized command name).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcStat {
+    /// `R`, `S`, `Z` (a zombie), `X` (dead), ...
+    pub state: String,
+    pub ppid: u32,
+    /// The process group.
+    pub pgrp: u32,
+    pub session: u32,
+}
+
+/// `/proc/PID/stat` read, or None when no such process exists.
+pub fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: the fields start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()?
+        .split_whitespace()
+        .take(4)
+        .collect();
+    let [state, ppid, pgrp, session] = fields[..] else {
+        return None;
+    };
+    Some(ProcStat {
+        state: state.to_string(),
+        ppid: ppid.parse().ok()?,
+        pgrp: pgrp.parse().ok()?,
+        session: session.parse().ok()?,
+    })
+}
+
 /// True while a process with this pid exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            // State is the field after the parenthesized command name.
-            let state = stat
-                .rsplit(')')
-                .next()
-                .and_then(|r| r.split_whitespace().next());
-            state != Some("Z") && state != Some("X")
-        }
-        Err(_) => false,
-    }
+    proc_stat(pid).is_some_and(|s| s.state != "Z" && s.state != "X")
 }
 
 /// The value of an environment variable a setup script exports (`scripts/setup/<script>.sh`);

@@ -183,19 +183,13 @@ pub fn processes(marker: &str) -> Vec<Proc> {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        let Some(stat) = testkit::proc_stat(pid) else {
             continue;
         };
-        let fields: Vec<&str> = stat
-            .rsplit(')')
-            .next()
-            .unwrap()
-            .split_whitespace()
-            .collect();
-        if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
+        if matches!(stat.state.as_str(), "Z" | "X") {
             continue;
         }
-        let ppid = fields.get(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+        let ppid = stat.ppid;
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
             .map(|b| {
                 String::from_utf8_lossy(&b)

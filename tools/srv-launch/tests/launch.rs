@@ -111,14 +111,8 @@ fn readiness_waits_for_a_slow_server_and_the_record_drives_srv_kill() {
     // Detached: alive after srv-launch exited, own session, stdin /dev/null, output in the log,
     // the launch marker and --env in its environment.
     assert!(alive(pid));
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .collect();
-    assert_eq!(fields[3], pid.to_string(), "session leader");
+    let stat = testkit::proc_stat(pid).expect("the server's /proc/PID/stat");
+    assert_eq!(stat.session, pid, "session leader");
     assert_eq!(
         std::fs::read_link(format!("/proc/{pid}/fd/0"))
             .unwrap()
@@ -502,17 +496,11 @@ fn a_worker_that_left_the_session_and_was_orphaned_is_found_by_the_launch_marker
         .trim()
         .parse()
         .unwrap();
-    let stat = std::fs::read_to_string(format!("/proc/{orphan}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .collect();
-    let server = r["pid"].as_u64().unwrap().to_string();
-    assert_ne!(fields[1], server, "the orphan's parent is not the server");
-    assert_ne!(fields[2], server, "the orphan left the process group");
-    assert_ne!(fields[3], server, "the orphan left the session");
+    let stat = testkit::proc_stat(orphan).expect("the orphan's /proc/PID/stat");
+    let server = r["pid"].as_u64().unwrap() as u32;
+    assert_ne!(stat.ppid, server, "the orphan's parent is not the server");
+    assert_ne!(stat.pgrp, server, "the orphan left the process group");
+    assert_ne!(stat.session, server, "the orphan left the session");
 
     let killed = kill_record(r);
     assert_eq!(killed.status.code(), Some(0));

@@ -22,13 +22,7 @@ fn run(c: &mut Command) -> Output {
 }
 
 fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')')
-        .next()?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    testkit::proc_stat(pid).map(|s| s.ppid)
 }
 
 #[test]
