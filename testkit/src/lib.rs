@@ -452,8 +452,8 @@ pub fn check_conversation(records: &[serde_json::Value], sessions: u64) {
         }
     }
     let s = of_kind("summary")[0];
-    assert_eq!(s["turns"], "3", "{s}");
-    assert_eq!(u(&s["sessions"]), sessions, "{s}");
+    assert_eq!(s["workload"]["turns"], "3", "{s}");
+    assert_eq!(u(&s["workload"]["sessions"]), sessions, "{s}");
     let by_turn = s["by_turn"].as_array().unwrap();
     assert_eq!(by_turn.len(), 3, "{s}");
     let mean = |t: &Value, f: &str| t[f].as_f64().unwrap();

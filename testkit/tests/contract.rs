@@ -9,7 +9,7 @@ use testkit::{bash, json_lines, sh};
 /// A record of a kind no tool knows, with fields in an unusual order and non-ASCII text.
 const FUTURE_KIND: &str = r#"{"zeta":[1,{"b":2}],"kind":"gpu_trace","v":1,"ts":"2026-11-30T17:00:00.000Z","labels":{"who":"upstream"},"note":"μs → ok"}"#;
 /// A known kind from a newer schema version, with a field this build does not know.
-const NEWER_VERSION: &str = r#"{"kind":"coll_run","v":2,"ts":"2026-11-30T17:00:00.000Z","labels":{},"op":"allreduce","backend":"tcp","ranks":2,"sizes":1,"avg_busbw_gbps":1.5,"wrong":0,"new_field_in_v2":{"x":true}}"#;
+const NEWER_VERSION: &str = r#"{"kind":"coll_run","v":3,"ts":"2026-11-30T17:00:00.000Z","labels":{},"op":"allreduce","backend":"tcp","ranks":2,"sizes":1,"avg_busbw_gbps":1.5,"wrong":0,"new_field_in_v3":{"x":true}}"#;
 
 #[test]
 fn records_pass_through_the_whole_pipeline_unchanged_and_labels_are_inherited() {
@@ -30,7 +30,7 @@ fn records_pass_through_the_whole_pipeline_unchanged_and_labels_are_inherited() 
     assert_eq!(lines[0], FUTURE_KIND);
     assert_eq!(lines[1], NEWER_VERSION);
     assert!(
-        stderr(&out).contains("v2 is newer"),
+        stderr(&out).contains("v3 is newer"),
         "a newer schema version is warned about: {}",
         stderr(&out)
     );
@@ -364,6 +364,21 @@ fn every_record_every_tool_writes_is_typed_with_nothing_outside_the_schema() {
                 record.kind(),
                 extra.keys().collect::<Vec<_>>()
             );
+            if let Record::Summary(s) = &record {
+                // Written in this schema (as written, not as read: a v1 line reads as v2), the
+                // load nested under `workload` and in its schema.
+                let written: serde_json::Value = serde_json::from_str(line).unwrap();
+                assert_eq!(
+                    written["v"],
+                    servbench::record::SCHEMA_VERSION,
+                    "{file}: {line}"
+                );
+                assert!(
+                    s.workload.extra.is_empty(),
+                    "{file}: workload fields outside the schema: {:?}",
+                    s.workload.extra.keys().collect::<Vec<_>>()
+                );
+            }
             kinds.insert(record.kind().to_string());
         }
     }
@@ -448,6 +463,19 @@ fn the_readmes_example_records_are_in_the_schema() {
                 record.kind(),
                 extra.keys().collect::<Vec<_>>()
             );
+            if let Record::Summary(s) = &record {
+                let written: serde_json::Value = serde_json::from_str(line).unwrap();
+                assert_eq!(
+                    written["v"],
+                    servbench::record::SCHEMA_VERSION,
+                    "{where_}: a summary example of an older schema: {line}"
+                );
+                assert!(
+                    s.workload.extra.is_empty(),
+                    "{where_}: {:?}",
+                    s.workload.extra
+                );
+            }
             kinds.insert(record.kind().to_string());
         }
     }
@@ -513,6 +541,13 @@ fn hostile_telemetry_still_gives_records_their_own_schema_reads() {
             let record = Record::parse(line).unwrap_or_else(|e| panic!("{file}: {e}: {line}"));
             let extra = record.extra().expect("a kind of the schema");
             assert!(extra.is_empty(), "{file}: {:?}", extra.keys());
+            if let Record::Summary(s) = &record {
+                assert!(
+                    s.workload.extra.is_empty(),
+                    "{file}: {:?}",
+                    s.workload.extra
+                );
+            }
             if let Record::Summary(s) = &record
                 && let Some(srv) = &s.server
             {

@@ -145,7 +145,7 @@ fn vllm_preset_launches_serves_loadgen_exactly_and_srv_kill_ends_the_whole_tree(
     }
     for s in of_kind(&completions, "summary") {
         assert_eq!(s["tokens_per_chunk"], 3.0, "{s}");
-        assert_eq!(s["api"], "completions");
+        assert_eq!(s["workload"]["api"], "completions");
         assert_eq!(s["model"], model.as_str());
     }
 
@@ -166,7 +166,7 @@ fn vllm_preset_launches_serves_loadgen_exactly_and_srv_kill_ends_the_whole_tree(
         ],
     );
     check_exact_run(&chat, 6);
-    assert_eq!(of_kind(&chat, "summary")[0]["api"], "chat");
+    assert_eq!(of_kind(&chat, "summary")[0]["workload"]["api"], "chat");
 
     // Open loop: a rate instead of a concurrency.
     let open = loadgen_exact(

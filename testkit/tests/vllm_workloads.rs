@@ -68,8 +68,8 @@ fn flush_cache_and_prefix_groups_on_the_real_vllm() {
     assert_eq!(summaries.len(), 2);
     let mut stated = 0.0;
     for s in &summaries {
-        assert_eq!(s["cache_flushed"], true, "{s}");
-        stated += s["prefix_hit_rate_expected"].as_f64().unwrap() / 2.0;
+        assert_eq!(s["workload"]["cache_flushed"], true, "{s}");
+        stated += s["workload"]["prefix_hit_rate_expected"].as_f64().unwrap() / 2.0;
     }
     let measured = (after.1 - before.1) / (after.0 - before.0);
     assert!(

@@ -15,6 +15,7 @@ mod plausible;
 mod server_timing;
 mod telemetry;
 mod values;
+mod workload;
 
 pub use compound::*;
 pub use engine_steps::*;
@@ -23,6 +24,7 @@ pub use plausible::MAX_REQUEST_TOKENS;
 pub use server_timing::*;
 pub use telemetry::*;
 pub use values::*;
+pub use workload::{WORKLOAD_FIELDS, Workload};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -31,7 +33,12 @@ use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 /// The schema version this build writes. Readers warn (once) on records with a higher `v`.
-pub const SCHEMA_VERSION: u32 = 1;
+///
+/// - v1: the first schema.
+/// - v2: a summary's load fields (`api`, `seed`, `arrival`, ..., [`WORKLOAD_FIELDS`]) nested
+///   under one `workload` object ([`Workload`]); every other kind is the same as in v1. A v1
+///   summary is still read: [`Record::parse`] moves its flat fields in before the typed decode.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Free-form context that travels with records (`engine`, `model`, `tp`, `host`, ...).
 pub type Labels = BTreeMap<String, String>;
@@ -171,6 +178,9 @@ macro_rules! records {
             pub fn parse(line: &str) -> Result<Record, RecordError> {
                 let peek: Peek = serde_json::from_str(line).map_err(RecordError::NotJson)?;
                 let kind = peek.kind.ok_or(RecordError::NoKind)?;
+                // An older schema's line in this one's shape (the one place that knows them).
+                let upgraded = upgrade(&kind, peek.v, line.as_bytes())?;
+                let line = upgraded.as_deref().unwrap_or(line);
                 let whole = || serde_json::from_str(line).map_err(RecordError::NotJson);
                 let parsed = match kind.as_ref() {
                     $($( <$ty as RecordKind>::KIND => {
@@ -254,6 +264,36 @@ records! {
     device_limits: DeviceLimits(DeviceLimitsRecord);
     search: Search(SearchRecord);
     p2p: P2p(P2pRecord);
+}
+
+/// `json` rewritten in this schema's shape where it was written under an older one (None where
+/// it already is): a v1 summary's flat workload fields move under `workload`. Other kinds are
+/// the same in v1 and v2.
+fn upgrade(kind: &str, v: Option<u64>, json: &[u8]) -> Result<Option<String>, RecordError> {
+    if kind != SummaryRecord::KIND || v.is_none_or(|v| v >= 2) {
+        return Ok(None);
+    }
+    let fields: Extra = serde_json::from_slice(json).map_err(RecordError::NotJson)?;
+    let upgraded = workload::upgrade_v1_summary(fields);
+    // A map of JSON values serializes (string keys, no I/O).
+    Ok(Some(
+        serde_json::to_string(&upgraded).expect("JSON values serialize"),
+    ))
+}
+
+/// A record of kind `T` from a JSON object that may lack `kind` (the kind is implied, as on
+/// loadgen ranks' wire), of any schema version this build reads: an older one's shape is
+/// brought to this one as [`Record::parse`] does, so a part from another build still merges.
+pub fn decode_kind<T: RecordKind>(json: &[u8]) -> Result<T, RecordError> {
+    let peek: Peek = serde_json::from_slice(json).map_err(RecordError::NotJson)?;
+    let upgraded = upgrade(T::KIND, peek.v, json)?;
+    let json = upgraded.as_deref().map_or(json, str::as_bytes);
+    let mut record: T = serde_json::from_slice(json).map_err(|source| RecordError::BadField {
+        kind: T::KIND.to_string(),
+        source,
+    })?;
+    record.extra_mut().remove("kind");
+    Ok(record)
 }
 
 /// Parses `line` as kind `T`, without the `kind` field (implied by the type; the catch-all must

@@ -1,6 +1,4 @@
-use super::{
-    Api, ArrivalProcess, Dist, Extra, GpuStats, Labels, PointKey, ServerStats, current_version,
-};
+use super::{Dist, Extra, GpuStats, Labels, PointKey, ServerStats, Workload, current_version};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -86,64 +84,18 @@ pub struct SummaryRecord {
     /// The server's GPUs during the point, one entry per GPU it uses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<GpuStats>,
-    /// Model the requests named (`loadgen --model`, or the server's first).
+    /// Model the requests named (`loadgen --model`, or the server's first). Not in `workload`:
+    /// it names the system under test (what readers pick a roofline and group points by).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// `completions` or `chat`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api: Option<Api>,
-    /// Seed of every random choice of the run (prompts, arrivals), so it can be reproduced.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seed: Option<u64>,
-    /// Open-loop arrival process (`poisson`, `constant`, `gamma:SHAPE`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub arrival: Option<ArrivalProcess>,
-    /// Open-loop cap on requests in flight.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_concurrency: Option<u32>,
-    /// False for `--no-stream` (non-streaming requests: E2E and tokens, no TTFT, ITL or TPOT).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream: Option<bool>,
-    /// Sampling temperature every request asked for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub temperature: Option<f64>,
-    /// Nucleus sampling `top_p`, where set.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub top_p: Option<f64>,
-    /// `--extra-body` as given: merged into every request body (loadgen's own fields won).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extra_body: Option<serde_json::Value>,
-    /// `--prefix-groups`: synthetic prompts in this many groups, each sharing its own prefix.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prefix_groups: Option<u32>,
-    /// `--prefix-len`: tokens of each group's prefix.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prefix_len: Option<u32>,
-    /// Fraction of the point's prompt tokens a prefix cache can serve: requests whose group was
-    /// sent before (since the last flush) times prefix / prompt length (loadgen README).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prefix_hit_rate_expected: Option<f64>,
-    /// `--flush-cache`: whether the server's prefix cache was emptied before this point.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_flushed: Option<bool>,
-    /// Conversations: turns per session as `--turns` gave them (`3`, `2..6`, `all`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub turns: Option<String>,
-    /// Conversations: the pause between a reply and the next turn (`--think-time`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub think_time: Option<String>,
-    /// Conversations: sessions started in the point.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sessions: Option<u64>,
+    /// The load applied (what was sent and how it arrived): schema v2 nests it here; a v1
+    /// summary's flat fields are moved in on reading ([`super::WORKLOAD_FIELDS`]).
+    #[serde(default)]
+    pub workload: Workload,
     /// Conversations: the figures of each turn index (turn 1's TTFT against later turns').
+    /// Measured, so not in `workload`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub by_turn: Vec<TurnSummary>,
-    /// Trace replay: the trace file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trace: Option<String>,
-    /// Trace replay: rows of the trace the point sent (within `-n` or `--duration`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trace_rows: Option<u64>,
     /// The point was loaded by several processes (loadgen ranks under mpirun, srun or
     /// `--rank`): this rank's part of it, or, in rank 0's merged summary, the whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]

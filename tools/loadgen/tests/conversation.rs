@@ -112,9 +112,9 @@ fn turn_k_prompt_holds_turns_1_to_k_minus_1_and_their_replies_chat() {
     }
     assert_eq!(seen.len(), 9);
     let s = of_kind(&recs, "summary")[0];
-    assert_eq!(s["turns"], "3");
-    assert_eq!(s["sessions"], 3);
-    assert_eq!(s["think_time"], "0s");
+    assert_eq!(s["workload"]["turns"], "3");
+    assert_eq!(s["workload"]["sessions"], 3);
+    assert_eq!(s["workload"]["think_time"], "0s");
     let by_turn = s["by_turn"].as_array().unwrap();
     assert_eq!(by_turn.len(), 3);
     let prompt_mean = |t: usize| by_turn[t]["prompt_tokens_mean"].as_f64().unwrap();

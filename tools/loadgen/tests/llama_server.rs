@@ -32,7 +32,7 @@ fn flush_cache_erases_llama_server_slots_before_each_point() {
     let s = of_kind(&records, "summary");
     assert_eq!(s.len(), 2, "{records:?}");
     for s in &s {
-        assert_eq!(s["cache_flushed"], true, "{s}");
+        assert_eq!(s["workload"]["cache_flushed"], true, "{s}");
         assert_eq!(s["ok"], 2, "{s}");
         assert_eq!(s["labels"]["engine"], "llama-cpp", "{s}");
     }
@@ -52,7 +52,10 @@ fn flush_cache_erases_llama_server_slots_before_each_point() {
     );
     let s = of_kind(&records, "summary");
     assert_eq!(s.len(), 2);
-    assert!(s.iter().all(|s| s["cache_flushed"] == false), "{s:?}");
+    assert!(
+        s.iter().all(|s| s["workload"]["cache_flushed"] == false),
+        "{s:?}"
+    );
 }
 
 /// A 3-turn conversation on the real llama-server, chat and completions: each turn resends the

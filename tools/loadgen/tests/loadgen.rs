@@ -302,8 +302,8 @@ fn open_loop_latency_includes_the_wait_for_a_send_slot() {
     }
     let s = of_kind(&recs, "summary")[0];
     assert_eq!(num(s, "/point/rate_rps"), 20.0);
-    assert_eq!(s["arrival"], "constant");
-    assert_eq!(s["max_concurrency"], 1);
+    assert_eq!(s["workload"]["arrival"], "constant");
+    assert_eq!(s["workload"]["max_concurrency"], 1);
 }
 
 #[test]

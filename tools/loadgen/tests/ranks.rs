@@ -87,8 +87,10 @@ fn three_ranks_by_hand_give_the_server_the_total_concurrency_and_start_together(
             );
             assert_eq!(s["ranks"]["world"], 3);
         }
-        let seeds: std::collections::BTreeSet<u64> =
-            parts.iter().map(|s| s["seed"].as_u64().unwrap()).collect();
+        let seeds: std::collections::BTreeSet<u64> = parts
+            .iter()
+            .map(|s| s["workload"]["seed"].as_u64().unwrap())
+            .collect();
         assert_eq!(seeds.len(), WORLD, "a seed of its own per rank");
         let requests: u64 = parts.iter().map(|s| s["requests"].as_u64().unwrap()).sum();
         assert_eq!(merged["requests"].as_u64().unwrap(), requests);

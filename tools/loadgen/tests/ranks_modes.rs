@@ -93,12 +93,12 @@ fn conversations_as_ranks_split_the_sessions_like_the_concurrency() {
     let (parts, merged) = summaries(&records);
     for s in &parts {
         assert_eq!(s["ranks"]["share_concurrency"], 1, "{s}");
-        assert_eq!(s["sessions"], 2, "{s}");
+        assert_eq!(s["workload"]["sessions"], 2, "{s}");
         assert_eq!(s["requests"], 4, "two sessions of two turns: {s}");
     }
-    assert_eq!(merged["sessions"], 6, "{merged}");
+    assert_eq!(merged["workload"]["sessions"], 6, "{merged}");
     assert_eq!(merged["requests"], 12, "{merged}");
-    assert_eq!(merged["turns"], "2", "{merged}");
+    assert_eq!(merged["workload"]["turns"], "2", "{merged}");
     let bodies = generations(&srv);
     assert_eq!(bodies.len(), 12);
     // Each rank's sessions are its own (a seed per rank): six different first turns.
@@ -136,10 +136,10 @@ fn trace_rows_go_round_the_ranks_at_their_times_with_shared_prefixes() {
         "16",
     ]);
     let (parts, merged) = summaries(&records);
-    assert_eq!(merged["trace_rows"], 6, "{merged}");
+    assert_eq!(merged["workload"]["trace_rows"], 6, "{merged}");
     assert_eq!(merged["requests"], 6, "{merged}");
     for (r, s) in parts.iter().enumerate() {
-        assert_eq!(s["trace_rows"], 2, "{s}");
+        assert_eq!(s["workload"]["trace_rows"], 2, "{s}");
         // Rank r sends rows r and r+3, each at its row's time from the common start.
         let mut sent: Vec<(u64, f64)> = of_kind(&records, "request")
             .into_iter()
@@ -225,6 +225,6 @@ fn flush_cache_as_ranks_is_rank_0s_alone_before_the_common_start() {
             Some("0") | None => json!(true),
             Some(_) => Value::Null,
         };
-        assert_eq!(s["cache_flushed"], flushed, "{s}");
+        assert_eq!(s["workload"]["cache_flushed"], flushed, "{s}");
     }
 }

@@ -312,7 +312,7 @@ fn the_servers_prefix_hit_rate_matches_the_prefix_groups_in_both_name_flavours()
         let points = of_kind(&recs, "summary");
         assert_eq!(points.len(), 2);
         for s in points {
-            let expected = num(s, "prefix_hit_rate_expected");
+            let expected = num(s, "/workload/prefix_hit_rate_expected");
             let measured = num(s, "/server/prefix_hit_rate");
             assert!(expected > 0.5, "{s}");
             assert!(

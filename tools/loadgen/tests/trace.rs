@@ -75,9 +75,14 @@ fn requests_leave_at_the_traces_times_with_its_lengths() {
             .find(|s| s["point"]["index"] == index)
             .unwrap();
         assert_eq!(s["point"]["trace_speed"], json!(speed));
-        assert_eq!(s["trace_rows"], 4);
+        assert_eq!(s["workload"]["trace_rows"], 4);
         assert_eq!(s["prompt_len_exact"], 4);
-        assert!(s["trace"].as_str().unwrap().ends_with("t.jsonl"));
+        assert!(
+            s["workload"]["trace"]
+                .as_str()
+                .unwrap()
+                .ends_with("t.jsonl")
+        );
         assert!(s["point"].get("input_len").is_none(), "{s}");
     }
 }

@@ -61,14 +61,17 @@ fn extra_body_arrives_merged_and_loadgen_keeps_what_it_measures() {
     assert_eq!(err.matches("--extra-body sets").count(), 2, "{err}");
     let s = of_kind(&recs, "summary")[0];
     assert_eq!(
-        s["extra_body"]["chat_template_kwargs"]["enable_thinking"],
+        s["workload"]["extra_body"]["chat_template_kwargs"]["enable_thinking"],
         false
     );
     assert_eq!(
-        (s["temperature"].as_f64(), s["top_p"].as_f64()),
+        (
+            s["workload"]["temperature"].as_f64(),
+            s["workload"]["top_p"].as_f64()
+        ),
         (Some(0.3), Some(0.95))
     );
-    assert_eq!(s["stream"], true);
+    assert_eq!(s["workload"]["stream"], true);
 
     // From a file, and --temperature beating the file's temperature.
     let dir = tempfile::tempdir().unwrap();
@@ -96,7 +99,7 @@ fn extra_body_arrives_merged_and_loadgen_keeps_what_it_measures() {
         (b["temperature"].clone(), b["seed"].clone()),
         (json!(0.7), json!(7))
     );
-    assert_eq!(of_kind(&recs, "summary")[0]["temperature"], 0.7);
+    assert_eq!(of_kind(&recs, "summary")[0]["workload"]["temperature"], 0.7);
 
     // Bad input: one line naming the flag (and the file).
     for (value, says) in [
@@ -152,7 +155,7 @@ fn flush_cache_calls_the_engine_endpoint_before_each_point() {
         .collect();
     assert_eq!(order, [point.clone(), point].concat());
     for s in of_kind(&recs, "summary") {
-        assert_eq!(s["cache_flushed"], true, "{s}");
+        assert_eq!(s["workload"]["cache_flushed"], true, "{s}");
     }
 
     // A server without the endpoint (this one answers 404 to SGLang's): one warning for the
@@ -179,7 +182,11 @@ fn flush_cache_calls_the_engine_endpoint_before_each_point() {
     let recs = testkit::json_lines(&out.stdout);
     let summaries = of_kind(&recs, "summary");
     assert_eq!(summaries.len(), 2);
-    assert!(summaries.iter().all(|s| s["cache_flushed"] == false));
+    assert!(
+        summaries
+            .iter()
+            .all(|s| s["workload"]["cache_flushed"] == false)
+    );
 
     // An engine with no such endpoint at all: one warning saying so.
     let out = loadgen(&[
@@ -270,7 +277,7 @@ fn prefix_groups_give_the_stated_hit_rate_in_srv_sim() {
     assert_eq!(summaries.len(), 2);
     let stated: Vec<f64> = summaries
         .iter()
-        .map(|s| s["prefix_hit_rate_expected"].as_f64().unwrap())
+        .map(|s| s["workload"]["prefix_hit_rate_expected"].as_f64().unwrap())
         .collect();
     // Cold start of each point: 4 of its 100 requests miss.
     for s in &stated {
@@ -278,10 +285,13 @@ fn prefix_groups_give_the_stated_hit_rate_in_srv_sim() {
     }
     for s in &summaries {
         assert_eq!(
-            (s["prefix_groups"].as_u64(), s["prefix_len"].as_u64()),
+            (
+                s["workload"]["prefix_groups"].as_u64(),
+                s["workload"]["prefix_len"].as_u64()
+            ),
             (Some(4), Some(512))
         );
-        assert_eq!(s["cache_flushed"], true);
+        assert_eq!(s["workload"]["cache_flushed"], true);
     }
     let measured = (after.1 - before.1) / (after.0 - before.0);
     let expected = stated.iter().sum::<f64>() / stated.len() as f64;
@@ -300,7 +310,7 @@ fn prefix_groups_give_the_stated_hit_rate_in_srv_sim() {
     let after = prefix_counters(&url);
     let stated: Vec<f64> = of_kind(&recs, "summary")
         .iter()
-        .map(|s| s["prefix_hit_rate_expected"].as_f64().unwrap())
+        .map(|s| s["workload"]["prefix_hit_rate_expected"].as_f64().unwrap())
         .collect();
     assert!((stated[1] - 0.8).abs() < 1e-9, "{stated:?}");
     let measured = (after.1 - before.1) / (after.0 - before.0);
@@ -368,7 +378,7 @@ fn no_stream_measures_e2e_and_tokens_and_leaves_ttft_out() {
         "{s}"
     );
     assert!(s["e2e_ms"]["n"] == 4, "{s}");
-    assert_eq!(s["stream"], false);
+    assert_eq!(s["workload"]["stream"], false);
 
     // An SLO on what a non-streaming request cannot show is refused.
     let out = loadgen(&["--url", &url, "--no-stream", "--slo", "ttft_ms=100"]);

@@ -160,8 +160,8 @@ fn llama_server_in_the_pipeline_srv_launch_loadgen_completions_and_chat_srv_kill
             .any(|s| s["server"]["running"]["max"].as_f64() >= Some(1.0)),
         "llama-server's running-requests gauge sampled in some point: {summaries:?}"
     );
-    assert_eq!(summaries[0]["api"], "completions");
-    assert_eq!(summaries[2]["api"], "chat");
+    assert_eq!(summaries[0]["workload"]["api"], "completions");
+    assert_eq!(summaries[2]["workload"]["api"], "chat");
     let requests = records.iter().filter(|r| r["kind"] == "request").count();
     assert_eq!(requests, 8 + 8 + 3);
     let kill = records

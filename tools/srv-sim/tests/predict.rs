@@ -160,7 +160,10 @@ fn a_predicted_conversation_resends_its_history_and_hits_the_prefix_cache() {
     assert!((gap - 50.0).abs() < 1e-6, "think time {gap} ms");
     let summary = of_kind(&recs, "summary")[0];
     assert_eq!(
-        (summary["turns"].as_str(), summary["sessions"].as_u64()),
+        (
+            summary["workload"]["turns"].as_str(),
+            summary["workload"]["sessions"].as_u64()
+        ),
         (Some("3"), Some(2))
     );
 }
@@ -198,7 +201,10 @@ fn predicted_open_loop_sends_follow_the_arrival_process_and_groups_share_their_p
             assert!(cached < cold / 5.0, "{cached} ms against {cold} ms cold");
         }
     }
-    assert_eq!(of_kind(&recs, "summary")[0]["arrival"], "constant");
+    assert_eq!(
+        of_kind(&recs, "summary")[0]["workload"]["arrival"],
+        "constant"
+    );
 }
 
 #[test]

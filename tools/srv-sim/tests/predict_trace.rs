@@ -91,9 +91,9 @@ fn a_predicted_trace_is_one_record_per_row_with_its_lengths_at_its_offsets() {
         let s = summaries[point as usize];
         assert_eq!(s["point"]["trace_speed"], speed, "{s}");
         assert!(s["point"].get("concurrency").is_none(), "{s}");
-        assert_eq!(s["trace"], path.as_str(), "{s}");
+        assert_eq!(s["workload"]["trace"], path.as_str(), "{s}");
         assert_eq!(
-            (s["trace_rows"].as_u64(), s["ok"].as_u64()),
+            (s["workload"]["trace_rows"].as_u64(), s["ok"].as_u64()),
             (Some(6), Some(6))
         );
         // Row 3 repeats row 1's blocks after row 1 ended: its prompt is cached, its first token
@@ -154,7 +154,10 @@ fn a_capped_trace_sends_a_row_when_a_slot_frees_with_its_latency_from_its_offset
             w[1]
         );
     }
-    assert_eq!(of_kind(&recs, "summary")[0]["max_concurrency"], 1);
+    assert_eq!(
+        of_kind(&recs, "summary")[0]["workload"]["max_concurrency"],
+        1
+    );
 }
 
 #[test]

@@ -174,8 +174,8 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
                         prefix_hit_rate_expected: acc
                             .first_summary
                             .as_ref()
-                            .and_then(|s| s.prefix_hit_rate_expected),
-                        seed: acc.first_summary.as_ref().and_then(|s| s.seed),
+                            .and_then(|s| s.workload.prefix_hit_rate_expected),
+                        seed: acc.first_summary.as_ref().and_then(|s| s.workload.seed),
                     },
                 );
             }
@@ -201,8 +201,8 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
                     summary.server.clone_from(&s.server);
                     summary.gpus.clone_from(&s.gpus);
                     summary.engine_steps.clone_from(&s.engine_steps);
-                    summary.prefix_hit_rate_expected = s.prefix_hit_rate_expected;
-                    summary.seed = s.seed;
+                    summary.workload.prefix_hit_rate_expected = s.prefix_hit_rate_expected;
+                    summary.workload.seed = s.seed;
                     summary
                 })
                 .collect(),

@@ -220,7 +220,7 @@ pub fn prefix_hits_unexpected(points: &[Point], keys: &Keys) -> Vec<String> {
     for p in points {
         for s in &p.repeats {
             let (Some(expected), Some(got)) = (
-                s.prefix_hit_rate_expected,
+                s.workload.prefix_hit_rate_expected,
                 s.server.as_ref().and_then(|srv| srv.prefix_hit_rate),
             ) else {
                 continue;
@@ -232,7 +232,7 @@ pub fn prefix_hits_unexpected(points: &[Point], keys: &Keys) -> Vec<String> {
                     got * 100.0,
                     expected * 100.0
                 ));
-                seeds.extend(s.seed);
+                seeds.extend(s.workload.seed);
             }
         }
     }

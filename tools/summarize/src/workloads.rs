@@ -61,7 +61,7 @@ pub fn turns_table(points: &[Point]) -> Option<Table> {
                 crate::table::human(first),
                 crate::table::human(*last),
                 s.by_turn.last().map_or(0, |t| t.turn),
-                s.sessions.unwrap_or(s.by_turn[0].requests)
+                s.workload.sessions.unwrap_or(s.by_turn[0].requests)
             ));
         }
     }

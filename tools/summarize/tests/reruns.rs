@@ -51,7 +51,12 @@ fn a_default_rerun_draws_a_fresh_seed_and_finds_no_prefix_hits() {
     let after_first = prefix_counters(&url);
     let second = loadgen_at(&url, BASE, &[]).ok();
     let after_second = prefix_counters(&url);
-    let seed = |r: &Run| summary(r).seed.expect("the summary records its seed");
+    let seed = |r: &Run| {
+        summary(r)
+            .workload
+            .seed
+            .expect("the summary records its seed")
+    };
     let (s1, s2) = (seed(&first), seed(&second));
     assert_ne!(s1, s2, "each run without --seed draws its own");
     assert!(
@@ -68,7 +73,7 @@ fn a_default_rerun_draws_a_fresh_seed_and_finds_no_prefix_hits() {
     );
     let summaries = second.values();
     assert_eq!(
-        testkit::of_kind(&summaries, "summary")[0]["prefix_hit_rate_expected"],
+        testkit::of_kind(&summaries, "summary")[0]["workload"]["prefix_hit_rate_expected"],
         0.0
     );
     assert!(

@@ -226,7 +226,7 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
     (labels(), extra(), point(), dist(), any::<bool>()).prop_map(
         |(labels, extra, point, d, partial)| {
             Record::Summary(Box::new(SummaryRecord {
-                v: 1,
+                v: SCHEMA_VERSION,
                 ts: "2026-11-30T17:00:00.123Z".into(),
                 labels,
                 point,
@@ -266,21 +266,25 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                     vec![telemetry_tests::gpu_stats()]
                 },
                 model: Some("llama".into()),
-                api: Some("chat".into()),
-                seed: Some(7),
-                arrival: Some("poisson".into()),
-                max_concurrency: None,
-                stream: None,
-                temperature: None,
-                top_p: None,
-                extra_body: None,
-                prefix_groups: None,
-                prefix_len: None,
-                prefix_hit_rate_expected: None,
-                cache_flushed: None,
-                turns: partial.then(|| "2..6".into()),
-                think_time: partial.then(|| "500ms".into()),
-                sessions: partial.then_some(4),
+                workload: Workload {
+                    api: Some("chat".into()),
+                    seed: Some(7),
+                    arrival: Some("poisson".into()),
+                    turns: partial.then(|| "2..6".into()),
+                    think_time: partial.then(|| "500ms".into()),
+                    sessions: partial.then_some(4),
+                    trace: (!partial).then(|| "mooncake.jsonl".into()),
+                    trace_rows: (!partial).then_some(12031),
+                    // A newer tool's workload field survives the trip.
+                    extra: if partial {
+                        Extra::new()
+                    } else {
+                        [("zz_new".to_string(), json!({"a": 1}))]
+                            .into_iter()
+                            .collect()
+                    },
+                    ..Workload::default()
+                },
                 by_turn: if partial {
                     vec![TurnSummary {
                         turn: 2,
@@ -294,8 +298,6 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                 } else {
                     Vec::new()
                 },
-                trace: (!partial).then(|| "mooncake.jsonl".into()),
-                trace_rows: (!partial).then_some(12031),
                 ranks: None,
                 ttft_split: partial.then(|| TtftSplit {
                     source: "vllm".into(),

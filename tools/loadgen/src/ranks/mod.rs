@@ -31,7 +31,7 @@ use servbench::cli;
 use servbench::jsonl::RecordWriter;
 use servbench::ranks::clock::{self, Offset};
 use servbench::ranks::{self as shared, Detected};
-use servbench::record::{Labels, PointStop, RankPart, SummaryRecord};
+use servbench::record::{self, Labels, PointStop, RankPart, SummaryRecord, Workload};
 use servbench::stats::{PointStats, Slo};
 use std::io::Write;
 use std::sync::Arc;
@@ -209,7 +209,7 @@ impl Ranks {
             clock_rtt_ms: Some(self.clock.rtt_ms),
             start_spread_ms: None,
         });
-        s.seed = Some(self.seed());
+        s.workload.seed = Some(self.seed());
     }
 
     /// After a point: rank 0 gathers every rank's summary, merges them, writes the merged
@@ -235,49 +235,52 @@ impl Ranks {
         }
         self.seq += 1;
         let seq = self.seq;
-        let merged = if self.rank() == 0 {
-            let mut parts = vec![own];
-            let mut gathered = Ok(());
-            for _ in 1..self.world() {
-                match self.expect_seq(tag::SUMMARY, seq).await.and_then(|body| {
-                    serde_json::from_slice(&body[8..]).map_err(anyhow::Error::from)
-                }) {
-                    Ok(part) => parts.push(part),
-                    Err(e) => {
-                        gathered = Err(e);
-                        break;
+        let merged =
+            if self.rank() == 0 {
+                let mut parts = vec![own];
+                let mut gathered = Ok(());
+                for _ in 1..self.world() {
+                    // Decoded as a record of any schema this build reads (a rank of an older
+                    // build sends its summary in that schema's shape).
+                    match self.expect_seq(tag::SUMMARY, seq).await.and_then(|body| {
+                        record::decode_kind(&body[8..]).map_err(anyhow::Error::from)
+                    }) {
+                        Ok(part) => parts.push(part),
+                        Err(e) => {
+                            gathered = Err(e);
+                            break;
+                        }
                     }
                 }
-            }
-            // Every rank has finished: the server's window of the job's point ends now, on the
-            // job's tokens; rank 0's own summary carries it (and the merged one from it).
-            if let (Some(t), Ok(())) = (telemetry, &gathered) {
-                let tele = t.end(parts.iter().map(|p| p.output_tokens).sum()).await;
-                let own = &mut parts[0];
-                (own.server, own.gpus) = (tele.server, tele.gpus);
-                own.telemetry_cpu_s = Some(tele.cpu_s);
-            }
-            // Rank 0's own part is kept even when another rank failed.
-            out.emit(&parts[0])?;
-            gathered?;
-            let merged = merge_parts(&parts, slo, self.job_seed)?;
-            out.emit(&merged)?;
-            let mut body = seq.to_le_bytes().to_vec();
-            body.extend_from_slice(&serde_json::to_vec(&merged)?);
-            self.link.broadcast(tag::MERGED, &body)?;
-            merged
-        } else {
-            let mut body = seq.to_le_bytes().to_vec();
-            body.extend_from_slice(&serde_json::to_vec(&own)?);
-            self.link.send(0, tag::SUMMARY, &body)?;
-            let body = self.expect_seq(tag::MERGED, seq).await?;
-            serde_json::from_slice(&body[8..]).map_err(|e| {
+                // Every rank has finished: the server's window of the job's point ends now, on the
+                // job's tokens; rank 0's own summary carries it (and the merged one from it).
+                if let (Some(t), Ok(())) = (telemetry, &gathered) {
+                    let tele = t.end(parts.iter().map(|p| p.output_tokens).sum()).await;
+                    let own = &mut parts[0];
+                    (own.server, own.gpus) = (tele.server, tele.gpus);
+                    own.telemetry_cpu_s = Some(tele.cpu_s);
+                }
+                // Rank 0's own part is kept even when another rank failed.
+                out.emit(&parts[0])?;
+                gathered?;
+                let merged = merge_parts(&parts, slo, self.job_seed)?;
+                out.emit(&merged)?;
+                let mut body = seq.to_le_bytes().to_vec();
+                body.extend_from_slice(&serde_json::to_vec(&merged)?);
+                self.link.broadcast(tag::MERGED, &body)?;
+                merged
+            } else {
+                let mut body = seq.to_le_bytes().to_vec();
+                body.extend_from_slice(&serde_json::to_vec(&own)?);
+                self.link.send(0, tag::SUMMARY, &body)?;
+                let body = self.expect_seq(tag::MERGED, seq).await?;
+                record::decode_kind(&body[8..]).map_err(|e| {
                 anyhow::anyhow!(
                     "the merged summary of point {seq} from rank 0 is not a summary record: {e} \
                      (rank 0 and this rank run different loadgen builds?)"
                 )
             })?
-        };
+            };
         let ended = ended_by(&merged);
         Ok((merged, ended))
     }
@@ -518,11 +521,7 @@ pub fn merge_parts(
     let cpu: Vec<f64> = parts.iter().filter_map(|p| p.client_cpu_s).collect();
     m.client_cpu_s = (cpu.len() == parts.len()).then(|| cpu.iter().sum());
     m.model = first.model.clone();
-    m.api = first.api.clone();
-    m.seed = Some(job_seed);
-    m.arrival = first.arrival.clone();
-    m.max_concurrency = first.max_concurrency;
-    describe_merged(&mut m, parts);
+    describe_merged(&mut m, parts, job_seed);
     // Each start on rank 0's clock: own reading less its measured offset.
     let starts: Vec<f64> = parts
         .iter()
@@ -541,36 +540,31 @@ pub fn merge_parts(
     Ok(m)
 }
 
-/// The workload's fields of a merged summary: what every rank asked alike (rank 0's; its
-/// `cache_flushed` too, the one rank that empties the cache), counts summed, the expected prefix
-/// hit rate weighted by requests. Per-turn figures stay in the ranks' own summaries (their
-/// percentiles cannot be merged from the summaries).
-fn describe_merged(m: &mut SummaryRecord, parts: &[SummaryRecord]) {
+/// The workload of a merged summary: what every rank asked alike (rank 0's; its
+/// `cache_flushed` too, the one rank that empties the cache) with the job's seed, counts summed,
+/// the expected prefix hit rate weighted by requests. Per-turn figures stay in the ranks' own
+/// summaries (their percentiles cannot be merged from the summaries).
+fn describe_merged(m: &mut SummaryRecord, parts: &[SummaryRecord], job_seed: u64) {
     let first = &parts[0];
-    m.stream = first.stream;
-    m.temperature = first.temperature;
-    m.top_p = first.top_p;
-    m.extra_body = first.extra_body.clone();
-    m.prefix_groups = first.prefix_groups;
-    m.prefix_len = first.prefix_len;
-    m.cache_flushed = first.cache_flushed;
     // Rank 0 alone watched the server and its GPUs.
     m.server = first.server.clone();
     m.gpus = first.gpus.clone();
     m.telemetry_cpu_s = first.telemetry_cpu_s;
-    m.turns = first.turns.clone();
-    m.think_time = first.think_time.clone();
-    m.trace = first.trace.clone();
-    let sum = |f: fn(&SummaryRecord) -> Option<u64>| -> Option<u64> {
-        parts.iter().map(f).try_fold(0, |a, x| Some(a + x?))
+    let sum = |f: fn(&Workload) -> Option<u64>| -> Option<u64> {
+        parts
+            .iter()
+            .map(|p| f(&p.workload))
+            .try_fold(0, |a, x| Some(a + x?))
     };
-    m.sessions = sum(|p| p.sessions);
-    m.trace_rows = sum(|p| p.trace_rows);
     m.by_turn = Vec::new();
     let requests: u64 = parts.iter().map(|p| p.requests).sum();
-    m.prefix_hit_rate_expected = parts
+    let prefix_hit_rate_expected = parts
         .iter()
-        .map(|p| p.prefix_hit_rate_expected.map(|h| h * p.requests as f64))
+        .map(|p| {
+            p.workload
+                .prefix_hit_rate_expected
+                .map(|h| h * p.requests as f64)
+        })
         .try_fold(0.0, |a, x| Some(a + x?))
         .map(|w| {
             if requests > 0 {
@@ -579,6 +573,13 @@ fn describe_merged(m: &mut SummaryRecord, parts: &[SummaryRecord]) {
                 0.0
             }
         });
+    m.workload = Workload {
+        seed: Some(job_seed),
+        sessions: sum(|w| w.sessions),
+        trace_rows: sum(|w| w.trace_rows),
+        prefix_hit_rate_expected,
+        ..first.workload.clone()
+    };
 }
 
 /// How a point ended, by its merged summary: the same on every rank.

@@ -92,17 +92,17 @@ impl<W: Write> Run<'_, W> {
     /// What the summary says about the requests' bodies and the workload.
     fn describe(&self, s: &mut SummaryRecord, work: &Work, load: &Load) {
         work.workload.describe(load, s);
-        s.stream = Some(self.plan.body.stream);
-        s.temperature = work.bodies.template.temperature();
-        s.top_p = work.bodies.template.top_p();
-        s.extra_body = self
+        s.workload.stream = Some(self.plan.body.stream);
+        s.workload.temperature = work.bodies.template.temperature();
+        s.workload.top_p = work.bodies.template.top_p();
+        s.workload.extra_body = self
             .plan
             .body
             .extra
             .as_ref()
             .map(|e| serde_json::Value::Object(e.0.clone()));
-        s.prefix_groups = self.plan.body.prefix_groups;
-        s.prefix_len = self.plan.body.prefix_len;
+        s.workload.prefix_groups = self.plan.body.prefix_groups;
+        s.workload.prefix_len = self.plan.body.prefix_len;
     }
 
     /// The run goes on after a point only when it ran its course with a success: exit 130
@@ -219,7 +219,7 @@ impl<W: Write> Run<'_, W> {
                     let ended = self.ranks.failure().unwrap_or(ended);
                     let mut summary = self.summary(&PointStats::new(), key, &ended, 0.0, &total);
                     self.describe(&mut summary, work, &total);
-                    summary.cache_flushed = cache_flushed;
+                    summary.workload.cache_flushed = cache_flushed;
                     return self.finish_point(summary, ended, None, 0, &load).await;
                 }
             }
@@ -321,9 +321,10 @@ impl<W: Write> Run<'_, W> {
         let ended = self.ranks.failure().unwrap_or(ended);
         let mut summary = self.summary(&stats, key, &ended, cpu, &total);
         self.describe(&mut summary, work, &total);
-        summary.cache_flushed = cache_flushed;
+        summary.workload.cache_flushed = cache_flushed;
         let cold = self.touch_groups(stats.requests, work);
-        summary.prefix_hit_rate_expected = work.workload.expected_hit_rate(stats.requests, cold);
+        summary.workload.prefix_hit_rate_expected =
+            work.workload.expected_hit_rate(stats.requests, cold);
         if self.telemetry.is_some() && self.ranks.is_none() {
             summary.telemetry_cpu_s = Some(tele.cpu_s);
         }
@@ -386,16 +387,16 @@ impl<W: Write> Run<'_, W> {
         }
         s.client_cpu_s = Some(cpu);
         s.model = Some(self.model.clone());
-        s.api = Some(self.plan.body.api.name().into());
-        s.seed = Some(self.plan.seed);
+        s.workload.api = Some(self.plan.body.api.name().into());
+        s.workload.seed = Some(self.plan.seed);
         if let Load::Open {
             arrival,
             max_concurrency,
             ..
         } = load
         {
-            s.arrival = Some((*arrival).into());
-            s.max_concurrency = *max_concurrency;
+            s.workload.arrival = Some((*arrival).into());
+            s.workload.max_concurrency = *max_concurrency;
         }
         s
     }

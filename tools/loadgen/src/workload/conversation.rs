@@ -70,9 +70,9 @@ impl Workload for Sessions {
 
     /// The turns and think times asked for, and the sessions started (its turn-1 requests).
     fn describe(&self, _load: &Load, s: &mut servbench::record::SummaryRecord) {
-        s.turns = Some(self.turns.text());
-        s.think_time = Some(self.think.text());
-        s.sessions = Some(
+        s.workload.turns = Some(self.turns.text());
+        s.workload.think_time = Some(self.think.text());
+        s.workload.sessions = Some(
             s.by_turn
                 .iter()
                 .find(|t| t.turn == 1)

@@ -111,9 +111,9 @@ impl Workload for Replay {
             max_concurrency, ..
         } = load
         {
-            s.trace = Some(self.path.clone());
-            s.trace_rows = Some(s.requests);
-            s.max_concurrency = *max_concurrency;
+            s.workload.trace = Some(self.path.clone());
+            s.workload.trace_rows = Some(s.requests);
+            s.workload.max_concurrency = *max_concurrency;
         }
     }
 }

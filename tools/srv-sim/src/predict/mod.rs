@@ -500,34 +500,34 @@ fn describe(
     s: &mut servbench::record::SummaryRecord,
 ) {
     s.model = Some(engine.model_name.clone());
-    s.api = Some("completions".into());
-    s.seed = Some(engine.seed);
-    s.stream = Some(true);
-    s.temperature = Some(0.0);
+    s.workload.api = Some("completions".into());
+    s.workload.seed = Some(engine.seed);
+    s.workload.stream = Some(true);
+    s.workload.temperature = Some(0.0);
     if let Pace::Open {
         arrival,
         max_concurrency,
         ..
     } = pace
     {
-        s.arrival = Some(arrival.into());
-        s.max_concurrency = max_concurrency;
+        s.workload.arrival = Some(arrival.into());
+        s.workload.max_concurrency = max_concurrency;
     }
     if let Pace::Trace {
         max_concurrency, ..
     } = pace
     {
-        s.trace = args.trace.clone();
-        s.trace_rows = Some(s.requests);
-        s.max_concurrency = max_concurrency;
+        s.workload.trace = args.trace.clone();
+        s.workload.trace_rows = Some(s.requests);
+        s.workload.max_concurrency = max_concurrency;
     }
-    s.prefix_groups = args.prefix_groups;
-    s.prefix_len = args.prefix_len;
-    s.cache_flushed = args.flush_cache.then_some(true);
+    s.workload.prefix_groups = args.prefix_groups;
+    s.workload.prefix_len = args.prefix_len;
+    s.workload.cache_flushed = args.flush_cache.then_some(true);
     if let Some(turns) = args.turns {
-        s.turns = Some(turns.text());
-        s.think_time = Some(args.think_time.text());
-        s.sessions = Some(
+        s.workload.turns = Some(turns.text());
+        s.workload.think_time = Some(args.think_time.text());
+        s.workload.sessions = Some(
             s.by_turn
                 .iter()
                 .find(|t| t.turn == 1)

@@ -174,8 +174,8 @@ impl ServerView {
             ..ServerStats::default()
         });
         if self.prefix_hits_unexpected.is_some() {
-            s.prefix_hit_rate_expected = Some(0.0);
-            s.seed = Some(42);
+            s.workload.prefix_hit_rate_expected = Some(0.0);
+            s.workload.seed = Some(42);
         }
         let util = (self.gpu_util_c1 + 10.0 * doublings).min(97.0);
         s.gpus = (0..2)
