@@ -101,6 +101,11 @@ impl Run {
         crate::json_lines(&self.output.stdout)
     }
 
+    /// (exit code, stdout, stderr) as text, for the tests that read stdout as a user would.
+    pub fn texts(&self) -> (Option<i32>, String, String) {
+        (self.code(), self.out(), self.err())
+    }
+
     /// (exit code, stdout records as JSON values, stderr): the shape the tests that check all
     /// three read.
     pub fn parts(&self) -> (Option<i32>, Vec<serde_json::Value>, String) {

@@ -6,19 +6,7 @@
 use serde_json::Value;
 use servbench::record::Record;
 use testkit::hostile::{LyingNvidiaSmi, hostile_server};
-
-fn run(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = testkit::cmd("loadgen")
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run loadgen");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use testkit::loadgen;
 
 fn summaries(stdout: &str) -> Vec<Value> {
     testkit::json_lines(stdout.as_bytes())
@@ -44,6 +32,24 @@ fn page(running: &str, kv: &str, generated: &str) -> String {
     )
 }
 
+/// One stream for 1.5 s scraped every 100 ms, each scrape within 1 s: time for /metrics to
+/// answer three scrapes and then hang.
+const LONG_LOAD: &[&str] = &[
+    "-c",
+    "1",
+    "--duration",
+    "1500ms",
+    "--max-tokens",
+    "4",
+    "--input-len",
+    "8",
+    "--scrape-interval",
+    "100ms",
+    "--timeout",
+    "1s",
+    "--no-gpu",
+];
+
 const LOAD: &[&str] = &[
     "-c",
     "2",
@@ -66,7 +72,7 @@ fn run_with_smi(url: &str, smi: &LyingNvidiaSmi) -> (Option<i32>, String, String
         "--nvidia-smi",
         program.to_str().unwrap(),
     ];
-    run(&[LOAD, &["--url", url], &gpus].concat())
+    loadgen(&[LOAD, &["--url", url], &gpus].concat()).texts()
 }
 
 #[test]
@@ -112,7 +118,8 @@ fn nan_gauges_an_infinite_counter_and_overflowing_gpu_values_are_left_out_not_wr
 
     // The clean twin: numbers everywhere, figures everywhere, no notes.
     let clean = hostile_server(&[page("1", "0.25", "0"), page("2", "0.5", "32")], None);
-    let (code, stdout, stderr) = run(&[LOAD, &["--url", &clean.url, "--no-gpu"]].concat());
+    let (code, stdout, stderr) =
+        loadgen(&[LOAD, &["--url", &clean.url, "--no-gpu"]].concat()).texts();
     assert_eq!(code, Some(0), "{stderr}");
     let srv = &summaries(&stdout)[0]["server"];
     assert!(srv["running"]["max"].as_f64() == Some(2.0), "{srv}");
@@ -125,25 +132,8 @@ fn metrics_that_hang_mid_point_mark_the_server_view_incomplete() {
     // M10: three scrapes answer, then /metrics hangs.
     let pages = [page("1", "0.1", "0"), page("1", "0.1", "8")];
     let server = hostile_server(&pages, Some(3));
-    let args = [
-        "--url",
-        &server.url,
-        "-c",
-        "1",
-        "--duration",
-        "1500ms",
-        "--max-tokens",
-        "4",
-        "--input-len",
-        "8",
-        "--scrape-interval",
-        "100ms",
-        "--timeout",
-        "1s",
-        "--no-gpu",
-        "--no-requests",
-    ];
-    let (code, stdout, stderr) = run(&args);
+    let args = [LONG_LOAD, &["--url", &server.url, "--no-requests"]].concat();
+    let (code, stdout, stderr) = loadgen(&args).texts();
     assert_eq!(code, Some(0), "{stderr}");
     typed(&stdout);
     let srv = &summaries(&stdout)[0]["server"];
@@ -154,9 +144,8 @@ fn metrics_that_hang_mid_point_mark_the_server_view_incomplete() {
     );
     // The clean twin: the same server answering throughout.
     let server = hostile_server(&pages, None);
-    let mut clean = args;
-    clean[1] = &server.url;
-    let (code, stdout, stderr) = run(&clean);
+    let clean = [LONG_LOAD, &["--url", &server.url, "--no-requests"]].concat();
+    let (code, stdout, stderr) = loadgen(&clean).texts();
     assert_eq!(code, Some(0), "{stderr}");
     let srv = &summaries(&stdout)[0]["server"];
     assert!(srv.get("incomplete").is_none(), "{srv}");
@@ -168,7 +157,7 @@ fn an_explicit_metrics_url_answering_json_names_trtllm_serves_prometheus_path() 
     let server = hostile_server(&["{\"iterations\": []}".to_string()], None);
     let url = format!("{}/metrics", server.url);
     let base = [LOAD, &["--url", &server.url, "--no-gpu"]].concat();
-    let (code, stdout, stderr) = run(&[&base[..], &["--metrics-url", &url]].concat());
+    let (code, stdout, stderr) = loadgen(&[&base[..], &["--metrics-url", &url]].concat()).texts();
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stderr.contains("/prometheus/metrics (--metrics-url http://127.0.0.1:"),
@@ -178,7 +167,7 @@ fn an_explicit_metrics_url_answering_json_names_trtllm_serves_prometheus_path() 
     // The clean twin: Prometheus text there gives the server's view and no hint.
     let good = hostile_server(&[page("1", "0.1", "0")], None);
     let url = format!("{}/metrics", good.url);
-    let (_, stdout, stderr) = run(&[&base[..], &["--metrics-url", &url]].concat());
+    let (_, stdout, stderr) = loadgen(&[&base[..], &["--metrics-url", &url]].concat()).texts();
     assert!(!stderr.contains("/prometheus/metrics"), "{stderr}");
     assert_eq!(summaries(&stdout)[0]["server"]["engine"], "vllm");
 }
@@ -194,7 +183,8 @@ fn a_metrics_page_over_8_mib_is_refused_with_one_note() {
         ));
     }
     let server = hostile_server(&[huge], None);
-    let (code, stdout, stderr) = run(&[LOAD, &["--url", &server.url, "--no-gpu"]].concat());
+    let (code, stdout, stderr) =
+        loadgen(&[LOAD, &["--url", &server.url, "--no-gpu"]].concat()).texts();
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(
         stderr.matches("note: no server metrics").count(),
@@ -209,7 +199,7 @@ fn a_metrics_page_over_8_mib_is_refused_with_one_note() {
 fn a_five_request_point_has_gauges_from_its_first_and_last_scrapes() {
     // issue 22 item 8: a C=1 health check ends before the first scrape in between.
     let (_sim, url) = testkit::srv_sim(&["--model", "llama-3.1-8b", "--hardware", "a100-80g"]);
-    let (code, stdout, stderr) = run(&[
+    let (code, stdout, stderr) = loadgen(&[
         "--url",
         &url,
         "-c",
@@ -223,7 +213,8 @@ fn a_five_request_point_has_gauges_from_its_first_and_last_scrapes() {
         "--scrape-interval",
         "60s",
         "--no-gpu",
-    ]);
+    ])
+    .texts();
     assert_eq!(code, Some(0), "{stderr}");
     let srv = &summaries(&stdout)[0]["server"];
     assert_eq!(srv["gauge_samples"], 2, "{srv}");
@@ -261,24 +252,8 @@ fn summarize_notes_the_telemetry_loadgen_did_not_believe_and_metrics_gone_silent
 
     // /metrics hangs after three scrapes: the note says the server figures end early.
     let hangs = hostile_server(&[page("1", "0.1", "0"), page("1", "0.1", "8")], Some(3));
-    let silent = [
-        "--url",
-        &hangs.url,
-        "-c",
-        "1",
-        "--duration",
-        "1500ms",
-        "--max-tokens",
-        "4",
-        "--input-len",
-        "8",
-        "--scrape-interval",
-        "100ms",
-        "--timeout",
-        "1s",
-        "--no-gpu",
-    ];
-    let (code, stdout, stderr) = run(&silent);
+    let silent = [LONG_LOAD, &["--url", &hangs.url]].concat();
+    let (code, stdout, stderr) = loadgen(&silent).texts();
     assert_eq!(code, Some(0), "{stderr}");
     let table = summarize(&stdout);
     assert!(
@@ -288,7 +263,8 @@ fn summarize_notes_the_telemetry_loadgen_did_not_believe_and_metrics_gone_silent
 
     // The clean twin: no such note.
     let clean = hostile_server(&[page("1", "0.25", "0"), page("2", "0.5", "32")], None);
-    let (code, stdout, stderr) = run(&[LOAD, &["--url", &clean.url, "--no-gpu"]].concat());
+    let (code, stdout, stderr) =
+        loadgen(&[LOAD, &["--url", &clean.url, "--no-gpu"]].concat()).texts();
     assert_eq!(code, Some(0), "{stderr}");
     let table = summarize(&stdout);
     assert!(
