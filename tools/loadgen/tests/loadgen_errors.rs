@@ -4,11 +4,11 @@
 
 mod server;
 
+use servbench::record::{RequestRecord, SummaryRecord};
 use server::{Behavior, Fault};
-use std::process::{Output, Stdio};
 use std::time::Duration;
-use testkit::loadgen;
 use testkit::of_kind;
+use testkit::{call, loadgen};
 
 #[test]
 fn every_error_class_is_counted() {
@@ -117,7 +117,7 @@ fn server_down_model_missing_or_all_failed_exit_1() {
 #[test]
 fn ctrl_c_writes_a_partial_summary_and_every_finished_request() {
     let srv = server::paced(100, 20);
-    let mut child = testkit::cmd("loadgen")
+    let child = call("loadgen")
         .args([
             "--url",
             &srv.url(),
@@ -129,40 +129,29 @@ fn ctrl_c_writes_a_partial_summary_and_every_finished_request() {
             "10",
         ])
         .args(["--grace", "2s"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     std::thread::sleep(Duration::from_millis(1500));
-    // SAFETY: signalling the child we spawned, by its pid.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
-    }
-    let out = wait_with_timeout(&mut child, Duration::from_secs(20));
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let recs = testkit::json_lines(&out.stdout);
-    let reqs = of_kind(&recs, "request");
-    let sums = of_kind(&recs, "summary");
-    assert_eq!(sums.len(), 1);
-    let s = sums[0];
-    assert_eq!(s["partial"], true);
-    assert_eq!(s["requests"].as_u64().unwrap() as usize, reqs.len());
+    signal(child.id(), libc::SIGINT);
+    let out = child.wait(Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(130), "{}", out.err());
+    let reqs = out.of::<RequestRecord>();
+    let s = out.one::<SummaryRecord>();
+    assert!(s.partial);
+    assert_eq!(s.requests as usize, reqs.len());
     // ~1.5 s at 2 x ~300 ms per request: several finished; the in-flight ones finished in grace.
     assert!(reqs.len() >= 6, "{} requests", reqs.len());
     assert!(
-        reqs.iter().all(|r| r.get("error").is_none()),
+        reqs.iter().all(|r| r.error.is_none()),
         "grace let them finish"
     );
 }
 
-fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> Output {
-    testkit::wait_output(child, limit)
+/// Sends `sig` to `pid`, the loadgen this test started.
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: signalling the child we spawned, by its pid.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
 }
 
 #[test]
@@ -174,7 +163,7 @@ fn server_record_on_stdin_is_the_target_and_passes_through() {
         srv.url()
     );
     let other = r#"{"kind":"future_thing","v":3,"x":[1,2]}"#;
-    let mut child = testkit::cmd("loadgen")
+    let out = call("loadgen")
         .args([
             "-n",
             "2",
@@ -185,22 +174,9 @@ fn server_record_on_stdin_is_the_target_and_passes_through() {
             "--prompts",
             "builtin",
         ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().unwrap();
-        writeln!(stdin, "{server_line}\n{other}").unwrap();
-    }
-    let out = wait_with_timeout(&mut child, Duration::from_secs(30));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .stdin(format!("{server_line}\n{other}\n"))
+        .within(Duration::from_secs(30))
+        .run_ok();
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], server_line, "passed through unchanged, first");
@@ -251,7 +227,7 @@ fn second_ctrl_c_exits_at_once() {
         fault: |n| if n >= 2 { Fault::Stall } else { Fault::None },
         ..Behavior::default()
     });
-    let mut child = testkit::cmd("loadgen")
+    let child = call("loadgen")
         .args([
             "--url",
             &srv.url(),
@@ -264,23 +240,13 @@ fn second_ctrl_c_exits_at_once() {
             "--grace",
             "60s",
         ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     std::thread::sleep(Duration::from_millis(800));
-    let pid = child.id() as i32;
-    // SAFETY: signalling the child we spawned, by its pid.
-    unsafe {
-        libc::kill(pid, libc::SIGINT);
-    }
+    signal(child.id(), libc::SIGINT);
     std::thread::sleep(Duration::from_millis(300));
-    unsafe {
-        libc::kill(pid, libc::SIGINT);
-    }
+    signal(child.id(), libc::SIGINT);
     let started = std::time::Instant::now();
-    let out = wait_with_timeout(&mut child, Duration::from_secs(10));
+    let out = child.wait(Duration::from_secs(10));
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "did not exit at once"
