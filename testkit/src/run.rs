@@ -205,6 +205,11 @@ impl Call {
         self.args(["--url", url])
     }
 
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Call {
+        self.cmd.arg(arg);
+        self
+    }
+
     pub fn args<S: AsRef<OsStr>>(mut self, args: impl IntoIterator<Item = S>) -> Call {
         self.cmd.args(args);
         self

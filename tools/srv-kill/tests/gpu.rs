@@ -7,10 +7,10 @@
 //! asked, and its processes never targeted.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::Duration;
 use testkit::stderr;
-use testkit::{Guard, cmd, json_lines, matched_pids, wait_gone};
+use testkit::{Guard, json_lines, matched_pids, wait_gone};
 
 /// Answers `--query-compute-apps=pid` and `--query-gpu=index,memory.used` like nvidia-smi with
 /// `--format=csv,noheader,nounits`. A zombie holds nothing: the driver frees a context at exit.
@@ -58,19 +58,17 @@ impl FakeGpus {
     }
 
     /// srv-kill with the stand-in first on PATH.
-    fn srv_kill(&self, args: &[&str]) -> Output {
+    fn srv_kill(&self, args: &[&str]) -> testkit::Run {
         let path = format!(
             "{}:{}",
             self.dir.join("bin").display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        cmd("srv-kill")
+        testkit::call("srv-kill")
             .args(args)
             .env("PATH", path)
             .env("SERVBENCH_FAKE_GPUS", &self.table)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run srv-kill")
+            .run()
     }
 }
 
@@ -152,12 +150,10 @@ fn gpu_without_nvidia_smi_fails_with_a_clear_reason() {
     let bin = dir.dir.join("shell-only");
     std::fs::create_dir_all(&bin).unwrap();
     std::os::unix::fs::symlink(Path::new("/bin/sh"), bin.join("sh")).unwrap();
-    let out = cmd("srv-kill")
+    let out = testkit::call("srv-kill")
         .arg("--gpu")
         .env("PATH", &bin)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     let err = stderr(&out);
     // A target that cannot be resolved is a failed kill, as data: a record and exit 1.
     assert_eq!(out.status.code(), Some(1), "{err}");

@@ -64,7 +64,7 @@ fn a_tree_with_term_ignoring_children_and_a_setsid_child_is_killed_completely() 
     let record = dir.path().join("server.jsonl");
     std::fs::write(&record, server_record(leader, start, 0) + "\n").unwrap();
 
-    let out = cmd("srv-kill")
+    let out = testkit::call("srv-kill")
         .args([
             "--from",
             record.to_str().unwrap(),
@@ -73,9 +73,7 @@ fn a_tree_with_term_ignoring_children_and_a_setsid_child_is_killed_completely() 
             "--label",
             "k=v",
         ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
     let recs = json_lines(&out.stdout);
@@ -111,11 +109,9 @@ fn a_record_whose_start_time_differs_is_refused_and_the_stranger_lives() {
     let record = dir.path().join("server.jsonl");
     std::fs::write(&record, server_record(pid, start + 1, 0) + "\n").unwrap();
 
-    let out = cmd("srv-kill")
+    let out = testkit::call("srv-kill")
         .args(["--from", record.to_str().unwrap(), "--grace", "1s"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
     assert!(stderr.contains("another process"), "stderr: {stderr}");
@@ -174,11 +170,9 @@ fn nothing_matched_is_exit_1_and_missing_ok_makes_it_0() {
     let pid = child.id();
     child.wait().unwrap();
 
-    let out = cmd("srv-kill")
+    let out = testkit::call("srv-kill")
         .args(["--pid", &pid.to_string()])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("nothing matched"), "stderr: {stderr}");
@@ -186,15 +180,13 @@ fn nothing_matched_is_exit_1_and_missing_ok_makes_it_0() {
     assert_eq!(recs[0]["ok"], false);
     assert_eq!(recs[0]["error"], "nothing matched");
 
-    let out = cmd("srv-kill")
+    let out = testkit::call("srv-kill")
         .args(["--match", "no-such-process-anywhere-4711", "--missing-ok"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(out.status.code(), Some(0));
 
     // An empty pipeline input: nothing to kill.
-    let out = cmd("srv-kill").stdin(Stdio::null()).output().unwrap();
+    let out = testkit::call("srv-kill").run();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing matched"));
 }
@@ -258,11 +250,9 @@ fn port_target_kills_the_listener_and_checks_the_port_is_free() {
     let server = http_server(port);
 
     // --dry-run lists it and signals nothing.
-    let out = cmd("srv-kill")
+    let out = testkit::call("srv-kill")
         .args(["--port", &port.to_string(), "--dry-run"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(out.status.code(), Some(0));
     let recs = json_lines(&out.stdout);
     assert_eq!(recs[0]["signals"], serde_json::json!([]));
@@ -273,11 +263,9 @@ fn port_target_kills_the_listener_and_checks_the_port_is_free() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("would kill"));
     assert!(alive(server.pid()));
 
-    let out = cmd("srv-kill")
+    let out = testkit::call("srv-kill")
         .args(["--port", &port.to_string(), "--grace", "5s"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -306,11 +294,9 @@ fn bad_usage_is_exit_2() {
 #[test]
 fn an_unreachable_host_is_one_error_line() {
     let port = free_port();
-    let out = cmd("srv-kill")
+    let out = testkit::call("srv-kill")
         .args(["--host", &format!("127.0.0.1:{port}"), "--pid", "12345"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");

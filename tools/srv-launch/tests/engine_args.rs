@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 
 /// `srv-launch ENGINE --model M ARGS --dry-run`: the argv it would run.
 fn dry_run(engine: &str, args: &[&str]) -> Vec<String> {
-    let out = testkit::cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args([
             engine,
             "--model",
@@ -21,9 +21,7 @@ fn dry_run(engine: &str, args: &[&str]) -> Vec<String> {
             "--dry-run",
         ])
         .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run srv-launch");
+        .run();
     assert!(
         out.status.success(),
         "srv-launch {engine} {args:?}: {}",

@@ -2,9 +2,9 @@
 //! port other than 22): a revoked key is refused even with --accept-new-host, and a new entry
 //! never corrupts a last line without a newline (the port rule: tests/host_keys.rs).
 
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
+use testkit::sshd;
 use testkit::stderr;
-use testkit::{cmd, sshd};
 
 /// The server's host key as known_hosts writes it: `ssh-ed25519 AAAA...`.
 fn host_key_fields() -> String {
@@ -17,16 +17,14 @@ fn host_key_fields() -> String {
 }
 
 /// srv-kill over SSH with nothing to kill: it connects, checks the host key, and stops.
-fn connect(known_hosts: &std::path::Path, extra: &[&str]) -> Output {
+fn connect(known_hosts: &std::path::Path, extra: &[&str]) -> testkit::Run {
     let s = sshd();
-    cmd("srv-kill")
+    testkit::call("srv-kill")
         .args(["--host", &s.target, "--identity", &s.key])
         .args(["--known-hosts", known_hosts.to_str().unwrap()])
         .args(["--match", "no-such-process-4711", "--missing-ok"])
         .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+        .run()
 }
 
 #[test]

@@ -65,7 +65,7 @@ fn readiness_waits_for_a_slow_server_and_the_record_drives_srv_kill() {
     let dir = tempfile::tempdir().unwrap();
     let script = write_slow_server(dir.path());
     let log = dir.path().join("server.log");
-    let out = cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args([
             "--cmd",
             &format!("exec python3 {script} {{port}} 3"),
@@ -81,9 +81,7 @@ fn readiness_waits_for_a_slow_server_and_the_record_drives_srv_kill() {
             "--label",
             "run=a",
         ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
     let recs = json_lines(&out.stdout);
@@ -155,7 +153,7 @@ fn a_server_that_dies_during_startup_is_exit_1_with_its_log_tail() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("dies.log");
     let script = "for i in $(seq 1 40); do echo \"init line $i\"; done; sleep 1; echo 'fatal: CUDA out of memory (test)'; exit 3";
-    let out = cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args([
             "--cmd",
             script,
@@ -163,9 +161,7 @@ fn a_server_that_dies_during_startup_is_exit_1_with_its_log_tail() {
             "http://127.0.0.1:{port}/health",
         ])
         .args(["--log", log.to_str().unwrap(), "--timeout", "60s"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
     assert!(out.stdout.is_empty(), "no record for a dead server");
@@ -185,7 +181,7 @@ fn a_taken_port_is_refused_and_replace_kills_the_holder_first() {
     let holder = http_server(port);
 
     let launch = |extra: &[&str]| {
-        cmd("srv-launch")
+        testkit::call("srv-launch")
             .args([
                 "--cmd",
                 "exec python3 -m http.server {port} --bind 127.0.0.1",
@@ -197,9 +193,7 @@ fn a_taken_port_is_refused_and_replace_kills_the_holder_first() {
                 &port.to_string(),
             ])
             .args(extra)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+            .run()
     };
     let out = launch(&[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -227,7 +221,7 @@ fn a_taken_port_is_refused_and_replace_kills_the_holder_first() {
 fn timeout_is_exit_1_and_leaves_the_server_unless_kill_on_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("never.log");
-    let out = cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args([
             "--cmd",
             "exec sleep 60",
@@ -235,9 +229,7 @@ fn timeout_is_exit_1_and_leaves_the_server_unless_kill_on_timeout() {
             "http://127.0.0.1:{port}/",
         ])
         .args(["--timeout", "1s", "--log", log.to_str().unwrap()])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -251,16 +243,14 @@ fn timeout_is_exit_1_and_leaves_the_server_unless_kill_on_timeout() {
         .and_then(|p| p.parse().ok())
         .expect("the message names the pid");
     assert!(alive(pid));
-    let k = cmd("srv-kill")
+    let k = testkit::call("srv-kill")
         .args(["--pid", &pid.to_string(), "--grace", "2s"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(k.status.code(), Some(0));
     assert!(wait_gone(&[pid], Duration::from_secs(2)));
 
     let pid_file = dir.path().join("pid");
-    let out = cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args([
             "--cmd",
             &format!("echo $$ > {}; exec sleep 61", pid_file.display()),
@@ -274,9 +264,7 @@ fn timeout_is_exit_1_and_leaves_the_server_unless_kill_on_timeout() {
             "--log",
             log.to_str().unwrap(),
         ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("killed it"), "{stderr}");
@@ -323,24 +311,20 @@ fn upstream_records_pass_through_before_the_server_record() {
 
 #[test]
 fn a_missing_engine_program_and_bad_usage_are_exit_2() {
-    let out = cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args(["vllm", "--model", "m", "--bin", "/nonexistent/vllm"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("not found on localhost"), "{stderr}");
 
-    let out = cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args(["llama-cpp", "--model", "x.gguf", "--tp", "2"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("tensor"));
 
-    let out = cmd("srv-launch").arg("--help").output().unwrap();
+    let out = testkit::call("srv-launch").arg("--help").run();
     assert!(String::from_utf8_lossy(&out.stdout).contains("srv-launch sim | loadgen"));
 }
 
@@ -352,11 +336,9 @@ fn a_zero_or_huge_timeout_is_refused_before_any_server_starts() {
         ("0s", "must be more than 0"),
         ("1e30", "longer than a year"),
     ] {
-        let out = cmd("srv-launch")
+        let out = testkit::call("srv-launch")
             .args(["sim", "--timeout", value])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+            .run();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{value}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{value}: {stderr}");
@@ -368,13 +350,9 @@ fn a_zero_or_huge_timeout_is_refused_before_any_server_starts() {
 #[test]
 fn engine_choices_are_the_engine_table() {
     let names = servbench::engines::names();
-    let out = cmd("srv-launch").arg("--help").output().unwrap();
+    let out = testkit::call("srv-launch").arg("--help").run();
     let help = String::from_utf8_lossy(&out.stdout);
-    let out = cmd("srv-launch")
-        .arg("no-such-engine")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = testkit::call("srv-launch").arg("no-such-engine").run();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("'no-such-engine'"), "{stderr}");
@@ -386,7 +364,7 @@ fn engine_choices_are_the_engine_table() {
 
 #[test]
 fn readiness_waits_for_a_slow_srv_sim_and_maps_the_shared_flags() {
-    let out = cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args([
             "sim",
             "--tp",
@@ -397,9 +375,7 @@ fn readiness_waits_for_a_slow_srv_sim_and_maps_the_shared_flags() {
             "run=sim",
         ])
         .args(["--", "--hardware", "h200", "--startup", "5s"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let r = &json_lines(&out.stdout)[0];
@@ -479,11 +455,9 @@ fn a_worker_that_left_the_session_and_was_orphaned_is_found_by_the_launch_marker
         "(setsid sh -c 'echo $$ > {}; exec sleep 60' &); exec python3 -m http.server {{port}} --bind 127.0.0.1",
         orphan_file.display()
     );
-    let out = cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args(["--cmd", &cmdline, "--ready-url", "http://127.0.0.1:{port}/"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -37,13 +37,11 @@ fn llama_server_launches_serves_completions_and_chat_and_is_killed() {
     let model = setup_env("SERVBENCH_TINY_GGUF", "llama-server");
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("llama.log");
-    let out = cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args(["llama-cpp", "--bin", &server, "--model", &model, "--probe"])
         .args(["--log", log.to_str().unwrap(), "--timeout", "5m"])
         .args(["--", "-t", "1", "-c", "2048", "--parallel", "2"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let r = &json_lines(&out.stdout)[0];

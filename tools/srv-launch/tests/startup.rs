@@ -59,7 +59,7 @@ fn srv_sim_startup_phases_are_in_the_server_record_and_a_reused_logs_old_lines_a
         "Loading weights took 99.00 seconds\nINFO:     Application startup complete.\n",
     )
     .unwrap();
-    let out = cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args([
             "sim",
             "--log",
@@ -68,9 +68,7 @@ fn srv_sim_startup_phases_are_in_the_server_record_and_a_reused_logs_old_lines_a
             "--startup",
             "4s",
         ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r = &json_lines(&out.stdout)[0];
     check_sim_phases(r);
@@ -84,14 +82,12 @@ fn srv_sim_startup_phases_are_read_from_the_log_over_ssh() {
     let log = dir.path().join("remote-sim.log");
     let sim = bin_dir().join("srv-sim");
     let ssh = ["--identity", &s.key, "--known-hosts", &s.known_hosts];
-    let out = cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args(["sim", "--host", &s.target])
         .args(ssh)
         .args(["--bin", sim.to_str().unwrap(), "--bind", "127.0.0.1"])
         .args(["--log", log.to_str().unwrap(), "--", "--startup", "4s"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r = &json_lines(&out.stdout)[0];
     assert_eq!(r["host"], s.target.as_str());
