@@ -327,6 +327,20 @@ pub struct Sshd {
     pub known_hosts: String,
 }
 
+impl Sshd {
+    /// `--host TARGET --identity KEY --known-hosts FILE`: how srv-launch and srv-kill reach it.
+    pub fn host_flags(&self) -> [&str; 6] {
+        [
+            "--host",
+            &self.target,
+            "--identity",
+            &self.key,
+            "--known-hosts",
+            &self.known_hosts,
+        ]
+    }
+}
+
 /// The loopback sshd the test setup started (see [`Sshd`]).
 pub fn sshd() -> Sshd {
     let var = |name: &str| setup_env(name, "sshd");

@@ -2,13 +2,9 @@
 //! `/version`), the GPUs it was given (a stand-in nvidia-smi first on PATH: this machine has no
 //! GPU), driver, CUDA, kernel, CPU, host name and the full argv, here and over the loopback sshd.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use testkit::servers::srv_kill;
-use testkit::{FakeNvidiaSmi, cmd, json_lines, sshd};
-
-fn run(c: &mut Command) -> Output {
-    c.stdin(Stdio::null()).output().expect("run")
-}
+use testkit::{FakeNvidiaSmi, json_lines, sshd};
 
 fn sh(script: &str) -> String {
     String::from_utf8_lossy(
@@ -25,9 +21,10 @@ fn sh(script: &str) -> String {
 #[test]
 fn the_environment_is_recorded_once_with_the_gpus_the_server_was_given() {
     let smi = FakeNvidiaSmi::new();
-    let out = run(cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args(["sim", "--gpus", "1", "--", "--seed", "3"])
-        .env("PATH", smi.path()));
+        .env("PATH", smi.path())
+        .run();
     assert!(
         out.status.success(),
         "{}",
@@ -64,17 +61,10 @@ fn the_environment_is_recorded_once_with_the_gpus_the_server_was_given() {
 #[test]
 fn over_ssh_the_remote_hosts_environment_is_recorded_and_missing_gpus_left_out() {
     let s = sshd();
-    let out = run(cmd("srv-launch").args([
-        "--host",
-        &s.target,
-        "--identity",
-        &s.key,
-        "--known-hosts",
-        &s.known_hosts,
-        "--bin",
-        testkit::bin("srv-sim").to_str().unwrap(),
-        "sim",
-    ]));
+    let out = testkit::call("srv-launch")
+        .args(s.host_flags())
+        .args(["--bin", testkit::bin("srv-sim").to_str().unwrap(), "sim"])
+        .run();
     assert!(
         out.status.success(),
         "{}",
@@ -86,15 +76,5 @@ fn over_ssh_the_remote_hosts_environment_is_recorded_and_missing_gpus_left_out()
     assert_eq!(env["kernel"], sh("uname -r").as_str(), "{env}");
     // The remote shell's PATH has no nvidia-smi: no GPU fields, and no failure.
     assert!(env.get("gpu_model").is_none(), "{env}");
-    srv_kill(
-        r,
-        &[
-            "--host",
-            &s.target,
-            "--identity",
-            &s.key,
-            "--known-hosts",
-            &s.known_hosts,
-        ],
-    );
+    srv_kill(r, &s.host_flags());
 }

@@ -4,20 +4,16 @@
 //! sshd. A clean box is recorded whole and warns of nothing; a dirty one warns of each thing
 //! once; --strict-preflight refuses it with exit 3 and starts nothing.
 
-use std::process::{Command, Output, Stdio};
 use testkit::host_box::{Fabric, HostBox};
 use testkit::servers::srv_kill;
-use testkit::{cmd, json_lines, sshd};
+use testkit::{json_lines, sshd};
 
-fn run(c: &mut Command) -> Output {
-    c.stdin(Stdio::null()).output().expect("run")
-}
-
-fn launch(b: &HostBox, gpus: &str, tp: &str, extra: &[&str]) -> Output {
-    run(cmd("srv-launch")
+fn launch(b: &HostBox, gpus: &str, tp: &str, extra: &[&str]) -> testkit::Run {
+    testkit::call("srv-launch")
         .args(["sim", "--gpus", gpus, "--tp", tp, "--host-root", &b.root()])
         .args(extra)
-        .env("PATH", b.path()))
+        .env("PATH", b.path())
+        .run()
 }
 
 /// The pre-flight warnings srv-launch printed.
@@ -92,19 +88,13 @@ fn a_clean_dual_socket_box_is_recorded_whole_and_warns_of_nothing() {
 fn each_preflight_warning_fires_once_on_a_dirty_box_over_ssh() {
     let b = HostBox::new(Fabric::DualSocketPcie, true);
     let s = sshd();
-    let ssh = [
-        "--host",
-        &s.target,
-        "--identity",
-        &s.key,
-        "--known-hosts",
-        &s.known_hosts,
-    ];
-    let out = run(cmd("srv-launch")
+    let ssh = s.host_flags();
+    let out = testkit::call("srv-launch")
         .args(["sim", "--gpus", "0,1,4,5", "--tp", "4"])
         .args(ssh)
         .args(["--bin", testkit::bin("srv-sim").to_str().unwrap()])
-        .args(["--nvidia-smi", &b.program(), "--host-root", &b.root()]));
+        .args(["--nvidia-smi", &b.program(), "--host-root", &b.root()])
+        .run();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let w = warnings(&out.stderr);
@@ -203,10 +193,11 @@ fn on_nvswitch_a_group_across_sockets_is_not_warned_of() {
 #[test]
 fn a_box_without_gpus_or_sysfs_records_no_host_fields() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args(["sim", "--host-root"])
         .arg(dir.path())
-        .args(["--nvidia-smi", "/nonexistent/nvidia-smi"]));
+        .args(["--nvidia-smi", "/nonexistent/nvidia-smi"])
+        .run();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(warnings(&out.stderr).is_empty(), "{err}");

@@ -3,7 +3,7 @@
 //! or changed host key, wrong key, nothing listening, missing program) is a clear exit 2.
 
 use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 use testkit::stderr;
 use testkit::{alive, cmd, free_port, json_lines, kill_records, sshd};
@@ -17,10 +17,6 @@ fn python() -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-fn run(c: &mut Command) -> Output {
-    c.stdin(Stdio::null()).output().unwrap()
-}
-
 fn parent_of(pid: u32) -> Option<u32> {
     testkit::proc_stat(pid).map(|s| s.ppid)
 }
@@ -30,15 +26,8 @@ fn launch_over_ssh_outlives_the_session_and_srv_kill_over_ssh_stops_it() {
     let s = sshd();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("remote.log");
-    let out = run(cmd("srv-launch")
-        .args([
-            "--host",
-            &s.target,
-            "--identity",
-            &s.key,
-            "--known-hosts",
-            &s.known_hosts,
-        ])
+    let out = testkit::call("srv-launch")
+        .args(s.host_flags())
         .args([
             "--cmd",
             &format!("exec {} -m http.server {{port}} --bind 127.0.0.1", python()),
@@ -47,7 +36,8 @@ fn launch_over_ssh_outlives_the_session_and_srv_kill_over_ssh_stops_it() {
             "--log",
             log.to_str().unwrap(),
             "-v",
-        ]));
+        ])
+        .run();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let recs = json_lines(&out.stdout);
     let r = &recs[0];
@@ -104,16 +94,10 @@ fn match_over_ssh_spares_the_ssh_session_running_it() {
     c.arg("-c").arg(format!("sleep 60; : {token}"));
     let victim = testkit::Guard::spawn(c);
     std::thread::sleep(Duration::from_millis(200));
-    let out = run(cmd("srv-kill")
-        .args([
-            "--host",
-            &s.target,
-            "--identity",
-            &s.key,
-            "--known-hosts",
-            &s.known_hosts,
-        ])
-        .args(["--match", &token, "--grace", "2s"]));
+    let out = testkit::call("srv-kill")
+        .args(s.host_flags())
+        .args(["--match", &token, "--grace", "2s"])
+        .run();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let k = &json_lines(&out.stdout)[0];
     let matched = k["matched"].as_array().unwrap();
@@ -141,11 +125,12 @@ fn an_unknown_host_key_is_refused_and_accept_new_host_trusts_it() {
     let empty = dir.path().join("known_hosts");
     std::fs::write(&empty, "").unwrap();
     let kill = |extra: &[&str]| {
-        run(cmd("srv-kill")
+        testkit::call("srv-kill")
             .args(["--host", &s.target, "--identity", &s.key])
             .args(["--known-hosts", empty.to_str().unwrap()])
             .args(["--match", "no-such-process-4711", "--missing-ok"])
-            .args(extra))
+            .args(extra)
+            .run()
     };
     let out = kill(&[]);
     let err = stderr(&out);
@@ -168,7 +153,7 @@ fn an_unknown_host_key_is_refused_and_accept_new_host_trusts_it() {
 
     // srv-launch refuses the same way.
     std::fs::write(&empty, "").unwrap();
-    let out = run(cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args(["--host", &s.target, "--identity", &s.key])
         .args(["--known-hosts", empty.to_str().unwrap()])
         .args([
@@ -176,7 +161,8 @@ fn an_unknown_host_key_is_refused_and_accept_new_host_trusts_it() {
             "sleep 1",
             "--ready-url",
             "http://127.0.0.1:{port}/",
-        ]));
+        ])
+        .run();
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("srv-launch: error: ssh "),
@@ -212,10 +198,11 @@ fn a_changed_host_key_is_refused() {
         format!("[127.0.0.1]:{} {} {}\n", s.port, fields[0], fields[1]),
     )
     .unwrap();
-    let out = run(cmd("srv-kill")
+    let out = testkit::call("srv-kill")
         .args(["--host", &s.target, "--identity", &s.key])
         .args(["--known-hosts", kh.to_str().unwrap(), "--accept-new-host"])
-        .args(["--match", "no-such-process-4711"]));
+        .args(["--match", "no-such-process-4711"])
+        .run();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("HOST KEY CHANGED"), "{err}");
@@ -224,7 +211,7 @@ fn a_changed_host_key_is_refused() {
 #[test]
 fn a_wrong_key_is_a_clear_auth_error() {
     let s = sshd();
-    let out = run(cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args(["--host", &s.target, "--identity", &s.wrong_key])
         .args(["--known-hosts", &s.known_hosts])
         .args([
@@ -232,7 +219,8 @@ fn a_wrong_key_is_a_clear_auth_error() {
             "sleep 1",
             "--ready-url",
             "http://127.0.0.1:{port}/",
-        ]));
+        ])
+        .run();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -245,14 +233,15 @@ fn a_wrong_key_is_a_clear_auth_error() {
 fn nothing_listening_and_a_missing_remote_program_are_clear_errors() {
     let s = sshd();
     let port = free_port();
-    let out = run(cmd("srv-kill")
+    let out = testkit::call("srv-kill")
         .args(["--host", &format!("127.0.0.1:{port}"), "--identity", &s.key])
-        .args(["--pid", "1"]));
+        .args(["--pid", "1"])
+        .run();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("connection refused"), "{err}");
 
-    let out = run(cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args([
             "vllm",
             "--model",
@@ -262,7 +251,8 @@ fn nothing_listening_and_a_missing_remote_program_are_clear_errors() {
             "--identity",
             &s.key,
         ])
-        .args(["--known-hosts", &s.known_hosts]));
+        .args(["--known-hosts", &s.known_hosts])
+        .run();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("'vllm' not found on"), "{err}");
@@ -272,7 +262,7 @@ fn nothing_listening_and_a_missing_remote_program_are_clear_errors() {
 fn an_engine_over_ssh_waits_for_readiness_and_binds_all_interfaces() {
     let s = sshd();
     let sim = testkit::bin("srv-sim").display().to_string();
-    let out = run(cmd("srv-launch")
+    let out = testkit::call("srv-launch")
         .args([
             "sim",
             "--bin",
@@ -283,7 +273,8 @@ fn an_engine_over_ssh_waits_for_readiness_and_binds_all_interfaces() {
             &s.key,
         ])
         .args(["--known-hosts", &s.known_hosts, "--probe"])
-        .args(["--", "--startup", "2s"]));
+        .args(["--", "--startup", "2s"])
+        .run();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     let r = &json_lines(&out.stdout)[0];
@@ -293,16 +284,10 @@ fn an_engine_over_ssh_waits_for_readiness_and_binds_all_interfaces() {
     // Clients reach it at the SSH host's address.
     assert!(r["url"].as_str().unwrap().starts_with("http://127.0.0.1:"));
     let pid = r["pid"].as_u64().unwrap() as u32;
-    let out = run(cmd("srv-kill")
-        .args([
-            "--host",
-            &s.target,
-            "--identity",
-            &s.key,
-            "--known-hosts",
-            &s.known_hosts,
-        ])
-        .args(["--pid", &pid.to_string()]));
+    let out = testkit::call("srv-kill")
+        .args(s.host_flags())
+        .args(["--pid", &pid.to_string()])
+        .run();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(json_lines(&out.stdout)[0]["ok"], true);
     assert!(!alive(pid));
