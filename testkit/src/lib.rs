@@ -88,6 +88,15 @@ pub fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The one line of `stderr` that says `error:`; panics, showing stderr, unless there is
+/// exactly one (a tool's failure is one line).
+#[track_caller]
+pub fn the_error_line(stderr: &str) -> &str {
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("error:")).collect();
+    assert_eq!(errors.len(), 1, "not one error line: {stderr}");
+    errors[0]
+}
+
 /// The number at `at` in `v`: a top-level key (`"duration_s"`), a JSON pointer
 /// (`"/ttft_ms/p50"`, `"/gpus/0/power_w/mean"`) or `""` for `v` itself; panics naming the
 /// place and the value when it is absent or not a number.

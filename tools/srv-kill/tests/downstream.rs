@@ -27,11 +27,10 @@ fn srv_kill_into_a_full_disk_kills_first_then_fails_with_one_line() {
         "rc=1",
         "{stderr}"
     );
-    let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("error:")).collect();
-    assert_eq!(errors.len(), 1, "{stderr}");
+    let error = testkit::the_error_line(&stderr);
     assert!(
-        errors[0].starts_with("srv-kill: error: cannot write to stdout: No space left on device")
-            && errors[0].contains("the kill itself was done (every target ended as asked)"),
+        error.starts_with("srv-kill: error: cannot write to stdout: No space left on device")
+            && error.contains("the kill itself was done (every target ended as asked)"),
         "{stderr}"
     );
 }

@@ -2,9 +2,8 @@
 //! delivered (a full disk, a reader that is already gone), srv-launch stops the server it
 //! started instead of leaving it running unseen, and says so.
 
-use std::process::Stdio;
 use std::time::Duration;
-use testkit::{alive, bash, cmd, wait_gone};
+use testkit::{alive, bash, wait_gone};
 
 /// The pid srv-launch's "ready" line names (`... (pid N on localhost, ...`).
 fn ready_pid(stderr: &str) -> u32 {
@@ -30,11 +29,10 @@ fn a_server_record_lost_to_a_full_disk_stops_the_server_and_fails_with_one_line(
         "rc=1",
         "{stderr}"
     );
-    let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("error:")).collect();
-    assert_eq!(errors.len(), 1, "{stderr}");
+    let error = testkit::the_error_line(&stderr);
     assert!(
-        errors[0].starts_with("srv-launch: error: cannot write to stdout: No space left on device")
-            && errors[0].contains(&format!(
+        error.starts_with("srv-launch: error: cannot write to stdout: No space left on device")
+            && error.contains(&format!(
                 "the server record is lost, so the server was stopped: killed it (pid {pid})"
             )),
         "{stderr}"
@@ -44,16 +42,12 @@ fn a_server_record_lost_to_a_full_disk_stops_the_server_and_fails_with_one_line(
 #[test]
 fn a_reader_gone_before_the_server_record_stops_the_server_and_is_exit_0() {
     // `srv-launch sim | loadgen --typo`: the reader has exited before the record is written.
-    let mut child = cmd("srv-launch")
+    let mut child = testkit::call("srv-launch")
         .args(["sim", "--", "--ttft", "1ms", "--itl", "0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     drop(child.stdout.take());
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let out = child.wait(testkit::run::RUN_LIMIT);
+    let stderr = out.err();
     let pid = ready_pid(&stderr);
     assert!(
         wait_gone(&[pid], Duration::from_secs(2)),
