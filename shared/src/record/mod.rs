@@ -184,7 +184,7 @@ macro_rules! records {
                 let whole = || serde_json::from_str(line).map_err(RecordError::NotJson);
                 let parsed = match kind.as_ref() {
                     $($( <$ty as RecordKind>::KIND => {
-                        typed::<$ty>(line).map(|r| Record::$variant(r.into()))
+                        typed::<$ty>(serde_json::from_str(line)).map(|r| Record::$variant(r.into()))
                     } )+)+
                     _ => return whole().map(Record::Other),
                 };
@@ -270,7 +270,7 @@ records! {
 /// it already is): a v1 summary's flat workload fields move under `workload`. Other kinds are
 /// the same in v1 and v2.
 fn upgrade(kind: &str, v: Option<u64>, json: &[u8]) -> Result<Option<String>, RecordError> {
-    if kind != SummaryRecord::KIND || v.is_none_or(|v| v >= 2) {
+    if kind != SummaryRecord::KIND || v.is_none_or(|v| v >= u64::from(workload::NESTED_SINCE)) {
         return Ok(None);
     }
     let fields: Extra = serde_json::from_slice(json).map_err(RecordError::NotJson)?;
@@ -288,7 +288,13 @@ pub fn decode_kind<T: RecordKind>(json: &[u8]) -> Result<T, RecordError> {
     let peek: Peek = serde_json::from_slice(json).map_err(RecordError::NotJson)?;
     let upgraded = upgrade(T::KIND, peek.v, json)?;
     let json = upgraded.as_deref().map_or(json, str::as_bytes);
-    let mut record: T = serde_json::from_slice(json).map_err(|source| RecordError::BadField {
+    typed(serde_json::from_slice(json))
+}
+
+/// A decoded kind `T`, without the `kind` field (implied by the type; the catch-all must not
+/// keep a second copy), or why its fields are not `T`'s.
+fn typed<T: RecordKind>(decoded: serde_json::Result<T>) -> Result<T, RecordError> {
+    let mut record = decoded.map_err(|source| RecordError::BadField {
         kind: T::KIND.to_string(),
         source,
     })?;
@@ -296,16 +302,6 @@ pub fn decode_kind<T: RecordKind>(json: &[u8]) -> Result<T, RecordError> {
     Ok(record)
 }
 
-/// Parses `line` as kind `T`, without the `kind` field (implied by the type; the catch-all must
-/// not keep a second copy).
-fn typed<T: RecordKind>(line: &str) -> Result<T, RecordError> {
-    let mut record: T = serde_json::from_str(line).map_err(|source| RecordError::BadField {
-        kind: T::KIND.to_string(),
-        source,
-    })?;
-    record.extra_mut().remove("kind");
-    Ok(record)
-}
 /// Writes `{"kind":K, ...fields}` with `kind` first, so a person reading a line sees what it is.
 pub fn to_line_with_kind<T: RecordKind>(record: &T) -> serde_json::Result<String> {
     let body = serde_json::to_string(record)?;

@@ -70,6 +70,9 @@ pub struct Workload {
     pub extra: Extra,
 }
 
+/// The schema version that nested a summary's load fields under `workload`.
+pub(super) const NESTED_SINCE: u32 = 2;
+
 /// The top-level fields of a v1 summary that v2 keeps under `workload`, as both spell them.
 pub const WORKLOAD_FIELDS: [&str; 17] = [
     "api",
@@ -110,6 +113,6 @@ pub(super) fn upgrade_v1_summary(mut summary: Extra) -> Extra {
         }
     }
     summary.insert("workload".into(), Value::Object(workload));
-    summary.insert("v".into(), Value::from(2));
+    summary.insert("v".into(), Value::from(NESTED_SINCE));
     summary
 }
