@@ -88,6 +88,15 @@ pub fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Every tool that reads records on stdin, as a shell line that reads them and stops soon
+/// (one size, one request; no server needed for the input's error to show).
+pub const RECORD_READERS: [&str; 4] = [
+    "srv-kill --missing-ok",
+    "summarize",
+    "collbench -np 1 -b 8 -e 8 -n 1 -w 0",
+    "loadgen -n 1",
+];
+
 /// The one line of `stderr` that says `error:`; panics, showing stderr, unless there is
 /// exactly one (a tool's failure is one line).
 #[track_caller]

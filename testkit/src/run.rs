@@ -113,6 +113,37 @@ impl Run {
     }
 }
 
+/// `line` read back as its typed record, in the schema: a known kind, nothing outside it (the
+/// summary's `workload` too), a summary written in the current version. Panics naming `place`.
+#[track_caller]
+pub fn in_the_schema(line: &str, place: &str) -> Record {
+    let record = Record::parse(line).unwrap_or_else(|e| panic!("{place}: {e}: {line}"));
+    let extra = record
+        .extra()
+        .unwrap_or_else(|| panic!("{place}: a kind outside the schema: {line}"));
+    assert!(
+        extra.is_empty(),
+        "{place}: {} record fields outside the schema (add them to shared/src/record/): {:?}",
+        record.kind(),
+        extra.keys().collect::<Vec<_>>()
+    );
+    if let Record::Summary(s) = &record {
+        // As written, not as read: a v1 line reads as v2.
+        let written: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(
+            written["v"],
+            servbench::record::SCHEMA_VERSION,
+            "{place}: a summary of another schema version: {line}"
+        );
+        assert!(
+            s.workload.extra.is_empty(),
+            "{place}: workload fields outside the schema: {:?}",
+            s.workload.extra.keys().collect::<Vec<_>>()
+        );
+    }
+    record
+}
+
 fn lines(out: &[u8]) -> impl Iterator<Item = &str> {
     std::str::from_utf8(out)
         .expect("stdout is UTF-8")

@@ -3,6 +3,7 @@
 //! a reader that goes away ends a tool quietly. These are the properties that make
 //! `srv-launch ... | loadgen ... | srv-kill | summarize` one product.
 
+use testkit::run::in_the_schema;
 use testkit::stderr;
 use testkit::{bash, json_lines, sh};
 
@@ -115,12 +116,7 @@ fn malformed_input_names_source_and_line_and_strict_makes_it_exit_2() {
     let file = dir.path().join("in.jsonl");
     std::fs::write(&file, &input).unwrap();
     let file = file.display();
-    for tool in [
-        "srv-kill --missing-ok",
-        "summarize",
-        "collbench -np 1 -b 8 -e 8 -n 1 -w 0",
-        "loadgen -n 1",
-    ] {
+    for tool in testkit::RECORD_READERS {
         let strict = sh(&format!("{tool} --strict < {file}"));
         assert_eq!(
             strict.status.code(),
@@ -333,7 +329,6 @@ const EVERY_TOOL: &[(&str, &str)] = &[
 /// And summarize, which writes tables rather than records, reads all of them as typed records.
 #[test]
 fn every_record_every_tool_writes_is_typed_with_nothing_outside_the_schema() {
-    use servbench::record::Record;
     let dir = tempfile::tempdir().unwrap();
     let mut script = String::from(
         "trap 'srv-kill --from server.jsonl --missing-ok >/dev/null 2>&1 || true' EXIT\n",
@@ -354,31 +349,7 @@ fn every_record_every_tool_writes_is_typed_with_nothing_outside_the_schema() {
         let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
         assert!(!text.trim().is_empty(), "{file}: no records");
         for line in text.lines() {
-            let record = Record::parse(line).unwrap_or_else(|e| panic!("{file}: {e}: {line}"));
-            let extra = record
-                .extra()
-                .unwrap_or_else(|| panic!("{file}: a kind outside the schema: {line}"));
-            assert!(
-                extra.is_empty(),
-                "{file}: {} record fields outside the schema (add them to shared/src/record/): {:?}",
-                record.kind(),
-                extra.keys().collect::<Vec<_>>()
-            );
-            if let Record::Summary(s) = &record {
-                // Written in this schema (as written, not as read: a v1 line reads as v2), the
-                // load nested under `workload` and in its schema.
-                let written: serde_json::Value = serde_json::from_str(line).unwrap();
-                assert_eq!(
-                    written["v"],
-                    servbench::record::SCHEMA_VERSION,
-                    "{file}: {line}"
-                );
-                assert!(
-                    s.workload.extra.is_empty(),
-                    "{file}: workload fields outside the schema: {:?}",
-                    s.workload.extra.keys().collect::<Vec<_>>()
-                );
-            }
+            let record = in_the_schema(line, file);
             kinds.insert(record.kind().to_string());
         }
     }
@@ -442,7 +413,6 @@ fn every_record_every_tool_writes_is_typed_with_nothing_outside_the_schema() {
 /// typed kind with nothing outside the schema.
 #[test]
 fn the_readmes_example_records_are_in_the_schema() {
-    use servbench::record::Record;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut readmes = vec![root.join("README.md")];
     for tool in std::fs::read_dir(root.join("tools")).unwrap() {
@@ -453,29 +423,7 @@ fn the_readmes_example_records_are_in_the_schema() {
         let text = std::fs::read_to_string(readme).unwrap();
         for line in text.lines().filter(|l| l.starts_with(r#"{"kind":"#)) {
             let where_ = readme.display();
-            let record = Record::parse(line).unwrap_or_else(|e| panic!("{where_}: {e}: {line}"));
-            let extra = record
-                .extra()
-                .unwrap_or_else(|| panic!("{where_}: a kind outside the schema: {line}"));
-            assert!(
-                extra.is_empty(),
-                "{where_}: {} example has fields outside the schema: {:?}",
-                record.kind(),
-                extra.keys().collect::<Vec<_>>()
-            );
-            if let Record::Summary(s) = &record {
-                let written: serde_json::Value = serde_json::from_str(line).unwrap();
-                assert_eq!(
-                    written["v"],
-                    servbench::record::SCHEMA_VERSION,
-                    "{where_}: a summary example of an older schema: {line}"
-                );
-                assert!(
-                    s.workload.extra.is_empty(),
-                    "{where_}: {:?}",
-                    s.workload.extra
-                );
-            }
+            let record = in_the_schema(line, &where_.to_string());
             kinds.insert(record.kind().to_string());
         }
     }
@@ -538,16 +486,7 @@ fn hostile_telemetry_still_gives_records_their_own_schema_reads() {
         let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
         assert!(!text.contains("null"), "{file}: {text}");
         for line in text.lines() {
-            let record = Record::parse(line).unwrap_or_else(|e| panic!("{file}: {e}: {line}"));
-            let extra = record.extra().expect("a kind of the schema");
-            assert!(extra.is_empty(), "{file}: {:?}", extra.keys());
-            if let Record::Summary(s) = &record {
-                assert!(
-                    s.workload.extra.is_empty(),
-                    "{file}: {:?}",
-                    s.workload.extra
-                );
-            }
+            let record = in_the_schema(line, file);
             if let Record::Summary(s) = &record
                 && let Some(srv) = &s.server
             {

@@ -84,12 +84,7 @@ fn one_line_that_is_not_utf8_is_a_malformed_line_in_every_tool() {
     input.extend_from_slice(format!("{NOTE}\n").as_bytes());
     std::fs::write(&file, &input).unwrap();
     let file = file.display();
-    for tool in [
-        "srv-kill --missing-ok",
-        "summarize",
-        "collbench -np 1 -b 8 -e 8 -n 1 -w 0",
-        "loadgen -n 1",
-    ] {
+    for tool in testkit::RECORD_READERS {
         let strict = sh(&format!("{tool} --strict < {file}"));
         let err = stderr(&strict);
         assert_eq!(strict.status.code(), Some(2), "{tool} --strict: {err}");

@@ -4,7 +4,6 @@
 //! answering is marked so. Each against its clean twin.
 
 use serde_json::Value;
-use servbench::record::Record;
 use testkit::hostile::{LyingNvidiaSmi, hostile_server};
 use testkit::loadgen;
 
@@ -18,9 +17,7 @@ fn summaries(stdout: &str) -> Vec<Value> {
 /// Every line reads back as its typed record with nothing outside the schema.
 fn typed(stdout: &str) {
     for line in stdout.lines() {
-        let r = Record::parse(line).unwrap_or_else(|e| panic!("{e}: {line}"));
-        let extra = r.extra().expect("a known kind");
-        assert!(extra.is_empty(), "{:?}: {line}", extra.keys());
+        testkit::run::in_the_schema(line, "loadgen's stdout");
     }
 }
 
