@@ -58,6 +58,19 @@ pub fn sh(script: &str) -> Output {
     sh_cmd(script).output().expect("run sh")
 }
 
+/// [`sh`], which must exit 0 (else the test fails showing its stderr).
+#[track_caller]
+pub fn sh_ok(script: &str) -> Output {
+    let out = sh(script);
+    assert!(
+        out.status.success(),
+        "`{script}` failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// The `sh -c` command [`sh`] runs, to add stdin or environment first.
 pub fn sh_cmd(script: &str) -> Command {
     shell_cmd("sh", script)

@@ -28,16 +28,11 @@ fn text(out: &Output) -> (String, String) {
 fn advice_never_names_fewer_tp_ranks_that_do_not_fit() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("kimi.jsonl");
-    let out = testkit::sh(&format!(
+    testkit::sh_ok(&format!(
         "srv-launch sim --model kimi-k2-nvfp4 --tp 8 -- --hardware rtx-pro-6000 \
          | loadgen -c 1 -n 2 --max-tokens 16 | srv-kill > {}",
         run.display()
     ));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let (stdout, stderr) = text(&summarize(&[
         run.to_str().unwrap(),
         "--roofline",

@@ -66,17 +66,11 @@ fn run(smi: &FakeNvidiaSmi) -> Run {
         .find(|r| r["kind"] == "summary")
         .unwrap();
     let summarize = |args: &[&str]| {
-        let out = testkit::cmd("summarize")
+        testkit::call("summarize")
             .arg(&file)
             .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+            .run_ok()
+            .out()
     };
     Run {
         csv: summarize(&["--format", "csv", "--cols", "tok_s,tok_s_per_gpu,j_per_tok"]),

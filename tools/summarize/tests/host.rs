@@ -7,28 +7,17 @@ use testkit::host_box::{Fabric, HostBox};
 
 fn run(dir: &std::path::Path, name: &str, b: &HostBox, gpus: &str) -> String {
     let path = dir.join(name);
-    let out = testkit::sh(&format!(
+    testkit::sh_ok(&format!(
         "srv-launch sim --gpus {gpus} --tp 4 --host-root '{}' --nvidia-smi '{}' | loadgen -c 1 -n 3 --max-tokens 8 --input-len 16 | srv-kill > {}",
         b.root(),
         b.program(),
         path.display()
     ));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     path.to_str().unwrap().to_string()
 }
 
 fn summarize(args: &[&str]) -> String {
-    let out = testkit::cmd("summarize").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    testkit::call("summarize").args(args).run_ok().out()
 }
 
 #[test]

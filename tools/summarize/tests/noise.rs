@@ -4,21 +4,14 @@
 //! identical launches, and a PP micro-batch cap that does not bite, are within noise on every
 //! figure; a slower engine step is still called worse.
 
-use std::process::Output;
-
 /// The load of every launch: 40 waves of 8 equal requests, about two seconds.
 const LOAD: &str = "-c 8 -n 320 --max-tokens 8 --input-len 32";
 
 /// One launch, load and kill; its records, labelled `label`.
 fn launch(label: &str, sim_flags: &str) -> String {
-    let out = testkit::sh(&format!(
+    let out = testkit::sh_ok(&format!(
         "srv-launch sim --label {label} -- {sim_flags} | loadgen {LOAD} | srv-kill"
     ));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -26,17 +19,11 @@ fn compare_by(records: &str, by: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runs.jsonl");
     std::fs::write(&path, records).unwrap();
-    let out: Output = testkit::cmd("summarize")
+    testkit::call("summarize")
         .arg(&path)
         .args(["--compare-by", by])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+        .run_ok()
+        .out()
 }
 
 /// The comparison's rows that call a change real.

@@ -4,29 +4,18 @@
 
 fn run(dir: &std::path::Path, name: &str, sim_flags: &str, max_tokens: u32) -> String {
     let path = dir.join(name);
-    let out = testkit::sh(&format!(
+    testkit::sh_ok(&format!(
         "srv-launch sim -- {sim_flags} | loadgen -c 1,2 -n 6 --max-tokens {max_tokens} --input-len 16 | srv-kill > {}",
         path.display()
     ));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     path.to_str().unwrap().to_string()
 }
 
 fn compare(a: &str, b: &str) -> String {
-    let out = testkit::cmd("summarize")
+    testkit::call("summarize")
         .args(["--compare", a, b])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+        .run_ok()
+        .out()
 }
 
 #[test]
