@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Benchmark of loadgen itself against srv-sim: how much CPU the client spends per million output
-# tokens (over plain HTTP and over TLS, and beside a floor client that records nothing), how many
-# streams it holds, how close its TTFT/ITL are to a fixed-latency truth, and how late its
-# open-loop sends are. Client and server run pinned to different cores.
+# tokens (over plain HTTP and over TLS, and beside a floor client that records nothing), its heap
+# allocations per request, how many streams it holds, how close its TTFT/ITL are to a
+# fixed-latency truth, and how late its open-loop sends are. Client and server run pinned to
+# different cores.
 #
 #   ONLY=floor scripts/bench-loadgen.sh # the loadgen-vs-floor rows and the send lag only
 #   ONLY=cpu scripts/bench-loadgen.sh   # the CPU rows (1), the floor rows and the send lag
@@ -30,7 +31,7 @@ SECS=10
 
 echo "== cargo build --release -p loadgen -p srv-sim (and loadgen's floor_client example)" >&2
 cargo build --release -q -p loadgen -p srv-sim
-cargo build --release -q -p loadgen --example floor_client
+cargo build --release -q -p loadgen --example floor_client --example request_allocs
 BIN=target/release
 LOADGEN=${LOADGEN:-$BIN/loadgen}
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -107,6 +108,13 @@ for c in 1 4 16 64 256 1024; do
       "$(awk -v a="$cpu" -v b="$out" -v f="$pattern" -v d="$decoding" 'BEGIN { l = a / b * 1e6; printf "%.2f / pattern %.2f (%.2fx) / serde %.2f (%.2fx)", l, f, l / f, d, l / d }')"
   done
 done
+
+# 1c. Heap allocations on the request path (tools/loadgen/examples/request_allocs.rs: one stream
+#     after another through loadgen's client, a counting allocator), per request and per 1k tokens.
+"$BIN/examples/request_allocs" "$url" 500 256 | sed -n 's/.*allocs_per_request=\([^ ]*\) allocs_per_1k_tokens=\([^ ]*\).*/\1 \2/p' |
+  while read -r per_req per_k; do
+    printf '%-44s %s\n' "allocations per request / per 1k tokens" "$per_req / $per_k"
+  done
 
 if [ "$ONLY" = cpu ]; then
   ONLY=floor

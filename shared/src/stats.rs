@@ -44,10 +44,15 @@ impl Hist {
     }
 
     pub fn record_ms(&mut self, ms: f64) {
+        self.record_ms_n(ms, 1);
+    }
+
+    /// `n` values of `ms` at once, as `n` calls of [`Hist::record_ms`] would record them.
+    pub fn record_ms_n(&mut self, ms: f64, n: u64) {
         let us = ms_to_us(ms);
-        // `record` grows the auto-resizing histogram; `saturating_record` would clamp instead.
-        if self.0.record(us).is_err() {
-            self.0.saturating_record(us);
+        // `record_n` grows the auto-resizing histogram; `saturating_record_n` would clamp.
+        if self.0.record_n(us, n).is_err() {
+            self.0.saturating_record_n(us, n);
         }
     }
 
@@ -320,8 +325,10 @@ impl PointStats {
         if let Some(v) = r.tpot_ms {
             self.tpot.record_ms(v);
         }
-        for &gap in &r.itl_ms {
-            self.itl.record_ms(gap);
+        // Runs of one gap (the chunks of one read share its instant: most gaps of a fast
+        // stream are 0) are recorded at once.
+        for run in r.itl_ms.chunk_by(|a, b| a == b) {
+            self.itl.record_ms_n(run[0], run.len() as u64);
         }
         self.output_tokens += u64::from(r.output_tokens);
         self.prompt_tokens += u64::from(r.prompt_tokens.unwrap_or(0));

@@ -268,3 +268,21 @@ fn reasoning_points_report_time_to_the_first_answer_and_the_reasoning_share() {
     let sum = plain.to_summary(PointKey::default(), Labels::new(), false, None);
     assert!(sum.ttfo_ms.is_none() && sum.reasoning_share.is_none());
 }
+
+/// The gaps of a request are recorded a run of equal ones at a time: the distribution is the
+/// one each gap recorded alone gives, runs at the start, middle and end included.
+#[test]
+fn runs_of_equal_gaps_give_the_distribution_of_each_gap_alone() {
+    let gaps = [0.0, 0.0, 0.0, 1.5, 1.5, 0.0, 2.25, 0.0, 0.0, 7.0, 7.0, 7.0];
+    let mut s = PointStats::new();
+    s.add_request(&req(0, 0.0, 10.0, &gaps, gaps.len() as u32 + 1), None);
+    let mut alone = Hist::new();
+    for &g in &gaps {
+        alone.record_ms(g);
+    }
+    assert_eq!(s.itl.len(), gaps.len() as u64);
+    assert_eq!(s.itl.dist_ms(), alone.dist_ms());
+    let d = s.itl.dist_ms().unwrap();
+    assert_eq!((d.n, d.min, d.p50), (12, 0.0, 0.0));
+    assert!((d.max - 7.0).abs() < 0.01, "{d:?}");
+}

@@ -33,6 +33,22 @@ pub struct Outcome {
     pub failure: Option<Failure>,
 }
 
+/// Room for the gaps of the first this many tokens is made at once (more grow the list): a
+/// request's gaps are one list growing to `max_tokens`, allocated seven times on the way to 256
+/// otherwise, while a long `max_tokens` must not reserve memory per request in flight.
+const GAPS_RESERVED: u32 = 1024;
+
+impl Outcome {
+    /// The outcome of a request asking for `max_tokens`: room made for its gaps.
+    pub fn expecting(max_tokens: u32) -> Outcome {
+        let room = max_tokens.clamp(1, GAPS_RESERVED) - 1;
+        Outcome {
+            itl_ms: Vec::with_capacity(room as usize),
+            ..Outcome::default()
+        }
+    }
+}
+
 impl Default for Outcome {
     fn default() -> Self {
         Outcome {
@@ -243,6 +259,9 @@ async fn stream_inner(
                 }
                 match o.last_content {
                     None => o.first_content = Some(now),
+                    // Chunks of one read share its instant: their gap is 0 without the
+                    // arithmetic (most gaps, where a server writes faster than it is read).
+                    Some(last) if last == now => o.itl_ms.push(0.0),
                     Some(last) => o.itl_ms.push(ms(now - last)),
                 }
                 o.last_content = Some(now);

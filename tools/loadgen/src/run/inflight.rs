@@ -116,7 +116,8 @@ pub(crate) async fn request_task(
     target: Option<u32>,
     max_tokens: u32,
 ) {
-    let (o, dispatched, cancelled) = execute(&shared, body, slot.intended, None).await;
+    let o = Outcome::expecting(max_tokens);
+    let (o, dispatched, cancelled) = execute(&shared, body, slot.intended, o).await;
     let finished = Finished {
         id: slot.id,
         intended: slot.intended,
@@ -154,19 +155,15 @@ pub async fn deliver(
 }
 
 /// Sends one request meant to leave at `intended` and reads its answer, bounded by `--timeout`
-/// from `intended` and cancelled with the phase: its outcome, when it really left, and whether
-/// it was cancelled. `reply`: collect the answer's text into it.
+/// from `intended` and cancelled with the phase: its outcome (read into `o`: with a `reply`,
+/// the answer's text is collected into it), when it really left, and whether it was cancelled.
 pub async fn execute(
     shared: &InFlight,
     body: Bytes,
     intended: Instant,
-    reply: Option<String>,
+    mut o: Outcome,
 ) -> (Outcome, Instant, bool) {
     let dispatched = Instant::now();
-    let mut o = Outcome {
-        reply,
-        ..Outcome::default()
-    };
     let mut cancel_rx = shared.cancel_rx.clone();
     let deadline = tokio::time::Instant::from_std(intended + shared.timeout);
     let work = tokio::time::timeout_at(

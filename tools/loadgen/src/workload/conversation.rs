@@ -12,6 +12,7 @@
 use super::prompts::{Api, PromptText, Synthetic};
 use super::{Asked, Budget, Session, Task, Unit, Workload};
 use crate::client::body::Bodies;
+use crate::client::request::Outcome;
 use crate::pacing::Load;
 use crate::run::inflight::{Finished, InFlight, Slot, deliver, execute};
 use rand::SeedableRng;
@@ -213,8 +214,11 @@ async fn session(shared: Arc<InFlight>, c: Conversation, mut slot: Slot) {
         history.ask(user);
         let body = bodies.build(&history.prompt(api), max_tokens);
         let id = shared.requests.fetch_add(1, Ordering::Relaxed);
-        let (mut o, dispatched, cancelled) =
-            execute(&shared, body, intended, Some(String::new())).await;
+        let asked = Outcome {
+            reply: Some(String::new()),
+            ..Outcome::expecting(max_tokens)
+        };
+        let (mut o, dispatched, cancelled) = execute(&shared, body, intended, asked).await;
         let reply = o.reply.take().unwrap_or_default();
         let last = o.failure.is_some() || k + 1 == script.users.len();
         let next = o.end + script.think.get(k).copied().unwrap_or_default();

@@ -17,6 +17,8 @@ use super::{Event, Reply};
 /// Shapes kept: an engine's stream has two to four (the first chunk, content, the finishing
 /// one, usage).
 const SHAPES: usize = 6;
+/// Room made at once for a shape's scalars: an engine's chunk has 8 to 14.
+const SLOTS_RESERVED: usize = 16;
 /// A chunk longer than this is walked every time: content chunks are a few hundred bytes.
 const MAX_SHAPE_BYTES: usize = 4096;
 
@@ -59,7 +61,11 @@ impl Shapes {
         }
         // A malformed chunk's place is taken by the next one.
         if self.list.len() < SHAPES && self.list.last().is_none_or(|s| s.valid) {
-            self.list.push(Shape::default());
+            let mut shape = Shape::default();
+            // One allocation each for a chunk's scalars and bytes, not one per doubling.
+            shape.rec.slots.reserve(SLOTS_RESERVED);
+            shape.rec.orig.reserve(b.len());
+            self.list.push(shape);
         }
         let shape = self.list.last_mut()?;
         let got = scan::chunk(b, Some(&mut shape.rec));
