@@ -3,35 +3,18 @@
 //! The "measured" points are an engine whose truth is known: srv-sim's own prediction with a
 //! 2 ms step overhead the card does not know, relabelled as a measurement.
 
+mod common;
+
+use common::{CALIBRATION_LOAD, llama_sim};
 use serde_json::Value;
-use std::process::{Command, Output};
 use testkit::num;
 use testkit::{json_lines, of_kind};
 
-const PRESET: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
-const LOAD: &[&str] = &[
-    "-c",
-    "1,8",
-    "--input-len",
-    "256",
-    "--max-tokens",
-    "32",
-    "-n",
-    "16",
-    "--no-requests",
-];
-
-fn sim(args: &[&str]) -> Output {
-    Command::new(testkit::bin("srv-sim"))
-        .args(PRESET)
-        .args(args)
-        .output()
-        .expect("run srv-sim")
-}
+const LOAD: &[&str] = CALIBRATION_LOAD;
 
 /// Points of an engine with a 2 ms step overhead, as a measured run would hold them.
 fn measured(dir: &std::path::Path, edit: impl Fn(&mut Value)) -> String {
-    let out = sim(&[&["--predict", "--step-overhead", "2ms"][..], LOAD].concat());
+    let out = llama_sim(&[&["--predict", "--step-overhead", "2ms"][..], LOAD].concat());
     assert!(out.status.success());
     let mut text = String::new();
     for mut r in json_lines(&out.stdout) {
@@ -48,7 +31,7 @@ fn measured(dir: &std::path::Path, edit: impl Fn(&mut Value)) -> String {
 fn a_calibration_on_two_points_reproduces_them_and_the_card_applies() {
     let dir = tempfile::tempdir().unwrap();
     let run = measured(dir.path(), |_| {});
-    let out = sim(&["--calibrate", &run]);
+    let out = llama_sim(&["--calibrate", &run]);
     assert!(
         out.status.success(),
         "{}",
@@ -68,11 +51,13 @@ fn a_calibration_on_two_points_reproduces_them_and_the_card_applies() {
     let path = dir.path().join("card.json");
     std::fs::write(&path, &out.stdout).unwrap();
     // The card applied: the prediction lands on the measured points.
-    let again = sim(&[
-        &["--predict", "--calibration", path.to_str().unwrap()][..],
-        LOAD,
-    ]
-    .concat());
+    let again = llama_sim(
+        &[
+            &["--predict", "--calibration", path.to_str().unwrap()][..],
+            LOAD,
+        ]
+        .concat(),
+    );
     assert!(
         again.status.success(),
         "{}",
@@ -101,7 +86,7 @@ fn a_fit_that_cannot_explain_a_figure_is_refused_naming_it() {
             r["ttft_ms"]["p50"] = serde_json::json!(v * 10.0);
         }
     });
-    let out = sim(&["--calibrate", &run]);
+    let out = llama_sim(&["--calibrate", &run]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     // The fit splits the difference: the figure named is a TTFT, at one point or the other.
@@ -120,7 +105,7 @@ fn a_calibration_card_with_a_figure_out_of_range_is_refused() {
         r#"{"hardware":"a100-80g","model":"llama-3.1-8b","step_overhead_us":100,"bandwidth_fraction":-1,"flops_fraction":0.5,"prefill_efficiency":1,"fitted_on":"x","points":[]}"#,
     )
     .unwrap();
-    let out = sim(&["--dry-run", "--calibration", path.to_str().unwrap()]);
+    let out = llama_sim(&["--dry-run", "--calibration", path.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("bandwidth_fraction is -1"), "{err}");

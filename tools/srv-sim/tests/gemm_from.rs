@@ -6,21 +6,12 @@
 //! step of an 8B model, too slow here).
 
 mod common;
-use common::{completion_body, get, metric, post, start};
+use common::{
+    CALIBRATION_LOAD, LLAMA_8B_ON_A100, completion_body, get, llama_sim, metric, post, start,
+};
 use serde_json::{Value, json};
-use std::process::{Command, Output};
 use testkit::num;
 use testkit::{json_lines, of_kind};
-
-const PRESET: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
-
-fn sim(args: &[&str]) -> Output {
-    Command::new(testkit::bin("srv-sim"))
-        .args(PRESET)
-        .args(args)
-        .output()
-        .expect("run srv-sim")
-}
 
 /// One `gemm_step` record as `collbench gemm` writes it.
 fn gemm_step(model: &str, tp: u32, batch: u32, us: f64) -> String {
@@ -55,7 +46,7 @@ fn llama_gemms(dir: &std::path::Path) -> String {
 }
 
 fn plan(args: &[&str]) -> (Value, String) {
-    let out = sim(&[&["--dry-run"][..], args].concat());
+    let out = llama_sim(&[&["--dry-run"][..], args].concat());
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
     let records = json_lines(&out.stdout);
@@ -121,7 +112,7 @@ fn a_bad_gemm_record_is_one_error_naming_its_line() {
                 .replace(r#""gemm_us_per_step":4000.0"#, r#""gemm_us_per_step":-5.0"#),
         ],
     );
-    let out = sim(&["--dry-run", "--gemm-from", &bad]);
+    let out = llama_sim(&["--dry-run", "--gemm-from", &bad]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
@@ -129,7 +120,7 @@ fn a_bad_gemm_record_is_one_error_naming_its_line() {
     assert!(err.contains("gemm_us_per_step"), "{err}");
     assert!(out.stdout.is_empty());
     let garbled = write(dir.path(), "garbled.jsonl", &["{not json".into()]);
-    let out = sim(&["--dry-run", "--gemm-from", &garbled]);
+    let out = llama_sim(&["--dry-run", "--gemm-from", &garbled]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains(&format!("{garbled}:1")), "{err}");
@@ -140,7 +131,7 @@ fn gemm_records_of_another_model_are_refused_alone_and_left_out_with_a_warning_b
     let dir = tempfile::tempdir().unwrap();
     let qwen = gemm_step("qwen3-32b", 2, 1, 9000.0);
     let theirs = write(dir.path(), "qwen.jsonl", std::slice::from_ref(&qwen));
-    let out = sim(&["--dry-run", "--gemm-from", &theirs]);
+    let out = llama_sim(&["--dry-run", "--gemm-from", &theirs]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
@@ -170,23 +161,15 @@ fn gemm_records_of_another_model_are_refused_alone_and_left_out_with_a_warning_b
 fn calibrate_with_gemm_from_keeps_the_measured_gemms_and_recovers_the_hidden_overhead() {
     let dir = tempfile::tempdir().unwrap();
     let gemms = llama_gemms(dir.path());
-    let load = [
-        "-c",
-        "1,8",
-        "--input-len",
-        "256",
-        "--max-tokens",
-        "32",
-        "-n",
-        "16",
-        "--no-requests",
-    ];
+    let load = CALIBRATION_LOAD;
     // The "real engine": srv-sim itself with a 2 ms step overhead the fit is not told.
-    let out = sim(&[
-        &["--predict", "--step-overhead", "2ms", "--gemm-from", &gemms][..],
-        &load,
-    ]
-    .concat());
+    let out = llama_sim(
+        &[
+            &["--predict", "--step-overhead", "2ms", "--gemm-from", &gemms][..],
+            &load,
+        ]
+        .concat(),
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -199,7 +182,7 @@ fn calibrate_with_gemm_from_keeps_the_measured_gemms_and_recovers_the_hidden_ove
     }
     let run = dir.path().join("measured.jsonl");
     std::fs::write(&run, text).unwrap();
-    let out = sim(&["--calibrate", run.to_str().unwrap(), "--gemm-from", &gemms]);
+    let out = llama_sim(&["--calibrate", run.to_str().unwrap(), "--gemm-from", &gemms]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let card: Value = serde_json::from_slice(&out.stdout).expect("the card is JSON");
@@ -223,7 +206,7 @@ fn served_with_gemm_from_the_flop_and_byte_counters_still_count_the_weights() {
     let gemms = llama_gemms(dir.path());
     // The same requests, one after another: the same steps, whoever times their GEMMs.
     let counters = |extra: &[&str]| {
-        let sim = start(&[&["--enable-mfu-metrics"][..], PRESET, extra].concat());
+        let sim = start(&[&["--enable-mfu-metrics"][..], LLAMA_8B_ON_A100, extra].concat());
         for _ in 0..2 {
             let x = post(sim.port, "/v1/completions", &completion_body(16, 4, true));
             assert_eq!(x.status, 200);

@@ -9,7 +9,6 @@ use testkit::num;
 use testkit::{check, holds_in_one_of_three};
 
 /// Llama-3.1-8B on an A100-80G: ~8 ms decode steps, long enough to time on a busy machine.
-const PRESET: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -20,7 +19,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
-    let mut v: Vec<&str> = PRESET.to_vec();
+    let mut v: Vec<&str> = LLAMA_8B_ON_A100.to_vec();
     v.push("--realtime");
     v.extend_from_slice(extra);
     v
@@ -41,7 +40,7 @@ fn decode_rate(port: u16, prompt_words: usize, max_tokens: u32) -> f64 {
 #[test]
 fn single_stream_decode_rate_matches_the_dry_run_within_5_percent() {
     let _serial = serial();
-    let plan = dry_run(&[PRESET, &["--dry-run-context", "64"]].concat());
+    let plan = dry_run(&[LLAMA_8B_ON_A100, &["--dry-run-context", "64"]].concat());
     let predicted = plan["single_stream_tok_s"].as_f64().unwrap();
     let roofline = plan["roofline_tok_s"].as_f64().unwrap();
     assert!(predicted > 50.0 && predicted < 200.0, "{plan}");
@@ -223,7 +222,13 @@ fn speculative_decoding_sends_several_tokens_per_chunk() {
         "mean tokens per chunk {mean:.2}, want ~{expected:.2}"
     );
     assert!(sizes.contains(&1.0) && sizes.contains(&4.0));
-    let plan = dry_run(&[PRESET, &["--spec-tokens", "3", "--spec-accept", "0.7"]].concat());
+    let plan = dry_run(
+        &[
+            LLAMA_8B_ON_A100,
+            &["--spec-tokens", "3", "--spec-accept", "0.7"],
+        ]
+        .concat(),
+    );
     assert!((plan["spec_tokens_per_step"].as_f64().unwrap() - expected).abs() < 1e-9);
     assert!(
         plan["spec_single_stream_tok_s"].as_f64().unwrap()

@@ -25,18 +25,21 @@ fn records(args: &[&str]) -> Vec<Value> {
     json_lines(&out.stdout)
 }
 
+/// Two points, C=1 and 8, of 16 requests of 64 tokens in and 16 out.
+const SWEEP: &[&str] = &[
+    "-c",
+    "1,8",
+    "--input-len",
+    "64",
+    "--max-tokens",
+    "16",
+    "-n",
+    "16",
+];
+
 #[test]
 fn predicted_records_are_loadgens_and_summarize_tabulates_them() {
-    let recs = records(&[
-        "-c",
-        "1,8",
-        "--input-len",
-        "64",
-        "--max-tokens",
-        "16",
-        "-n",
-        "16",
-    ]);
+    let recs = records(SWEEP);
     let requests = of_kind(&recs, "request");
     let summaries = of_kind(&recs, "summary");
     assert_eq!((requests.len(), summaries.len()), (32, 2));
@@ -67,16 +70,7 @@ fn predicted_records_are_loadgens_and_summarize_tabulates_them() {
     // More in flight: more tokens per second, each request slower to its first token.
     assert!(num(summaries[1], "/output_tok_s") > 4.0 * num(summaries[0], "/output_tok_s"));
     assert!(num(summaries[1], "/ttft_ms/p50") > num(summaries[0], "/ttft_ms/p50"));
-    let out = predict(&[
-        "-c",
-        "1,8",
-        "--input-len",
-        "64",
-        "--max-tokens",
-        "16",
-        "-n",
-        "16",
-    ]);
+    let out = predict(SWEEP);
     let mut sum = Command::new(testkit::bin("summarize"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

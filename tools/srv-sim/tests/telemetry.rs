@@ -6,10 +6,9 @@ use common::*;
 use std::time::{Duration, Instant};
 
 /// Llama-3.1-8B on an A100-80G: ~8 ms decode steps.
-const PRESET: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
 
 fn args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
-    let mut v: Vec<&str> = PRESET.to_vec();
+    let mut v: Vec<&str> = LLAMA_8B_ON_A100.to_vec();
     v.extend_from_slice(extra);
     v
 }

@@ -353,6 +353,28 @@ pub fn normal_thread() {
 /// Llama-3.1-8B on an A100-80G: ~8 ms decode steps, long enough to time on a busy machine.
 pub const LLAMA_8B_ON_A100: &[&str] = &["--model", "llama-3.1-8b", "--hardware", "a100-80g"];
 
+/// The sweep a calibration is fitted on: C=1 and 8, 256 tokens in and 32 out, 16 requests a
+/// point, summaries only.
+pub const CALIBRATION_LOAD: &[&str] = &[
+    "-c",
+    "1,8",
+    "--input-len",
+    "256",
+    "--max-tokens",
+    "32",
+    "-n",
+    "16",
+    "--no-requests",
+];
+
+/// srv-sim as Llama-3.1-8B on an A100 ([`LLAMA_8B_ON_A100`]) with `args`, run to its end.
+pub fn llama_sim(args: &[&str]) -> testkit::Run {
+    testkit::call("srv-sim")
+        .args(LLAMA_8B_ON_A100)
+        .args(args)
+        .run()
+}
+
 /// The real loadgen against `sim` (`--no-metrics`, then `args`), which must succeed: its records.
 pub fn loadgen_against(sim: &Sim, args: &[&str]) -> Vec<serde_json::Value> {
     let out = Command::new(testkit::bin("loadgen"))
