@@ -161,12 +161,11 @@ fn gemm_records_of_another_model_are_refused_alone_and_left_out_with_a_warning_b
 fn calibrate_with_gemm_from_keeps_the_measured_gemms_and_recovers_the_hidden_overhead() {
     let dir = tempfile::tempdir().unwrap();
     let gemms = llama_gemms(dir.path());
-    let load = CALIBRATION_LOAD;
     // The "real engine": srv-sim itself with a 2 ms step overhead the fit is not told.
     let out = llama_sim(
         &[
             &["--predict", "--step-overhead", "2ms", "--gemm-from", &gemms][..],
-            &load,
+            CALIBRATION_LOAD,
         ]
         .concat(),
     );
