@@ -8,8 +8,6 @@ use std::time::{Duration, Instant};
 use testkit::num;
 use testkit::{check, holds_in_one_of_three};
 
-/// Llama-3.1-8B on an A100-80G: ~8 ms decode steps, long enough to time on a busy machine.
-
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {

@@ -5,8 +5,6 @@ mod common;
 use common::*;
 use std::time::{Duration, Instant};
 
-/// Llama-3.1-8B on an A100-80G: ~8 ms decode steps.
-
 fn args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     let mut v: Vec<&str> = LLAMA_8B_ON_A100.to_vec();
     v.extend_from_slice(extra);
