@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use server::Behavior;
 use std::time::Duration;
 use testkit::of_kind;
-use testkit::{loadgen, loadgen_ok};
+use testkit::{loadgen, loadgen_ok, num};
 
 /// The capture server's reply to a request: one word naming the request's own text, so a
 /// reply found in a later prompt says which request it answered.
@@ -200,7 +200,6 @@ fn think_time_separates_turns_and_sessions_fill_the_slots() {
     .values();
     let reqs = of_kind(&recs, "request");
     assert_eq!(reqs.len(), 8);
-    let f = |r: &Value, k: &str| r[k].as_f64().unwrap();
     let mut spans = Vec::new();
     for s in 0..4u64 {
         let turn = |t: u64| {
@@ -210,14 +209,14 @@ fn think_time_separates_turns_and_sessions_fill_the_slots() {
                 .unwrap()
         };
         let (one, two) = (turn(1), turn(2));
-        let gap = f(two, "intended_ms") - (f(one, "intended_ms") + f(one, "e2e_ms"));
+        let gap = num(two, "intended_ms") - (num(one, "intended_ms") + num(one, "e2e_ms"));
         // The reply's end (after its last content chunk) plus exactly the think time. (A closed
         // loop's first sends may precede the point's start by its 1 ms head start, where their
         // intended_ms reads 0: hence the slack below 150.)
         assert!((148.5..400.0).contains(&gap), "think gap {gap} ms");
         spans.push((
-            f(one, "intended_ms"),
-            f(two, "intended_ms") + f(two, "e2e_ms"),
+            num(one, "intended_ms"),
+            num(two, "intended_ms") + num(two, "e2e_ms"),
         ));
     }
     // At most two sessions at any moment: a third starts only when one has ended.

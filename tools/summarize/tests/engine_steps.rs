@@ -5,7 +5,7 @@
 //! MBU and MFU are the cost model's own figures.
 
 use serde_json::Value;
-use testkit::{json_lines, of_kind, sh};
+use testkit::{json_lines, num, of_kind, sh};
 
 /// The number just before `unit` after `after` in `text`.
 fn number_before(text: &str, after: &str, unit: &str) -> f64 {
@@ -73,7 +73,6 @@ fn the_engine_step_columns_note_and_mbu_are_srv_sims_own_figures() {
     for s in of_kind(&records, "summary") {
         let c = s["point"]["concurrency"].as_u64().unwrap();
         let e = &s["engine_steps"];
-        let f = |k: &str| e[k].as_f64().unwrap_or_else(|| panic!("{k} in {e}"));
         // The note puts the engine's decode step at the point's batch beside the TPOT.
         let note = text
             .lines()
@@ -82,7 +81,7 @@ fn the_engine_step_columns_note_and_mbu_are_srv_sims_own_figures() {
         assert_eq!(e["decode_full_batch"], c, "{e}");
         let step = number_before(note, "engine step", " ms at batch");
         assert!(
-            printed_as(step, f("decode_full_batch_ms_mean")),
+            printed_as(step, num(e, "decode_full_batch_ms_mean")),
             "{note} vs {e}"
         );
         assert!(
@@ -112,8 +111,8 @@ fn the_engine_step_columns_note_and_mbu_are_srv_sims_own_figures() {
         let srv = &s["server"];
         let bytes = srv["est_read_bytes_per_gpu"].as_f64().unwrap();
         let flops = srv["est_flops_per_gpu"].as_f64().unwrap();
-        let memory_ms = f("busy_ms") - f("steps") * overhead_ms;
-        let logged_rounding = f("steps") * 0.005;
+        let memory_ms = num(e, "busy_ms") - num(e, "steps") * overhead_ms;
+        let logged_rounding = num(e, "steps") * 0.005;
         assert!(
             (bytes / 3350e9 * 1e3 - memory_ms).abs() <= logged_rounding + 1e-6,
             "counters {bytes} B vs the step log's {memory_ms} ms of memory time"
@@ -161,8 +160,14 @@ fn the_engine_step_columns_note_and_mbu_are_srv_sims_own_figures() {
                 .parse()
                 .unwrap()
         };
-        assert!(printed_as(at("eng step ms"), f("step_ms_mean")), "{text}");
-        assert!(printed_as(at("eng steps/s"), f("steps_per_s")), "{text}");
+        assert!(
+            printed_as(at("eng step ms"), num(e, "step_ms_mean")),
+            "{text}"
+        );
+        assert!(
+            printed_as(at("eng steps/s"), num(e, "steps_per_s")),
+            "{text}"
+        );
         assert!(
             printed_as(at("eng GB/s/GPU"), bytes / (duration_ms / 1e3) / 1e9),
             "{text}"
