@@ -4,20 +4,17 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 use testkit::stderr;
 use testkit::{Guard, cmd};
 
-fn run(args: &[&str]) -> Output {
-    let mut child = cmd("collbench")
+/// collbench with `args`, failing the test past 30 s.
+fn run(args: &[&str]) -> testkit::Run {
+    testkit::call("collbench")
         .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    testkit::wait_output(&mut child, Duration::from_secs(30))
+        .within(Duration::from_secs(30))
+        .run()
 }
 
 /// A rank started by hand; stdout and stderr piped.

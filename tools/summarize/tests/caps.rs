@@ -2,22 +2,6 @@
 //! knee note naming a batch limit when the server ran fewer requests than the load while others
 //! waited, and one knee rule: the knee note on a ramp's levels names the ramp's best C.
 
-use std::process::{Command, Output, Stdio};
-
-fn summarize(args: &[&str]) -> String {
-    let out: Output = Command::new(testkit::bin("summarize"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run summarize");
-    assert!(
-        out.status.success(),
-        "summarize failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// A closed-loop sweep against srv-sim (fixed latency: throughput scales with the requests it
 /// runs) with `sim` flags; the records' file.
 fn sweep(dir: &std::path::Path, sim: &str, load: &str) -> String {
@@ -41,7 +25,7 @@ fn the_knee_names_a_batch_limit_when_requests_waited_below_the_load() {
         "--max-running-requests 8",
         "-c 4,8,16,32 --duration 1500ms",
     );
-    let text = summarize(&[&run, "--cols", "conc,tok_s,running,waiting"]);
+    let text = testkit::run_ok("summarize", &[&run, "--cols", "conc,tok_s,running,waiting"]).out();
     assert!(
         text.contains("running max") && text.contains("waiting max"),
         "{text}"
@@ -77,7 +61,7 @@ fn no_batch_limit_note_when_the_server_ran_every_request() {
         "--max-running-requests 64",
         "-c 4,8,16 --duration 1500ms",
     );
-    let text = summarize(&[&run]);
+    let text = testkit::run_ok("summarize", &[&run]).out();
     assert!(!text.contains("batch limit"), "{text}");
     assert!(!text.contains("saturation knee"), "{text}");
 }
@@ -94,7 +78,7 @@ fn the_ramps_best_c_and_the_knee_note_are_the_same_knee() {
         "--max-running-requests 8",
         "--ramp -c 2 --ramp-max 64 --min-gain 0.5 --duration 1s",
     );
-    let text = summarize(&[&run]);
+    let text = testkit::run_ok("summarize", &[&run]).out();
     let ramp_row = text
         .lines()
         .skip_while(|l| !l.starts_with("# ramps"))

@@ -16,10 +16,6 @@ fn run(dir: &std::path::Path, name: &str, b: &HostBox, gpus: &str) -> String {
     path.to_str().unwrap().to_string()
 }
 
-fn summarize(args: &[&str]) -> String {
-    testkit::call("summarize").args(args).run_ok().out()
-}
-
 #[test]
 fn preflight_warnings_are_reported_per_server_and_compare_shows_the_host_differences() {
     let dir = tempfile::tempdir().unwrap();
@@ -28,14 +24,14 @@ fn preflight_warnings_are_reported_per_server_and_compare_shows_the_host_differe
     let clean = run(dir.path(), "clean.jsonl", &clean_box, "0,1,2,3");
     let dirty = run(dir.path(), "dirty.jsonl", &dirty_box, "0,1,4,5");
 
-    let text = summarize(&[&clean]);
+    let text = testkit::run_ok("summarize", &[&clean]).out();
     assert!(!text.contains("pre-flight"), "a clean box: {text}");
     // Which --gpus to give a TP engine of each size: one socket's four for TP-4.
     assert!(
         text.contains("best-connected GPUs on localhost: 2: --gpus 0,1 (same PCIe switch); 4: --gpus 0,1,2,3 (host bridges, one socket); 8: --gpus 0,1,2,3,4,5,6,7 (across sockets)"),
         "{text}"
     );
-    let text = summarize(&[&clean, "--hardware", "rtx-pro-6000"]);
+    let text = testkit::run_ok("summarize", &[&clean, "--hardware", "rtx-pro-6000"]).out();
     let note = text
         .lines()
         .find(|l| {
@@ -53,7 +49,7 @@ fn preflight_warnings_are_reported_per_server_and_compare_shows_the_host_differe
     // The card's model over the group's links: 8 across sockets costs more than 4 on one.
     assert!(us("8") > us("4") && us("4") > us("2"), "{note}");
 
-    let text = summarize(&[&dirty]);
+    let text = testkit::run_ok("summarize", &[&dirty]).out();
     let notes: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("pre-flight (sim pid "))
@@ -73,7 +69,7 @@ fn preflight_warnings_are_reported_per_server_and_compare_shows_the_host_differe
         );
     }
 
-    let text = summarize(&["--compare", &clean, &dirty]);
+    let text = testkit::run_ok("summarize", &["--compare", &clean, &dirty]).out();
     let env_at = text.find("environment differences").expect(&text);
     let table_at = text[env_at..]
         .find("\n\n")
@@ -110,13 +106,17 @@ fn preflight_warnings_are_reported_per_server_and_compare_shows_the_host_differe
 
     // --comm-from a run's own server record: the modelled allreduce is its GPUs' on this box.
     let roof = |f: &str| {
-        summarize(&[
-            f,
-            "--roofline",
-            "llama-3.1-8b@rtx-pro-6000",
-            "--comm-from",
-            f,
-        ])
+        testkit::run_ok(
+            "summarize",
+            &[
+                f,
+                "--roofline",
+                "llama-3.1-8b@rtx-pro-6000",
+                "--comm-from",
+                f,
+            ],
+        )
+        .out()
     };
     let text = roof(&clean);
     assert!(

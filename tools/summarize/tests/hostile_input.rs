@@ -4,15 +4,6 @@
 
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-
-fn summarize(args: &[&str]) -> Output {
-    Command::new(testkit::bin("summarize"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run summarize")
-}
 
 /// The clean fixture's summary records, the second one's TTFT histogram replaced by text that
 /// is not base64; written to a file. Returns its path, how many summaries it holds and the
@@ -41,7 +32,7 @@ fn a_summary_whose_histogram_does_not_decode_is_a_malformed_line_named_by_its_pl
     let path = file.to_str().unwrap();
     let place = format!("{path}:2: summary record of point 1 has a bad histogram");
 
-    let out = summarize(&["--format", "json", path]);
+    let out = testkit::run("summarize", &["--format", "json", path]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(
@@ -63,7 +54,7 @@ fn a_summary_whose_histogram_does_not_decode_is_a_malformed_line_named_by_its_pl
         "the damaged point is skipped: {concs:?}"
     );
 
-    let out = summarize(&["--strict", path]);
+    let out = testkit::run("summarize", &["--strict", path]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -96,13 +87,16 @@ fn a_request_whose_latency_cannot_be_real_is_a_malformed_line_named_by_its_place
     std::fs::write(&file, text).unwrap();
     let path = file.to_str().unwrap();
 
-    let out = summarize(&[
-        "--format",
-        "json",
-        "--cols",
-        "conc,requests,ttft_min,e2e_max",
-        path,
-    ]);
+    let out = testkit::run(
+        "summarize",
+        &[
+            "--format",
+            "json",
+            "--cols",
+            "conc,requests,ttft_min,e2e_max",
+            path,
+        ],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(
@@ -130,7 +124,7 @@ fn a_request_whose_latency_cannot_be_real_is_a_malformed_line_named_by_its_place
     assert!(rows[0]["ttft_min"].as_f64().unwrap() > 0.0, "{:?}", rows[0]);
     assert!(rows[0]["e2e_max"].as_f64().unwrap() < 1e4, "{:?}", rows[0]);
 
-    let out = summarize(&["--strict", path]);
+    let out = testkit::run("summarize", &["--strict", path]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -143,7 +137,7 @@ fn a_request_whose_latency_cannot_be_real_is_a_malformed_line_named_by_its_place
 fn a_line_without_end_is_bounded_and_what_came_before_is_summarized() {
     let clean = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/clean.jsonl");
     let clean = clean.to_str().unwrap();
-    let out = summarize(&[clean, "/dev/zero"]);
+    let out = testkit::run("summarize", &[clean, "/dev/zero"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(
@@ -151,7 +145,7 @@ fn a_line_without_end_is_bounded_and_what_came_before_is_summarized() {
         "{err}"
     );
     assert!(!out.stdout.is_empty(), "the table of the records before it");
-    let out = summarize(&["--strict", clean, "/dev/zero"]);
+    let out = testkit::run("summarize", &["--strict", clean, "/dev/zero"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/dev/zero:1:"));
 }

@@ -6,12 +6,7 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Output;
 use testkit::stderr;
-
-fn summarize(args: &[&str]) -> Output {
-    testkit::cmd("summarize").args(args).output().unwrap()
-}
 
 fn write(dir: &Path, name: &str, lines: &[String]) -> String {
     let path: PathBuf = dir.join(name);
@@ -51,7 +46,7 @@ fn loadgen_run(url: &str) -> Vec<String> {
 
 /// The table's rows as JSON (`--format json`).
 fn rows(path: &str, cols: &str) -> Vec<Value> {
-    let out = summarize(&[path, "--format", "json", "--cols", cols]);
+    let out = testkit::run("summarize", &[path, "--format", "json", "--cols", cols]);
     assert!(out.status.success(), "{}", stderr(&out));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     report["tables"][0]["rows"].as_array().unwrap().clone()
@@ -64,7 +59,7 @@ fn two_runs_appended_to_one_file_are_named_and_kept_apart() {
     let first = loadgen_run(&url);
     let one = write(dir.path(), "one.jsonl", &first);
     // One run: as today, no word, one row of 20 requests.
-    let clean = summarize(&["--strict", &one]);
+    let clean = testkit::run("summarize", &["--strict", &one]);
     assert!(clean.status.success(), "{}", stderr(&clean));
     assert!(!stderr(&clean).contains("two runs"), "{}", stderr(&clean));
     assert_eq!(rows(&one, "requests,req_s").len(), 1);
@@ -72,7 +67,7 @@ fn two_runs_appended_to_one_file_are_named_and_kept_apart() {
     let mut both = first.clone();
     both.extend(loadgen_run(&url));
     let appended = write(dir.path(), "run.jsonl", &both);
-    let out = summarize(&[&appended]);
+    let out = testkit::run("summarize", &[&appended]);
     assert!(out.status.success(), "{}", stderr(&out));
     // The second run's first line is named.
     let at = format!("run.jsonl:{}: request id", first.len() + 1);
@@ -88,7 +83,7 @@ fn two_runs_appended_to_one_file_are_named_and_kept_apart() {
         assert_eq!(row["requests"], 20, "never 40 merged: {table:?}");
     }
     // --strict refuses, naming the place.
-    let strict = summarize(&["--strict", &appended]);
+    let strict = testkit::run("summarize", &["--strict", &appended]);
     assert_eq!(strict.status.code(), Some(2), "{}", stderr(&strict));
     assert!(stderr(&strict).contains(&at), "{}", stderr(&strict));
 
@@ -100,7 +95,7 @@ fn two_runs_appended_to_one_file_are_named_and_kept_apart() {
         .unwrap();
     repeated.insert(request + 1, repeated[request].clone());
     let dup = write(dir.path(), "dup.jsonl", &repeated);
-    let out = summarize(&[&dup]);
+    let out = testkit::run("summarize", &[&dup]);
     assert!(
         stderr(&out).contains(&format!("dup.jsonl:{}: request id", request + 2)),
         "{}",
@@ -119,7 +114,7 @@ fn two_runs_appended_to_one_file_are_named_and_kept_apart() {
 fn refused(kind: &str, clean: Value, mutate: impl Fn(&mut Value), says: &str) {
     let dir = tempfile::tempdir().unwrap();
     let ok = write(dir.path(), "clean.jsonl", &[clean.to_string()]);
-    let out = summarize(&["--strict", &ok]);
+    let out = testkit::run("summarize", &["--strict", &ok]);
     assert!(out.status.success(), "{kind} clean: {}", stderr(&out));
     let mut bad = clean.clone();
     mutate(&mut bad);
@@ -128,7 +123,7 @@ fn refused(kind: &str, clean: Value, mutate: impl Fn(&mut Value), says: &str) {
         "bad.jsonl",
         &[clean.to_string(), bad.to_string()],
     );
-    let out = summarize(&[&path]);
+    let out = testkit::run("summarize", &[&path]);
     let err = stderr(&out);
     assert!(out.status.success(), "{kind}: {err}");
     assert!(
@@ -138,7 +133,7 @@ fn refused(kind: &str, clean: Value, mutate: impl Fn(&mut Value), says: &str) {
         )) && err.contains(says),
         "{kind}: {says}: {err}"
     );
-    let strict = summarize(&["--strict", &path]);
+    let strict = testkit::run("summarize", &["--strict", &path]);
     assert_eq!(strict.status.code(), Some(2), "{kind}: {}", stderr(&strict));
     assert!(
         stderr(&strict).contains("bad.jsonl:2:"),
