@@ -4,11 +4,11 @@
 //! sshd. The kill always happens; the GPU check is bounded by `--gpu-wait` and what went wrong
 //! with it is a warning in the kill record; no run of the stand-in is left behind.
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 use testkit::smi::{HostileSmi, Smi};
 use testkit::stderr;
-use testkit::{Guard, cmd, json_lines, sshd, wait_gone};
+use testkit::{Guard, Run, json_lines, sshd, wait_gone};
 
 /// A process standing for a server.
 fn server() -> Guard {
@@ -24,25 +24,22 @@ enum Via {
     Ssh,
 }
 
-/// srv-kill --pid PID with `smi`, with how long it took.
-fn srv_kill(smi: &HostileSmi, via: Via, pid: u32, extra: &[&str]) -> (Output, Duration) {
+/// srv-kill --pid PID with `smi` (how long it took is the Run's `took`).
+fn srv_kill(smi: &HostileSmi, via: Via, pid: u32, extra: &[&str]) -> Run {
     let pid = pid.to_string();
-    let mut c = cmd("srv-kill");
-    c.args(["--pid", &pid, "--grace", "1s"]).args(extra);
-    let s = sshd();
+    let c = testkit::call("srv-kill")
+        .args(["--pid", &pid, "--grace", "1s"])
+        .args(extra);
     match via {
-        Via::Here => {
-            c.env("PATH", smi.path());
-        }
+        Via::Here => c.env("PATH", smi.path()),
         Via::Ssh => {
-            c.args(["--host", &s.target, "--identity", &s.key])
-                .args(["--known-hosts", &s.known_hosts, "--nvidia-smi"])
-                .arg(smi.program());
+            let s = sshd();
+            c.args(s.host_flags())
+                .args(["--nvidia-smi"])
+                .arg(smi.program())
         }
     }
-    let started = Instant::now();
-    let out = c.stdin(Stdio::null()).output().expect("run srv-kill");
-    (out, started.elapsed())
+    .run()
 }
 
 /// The one kill record, checked to say the kill itself went as asked.
@@ -70,7 +67,8 @@ fn a_hung_nvidia_smi_does_not_delay_the_kill() {
     for via in [Via::Here, Via::Ssh] {
         let smi = HostileSmi::new(Smi::Hangs);
         let s = server();
-        let (out, took) = srv_kill(&smi, via, s.pid(), &["--gpu-wait", "3s"]);
+        let out = srv_kill(&smi, via, s.pid(), &["--gpu-wait", "3s"]);
+        let took = out.took;
         let k = killed(&out, s.pid());
         assert!(
             warning(&k).contains("did not finish within 3s"),
@@ -99,7 +97,8 @@ fn an_endless_or_failing_nvidia_smi_is_a_warning_in_the_kill_record() {
         for (kind, says) in cases {
             let smi = HostileSmi::new(kind);
             let s = server();
-            let (out, took) = srv_kill(&smi, via, s.pid(), &["--gpu-wait", "3s"]);
+            let out = srv_kill(&smi, via, s.pid(), &["--gpu-wait", "3s"]);
+            let took = out.took;
             let k = killed(&out, s.pid());
             assert!(warning(&k).contains(says), "{via:?} {kind:?}: {k}");
             assert!(k.get("gpu_released").is_none(), "{k}");
@@ -116,7 +115,7 @@ fn an_endless_or_failing_nvidia_smi_is_a_warning_in_the_kill_record() {
 fn a_lost_gpu_is_named_and_the_memory_lists_stay_aligned_by_index() {
     let smi = HostileSmi::new(Smi::LostGpu0);
     let s = server();
-    let (out, _) = srv_kill(&smi, Via::Here, s.pid(), &["--gpu-wait", "2s"]);
+    let out = srv_kill(&smi, Via::Here, s.pid(), &["--gpu-wait", "2s"]);
     let k = killed(&out, s.pid());
     const MIB: u64 = 1 << 20;
     // GPU 0 gave nothing: its place stays, so GPU 1 is still second in both lists.
