@@ -3,16 +3,7 @@
 
 mod common;
 use common::*;
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-
-fn srv_sim(args: &[&str]) -> Output {
-    Command::new(testkit::bin("srv-sim"))
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run srv-sim")
-}
 
 /// A real two-rank curve from collbench, as JSON values.
 fn measured_curve() -> Vec<serde_json::Value> {
@@ -76,7 +67,7 @@ fn hostile_comm_from_records_are_refused_naming_file_and_line() {
             } else {
                 args.push("--dry-run");
             }
-            let out = srv_sim(&args);
+            let out = testkit::run("srv-sim", &args);
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "{name} serve={serve}: {err}");
             assert!(
@@ -106,13 +97,16 @@ fn a_comm_from_curve_of_one_size_is_used_with_a_warning_that_it_is_extrapolated(
     records.retain(|r| r["kind"] != "coll" || r["bytes"] == first["bytes"]);
     let path = dir.path().join("one.jsonl");
     write_lines(&path, &records);
-    let out = srv_sim(&[
-        "--dry-run",
-        "--tp",
-        "2",
-        "--comm-from",
-        path.to_str().unwrap(),
-    ]);
+    let out = testkit::run(
+        "srv-sim",
+        &[
+            "--dry-run",
+            "--tp",
+            "2",
+            "--comm-from",
+            path.to_str().unwrap(),
+        ],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(
@@ -130,7 +124,7 @@ fn a_comm_from_curve_of_one_size_is_used_with_a_warning_that_it_is_extrapolated(
 #[test]
 fn hostile_model_cards_are_refused_naming_the_file_and_the_field() {
     let dir = tempfile::tempdir().unwrap();
-    let card = srv_sim(&["--print-card", "llama-3.1-8b"]);
+    let card = testkit::run("srv-sim", &["--print-card", "llama-3.1-8b"]);
     assert!(card.status.success());
     let card: serde_json::Value = serde_json::from_slice(&card.stdout).unwrap();
     let cases: [(&str, serde_json::Value, &str); 3] = [
@@ -150,7 +144,7 @@ fn hostile_model_cards_are_refused_naming_the_file_and_the_field() {
             if serve {
                 args.push("0");
             }
-            let out = srv_sim(&args);
+            let out = testkit::run("srv-sim", &args);
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "{field}: {err}");
             assert!(
@@ -192,6 +186,9 @@ fn an_engine_thread_panic_ends_srv_sim_instead_of_leaving_a_healthy_server_that_
     // Nobody answers /health any more.
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
     // The flag belongs to the modelled engine.
-    let out = srv_sim(&["--ttft", "1ms", "--engine-panic-after", "1", "--port", "0"]);
+    let out = testkit::run(
+        "srv-sim",
+        &["--ttft", "1ms", "--engine-panic-after", "1", "--port", "0"],
+    );
     assert_eq!(out.status.code(), Some(2));
 }

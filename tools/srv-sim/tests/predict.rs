@@ -7,13 +7,9 @@
 mod common;
 use common::*;
 use serde_json::Value;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use testkit::num;
 use testkit::{check, holds_in_one_of_three, json_lines, of_kind};
-
-fn predict(args: &[&str]) -> Output {
-    predict_on(LLAMA_8B_ON_A100, args)
-}
 
 fn records(args: &[&str]) -> Vec<Value> {
     let out = predict(args);

@@ -7,7 +7,7 @@
 mod common;
 use common::*;
 use serde_json::Value;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use testkit::num;
 use testkit::{check, holds_in_one_of_three, json_lines, of_kind};
 
@@ -40,10 +40,6 @@ fn trace() -> (tempfile::TempDir, String) {
     std::fs::write(&path, text).unwrap();
     let path = path.to_str().unwrap().to_string();
     (dir, path)
-}
-
-fn predict(args: &[&str]) -> Output {
-    predict_on(LLAMA_8B_ON_A100, args)
 }
 
 #[test]

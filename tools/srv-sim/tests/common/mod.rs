@@ -395,15 +395,18 @@ pub fn loadgen_against(sim: &Sim, args: &[&str]) -> Vec<serde_json::Value> {
     testkit::json_lines(&out.stdout)
 }
 
+/// `srv-sim --predict` on [`LLAMA_8B_ON_A100`], then `args`.
+pub fn predict(args: &[&str]) -> testkit::Run {
+    predict_on(LLAMA_8B_ON_A100, args)
+}
+
 /// `srv-sim --predict` on `preset`, then `args`.
-pub fn predict_on(preset: &[&str], args: &[&str]) -> std::process::Output {
-    Command::new(testkit::bin("srv-sim"))
+pub fn predict_on(preset: &[&str], args: &[&str]) -> testkit::Run {
+    testkit::call("srv-sim")
         .args(preset)
         .arg("--predict")
         .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run srv-sim --predict")
+        .run()
 }
 
 /// Per point: (output tok/s, TTFT mean ms, TPOT p50 ms) from a record stream's summaries.
