@@ -239,13 +239,7 @@ fn merged_percentiles_are_a_single_loadgens_at_the_same_load() {
         "16",
     ];
     holds_in_one_of_three("3 ranks vs one loadgen", || {
-        let single = testkit::cmd("loadgen")
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(single.status.success(), "{}", stderr(&single));
-        let single = json_lines(&single.stdout);
+        let single = testkit::loadgen_ok(&args).values();
         let one = of_kind(&single, "summary")[0].clone();
         let outs = job(&args, None, Duration::from_secs(60));
         for (r, o) in outs.iter().enumerate() {

@@ -3,7 +3,6 @@
 //! its rows' times.
 
 use serde_json::{Value, json};
-use std::process::Stdio;
 use testkit::{check, holds_in_one_of_three};
 
 /// A trace compressed to 2,000 requests a second: every request leaves within a millisecond
@@ -23,19 +22,15 @@ fn compressed_trace_sends_keep_their_times_at_2000_per_second() {
     std::fs::write(&trace, rows).unwrap();
     let trace = trace.to_str().unwrap();
     holds_in_one_of_three("trace send lag at 2,000 req/s", || {
-        let out = testkit::cmd("loadgen")
-            .args([
-                "--url",
-                &url,
-                "--trace",
-                trace,
-                "--trace-speed",
-                "20",
-                "--no-requests",
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run loadgen");
+        let out = testkit::loadgen(&[
+            "--url",
+            &url,
+            "--trace",
+            trace,
+            "--trace-speed",
+            "20",
+            "--no-requests",
+        ]);
         let recs = testkit::json_lines(&out.stdout);
         let s: &Value = recs
             .iter()

@@ -52,14 +52,10 @@ fn run(smi: &FakeNvidiaSmi) -> Run {
         "-c",
         "2",
     ];
-    let out = testkit::cmd("loadgen")
+    let out = testkit::call("loadgen")
         .args(args)
         .env("PATH", smi.path())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{stderr}");
+        .run_ok();
     std::fs::write(&file, &out.stdout).unwrap();
     let summary = testkit::json_lines(&out.stdout)
         .into_iter()
@@ -76,7 +72,7 @@ fn run(smi: &FakeNvidiaSmi) -> Run {
         csv: summarize(&["--format", "csv", "--cols", "tok_s,tok_s_per_gpu,j_per_tok"]),
         text: summarize(&["--cols", "tok_s,j_per_tok"]),
         summary,
-        stderr,
+        stderr: out.err(),
     }
 }
 
