@@ -37,15 +37,6 @@ fn capture_server() -> server::TestServer {
     })
 }
 
-/// The generation requests the server read, in order.
-fn generations(srv: &server::TestServer) -> Vec<Value> {
-    srv.captured()
-        .into_iter()
-        .filter(|c| c.path.contains("completions") && c.body["stream"] == json!(true))
-        .map(|c| c.body)
-        .collect()
-}
-
 #[test]
 fn turn_k_prompt_holds_turns_1_to_k_minus_1_and_their_replies_chat() {
     let srv = capture_server();
@@ -66,7 +57,7 @@ fn turn_k_prompt_holds_turns_1_to_k_minus_1_and_their_replies_chat() {
         "3",
     ])
     .values();
-    let bodies = generations(&srv);
+    let bodies = srv.generations();
     assert_eq!(bodies.len(), 9, "3 sessions of 3 turns");
     let mut by_turns = [0; 4];
     for b in &bodies {
@@ -148,7 +139,7 @@ fn completions_turns_continue_the_previous_prompt_and_its_reply() {
         "3",
     ])
     .values();
-    let bodies = generations(&srv);
+    let bodies = srv.generations();
     let prompt = |b: &Value| b["prompt"].as_str().unwrap().to_string();
     // The server counts a BOS token besides the words: 9 words make the 10 tokens asked for.
     let words = prompt(&bodies[0]).split(' ').count();
@@ -254,7 +245,7 @@ fn a_conversations_file_gives_its_user_turns_in_order() {
         "2",
     ])
     .values();
-    let bodies = generations(&srv);
+    let bodies = srv.generations();
     assert_eq!(bodies.len(), 2);
     let m = bodies[1]["messages"].as_array().unwrap();
     assert_eq!(m[0]["content"], "What is a prefix cache?");

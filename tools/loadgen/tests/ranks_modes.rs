@@ -9,15 +9,6 @@ use job::*;
 use serde_json::{Value, json};
 use testkit::of_kind;
 
-/// The generation requests the capture server read, in order.
-fn generations(srv: &server::TestServer) -> Vec<Value> {
-    srv.captured()
-        .into_iter()
-        .filter(|c| c.path.contains("completions") && c.body["stream"] == json!(true))
-        .map(|c| c.body)
-        .collect()
-}
-
 #[test]
 fn find_max_as_ranks_decides_once_on_the_merged_figures() {
     let _one = one_job();
@@ -64,7 +55,7 @@ fn find_max_as_ranks_decides_once_on_the_merged_figures() {
         .filter(|s| s["ranks"]["merged"] == true)
         .collect();
     assert_eq!(merged.len(), probes.len(), "one merged summary per probe");
-    assert_eq!(generations(&srv).len(), 18, "3 probes of 6 requests");
+    assert_eq!(srv.generations().len(), 18, "3 probes of 6 requests");
 }
 
 #[test]
@@ -99,7 +90,7 @@ fn conversations_as_ranks_split_the_sessions_like_the_concurrency() {
     assert_eq!(merged["workload"]["sessions"], 6, "{merged}");
     assert_eq!(merged["requests"], 12, "{merged}");
     assert_eq!(merged["workload"]["turns"], "2", "{merged}");
-    let bodies = generations(&srv);
+    let bodies = srv.generations();
     assert_eq!(bodies.len(), 12);
     // Each rank's sessions are its own (a seed per rank): six different first turns.
     let firsts: std::collections::BTreeSet<String> = bodies
@@ -161,7 +152,8 @@ fn trace_rows_go_round_the_ranks_at_their_times_with_shared_prefixes() {
         }
     }
     // Equal hash ids name equal words on every rank: the first block is common to all.
-    let prompts: Vec<Vec<String>> = generations(&srv)
+    let prompts: Vec<Vec<String>> = srv
+        .generations()
         .iter()
         .map(|b| {
             b["prompt"]

@@ -124,6 +124,14 @@ impl TestServer {
     pub fn captured(&self) -> Vec<Captured> {
         self.log.lock().unwrap().clone()
     }
+    /// The streamed generation requests it read (their bodies), in order.
+    pub fn generations(&self) -> Vec<serde_json::Value> {
+        self.captured()
+            .into_iter()
+            .filter(|c| c.path.contains("completions") && c.body["stream"] == true)
+            .map(|c| c.body)
+            .collect()
+    }
 }
 
 /// A well-behaved server whose first token takes `ttft_ms` and each next one `itl_ms`.
