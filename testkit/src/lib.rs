@@ -275,6 +275,15 @@ pub fn srv_sim(args: &[&str]) -> (Guard, String) {
 /// A plain HTTP server (python3 -m http.server) listening on 127.0.0.1:port, for tests that
 /// need some process holding a port; ended with its guard.
 pub fn http_server(port: u16) -> Guard {
+    python_http_server(port, None)
+}
+
+/// [`http_server`] serving the files in `dir` (a stand-in exporter's page, say).
+pub fn http_server_of(dir: &std::path::Path, port: u16) -> Guard {
+    python_http_server(port, Some(dir))
+}
+
+fn python_http_server(port: u16, dir: Option<&std::path::Path>) -> Guard {
     let mut c = Command::new("python3");
     c.args([
         "-m",
@@ -285,12 +294,48 @@ pub fn http_server(port: u16) -> Guard {
     ])
     .stdout(Stdio::null())
     .stderr(Stdio::null());
+    if let Some(dir) = dir {
+        c.arg("--directory").arg(dir);
+    }
     let server = Guard::spawn(c);
     assert!(
         wait_port(port, Duration::from_secs(20)),
         "python3 -m http.server did not listen on {port}"
     );
     server
+}
+
+/// One HTTP/1.1 exchange with `Connection: close`: status and body (dechunked crudely: the
+/// callers look for JSON objects or whole metric lines in it).
+pub fn http(
+    url: &str,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> (u16, String) {
+    let hostport = url.strip_prefix("http://").unwrap();
+    let mut s = std::net::TcpStream::connect(hostport).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let body = body.map(serde_json::Value::to_string).unwrap_or_default();
+    use std::io::{Read, Write};
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let (head, rest) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, rest.to_string())
+}
+
+/// The JSON object in an HTTP body read by [`http`] (between its first `{` and last `}`: the
+/// body may be chunked).
+pub fn json_body(body: &str) -> serde_json::Value {
+    serde_json::from_str(&body[body.find('{').unwrap()..=body.rfind('}').unwrap()]).unwrap()
 }
 
 /// The fields of `/proc/PID/stat` the tests read (those after the parenthesized command name).

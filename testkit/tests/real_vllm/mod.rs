@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 use servbench::procs::LAUNCH_ID_VAR;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -14,6 +14,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use testkit::of_kind;
 use testkit::{Guard, bin_dir, cmd, json_lines, kill_records, matched_pids, setup_env};
+// Each includer uses a part of it (as with dead_code above).
+#[allow(unused_imports)]
+pub use testkit::{http, json_body};
 
 /// The engine's own flags in every launch: a short context keeps the KV cache and warm-up small.
 pub const ENGINE_ARGS: &[&str] = &["--max-model-len", "1024"];
@@ -140,31 +143,6 @@ impl Drop for Leftovers {
                 .status();
         }
     }
-}
-
-/// One HTTP/1.1 exchange with `Connection: close`: status and body (dechunked crudely: the
-/// callers look for JSON objects or whole metric lines in it).
-pub fn http(url: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
-    let hostport = url.strip_prefix("http://").unwrap();
-    let mut s = TcpStream::connect(hostport).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let body = body.map(Value::to_string).unwrap_or_default();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).unwrap();
-    let (head, rest) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (status, rest.to_string())
-}
-
-pub fn json_body(body: &str) -> Value {
-    serde_json::from_str(&body[body.find('{').unwrap()..=body.rfind('}').unwrap()]).unwrap()
 }
 
 /// A live process: pid, parent, command line (a title set by setproctitle shows here), and

@@ -237,20 +237,7 @@ fn gpu_telemetry_from_a_dcgm_exporter() {
     )
     .unwrap();
     let port = testkit::free_port();
-    let mut c = std::process::Command::new("python3");
-    c.args([
-        "-m",
-        "http.server",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--directory",
-    ])
-    .arg(dir.path())
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    let _exporter = Guard::spawn(c);
-    assert!(testkit::wait_port(port, std::time::Duration::from_secs(20)));
+    let _exporter = testkit::http_server_of(dir.path(), port);
     let (_sim, url) = sim(&[]);
     let dcgm = format!("http://127.0.0.1:{port}/metrics");
     let (code, recs, err) = loadgen(&[

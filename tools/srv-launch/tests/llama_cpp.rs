@@ -3,32 +3,15 @@
 //! chat over HTTP -> srv-kill, and the same as a pipeline through loadgen. Asserts behaviour
 //! only, never speed.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::process::Stdio;
 use std::time::Duration;
 use testkit::{alive, cmd, json_lines, kill_records, setup_env, sh};
 
-/// One HTTP/1.1 POST with `Connection: close`: status code and body.
+/// One HTTP/1.1 POST with `Connection: close`: status code and the JSON body.
 fn post(url: &str, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
-    let hostport = url.strip_prefix("http://").unwrap();
-    let mut s = TcpStream::connect(hostport).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let body = body.to_string();
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).unwrap();
-    let (head, rest) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
-    let status: u16 = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    // The body may be chunked: take the JSON object between the first '{' and the last '}'.
-    let json = &rest[rest.find('{').unwrap()..=rest.rfind('}').unwrap()];
-    (status, serde_json::from_str(json).unwrap())
+    let (status, body) = testkit::http(url, "POST", path, Some(body));
+    (status, testkit::json_body(&body))
 }
 
 #[test]
