@@ -234,55 +234,71 @@ impl Ranks {
             return Err(e);
         }
         self.seq += 1;
-        let seq = self.seq;
-        let merged =
-            if self.rank() == 0 {
-                let mut parts = vec![own];
-                let mut gathered = Ok(());
-                for _ in 1..self.world() {
-                    // Decoded as a record of any schema this build reads (a rank of an older
-                    // build sends its summary in that schema's shape).
-                    match self.expect_seq(tag::SUMMARY, seq).await.and_then(|body| {
-                        record::decode_kind(&body[8..]).map_err(anyhow::Error::from)
-                    }) {
-                        Ok(part) => parts.push(part),
-                        Err(e) => {
-                            gathered = Err(e);
-                            break;
-                        }
-                    }
-                }
-                // Every rank has finished: the server's window of the job's point ends now, on the
-                // job's tokens; rank 0's own summary carries it (and the merged one from it).
-                if let (Some(t), Ok(())) = (telemetry, &gathered) {
-                    let tele = t.end(parts.iter().map(|p| p.output_tokens).sum()).await;
-                    let own = &mut parts[0];
-                    (own.server, own.gpus) = (tele.server, tele.gpus);
-                    own.telemetry_cpu_s = Some(tele.cpu_s);
-                }
-                // Rank 0's own part is kept even when another rank failed.
-                out.emit(&parts[0])?;
-                gathered?;
-                let merged = merge_parts(&parts, slo, self.job_seed)?;
-                out.emit(&merged)?;
-                let mut body = seq.to_le_bytes().to_vec();
-                body.extend_from_slice(&serde_json::to_vec(&merged)?);
-                self.link.broadcast(tag::MERGED, &body)?;
-                merged
-            } else {
-                let mut body = seq.to_le_bytes().to_vec();
-                body.extend_from_slice(&serde_json::to_vec(&own)?);
-                self.link.send(0, tag::SUMMARY, &body)?;
-                let body = self.expect_seq(tag::MERGED, seq).await?;
-                record::decode_kind(&body[8..]).map_err(|e| {
-                anyhow::anyhow!(
-                    "the merged summary of point {seq} from rank 0 is not a summary record: {e} \
-                     (rank 0 and this rank run different loadgen builds?)"
-                )
-            })?
-            };
+        let merged = match self.rank() {
+            0 => self.gather(own, slo, out, telemetry).await?,
+            _ => self.send_and_receive(&own).await?,
+        };
         let ended = ended_by(&merged);
         Ok((merged, ended))
+    }
+
+    /// Rank 0's side of [`Ranks::merge`]: every other rank's part of this step, the server's
+    /// window ended on the job's tokens, rank 0's part and the merged summary written and the
+    /// merged one sent to every rank.
+    async fn gather<W: Write>(
+        &mut self,
+        own: SummaryRecord,
+        slo: Option<&Slo>,
+        out: &mut RecordWriter<W>,
+        telemetry: Option<&Telemetry>,
+    ) -> anyhow::Result<SummaryRecord> {
+        let seq = self.seq;
+        let mut parts = vec![own];
+        let mut gathered = Ok(());
+        for _ in 1..self.world() {
+            // Decoded as a record of any schema this build reads (a rank of an older build
+            // sends its summary in that schema's shape).
+            let part = self
+                .expect_seq(tag::SUMMARY, seq)
+                .await
+                .and_then(|body| record::decode_kind(&body[8..]).map_err(anyhow::Error::from));
+            match part {
+                Ok(part) => parts.push(part),
+                Err(e) => {
+                    gathered = Err(e);
+                    break;
+                }
+            }
+        }
+        // Every rank has finished: the server's window of the job's point ends now, on the
+        // job's tokens; rank 0's own summary carries it (and the merged one from it).
+        if let (Some(t), Ok(())) = (telemetry, &gathered) {
+            let tele = t.end(parts.iter().map(|p| p.output_tokens).sum()).await;
+            let own = &mut parts[0];
+            (own.server, own.gpus) = (tele.server, tele.gpus);
+            own.telemetry_cpu_s = Some(tele.cpu_s);
+        }
+        // Rank 0's own part is kept even when another rank failed.
+        out.emit(&parts[0])?;
+        gathered?;
+        let merged = merge_parts(&parts, slo, self.job_seed)?;
+        out.emit(&merged)?;
+        self.link.broadcast(tag::MERGED, &stepped(seq, &merged)?)?;
+        Ok(merged)
+    }
+
+    /// Another rank's side of [`Ranks::merge`]: its part sent to rank 0, the merged summary
+    /// received.
+    async fn send_and_receive(&mut self, own: &SummaryRecord) -> anyhow::Result<SummaryRecord> {
+        let seq = self.seq;
+        self.link.send(0, tag::SUMMARY, &stepped(seq, own)?)?;
+        let body = self.expect_seq(tag::MERGED, seq).await?;
+        record::decode_kind(&body[8..]).map_err(|e| {
+            anyhow::anyhow!(
+                "the merged summary of point {seq} from rank 0 is not a summary record: {e} \
+                 (rank 0 and this rank run different loadgen builds?)"
+            )
+        })
     }
 
     /// After a point: this rank's part annotated and merged with the others' (see
@@ -580,6 +596,13 @@ fn describe_merged(m: &mut SummaryRecord, parts: &[SummaryRecord], job_seed: u64
         prefix_hit_rate_expected,
         ..first.workload.clone()
     };
+}
+
+/// A summary as one step's message: the step (8 bytes, little-endian), then its JSON.
+fn stepped(seq: u64, summary: &SummaryRecord) -> anyhow::Result<Vec<u8>> {
+    let mut body = seq.to_le_bytes().to_vec();
+    serde_json::to_writer(&mut body, summary)?;
+    Ok(body)
 }
 
 /// How a point ended, by its merged summary: the same on every rank.
