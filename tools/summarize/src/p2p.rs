@@ -37,11 +37,12 @@ pub fn tables(pairs: &[P2pRecord]) -> Vec<Table> {
 }
 
 /// A run's method as its block names it: the backend (`tcp`), or on the nccl backend how the
-/// bytes moved (`copy_engine`, `nccl`).
+/// bytes moved (`copy_engine`, `nccl`, `other` for a newer tool's method: never the backend's
+/// name, which is also the `nccl` method's, so its figures cannot overwrite NCCL's).
 fn how(p: &P2pRecord) -> String {
     match p.method {
-        P2pMethod::CopyEngine | P2pMethod::Nccl => p.method.name().to_string(),
-        P2pMethod::Tcp | P2pMethod::Other => p.backend.to_string(),
+        P2pMethod::Tcp => p.backend.to_string(),
+        P2pMethod::CopyEngine | P2pMethod::Nccl | P2pMethod::Other => p.method.name().to_string(),
     }
 }
 

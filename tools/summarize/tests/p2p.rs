@@ -111,3 +111,58 @@ fn copy_engine_and_nccl_records_of_one_gpu_run_are_blocks_of_their_own() {
         "{link}"
     );
 }
+
+/// A method a newer collbench writes (read as `other`) on the nccl backend is a block of its
+/// own: keyed by the backend's name it fell into the `nccl` method's block and its figures
+/// replaced NCCL's.
+#[test]
+fn a_newer_tools_p2p_method_does_not_overwrite_the_nccl_figures() {
+    let collbench = testkit::run_ok(
+        "collbench",
+        &["p2p", "-np", "2", "--bytes", "16K", "-n", "2", "-w", "1"],
+    );
+    let mut lines = String::new();
+    for (method, gbps) in [("nccl", 100.0), ("copy_engine_read", 7.0)] {
+        for mut r in testkit::json_lines(&collbench.output.stdout) {
+            r["backend"] = "nccl".into();
+            r["method"] = method.into();
+            r["uni_gbps"] = gbps.into();
+            lines.push_str(&format!("{r}\n"));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p2p.jsonl");
+    std::fs::write(&file, lines).unwrap();
+    let out = testkit::run_ok("summarize", &["--format", "json", file.to_str().unwrap()]);
+    let report: serde_json::Value = serde_json::from_slice(&out.output.stdout).unwrap();
+    let uni = report["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["table"] == "p2p unidirectional GB/s")
+        .unwrap_or_else(|| panic!("no unidirectional matrix: {report}"))
+        .clone();
+    let rows: Vec<(&str, f64)> = uni["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let off = if r["src"] == 0 {
+                &r["to_1"]
+            } else {
+                &r["to_0"]
+            };
+            (r["backend"].as_str().unwrap(), off.as_f64().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("nccl", 100.0),
+            ("nccl", 100.0),
+            ("other", 7.0),
+            ("other", 7.0)
+        ],
+        "NCCL's figures and the newer method's, each in its own block: {uni}"
+    );
+}
