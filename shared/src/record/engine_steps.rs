@@ -10,6 +10,7 @@
 //! prefill included); a generation request is decoding. vLLM logs a data-parallel padding step
 //! with ` (dummy)` after its time: such steps are counted apart, not in the figures.
 
+use crate::stats::nearest_rank;
 use serde::{Deserialize, Serialize};
 
 /// One engine step as its log line says.
@@ -149,12 +150,6 @@ pub struct EngineSteps {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
-}
-
-/// The nearest-rank quantile `q` of sorted values.
-fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
-    let rank = (q * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
 }
 
 impl EngineSteps {

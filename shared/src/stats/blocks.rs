@@ -6,7 +6,7 @@
 //! block figures gives the point's interval with as many independent samples as blocks: the
 //! standard batch-means estimate of a time series' mean.
 
-use super::{MeanCi, Span};
+use super::{MeanCi, Span, nearest_rank};
 use crate::record::BatchNoise;
 use std::collections::BTreeMap;
 
@@ -123,12 +123,6 @@ fn spread_tokens(tokens: &mut [f64], s: &Span, from: f64, len: f64) {
         let overlap = (s.end_ms.min(hi) - s.first_ms.max(lo)).max(0.0);
         *slot += f64::from(s.tokens) * overlap / span;
     }
-}
-
-/// The q-quantile of sorted values by nearest rank.
-fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 #[cfg(test)]
