@@ -144,3 +144,24 @@ fn a_run_without_the_engines_timing_is_refused_saying_how_to_serve_it() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("--enable-per-request-metrics"), "{stderr}");
 }
+
+#[test]
+fn a_measured_client_refuses_an_explicit_request_latency() {
+    // --client-gap-from measures the request latency too: a given one would be dropped unsaid.
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(testkit::bin("srv-sim"))
+        .args(PRESET)
+        .arg("--predict")
+        .args(LOAD)
+        .args(["--request-latency", "1ms", "--client-gap-from"])
+        .arg(dir.path().join("run.jsonl"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot be used with") && stderr.contains("--request-latency"),
+        "{stderr}"
+    );
+}

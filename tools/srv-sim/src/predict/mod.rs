@@ -114,13 +114,14 @@ pub struct PredictArgs {
     /// taken one after another, this far apart (its record written, its next request sent)
     #[arg(long, value_name = "DUR", value_parser = cli::parse_duration, default_value = "100us")]
     pub client_gap: Duration,
-    /// The client gap measured from a loadgen run (its closed-loop requests' server_timing:
-    /// serve with --enable-per-request-metrics) instead of --client-gap
+    /// The client gap and request latency measured from a loadgen run (its closed-loop
+    /// requests' server_timing: serve with --enable-per-request-metrics) instead of
+    /// --client-gap and --request-latency
     #[arg(
         long,
         value_name = "RUN.jsonl",
         requires = "predict",
-        conflicts_with = "client_gap"
+        conflicts_with_all = ["client_gap", "request_latency"]
     )]
     pub client_gap_from: Option<String>,
 }
