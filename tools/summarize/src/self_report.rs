@@ -107,7 +107,7 @@ pub fn unavailable(servers: &[servbench::record::ServerRecord], points: &[Point]
     let asked_steps = servers.iter().any(|s| {
         s.self_report_flags
             .iter()
-            .any(|f| f == "--enable-logging-iteration-details")
+            .any(|f| f == servbench::engines::STEP_LOG_FLAG)
     });
     if asked_steps
         && !points

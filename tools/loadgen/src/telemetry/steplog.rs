@@ -10,12 +10,11 @@
 //! failure, a log that shrank or one with no step line is a note (once), never fatal.
 
 use servbench::cli;
+use servbench::engines::STEP_LOG_FLAG;
 use servbench::exec::{self, Exec, SshOptions};
 use servbench::record::{EngineSteps, ServerRecord};
 use std::time::{Duration, Instant};
 
-/// The flag that makes vLLM log its steps.
-pub const STEP_LOG_FLAG: &str = "--enable-logging-iteration-details";
 /// The most of a point's log read: a step line is ~200 bytes, so this is ~150,000 steps.
 pub const MAX_STEP_LOG_BYTES: u64 = 32 << 20;
 /// The log counts as quiet once its size stayed the same this long ...
