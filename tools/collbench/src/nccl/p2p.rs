@@ -123,14 +123,22 @@ impl Bench {
         self.gpus.iter().map(Gpu::pci_bus_id).collect()
     }
 
-    /// Every ordered pair with each method asked for, in [`pairs`]' order, copy engine first.
+    /// Every ordered pair with each method asked for, in [`pairs`]' order, copy engine first;
+    /// `each` is given every pair's figures as they are measured (written at once, so a pair
+    /// that fails later, or a kill, loses none of those before it).
     pub fn run(
         &self,
         methods: Methods,
         warmup: u32,
         timed: u32,
+        mut each: impl FnMut(&PairFigures) -> Result<(), String>,
     ) -> Result<Vec<PairFigures>, String> {
         let mut out = Vec::new();
+        let mut keep = |f: PairFigures| -> Result<(), String> {
+            each(&f)?;
+            out.push(f);
+            Ok(())
+        };
         let comms = match methods.nccl {
             true => Some(Comms::init(self.gpus.len())?),
             false => None,
@@ -140,23 +148,23 @@ impl Bench {
             if methods.copy_engine {
                 let access = self.enable_peer_access(src, dst).map_err(at)?;
                 let cell = self.copy_engine(src, dst, warmup, timed).map_err(at)?;
-                out.push(PairFigures {
+                keep(PairFigures {
                     src,
                     dst,
                     method: P2pMethod::CopyEngine,
                     cell,
                     peer_access: Some(access),
-                });
+                })?;
             }
             if let Some(c) = &comms {
                 let cell = self.nccl(c, src, dst, warmup, timed).map_err(at)?;
-                out.push(PairFigures {
+                keep(PairFigures {
                     src,
                     dst,
                     method: P2pMethod::Nccl,
                     cell,
                     peer_access: None,
-                });
+                })?;
             }
         }
         Ok(out)

@@ -39,21 +39,36 @@ pub fn run(pc: &P2pConfig, job: &Job) -> anyhow::Result<Exit> {
     let bench = Bench::open(job.gpus, pc.bytes).map_err(|e| cli::usage(format!("{WHO}: {e}")))?;
     let links = pair_links(&bench.bus_ids());
     let iters = pc.run.iters;
-    let figures = bench
-        .run(methods, iters.warmup, iters.timed)
-        .map_err(|e| cli::failure(format!("{WHO}: {e}")))?;
     let world = job.gpus;
+    // Each pair's record is written as soon as it is measured: a later pair that fails keeps
+    // the earlier ones' figures (the matrices need every pair and are printed at the end).
+    let mut written = 0usize;
+    let mut unwritable = None;
+    let measured = bench.run(methods, iters.warmup, iters.timed, |f| {
+        let mut r = tcp_p2p::record(pc, Backend::Nccl, world, (f.src, f.dst), &f.cell);
+        r.method = f.method;
+        r.peer_access = f.peer_access;
+        r.link = link_of(&links, world, (f.src, f.dst));
+        out.emit(&r).map_err(|e| {
+            let why = e.to_string();
+            unwritable = Some(e);
+            why
+        })?;
+        written += 1;
+        Ok(())
+    });
+    if let Some(e) = unwritable {
+        return Err(e.into());
+    }
+    let figures = measured.map_err(|e| {
+        cli::failure(format!(
+            "{WHO}: {e} ({written} pair record(s) measured before it were written)"
+        ))
+    })?;
     for method in [P2pMethod::CopyEngine, P2pMethod::Nccl] {
         let mine: Vec<_> = figures.iter().filter(|f| f.method == method).collect();
         if mine.is_empty() {
             continue;
-        }
-        for f in &mine {
-            let mut r = tcp_p2p::record(pc, Backend::Nccl, world, (f.src, f.dst), &f.cell);
-            r.method = method;
-            r.peer_access = f.peer_access;
-            r.link = link_of(&links, world, (f.src, f.dst));
-            out.emit(&r)?;
         }
         let cells: Vec<Cell> = mine.iter().map(|f| f.cell).collect();
         let how = match method {
