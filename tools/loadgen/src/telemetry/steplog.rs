@@ -145,6 +145,15 @@ impl StepLog {
             None => "",
         };
         match EngineSteps::from_log(whole, window_s) {
+            // Only padding or unreadable lines: no step to report, not a summary of zeros.
+            Some((e, bad)) if e.steps == 0 => {
+                let first = bad.map_or(String::new(), |why| format!(" (first: {why})"));
+                self.note(format!(
+                    "no readable step line during point {point}: {} padding (dummy) and {} malformed{first}",
+                    e.dummy_steps, e.malformed_lines
+                ));
+                None
+            }
             Some((mut steps, bad)) => {
                 if let Some(why) = bad {
                     cli::info(format!(
@@ -220,6 +229,18 @@ mod tests {
         let mut log = log_of(&path);
         log.begin();
         std::fs::write(&path, STEP).unwrap();
+        assert_eq!(log.end(0), None);
+        assert!(log.noted);
+    }
+
+    #[test]
+    fn a_window_of_only_unreadable_step_lines_gives_no_steps_and_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.log");
+        std::fs::write(&path, STEP).unwrap();
+        let mut log = log_of(&path);
+        log.begin();
+        append(&path, &STEP.replace("5.25 ms", "NaN ms").repeat(2));
         assert_eq!(log.end(0), None);
         assert!(log.noted);
     }
