@@ -159,3 +159,24 @@ fn an_energy_counter_that_goes_backwards_falls_back_and_is_noted() {
         r.stderr
     );
 }
+
+/// An nvidia-smi from before the energy counter field rejects the query as nvidia-smi does an
+/// unknown field (a line saying so, exit 2): one note saying the counters cannot be read, no
+/// more counter reads, and the point's energy is the sampled power's.
+#[test]
+fn an_nvidia_smi_that_rejects_the_counter_field_falls_back_with_one_note() {
+    let older = testkit::FAKE_NVIDIA_SMI.replacen(
+        "case \"$*\" in\n",
+        "case \"$*\" in\n  *total_energy_consumption*)\n    \
+         echo 'Field \"total_energy_consumption\" is not a valid field to query.'\n    \
+         exit 2 ;;\n",
+        1,
+    );
+    assert_ne!(older, testkit::FAKE_NVIDIA_SMI, "the rejection was put in");
+    let smi = FakeNvidiaSmi(testkit::StandIn::new("nvidia-smi", &older));
+    let r = run(&smi);
+    assert_sampled_power(&r);
+    let note = "note: GPU energy: the energy counters (total_energy_consumption) cannot be read";
+    assert_eq!(r.stderr.matches(note).count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("is not a valid field"), "{}", r.stderr);
+}
