@@ -5,7 +5,7 @@
 
 use crate::table::{Cell, Column, Table};
 use servbench::record::{P2pMethod, P2pRecord};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One run's matrix: backend, ranks, message bytes.
 type RunKey = (String, u32, u64);
@@ -54,7 +54,13 @@ fn matrix(title: &str, pairs: &[P2pRecord], get: Figure) -> Table {
             .or_default()
             .insert((p.src, p.dst), get(p));
     }
-    let side = runs.keys().map(|k| k.1).max().unwrap_or(0);
+    // The ranks the records name, not the `ranks` they claim: a complete run names every
+    // rank, and a line claiming 4e8 ranks with one pair is two rows, not 4e8 (a hostile or
+    // torn file once made summarize ask for 19 GB and abort).
+    let ranks_of = |cells: &BTreeMap<(u32, u32), Cell>| -> BTreeSet<u32> {
+        cells.keys().flat_map(|&(s, d)| [s, d]).collect()
+    };
+    let named: BTreeSet<u32> = runs.values().flat_map(ranks_of).collect();
     let mut columns = vec![
         Column {
             name: "backend".into(),
@@ -69,15 +75,15 @@ fn matrix(title: &str, pairs: &[P2pRecord], get: Figure) -> Table {
             header: "src\\dst".into(),
         },
     ];
-    columns.extend((0..side).map(|d| Column {
+    columns.extend(named.iter().map(|d| Column {
         name: format!("to_{d}"),
         header: d.to_string(),
     }));
     let mut t = Table::new(title, columns);
-    for (group, ((backend, ranks, bytes), cells)) in runs.iter().enumerate() {
-        for s in 0..*ranks {
+    for (group, ((backend, _, bytes), cells)) in runs.iter().enumerate() {
+        for s in ranks_of(cells) {
             let mut row = vec![Cell::Text(backend.clone()), Cell::int(*bytes), Cell::int(s)];
-            row.extend((0..side).map(|d| match cells.get(&(s, d)) {
+            row.extend(named.iter().map(|&d| match cells.get(&(s, d)) {
                 _ if d == s => Cell::Text("-".into()),
                 Some(v) => v.clone(),
                 None => Cell::Empty,

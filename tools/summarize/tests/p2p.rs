@@ -166,3 +166,41 @@ fn a_newer_tools_p2p_method_does_not_overwrite_the_nccl_figures() {
         "NCCL's figures and the newer method's, each in its own block: {uni}"
     );
 }
+
+/// A p2p line claiming 4e8 ranks with one pair (a hostile or torn file) is two rows of that
+/// pair's ranks: the matrix was sized by the claim, and summarize asked for 19 GB and aborted.
+#[test]
+fn a_p2p_record_claiming_huge_ranks_is_sized_by_the_ranks_it_names() {
+    let collbench = testkit::run_ok(
+        "collbench",
+        &["p2p", "-np", "2", "--bytes", "16K", "-n", "2", "-w", "1"],
+    );
+    let mut r = testkit::json_lines(&collbench.output.stdout)
+        .into_iter()
+        .next()
+        .unwrap();
+    r["ranks"] = 400_000_000u32.into();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p2p.jsonl");
+    std::fs::write(&file, format!("{r}\n")).unwrap();
+    let out = testkit::run_ok("summarize", &["--format", "json", file.to_str().unwrap()]);
+    let report: serde_json::Value = serde_json::from_slice(&out.output.stdout).unwrap();
+    let uni = report["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["table"] == "p2p unidirectional GB/s")
+        .unwrap_or_else(|| panic!("no unidirectional matrix: {report}"))
+        .clone();
+    let rows = uni["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "a row for each rank the pair names: {uni}");
+    let (got, want) = (
+        rows[0]["to_1"].as_f64().unwrap(),
+        r["uni_gbps"].as_f64().unwrap(),
+    );
+    assert!(
+        (got - want).abs() <= 1e-5 * want.max(1.0),
+        "{got} vs {want}: {uni}"
+    );
+    assert!(rows[1]["to_0"].is_null(), "1 -> 0 was not measured: {uni}");
+}
