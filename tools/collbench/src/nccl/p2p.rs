@@ -13,6 +13,7 @@ use crate::p2p::{Cell, LATENCY_BYTES, pairs};
 use cudarc::driver::sys::{self as cu, CUevent_flags};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DriverError};
 use cudarc::nccl::{result, sys};
+use servbench::cli;
 use servbench::record::P2pMethod;
 use std::sync::Arc;
 use std::time::Instant;
@@ -97,21 +98,28 @@ pub struct Bench {
 }
 
 impl Bench {
-    pub fn open(n: usize, bytes: u64) -> Result<Bench, String> {
-        let available = CudaContext::device_count().map_err(cu_err("cuDeviceGetCount"))? as usize;
+    /// `-g n` GPUs with buffers of `bytes`: too few GPUs, or `-g` beyond them, is a usage
+    /// error (exit 2); a GPU that cannot be set up (no context, no memory) is a failure (exit 1).
+    pub fn open(who: &str, n: usize, bytes: u64) -> anyhow::Result<Bench> {
+        let available = CudaContext::device_count()
+            .map_err(|e| cli::failure(format!("{who}: {}", cu_err("cuDeviceGetCount")(e))))?
+            as usize;
         if available < 2 {
-            return Err(format!(
-                "this host has {available} GPU(s): a pair needs two (run on a multi-GPU box)"
-            ));
+            return Err(cli::usage(format!(
+                "{who}: this host has {available} GPU(s): a pair needs two (run on a multi-GPU box)"
+            )));
         }
         if !(2..=available).contains(&n) {
-            return Err(format!(
-                "-g {n}: give 2 to {available} (the GPUs this host has)"
-            ));
+            return Err(cli::usage(format!(
+                "{who}: -g {n}: give 2 to {available} (the GPUs this host has)"
+            )));
         }
         let gpus = (0..n)
-            .map(|d| Gpu::new(d, bytes as usize).map_err(|e| format!("GPU {d}: {e}")))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|d| {
+                Gpu::new(d, bytes as usize)
+                    .map_err(|e| cli::failure(format!("{who}: GPU {d}: {e}")))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Bench {
             gpus,
             bytes: bytes as usize,

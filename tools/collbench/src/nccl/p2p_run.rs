@@ -36,7 +36,7 @@ pub fn run(pc: &P2pConfig, job: &Job) -> anyhow::Result<Exit> {
     }
     let mut out = RecordWriter::stdout();
     jsonl::pass_through(job.strict_input, &mut out, |_| Disposition::Forward)?;
-    let bench = Bench::open(job.gpus, pc.bytes).map_err(|e| cli::usage(format!("{WHO}: {e}")))?;
+    let bench = Bench::open(WHO, job.gpus, pc.bytes)?;
     let links = pair_links(&bench.bus_ids());
     let iters = pc.run.iters;
     let world = job.gpus;
