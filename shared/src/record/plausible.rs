@@ -12,6 +12,10 @@ use super::{
 /// Tokens one request can hold or produce: past every model's context (16 Mi tokens).
 pub const MAX_REQUEST_TOKENS: u64 = 1 << 24;
 
+/// Ranks a p2p matrix can have: its pairs are measured one at a time, so a job of more ranks
+/// than this would take years; a record claiming more is not one collbench wrote.
+pub const MAX_P2P_RANKS: u32 = 1 << 16;
+
 /// A first token may follow the request's end by no more than this (ms): rounding only.
 const TTFT_OVER_E2E_MS: f64 = 0.001;
 
@@ -171,6 +175,12 @@ impl DeviceLimitsRecord {
 impl P2pRecord {
     /// A pair of two distinct ranks of the job, with measured figures.
     pub fn implausible(&self) -> Option<String> {
+        if self.ranks > MAX_P2P_RANKS {
+            return Some(format!(
+                "ranks {} is more than a p2p matrix can have (at most {MAX_P2P_RANKS})",
+                self.ranks
+            ));
+        }
         if self.src == self.dst || self.src >= self.ranks || self.dst >= self.ranks {
             return Some(format!(
                 "pair {} -> {} is not two distinct ranks of {}",

@@ -167,8 +167,9 @@ fn a_newer_tools_p2p_method_does_not_overwrite_the_nccl_figures() {
     );
 }
 
-/// A p2p line claiming 4e8 ranks with one pair (a hostile or torn file) is two rows of that
-/// pair's ranks: the matrix was sized by the claim, and summarize asked for 19 GB and aborted.
+/// A p2p line claiming 65,536 ranks (the most a record may claim) with one pair (a hostile or
+/// torn file) is two rows of that pair's ranks: the matrix was sized by the claim, and summarize
+/// asked for tens of GB and aborted. (A claim above the most is an implausible line, skipped.)
 #[test]
 fn a_p2p_record_claiming_huge_ranks_is_sized_by_the_ranks_it_names() {
     let collbench = testkit::run_ok(
@@ -179,7 +180,7 @@ fn a_p2p_record_claiming_huge_ranks_is_sized_by_the_ranks_it_names() {
         .into_iter()
         .next()
         .unwrap();
-    r["ranks"] = 400_000_000u32.into();
+    r["ranks"] = servbench::record::MAX_P2P_RANKS.into();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("p2p.jsonl");
     std::fs::write(&file, format!("{r}\n")).unwrap();

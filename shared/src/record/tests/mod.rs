@@ -97,3 +97,21 @@ fn malformed_lines_say_why() {
     let err = Record::parse(r#"{"kind":"server","v":1,"ts":"t"}"#).unwrap_err();
     assert!(err.to_string().contains("bad server record"), "{err}");
 }
+
+/// A p2p line claiming hundreds of millions of ranks (a matrix of 10^17 cells for any reader
+/// sizing by it) is implausible where every reader checks records, not only where one sizes.
+#[test]
+fn a_p2p_record_claiming_more_ranks_than_a_matrix_can_have_is_implausible() {
+    let line = |ranks: u32| {
+        format!(
+            r#"{{"kind":"p2p","v":2,"ts":"t","backend":"tcp","ranks":{ranks},"src":0,"dst":1,"bytes":8,"uni_gbps":1.0,"bidir_gbps":2.0,"latency_bytes":8,"latency_us":3.0,"iters":1,"warmup":0}}"#
+        )
+    };
+    let p2p = |ranks| match Record::parse(&line(ranks)).unwrap() {
+        Record::P2p(r) => r,
+        other => panic!("not a p2p record: {other:?}"),
+    };
+    assert_eq!(p2p(MAX_P2P_RANKS).implausible(), None);
+    let why = p2p(400_000_000).implausible().expect("implausible");
+    assert!(why.contains("ranks 400000000"), "{why}");
+}
