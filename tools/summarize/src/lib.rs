@@ -2,41 +2,35 @@
 //! each sweep point's statistics with the shared implementation, and prints tables for
 //! people, comparisons with a noise test, notes on what a careful engineer would spot,
 //! efficiency against a roofline, and plots.
+//!
+//! In layers, every import running down (no module reaches up or sideways into a higher one):
+//! - [`input`]: records read and checked, folded into sweep points, and the figures a point
+//!   carries (`metrics`);
+//! - [`roofline`]: how a point is judged against the hardware (limits, its decode step);
+//! - [`notes`]: the notes, with the words and thresholds they share (`notes::words`);
+//! - [`tables`]: one section per kind of record;
+//! - [`compare`] and [`plot`]: the comparisons and the pictures.
+//!
+//! [`render`] (a table in text, Markdown, CSV, JSON) sits under them all; this file wires them.
 
 pub mod compare;
-pub mod compute;
-pub mod distrusted;
-pub mod efficiency;
-pub mod energy;
-pub mod env_diff;
-pub mod host_notes;
 pub mod input;
-pub mod metrics;
-pub mod model_vs_reality;
 pub mod notes;
-pub mod p2p;
-pub mod param;
-pub mod plans;
 pub mod plot;
-pub mod points;
-pub mod report;
-pub mod runs;
-pub mod self_report;
-pub mod server_notes;
-pub mod steps;
-pub mod table;
-pub mod workloads;
+pub mod render;
+pub mod roofline;
+pub mod tables;
 
 use input::Inputs;
-use points::Point;
-use report::Col;
+use input::points::{self, Point};
+use render::{Format, Table};
 use servbench::cli::{self, Exit};
 use servbench::jsonl::Source;
 use servbench::record::label;
 use servbench::stats::Slo;
 use std::io::Write;
 use std::path::PathBuf;
-use table::{Format, Table};
+use tables::points::Col;
 
 /// What to do, from the command line.
 #[derive(Debug, Clone)]
@@ -50,10 +44,10 @@ pub struct Config {
     pub slo: Option<Slo>,
     pub compare: Option<(Source, Source)>,
     pub compare_by: Option<String>,
-    pub compare_metrics: Vec<metrics::Metric>,
+    pub compare_metrics: Vec<input::metrics::Metric>,
     pub notes: bool,
     pub plot: Option<PathBuf>,
-    pub roofline: Option<efficiency::Roofline>,
+    pub roofline: Option<roofline::Roofline>,
     /// Hardware for the collectives' link share when no model is given.
     pub link_hw: Option<servbench::presets::Hardware>,
     pub strict: bool,
@@ -116,9 +110,9 @@ pub fn load_points(sources: &[Source], config: &Config) -> anyhow::Result<(Input
 pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> {
     let mut out = Vec::new();
     if !inputs.servers.is_empty() {
-        let mut t = report::server_table(&inputs.servers);
+        let mut t = tables::servers::server_table(&inputs.servers);
         if config.notes {
-            t.notes = host_notes::preflight_notes(&inputs.servers);
+            t.notes = notes::host::preflight_notes(&inputs.servers);
             let card = config
                 .roofline
                 .as_ref()
@@ -127,9 +121,11 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
             let bytes = config
                 .roofline
                 .as_ref()
-                .map_or(host_notes::GROUP_NOTE_BYTES, |r| r.model.allreduce_bytes(1));
+                .map_or(notes::host::GROUP_NOTE_BYTES, |r| {
+                    r.model.allreduce_bytes(1)
+                });
             t.notes
-                .extend(host_notes::best_groups(&inputs.servers, card, bytes));
+                .extend(notes::host::best_groups(&inputs.servers, card, bytes));
         }
         out.push(t);
     }
@@ -137,12 +133,12 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
     let measured = config
         .roofline
         .as_ref()
-        .map(|r| compute::with_measured_bandwidth(r, &inputs.limits));
+        .map(|r| roofline::measured::with_measured_bandwidth(r, &inputs.limits));
     // Each point's decode step judged once: the budget notes and the decode table print it.
-    let steps = steps::judge_points(points, inputs, measured.as_ref().map(|(r, _)| r));
+    let steps = roofline::step::judge_points(points, inputs, measured.as_ref().map(|(r, _)| r));
     if !points.is_empty() {
         let roof = measured.as_ref().map(|(r, _)| r);
-        let mut t = report::points_table(points, config.cols.as_deref(), &config.by, roof);
+        let mut t = tables::points::points_table(points, config.cols.as_deref(), &config.by, roof);
         if roof.is_some() && config.cols.is_none() && fits_width(config) {
             let names: Vec<String> = POINTS_DROPPABLE.iter().map(|s| s.to_string()).collect();
             t.fit_width(TEXT_WIDTH, &names);
@@ -150,24 +146,26 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
         if config.notes {
             t.notes = notes::all_with_ramps(points, &inputs.ramps);
             t.notes
-                .extend(self_report::unavailable(&inputs.servers, points));
-            t.notes.extend(energy::source_notes(points));
+                .extend(notes::self_report::unavailable(&inputs.servers, points));
+            t.notes.extend(notes::energy::source_notes(points));
             if let Some((roof, said)) = &measured {
                 t.notes.extend(said.clone());
-                t.notes.extend(efficiency::notes(points, roof));
-                t.notes.extend(self_report::utilization(
+                t.notes.extend(notes::roofline::notes(points, roof));
+                t.notes.extend(notes::self_report::utilization(
                     points,
                     &points::Keys::of(points),
                     roof,
                 ));
-                t.notes.extend(steps.iter().map(steps::PointStep::line));
+                t.notes
+                    .extend(steps.iter().map(roofline::step::PointStep::line));
             }
             // The engine's step beside the TPOT where no budget line above printed it.
             let judged: Vec<String> = match &measured {
                 Some(_) => steps.iter().map(|s| s.name.clone()).collect(),
                 None => Vec::new(),
             };
-            t.notes.extend(steps::engine_step_lines(points, &judged));
+            t.notes
+                .extend(roofline::step::engine_step_lines(points, &judged));
         }
         out.push(t);
     }
@@ -177,42 +175,45 @@ pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> 
             .as_ref()
             .map(|r| &r.hw)
             .or(config.link_hw.as_ref());
-        let mut t = report::coll_table(&inputs.coll, &inputs.coll_runs, hw);
+        let mut t = tables::coll::coll_table(&inputs.coll, &inputs.coll_runs, hw);
         if points.is_empty()
             && config.notes
             && let Some(roof) = &config.roofline
         {
             t.notes
-                .extend(efficiency::decode_budget_without_points(&inputs.coll, roof));
+                .extend(notes::roofline::decode_budget_without_points(
+                    &inputs.coll,
+                    roof,
+                ));
         }
         out.push(t);
     }
-    if let Some(t) = workloads::turns_table(points) {
+    if let Some(t) = tables::workloads::turns_table(points) {
         out.push(t);
     }
     if !inputs.ramps.is_empty() {
-        out.push(report::ramp_table(&inputs.ramps));
+        out.push(tables::ramps::ramp_table(&inputs.ramps));
     }
     if !inputs.searches.is_empty() {
-        out.push(workloads::search_table(&inputs.searches));
+        out.push(tables::workloads::search_table(&inputs.searches));
     }
     if !inputs.decode.is_empty() {
-        out.push(report::decode_table(&inputs.decode, &steps));
+        out.push(tables::decode::decode_table(&inputs.decode, &steps));
     }
     if !inputs.gemms.is_empty() {
-        out.push(compute::gemm_table(&inputs.gemms));
+        out.push(tables::compute::gemm_table(&inputs.gemms));
     }
     if !inputs.limits.is_empty() {
-        out.push(compute::limits_table(&inputs.limits));
+        out.push(tables::compute::limits_table(&inputs.limits));
     }
     if !inputs.p2p.is_empty() {
-        out.extend(p2p::tables(&inputs.p2p));
+        out.extend(tables::p2p::tables(&inputs.p2p));
     }
     if !inputs.sim_plans.is_empty() {
-        out.push(plans::plan_table(&inputs.sim_plans));
+        out.push(tables::plans::plan_table(&inputs.sim_plans));
     }
     if !inputs.kills.is_empty() {
-        out.push(report::kill_table(&inputs.kills));
+        out.push(tables::kills::kill_table(&inputs.kills));
     }
     out
 }
@@ -269,7 +270,7 @@ pub fn run(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
 fn report(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
     if let Some((base, new)) = &config.compare {
         let tables = compare_files(base, new, config)?;
-        return write_text(out, &table::render(&tables, config.format));
+        return write_text(out, &render::render(&tables, config.format));
     }
     let (inputs, points) = load_points(&config.sources, config)?;
     report_ignored(&inputs);
@@ -296,7 +297,7 @@ fn report(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
             "no records to summarize: give loadgen, collbench, srv-launch or srv-kill output (files or stdin)",
         ));
     }
-    let mut text = table::render(&tables, config.format);
+    let mut text = render::render(&tables, config.format);
     match &config.plot {
         Some(path) if path.as_os_str() == "-" => {
             text.push('\n');
@@ -325,9 +326,10 @@ fn compare_files(base: &Source, new: &Source, config: &Config) -> anyhow::Result
             empty.name()
         )));
     }
-    let mut tables: Vec<Table> = env_diff::table(&base_inputs.servers, &new_inputs.servers)
-        .into_iter()
-        .collect();
+    let mut tables: Vec<Table> =
+        compare::env_diff::table(&base_inputs.servers, &new_inputs.servers)
+            .into_iter()
+            .collect();
     let mut t = compare::compare_sides(
         &base_points,
         &new_points,

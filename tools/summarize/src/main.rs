@@ -4,9 +4,9 @@ use servbench::jsonl::{self, Source};
 use servbench::stats::Slo;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use summarize::metrics::Metric;
-use summarize::report::Col;
-use summarize::table::Format;
+use summarize::input::metrics::Metric;
+use summarize::render::Format;
+use summarize::tables::points::Col;
 use summarize::{Config, compare};
 
 const EXAMPLES: &str = "\
@@ -144,11 +144,11 @@ fn main() -> ExitCode {
             .collect();
         let roofline = match (&args.roofline, &args.model, &args.hardware) {
             (Some(spec), _, _) => Some(
-                summarize::efficiency::Roofline::parse(spec)
+                summarize::roofline::Roofline::parse(spec)
                     .map_err(|e| cli::usage(format!("--roofline: {e}")))?,
             ),
             (None, Some(m), Some(h)) => Some(
-                summarize::efficiency::Roofline::of(m, h)
+                summarize::roofline::Roofline::of(m, h)
                     .map_err(|e| cli::usage(format!("--model/--hardware: {e}")))?,
             ),
             _ => None,

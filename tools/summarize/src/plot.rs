@@ -3,10 +3,10 @@
 //! ITL and TTFT percentiles against load, and busbw against message size for collectives;
 //! units on the axes, a legend per panel. `--plot -` draws compact bar charts as text instead.
 
-use crate::metrics::Metric;
-use crate::points::{Keys, Point, point_name};
-use crate::report::{group_keys, ordered};
-use crate::table::human;
+use crate::input::metrics::Metric;
+use crate::input::points::{Keys, Point, point_name};
+use crate::render::human;
+use crate::tables::points::{group_keys, ordered};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use servbench::cli;

@@ -75,8 +75,8 @@ fn compare_on_real_runs_finds_the_faster_server_and_calls_a_rerun_noise() {
     let rerun = points("loadgen_rerun.jsonl");
     for (b, n) in base.iter().zip(&faster) {
         for m in [
-            summarize::metrics::Metric::TTFT_P50,
-            summarize::metrics::Metric::TPOT_P50,
+            summarize::input::metrics::Metric::TTFT_P50,
+            summarize::input::metrics::Metric::TPOT_P50,
         ] {
             let c = compare::change(m, b, n).unwrap();
             assert_eq!(c.verdict, compare::Verdict::Better, "{} {c:?}", m.name());
@@ -100,11 +100,11 @@ fn compare_on_real_runs_finds_the_faster_server_and_calls_a_rerun_noise() {
     let run = &base[0].repeats[0];
     assert_eq!(run.ok, 100);
     assert_eq!(
-        summarize::metrics::Metric::TTFT_P99.single_run_noise(run),
+        summarize::input::metrics::Metric::TTFT_P99.single_run_noise(run),
         None
     );
     assert!(
-        summarize::metrics::Metric::TTFT_P50
+        summarize::input::metrics::Metric::TTFT_P50
             .single_run_noise(run)
             .is_some()
     );

@@ -12,7 +12,7 @@ use fixtures::*;
 use servbench::jsonl::Source;
 use std::process::{Command, Stdio};
 use summarize::input;
-use summarize::points::{self};
+use summarize::input::points::{self};
 use summarize::{Config, notes};
 use testkit::ok;
 
@@ -217,7 +217,7 @@ fn bad_input_is_reported_with_its_place() {
 fn library_run_writes_the_same_tables_as_the_binary() {
     let config = Config {
         sources: vec![Source::File(fixture("clean.jsonl"))],
-        format: summarize::table::Format::Md,
+        format: summarize::render::Format::Md,
         ..Config::default()
     };
     let mut out = Vec::new();
@@ -257,7 +257,7 @@ fn open_loop_rate_sweeps_are_tabulated_by_rate() {
     assert_eq!(text.lines().count(), 5);
     let ps = points("rate_sweep.jsonl");
     assert_eq!(notes::all(&ps), Vec::<String>::new());
-    assert_eq!(notes::series(&ps).len(), 1, "one rate series");
+    assert_eq!(notes::words::series(&ps).len(), 1, "one rate series");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use summarize::input;
-use summarize::points;
+use summarize::input::points;
 
 /// Starts srv-sim on a free port with fixed latencies; returns the guard and its URL.
 fn start_sim() -> (testkit::Guard, String) {

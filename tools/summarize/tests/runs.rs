@@ -4,8 +4,9 @@
 //! stays silent (tests/fixtures, written by examples/gen_fixtures.rs).
 
 use std::path::PathBuf;
-use summarize::points::{self, Keys, Point};
-use summarize::{input, notes, runs};
+use summarize::input;
+use summarize::input::points::{self, Keys, Point};
+use summarize::notes::{runs, sweep};
 
 fn points(name: &str) -> Vec<Point> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -25,7 +26,7 @@ fn run(note: fn(&[Point], &Keys) -> Vec<String>, fixture: &str) -> Vec<String> {
 #[test]
 fn shorter_output_slower_across_runs_labelled_apart() {
     let fired = run(
-        notes::shorter_output_slower,
+        sweep::shorter_output_slower,
         "shorter_output_slower_runs.jsonl",
     );
     assert_eq!(fired.len(), 1, "{fired:?}");
@@ -36,18 +37,18 @@ fn shorter_output_slower_across_runs_labelled_apart() {
     );
     // Two runs with different outputs and nothing wrong: shorter outputs are slower only by
     // prefill's share, which the note expects.
-    assert!(run(notes::shorter_output_slower, "output_runs_clean.jsonl").is_empty());
+    assert!(run(sweep::shorter_output_slower, "output_runs_clean.jsonl").is_empty());
 }
 
 #[test]
 fn shorter_output_slower_at_a_point_that_ended_early() {
     let fired = run(
-        notes::shorter_output_slower,
+        sweep::shorter_output_slower,
         "shorter_output_slower_partial.jsonl",
     );
     assert_eq!(fired.len(), 1, "{fired:?}");
     assert!(fired[0].contains("out=32 (partial) gives"), "{fired:?}");
-    assert!(run(notes::shorter_output_slower, "errors_or_partial.jsonl").is_empty());
+    assert!(run(sweep::shorter_output_slower, "errors_or_partial.jsonl").is_empty());
 }
 
 #[test]

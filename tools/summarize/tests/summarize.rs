@@ -13,10 +13,12 @@ use fixtures::*;
 use servbench::presets::MeasuredCurve;
 use servbench::record::{CollRecord, Labels, Record};
 use servbench::stats::Hist;
-use summarize::efficiency::{self, Roofline};
 use summarize::input;
-use summarize::points::{self, Point};
-use summarize::{notes, server_notes};
+use summarize::input::points::{self, Point};
+use summarize::notes;
+use summarize::notes::server as server_notes;
+use summarize::notes::sweep;
+use summarize::roofline::Roofline;
 use synth::{TS, coll_lines};
 use testkit::ok;
 #[test]
@@ -126,7 +128,7 @@ fn repeats_give_a_mean_and_a_confidence_interval() {
     assert_eq!(ps.len(), 4);
     for p in &ps {
         assert_eq!(p.repeats.len(), 3);
-        let f = p.figure(summarize::metrics::Metric::TOK_S).unwrap();
+        let f = p.figure(summarize::input::metrics::Metric::TOK_S).unwrap();
         let values: Vec<f64> = p.repeats.iter().map(|s| s.output_tok_s).collect();
         assert!((f.mean - values.iter().sum::<f64>() / 3.0).abs() < 1e-9);
         let hw = f.half_width.expect("three repeats have an interval");
@@ -199,14 +201,14 @@ fn server_notes_say_what_they_saw() {
 #[test]
 fn notes_say_what_they_saw() {
     let ps = points("shorter_output_slower.jsonl");
-    let text = notes::shorter_output_slower(&ps, &points::Keys::of(&ps)).join(" ");
+    let text = sweep::shorter_output_slower(&ps, &points::Keys::of(&ps)).join(" ");
     assert!(text.contains("at C=32, out=32 gives"), "{text}");
     assert!(text.contains("longer out=64"), "{text}");
     let ps = points("saturation_knee.jsonl");
-    let text = notes::saturation_knee(&ps, &points::Keys::of(&ps)).join(" ");
+    let text = sweep::saturation_knee(&ps, &points::Keys::of(&ps)).join(" ");
     assert!(text.contains("saturation knee at C=8"), "{text}");
     let ps = points("errors_or_partial.jsonl");
-    let text = notes::errors_or_partial(&ps, &points::Keys::of(&ps)).join(" ");
+    let text = sweep::errors_or_partial(&ps, &points::Keys::of(&ps)).join(" ");
     assert!(text.contains("3 of 40: 3 timeout"), "{text}");
     assert!(text.contains("cut short (partial): C=8"), "{text}");
 }
@@ -215,10 +217,10 @@ fn notes_say_what_they_saw() {
 fn single_stream_far_below_the_roofline_is_noted_and_a_healthy_one_is_not() {
     let roof = Roofline::parse("llama-3.1-8b@h200").unwrap();
     let slow = points("single_stream_slow.jsonl");
-    let fired = efficiency::single_stream_note(&slow, &roof);
+    let fired = notes::roofline::single_stream_note(&slow, &roof);
     assert_eq!(fired.len(), 1, "{fired:?}");
     assert!(fired[0].contains("C=1") && fired[0].contains("llama-3.1-8b on h200"));
-    assert!(efficiency::single_stream_note(&points("clean.jsonl"), &roof).is_empty());
+    assert!(notes::roofline::single_stream_note(&points("clean.jsonl"), &roof).is_empty());
     let text = ok(&summarize(&[
         "single_stream_slow.jsonl",
         "--roofline",

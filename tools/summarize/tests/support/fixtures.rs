@@ -7,7 +7,7 @@
 use servbench::record::{Record, SummaryRecord};
 use std::path::PathBuf;
 use summarize::input;
-use summarize::points::{self, Point};
+use summarize::input::points::{self, Point};
 
 /// The fixtures directory.
 pub fn fixtures() -> PathBuf {

@@ -3,7 +3,7 @@
 //! the latency, a block of rows per run (backend, or on the nccl backend the method: copy engine
 //! or NCCL; ranks; message size).
 
-use crate::table::{Cell, Column, Table};
+use crate::render::{Cell, Column, Table};
 use servbench::record::{P2pMethod, P2pRecord};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -12,14 +12,14 @@
 //! engine's own mean decode-only step at the point's batch, beside the client's TPOT; a point
 //! with no parts measured gets the engine's step beside the TPOT alone ([`engine_step_lines`]).
 
-use crate::efficiency::Roofline;
 use crate::input::Inputs;
-use crate::metrics::Metric;
-use crate::notes::TPC_ABOVE;
-use crate::points::{Keys, Point, point_name};
-use crate::table::human;
+use crate::input::metrics::Metric;
+use crate::input::points::{Keys, Point, point_name, records_model};
+use crate::render::human;
+use crate::roofline::Roofline;
+use crate::roofline::spec::{SpecTokens, spec_tokens};
 use servbench::presets::{ComputeParts, Layout, MeasuredCurve, StepBasis, StepParts, StepVerdict};
-use servbench::record::{CollBackend, GemmBackend, GemmStepRecord, label};
+use servbench::record::{CollBackend, GemmBackend, GemmStepRecord};
 
 /// Where a point's allreduce time comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,58 +32,6 @@ pub enum AllreduceFrom {
     Modelled,
     /// TP=1: none.
     None,
-}
-
-/// Tokens one speculative verify step emits per stream, and which figure says so.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SpecTokens {
-    pub per_step: f64,
-    /// Draft tokens per verify step, when the server said.
-    pub draft_len: Option<f64>,
-    pub from: &'static str,
-}
-
-/// The server's acceptance figures (its mean accepted length per verify step, the bonus token
-/// included) when loadgen recorded them; tokens per SSE chunk above 1.05 only when loadgen read
-/// no server view at all (a server whose view has no speculative figures is not speculating:
-/// its chunks carry several tokens because the stream was batched, under load or by design).
-/// None for a run that emits one token per step.
-pub fn spec_tokens(p: &Point) -> Option<SpecTokens> {
-    let server: Vec<(f64, Option<f64>)> = p
-        .repeats
-        .iter()
-        .filter_map(|s| {
-            let spec = s.server.as_ref()?.spec.as_ref()?;
-            let drafts = spec.draft_len.filter(|d| d.is_finite() && *d > 0.0);
-            // Engines that count drafted and accepted tokens only (llama.cpp): 1 + accepted
-            // per verify step.
-            let len = spec
-                .mean_accepted_len
-                .or_else(|| Some(1.0 + spec.draft_acceptance? * drafts?))
-                .filter(|l| l.is_finite() && *l >= 1.0)?;
-            Some((len, drafts))
-        })
-        .collect();
-    if !server.is_empty() {
-        let n = server.len() as f64;
-        let per_step = server.iter().map(|s| s.0).sum::<f64>() / n;
-        let drafts: Vec<f64> = server.iter().filter_map(|s| s.1).collect();
-        return (per_step > 1.0).then_some(SpecTokens {
-            per_step,
-            draft_len: (!drafts.is_empty())
-                .then(|| drafts.iter().sum::<f64>() / drafts.len() as f64),
-            from: "the server's mean accepted length",
-        });
-    }
-    if p.repeats.iter().any(|s| s.server.is_some()) {
-        return None;
-    }
-    let tpc = p.mean(Metric::TPC)?;
-    (tpc > TPC_ABOVE).then_some(SpecTokens {
-        per_step: tpc,
-        draft_len: None,
-        from: "tokens per chunk, no server view",
-    })
 }
 
 /// A point's decode step as the engine timed it (its step log), mean over the repeats that
@@ -206,14 +154,6 @@ pub struct PointStep {
     /// The engine's own decode step, where it logged its steps: the step judged.
     pub engine: Option<EngineStep>,
     pub verdict: StepVerdict,
-}
-
-/// The model a point's records name: its `model` label, else the one loadgen's summary names.
-pub fn records_model(p: &Point) -> Option<&str> {
-    p.labels
-        .get(label::MODEL)
-        .map(String::as_str)
-        .or(p.model.as_deref())
 }
 
 /// The `gemm_step` record of `model` at `tp` nearest `batch` (exact first).

@@ -2,15 +2,17 @@
 //! engine`), matching points side by side with the ratio new/base. A change is called real
 //! only when it exceeds the runs' own noise: |new - base| > sqrt(hw_base² + hw_new²), where hw
 //! is the half-width of each side's 95% interval (from repeats when present, else from the
-//! run's own spread; see [`crate::metrics::Metric::single_run_noise`]), and by at least
+//! run's own spread; see [`crate::input::metrics::Metric::single_run_noise`]), and by at least
 //! [`MIN_EFFECT`] (with repeats on both sides) or [`MIN_EFFECT_SINGLE`] (without: one run's
 //! spread shows sampling noise only, not how much a rerun moves).
 
-use crate::input::Params;
-use crate::metrics::{Better, Metric};
-use crate::param::Param;
-use crate::points::{Keys, Point, SampleKind, point_name};
-use crate::table::{Cell, Column, Table};
+pub mod env_diff;
+pub mod model_vs_reality;
+
+use crate::input::metrics::{Better, Metric};
+use crate::input::param::{Param, Params};
+use crate::input::points::{Keys, Point, SampleKind, point_name};
+use crate::render::{Cell, Column, Table};
 use servbench::cli;
 use servbench::record::Labels;
 use std::collections::{BTreeMap, BTreeSet};
@@ -222,7 +224,7 @@ fn table_for(
         }
         for k in &key_cols {
             row.push(match b.key_value(k) {
-                Some(v) => crate::report::key_cell(k, v),
+                Some(v) => crate::tables::points::key_cell(k, v),
                 None => Cell::Empty,
             });
         }
@@ -346,10 +348,10 @@ pub fn compare_sides(
         metrics,
         false,
     );
-    if crate::model_vs_reality::is_prediction(base) {
+    if model_vs_reality::is_prediction(base) {
         table.title = "model vs reality".into();
         let pairs: Vec<(&Point, &Point)> = pairing.pairs.iter().map(|(_, b, n)| (*b, *n)).collect();
-        let notes = crate::model_vs_reality::notes(&pairs, metrics);
+        let notes = model_vs_reality::notes(&pairs, metrics);
         table.notes.splice(0..0, notes);
     }
     for (k, b, n) in differ {

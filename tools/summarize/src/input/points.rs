@@ -3,10 +3,10 @@
 //! repeats apart (their figures become a mean and a 95% interval), and names each point by
 //! what varies across the run.
 
-use crate::input::{Inputs, Params};
-use crate::metrics::Metric;
-use crate::param::Param;
-use servbench::record::{GpuStats, Labels, ServerStats, SummaryRecord};
+use crate::input::Inputs;
+use crate::input::metrics::Metric;
+use crate::input::param::{Param, Params, fmt_rate};
+use servbench::record::{GpuStats, Labels, ServerStats, SummaryRecord, label};
 use servbench::stats::{MeanCi, PointStats, Slo};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -98,11 +98,6 @@ pub enum SampleKind {
     Repeats,
     Blocks,
     Requests,
-}
-
-pub fn fmt_rate(r: f64) -> String {
-    let s = format!("{r:.3}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// Builds points from inputs, dropping the `merge_labels` (e.g. `host`) so the same point
@@ -272,4 +267,12 @@ pub fn point_name(p: &Point, varying: &[String]) -> String {
         }
     }
     parts.join(" ")
+}
+
+/// The model a point's records name: its `model` label, else the one loadgen's summary names.
+pub fn records_model(p: &Point) -> Option<&str> {
+    p.labels
+        .get(label::MODEL)
+        .map(String::as_str)
+        .or(p.model.as_deref())
 }

@@ -3,7 +3,7 @@
 //! the flags the engine was launched with, and the host record's tunables and GPUs), so a difference in the figures below can be
 //! traced to what changed. Nothing when neither side carries a server record.
 
-use crate::table::{Cell, Column, Table};
+use crate::render::{Cell, Column, Table};
 use servbench::presets::Layout;
 use servbench::record::{ServerRecord, ThpMode};
 use std::collections::BTreeSet;

@@ -1,5 +1,5 @@
-//! Efficiency: measured figures against what the hardware allows, with the shared presets and
-//! roofline (`servbench::presets`, the same srv-sim uses).
+//! How a point is judged against the hardware, with the shared presets and roofline
+//! (`servbench::presets`, the same srv-sim uses).
 //!
 //! - Each row is judged in its own layout: the `tp` and `pp` labels its records carry (srv-launch
 //!   puts them on the server record, loadgen carries them on), with `--tp`/`--pp` filling in only
@@ -10,17 +10,19 @@
 //!   per-step overhead). The decode rate one stream sees (1000 / TPOT p50) is a share of each.
 //! - A rate above a limit is not a share: the cell says `over` and a note says the card, the
 //!   layout or the data is wrong.
-//! - A single stream far below its memory-bound limit gets a note, with what the modelled step
-//!   explains of the gap.
-//! - For `coll` records, busbw as a share of the bus bandwidth of the level their ranks span.
-//! - Decode budget without load points: the allreduce time per decoded token at batch 1 (two per
-//!   layer, each of batch x hidden x activation bytes, the mean time at each measured size, as
-//!   collbench decode reads it). With points, `steps` judges each point's step.
+//! - Each point's decode step, judged once against its parts: [`step`]; a speculative run's
+//!   tokens per verify step: [`spec`]; a bandwidth measured on the GPU in place of the card's:
+//!   [`measured`].
+//!
+//! The tables' roofline columns are in `tables`, the notes it prompts in `notes::roofline`.
 
-use crate::metrics::{Metric, Scalar};
-use crate::points::{Keys, Point, point_name};
-use crate::steps::{SpecTokens, spec_tokens};
-use crate::table::{Cell, Column, Table, human};
+pub mod measured;
+pub mod spec;
+pub mod step;
+
+use crate::input::metrics::{Metric, Scalar};
+use crate::input::points::{Keys, Point, point_name, records_model};
+use crate::roofline::spec::{SpecTokens, spec_tokens};
 use servbench::host::topo;
 use servbench::presets::{
     self, Comm, DEFAULT_STEP_OVERHEAD_US, Deployment, Hardware, Layout, MeasuredCurve, ModelCard,
@@ -28,10 +30,6 @@ use servbench::presets::{
 };
 use servbench::record::{CollRecord, HostEnv, label};
 
-/// A single stream below this share of its memory-bound limit gets a note.
-pub const SINGLE_STREAM_SHARE: f64 = 0.5;
-/// Of such a stream, a modelled step at or above this share of the measured time explains it.
-pub const STEP_EXPLAINS: f64 = 0.8;
 /// A rate up to this far above a limit is the limit within clock and rounding noise (srv-sim,
 /// which runs exactly at its modelled step, lands here); beyond it, it is an impossible rate.
 pub const OVER_LIMIT_NOISE: f64 = 0.03;
@@ -242,7 +240,7 @@ impl Roofline {
         }
         let mut named: Vec<(&str, String)> = Vec::new();
         for p in points {
-            if let Some(m) = crate::steps::records_model(p)
+            if let Some(m) = records_model(p)
                 && !same_model(m, &self.model.name)
                 && !named.iter().any(|(n, _)| *n == m)
             {
@@ -335,240 +333,9 @@ pub fn share(rate: f64, limit: f64) -> Option<f64> {
     }
 }
 
-fn share_cell(rate: Option<f64>, limit: f64) -> Cell {
-    match rate {
-        None => Cell::Empty,
-        Some(r) => match share(r, limit) {
-            Some(s) => Cell::pct(Some(100.0 * s)),
-            None => Cell::Text("over".into()),
-        },
-    }
-}
-
-fn stream(p: &Point) -> Option<f64> {
+/// The decode rate one stream sees: 1000 / TPOT p50.
+pub fn stream(p: &Point) -> Option<f64> {
     p.mean(Metric::Scalar(Scalar::StreamTokS))
-}
-
-/// Adds `tok/s/stream`, the memory-bound and modelled-step limits and the shares of each.
-pub fn add_columns(table: &mut Table, points_in_order: &[&Point], keys: &Keys, roof: &Roofline) {
-    let col = |name: &str, header: &str| Column {
-        name: name.into(),
-        header: header.into(),
-    };
-    table.columns.extend([
-        col("stream_tok_s", "tok/s/stream"),
-        col("mem_limit_tok_s", "mem limit"),
-        col("mem_pct", "% of mem"),
-        col("step_limit_tok_s", "step limit"),
-        col("step_pct", "% of step"),
-    ]);
-    let mut layouts: Vec<Layout> = Vec::new();
-    let mut comms: Vec<String> = Vec::new();
-    let mut speculative: Vec<(String, &'static str)> = Vec::new();
-    for (row, p) in table.rows.iter_mut().zip(points_in_order) {
-        let rate = stream(p);
-        let lim = roof.limits(p, keys);
-        row.push(Cell::num(rate));
-        row.push(Cell::num(Some(lim.memory_tok_s)));
-        row.push(share_cell(rate, lim.memory_tok_s));
-        row.push(Cell::num(Some(lim.step_tok_s)));
-        row.push(share_cell(rate, lim.step_tok_s));
-        if !layouts.contains(&lim.layout) {
-            layouts.push(lim.layout);
-        }
-        let comm = lim.dep.comm.describe();
-        if !comms.contains(&comm) {
-            comms.push(comm);
-        }
-        if let Some(spec) = &lim.spec {
-            speculative.push((point_name(p, &keys.varying), spec.from));
-        }
-    }
-    let layouts: Vec<String> = layouts
-        .iter()
-        .map(|l| format!("TP={} PP={}", l.tp, l.pp))
-        .collect();
-    table.context.push((
-        "roofline".into(),
-        format!(
-            "{} in {} (each row's tp/pp labels{}); step = max(memory, compute) + communication ({}) + {} ms overhead",
-            roof.describe(),
-            layouts.join(", "),
-            match (roof.tp, roof.pp) {
-                (None, None) => ", else 1".to_string(),
-                (tp, pp) => format!(
-                    ", else --tp {} --pp {}",
-                    tp.unwrap_or(1),
-                    pp.unwrap_or(1)
-                ),
-            },
-            comms.join("; "),
-            human(DEFAULT_STEP_OVERHEAD_US / 1000.0)
-        ),
-    ));
-    if !speculative.is_empty() {
-        let mut froms: Vec<&str> = speculative.iter().map(|(_, f)| *f).collect();
-        froms.dedup();
-        let rows: Vec<&str> = speculative.iter().map(|(n, _)| n.as_str()).collect();
-        table.context.push((
-            "speculative".into(),
-            format!(
-                "{}: limits are the verify step over the tokens it emits ({})",
-                rows.join(", "),
-                froms.join(", ")
-            ),
-        ));
-    }
-}
-
-/// The notes on rows against their limits: rates above a limit (impossible), single streams
-/// far below the memory-bound limit, expert parallelism the limits do not model.
-pub fn notes(points: &[Point], roof: &Roofline) -> Vec<String> {
-    let mut out = over_limit_note(points, roof);
-    out.extend(single_stream_note(points, roof));
-    let keys = Keys::of(points);
-    let ep: Vec<String> = points
-        .iter()
-        .filter(|p| p.labels.get(label::EP).is_some_and(|e| e.trim() != "1"))
-        .map(|p| point_name(p, &keys.varying))
-        .collect();
-    if !ep.is_empty() {
-        out.push(format!(
-            "expert parallelism at {}: the limits treat the experts as split like TP and do not model its all-to-all",
-            ep.join(", ")
-        ));
-    }
-    out
-}
-
-/// Rows whose measured rate is above a limit beyond the noise: not a share, a sign that
-/// something fed to the comparison is wrong.
-pub fn over_limit_note(points: &[Point], roof: &Roofline) -> Vec<String> {
-    let keys = Keys::of(points);
-    let mut out = Vec::new();
-    for p in points {
-        let Some(rate) = stream(p) else { continue };
-        let lim = roof.limits(p, &keys);
-        let (which, limit) = if share(rate, lim.memory_tok_s).is_none() {
-            (
-                "memory-bound limit (weights + KV over bandwidth)",
-                lim.memory_tok_s,
-            )
-        } else if share(rate, lim.step_tok_s).is_none() {
-            ("modelled step's limit", lim.step_tok_s)
-        } else {
-            continue;
-        };
-        out.push(format!(
-            "{} decodes {} tok/s per stream, {:.2}x the {which} of {} tok/s for {}{}: impossible, so the card (bandwidth, interconnect), the layout (tp/pp labels, --tp/--pp) or the data is wrong",
-            point_name(p, &keys.varying),
-            human(rate),
-            rate / limit,
-            human(limit),
-            lim.dep.describe(),
-            lim.spec_words()
-        ));
-    }
-    out
-}
-
-/// A single stream (concurrency 1) decoding far below its memory-bound limit, and how much of
-/// the gap the modelled step (communication, overhead) explains.
-pub fn single_stream_note(points: &[Point], roof: &Roofline) -> Vec<String> {
-    let keys = Keys::of(points);
-    let mut out = Vec::new();
-    for p in points.iter().filter(|p| p.params.concurrency == Some(1)) {
-        let Some(rate) = stream(p) else { continue };
-        let lim = roof.limits(p, &keys);
-        let mem_share = rate / lim.memory_tok_s;
-        if mem_share >= SINGLE_STREAM_SHARE {
-            continue;
-        }
-        let step_ms = 1000.0 / lim.step_tok_s;
-        let measured_ms = 1000.0 / rate;
-        let why = if step_ms >= STEP_EXPLAINS * measured_ms {
-            format!(
-                "the modelled step explains it ({} ms, of which communication {} ms): {}, not engine tuning",
-                human(step_ms),
-                human(lim.step.comm_s * 1e3),
-                roof.fewer_ranks_advice(lim.layout)
-            )
-        } else {
-            format!(
-                "the modelled step ({} ms, communication {} ms) explains only {:.0}% of the {} ms measured: no concurrency tuning fixes that; look at the engine (CUDA graphs, kernels, host overhead, quantization)",
-                human(step_ms),
-                human(lim.step.comm_s * 1e3),
-                100.0 * step_ms / measured_ms,
-                human(measured_ms)
-            )
-        };
-        out.push(format!(
-            "single stream at {} decodes {} tok/s: {:.0}% of the memory-bound limit of {} tok/s (weights + KV over bandwidth) for {}{}; {why}",
-            point_name(p, &keys.varying),
-            human(rate),
-            mem_share * 100.0,
-            human(lim.memory_tok_s),
-            lim.dep.describe(),
-            lim.spec_words(),
-        ));
-    }
-    out
-}
-
-/// Adds `% link` to the collectives table: busbw over the bus bandwidth of the topology level
-/// the record's ranks span on the hardware card.
-pub fn add_link_share(table: &mut Table, coll_in_order: &[&CollRecord], hw: &Hardware) {
-    table.columns.push(Column {
-        name: "link_pct".into(),
-        header: "% link".into(),
-    });
-    let levels: Vec<String> = hw
-        .interconnect
-        .levels
-        .iter()
-        .map(|l| format!("{} {} GB/s", l.name, human(l.busbw_gbps)))
-        .collect();
-    table.context.push((
-        "link".into(),
-        format!("{}: {}", hw.interconnect.name, levels.join(", ")),
-    ));
-    for (row, c) in table.rows.iter_mut().zip(coll_in_order) {
-        let level = hw.interconnect.level_for(c.ranks);
-        row.push(Cell::pct(Some(100.0 * c.busbw_gbps / level.busbw_gbps)));
-    }
-}
-
-/// Without load points: the per-token allreduce time at batch 1 in the `--tp` layout, from the
-/// `coll` records (or `--comm-from`'s). With points, each point's step is judged in `steps`.
-pub fn decode_budget_without_points(coll: &[CollRecord], roof: &Roofline) -> Vec<String> {
-    let coll = match &roof.comm_from {
-        Some((from, _)) if coll.is_empty() => from.as_slice(),
-        _ => coll,
-    };
-    let tp = roof.tp.unwrap_or(1);
-    let model = &roof.model;
-    let Some(curve) = MeasuredCurve::from_records(coll, tp, false).filter(|_| tp > 1) else {
-        return Vec::new();
-    };
-    let bytes = model.allreduce_bytes(1);
-    let ms = f64::from(model.allreduces_per_step()) * curve.us_at(bytes) / 1000.0;
-    let mut caveats = format!("; allreduce as measured: {}", curve.describe());
-    if curve.ranks != tp {
-        caveats.push_str(&format!(
-            " (measured over {} ranks, the model runs TP={tp})",
-            curve.ranks
-        ));
-    }
-    if let Some(tcp) = curve.tcp_caveat() {
-        caveats.push_str(&format!("; {tcp}"));
-    }
-    vec![format!(
-        "decode budget for {} at TP={tp}: 2 x {} layers x allreduce of {} = {} ms per decoded token at batch 1{caveats}",
-        roof.describe(),
-        model.layers,
-        crate::steps::size(bytes),
-        human(ms),
-    )]
 }
 
 #[cfg(test)]

@@ -3,34 +3,17 @@
 //! moves from one run (`run=` label) to the next. Like every note, each is a small function
 //! over the points, tested on a fixture where it fires and one where it stays silent.
 
-use crate::metrics::Metric;
-use crate::notes::{load_name, series_name};
-use crate::points::{Keys, Point, point_name};
-use crate::table::human;
+use crate::input::metrics::Metric;
+use crate::input::points::{Keys, Point, point_name};
+use crate::notes::words::{RUN_LABEL, TPC_ABOVE, load_name, series, series_name, without_run};
+use crate::render::human;
 use servbench::record::Labels;
 use servbench::stats::MeanCi;
 use std::collections::BTreeMap;
 
-/// The label that tells runs of the same experiment apart (scripts/relaunch-and-rerun.sh,
-/// loadgen --label run=NAME).
-pub const RUN_LABEL: &str = servbench::record::label::RUN;
 /// A speculative gain (tokens per chunk above 1) that falls below this share of its gain at the
 /// lightest load has collapsed.
 pub const SPEC_GAIN_KEPT: f64 = 0.5;
-
-/// The labels without the run's name: what makes two runs' points the same point.
-pub fn without_run(labels: &Labels) -> Labels {
-    let mut l = labels.clone();
-    l.remove(RUN_LABEL);
-    l
-}
-
-/// ` (run=round2)`, or nothing for a point with no run label.
-pub fn run_of(p: &Point) -> String {
-    p.labels
-        .get(RUN_LABEL)
-        .map_or(String::new(), |r| format!(" ({RUN_LABEL}={r})"))
-}
 
 /// A row whose concurrency was never in flight: fewer requests per run than the concurrency.
 pub fn too_few_requests(points: &[Point], keys: &Keys) -> Vec<String> {
@@ -56,7 +39,7 @@ pub fn too_few_requests(points: &[Point], keys: &Keys) -> Vec<String> {
 /// speculation off.
 pub fn spec_gain_collapses(points: &[Point], keys: &Keys) -> Vec<String> {
     let mut out = Vec::new();
-    for s in crate::notes::series(points) {
+    for s in series(points) {
         let tpc: Vec<Option<f64>> = s.iter().map(|p| p.mean(Metric::TPC)).collect();
         let (Some(first), Some((last_i, last))) = (
             tpc[0],
@@ -68,7 +51,7 @@ pub fn spec_gain_collapses(points: &[Point], keys: &Keys) -> Vec<String> {
             continue;
         };
         let gain = first - 1.0;
-        if first <= crate::notes::TPC_ABOVE || last_i == 0 || last - 1.0 >= SPEC_GAIN_KEPT * gain {
+        if first <= TPC_ABOVE || last_i == 0 || last - 1.0 >= SPEC_GAIN_KEPT * gain {
             continue;
         }
         out.push(format!(

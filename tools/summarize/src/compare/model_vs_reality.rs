@@ -4,8 +4,8 @@
 //! and notes a measured point whose throughput falls far below the prediction, where the engine
 //! lost what the model says the hardware has.
 
-use crate::metrics::Metric;
-use crate::points::{Keys, Point, point_name};
+use crate::input::metrics::Metric;
+use crate::input::points::{Keys, Point, point_name};
 
 /// The label srv-sim --predict puts on its records.
 pub const SOURCE_LABEL: &str = "source";

@@ -162,7 +162,7 @@ pub enum Scalar {
     TokSPerGpu,
     /// Joules per output token on those GPUs: each GPU's energy over the point, from its
     /// energy counter where loadgen read one (`energy_j`), else its mean sampled power x the
-    /// point's duration, summed, over the point's output tokens (see [`crate::energy`]).
+    /// point's duration, summed, over the point's output tokens (see [`crate::input::energy`]).
     JoulesPerTok,
     /// The server's gauges of requests running and waiting (largest sample in the point).
     RunningMax,
@@ -488,7 +488,7 @@ impl Metric {
                     let n = whole_gpus(s).len();
                     (n > 0).then(|| s.output_tok_s / n as f64)
                 }
-                Scalar::JoulesPerTok => crate::energy::joules_per_token(s, &whole_gpus(s)),
+                Scalar::JoulesPerTok => crate::input::energy::joules_per_token(s, &whole_gpus(s)),
             },
             Metric::Dist(d, st) => d.of(s).map(|dist| st.of(dist)),
         }

@@ -1,8 +1,8 @@
 //! The point parameters summarize keys points by beside their labels (`--by`, `--cols`, the
-//! tables' key columns, point names): one type, so each is spelled and shown in one place.
+//! tables' key columns, point names): one type, so each is spelled and shown in one place; and
+//! [`Params`], a point's values of them, hashable.
 
-use crate::input::Params;
-use crate::points::fmt_rate;
+use servbench::record::PointKey;
 
 /// A point parameter, named on the command line and in tables by [`Param::key`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +89,81 @@ impl Param {
             Param::Out => format!("out={value}"),
             Param::Speed => format!("trace x{value}"),
         }
+    }
+}
+
+pub fn fmt_rate(r: f64) -> String {
+    let s = format!("{r:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// The parameters that identify a sweep point (PointKey without its position and repeat),
+/// hashable: the rate is kept by its bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Params {
+    pub concurrency: Option<u32>,
+    rate_bits: Option<u64>,
+    pub input_len: Option<u32>,
+    pub max_tokens: Option<u32>,
+    trace_speed_bits: Option<u64>,
+}
+
+impl Params {
+    pub fn of(p: &PointKey) -> Params {
+        Params {
+            concurrency: p.concurrency,
+            rate_bits: p.rate_rps.map(f64::to_bits),
+            input_len: p.input_len,
+            max_tokens: p.max_tokens,
+            trace_speed_bits: p.trace_speed.map(f64::to_bits),
+        }
+    }
+
+    pub fn trace_speed(&self) -> Option<f64> {
+        self.trace_speed_bits.map(f64::from_bits)
+    }
+
+    pub fn rate_rps(&self) -> Option<f64> {
+        self.rate_bits.map(f64::from_bits)
+    }
+
+    /// Back to a PointKey (position 0) for a summary built here.
+    pub fn to_point(self, repeat: u32) -> PointKey {
+        PointKey {
+            index: 0,
+            concurrency: self.concurrency,
+            rate_rps: self.rate_rps(),
+            input_len: self.input_len,
+            max_tokens: self.max_tokens,
+            repeat,
+            trace_speed: self.trace_speed(),
+        }
+    }
+
+    /// These parameters without the named ones (`in`, `out`, `speed`), to match points that
+    /// differ only there.
+    pub fn without(&self, keys: &std::collections::BTreeSet<String>) -> Params {
+        let mut p = *self;
+        if keys.contains(Param::In.key()) {
+            p.input_len = None;
+        }
+        if keys.contains(Param::Out.key()) {
+            p.max_tokens = None;
+        }
+        if keys.contains(Param::Speed.key()) {
+            p.trace_speed_bits = None;
+        }
+        p
+    }
+
+    /// Sort order that puts rates in numeric order (bits of positive floats sort numerically).
+    pub fn sort_key(&self) -> (Option<u32>, Option<u32>, Option<u32>, Option<u64>) {
+        (
+            self.input_len,
+            self.max_tokens,
+            self.concurrency,
+            self.rate_bits,
+        )
     }
 }
 

@@ -1,40 +1,11 @@
-//! Energy per output token, from the GPUs' own energy counters where loadgen read them
-//! (`gpus[].energy_j`, `energy_source: counter`), else from their sampled power integrated over
-//! the point (the mean of `power_w` times the point's duration), and a note saying which
-//! source each point's figure came from.
+//! Which source each point's energy per token came from (`input::energy` computes it): the
+//! GPUs' energy counters, their sampled power, or both.
 
-use crate::notes::load_name;
-use crate::points::Point;
-use servbench::record::{EnergySource, GpuStats, SummaryRecord};
-
-/// One GPU's energy over the point in joules and where it comes from; `None` where it has
-/// neither a counter reading nor a sampled power.
-fn gpu_energy(g: &GpuStats, duration_s: f64) -> Option<(f64, EnergySource)> {
-    match (g.energy_source, g.energy_j) {
-        (Some(EnergySource::Counter), Some(j)) if j.is_finite() && j >= 0.0 => {
-            Some((j, EnergySource::Counter))
-        }
-        _ => Some((g.power_w?.mean * duration_s, EnergySource::SampledPower)),
-    }
-}
-
-/// The point's energy over `gpus` (each GPU once) and its sources; `None` when one GPU has
-/// none or there are no GPUs.
-fn point_energy(gpus: &[&GpuStats], duration_s: f64) -> Option<(f64, Vec<EnergySource>)> {
-    let each: Option<Vec<(f64, EnergySource)>> =
-        gpus.iter().map(|g| gpu_energy(g, duration_s)).collect();
-    let each = each.filter(|e| !e.is_empty())?;
-    Some((
-        each.iter().map(|(j, _)| j).sum(),
-        each.into_iter().map(|(_, s)| s).collect(),
-    ))
-}
-
-/// Joules per output token on `gpus` (the server's, each once).
-pub fn joules_per_token(s: &SummaryRecord, gpus: &[&GpuStats]) -> Option<f64> {
-    let (joules, _) = point_energy(gpus, s.duration_s)?;
-    (s.output_tokens > 0 && s.duration_s > 0.0).then(|| joules / s.output_tokens as f64)
-}
+use crate::input::energy::point_energy;
+use crate::input::metrics::whole_gpus;
+use crate::input::points::Point;
+use crate::notes::words::load_name;
+use servbench::record::EnergySource;
 
 /// Which source each point's energy came from, one line per source ("energy per token
 /// (j_per_tok) from the GPUs' energy counters: C=1, C=2"); nothing for points whose records
@@ -46,7 +17,7 @@ pub fn source_notes(points: &[Point]) -> Vec<String> {
     for p in points {
         let mut sources: Vec<EnergySource> = Vec::new();
         for s in &p.repeats {
-            let gpus = crate::metrics::whole_gpus(s);
+            let gpus = whole_gpus(s);
             // Records from before loadgen said its source are left unnamed.
             if gpus.iter().all(|g| g.energy_source.is_none()) {
                 continue;

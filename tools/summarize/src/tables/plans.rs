@@ -2,7 +2,7 @@
 //! TP4/TP8/PP8 dry runs of one model compare at a glance (fits, weights per GPU, KV cache, the
 //! batch-1 step by cause, the allreduce, one stream's rate).
 
-use crate::table::{Cell, Column, Table, human};
+use crate::render::{Cell, Column, Table, human};
 use servbench::record::SimPlanRecord;
 
 pub fn plan_table(plans: &[SimPlanRecord]) -> Table {

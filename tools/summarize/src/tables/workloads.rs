@@ -2,8 +2,8 @@
 //! against later turns' growing, mostly cached history), and `--find-max` searches (the highest
 //! load that met the SLO, the first that did not).
 
-use crate::points::{Keys, Point, point_name};
-use crate::table::{Cell, Column, Table};
+use crate::input::points::{Keys, Point, point_name};
+use crate::render::{Cell, Column, Table};
 use servbench::record::SearchRecord;
 
 fn col(name: &str, header: &str) -> Column {
@@ -58,8 +58,8 @@ pub fn turns_table(points: &[Point]) -> Option<Table> {
         if let (Some(first), Some(last)) = (first, later.last()) {
             table.notes.push(format!(
                 "{name}: TTFT p50 {} ms at turn 1, {} ms at turn {} ({} sessions)",
-                crate::table::human(first),
-                crate::table::human(*last),
+                crate::render::human(first),
+                crate::render::human(*last),
                 s.by_turn.last().map_or(0, |t| t.turn),
                 s.workload.sessions.unwrap_or(s.by_turn[0].requests)
             ));

@@ -3,8 +3,8 @@
 //! negative or out-of-range values, duplicate series). The figures those samples would have made
 //! are absent from the table; these notes say why, so an empty cell is never a silent one.
 
-use crate::notes::load_name;
-use crate::points::{Keys, Point};
+use crate::input::points::{Keys, Point};
+use crate::notes::words::load_name;
 
 /// Each distinct line once, with the points it came from, in the points' order.
 fn grouped(points: &[Point], lines: impl Fn(&Point) -> Vec<String>) -> Vec<(String, Vec<String>)> {

@@ -2,10 +2,10 @@
 //! why a point is slow, in the server's words. Each is silent where loadgen recorded no such
 //! figure. Thresholds are constants here and in the README.
 
-use crate::metrics::{Metric, Scalar};
-use crate::notes::{load_name, series, series_name};
-use crate::points::{Keys, Point, point_name};
-use crate::table::human;
+use crate::input::metrics::{DistName, Metric, Scalar, Stat};
+use crate::input::points::{Keys, Point, point_name};
+use crate::notes::words::{KNEE_GAIN, load_name, series, series_name};
+use crate::render::human;
 use servbench::record::ServerStats;
 
 /// Speculative acceptance lower by this much (absolute) at the highest load than at the lowest.
@@ -13,7 +13,7 @@ pub const SPEC_DROP: f64 = 0.05;
 /// KV-cache usage above this share is full.
 pub const KV_FULL: f64 = 0.95;
 /// Below this gain over the previous load, throughput has flattened (as the knee note's).
-pub const FLAT_GAIN: f64 = crate::notes::KNEE_GAIN;
+pub const FLAT_GAIN: f64 = KNEE_GAIN;
 /// Mean GPU utilization below this (%) at the single-stream point is low.
 pub const GPU_LOW_UTIL_PCT: f64 = 50.0;
 /// Server-side mean TTFT below this share of the client's, and ...
@@ -149,10 +149,7 @@ pub fn server_ttft_below_client(points: &[Point], keys: &Keys) -> Vec<String> {
     let hits: Vec<String> = points
         .iter()
         .filter_map(|p| {
-            let client = p.mean(Metric::Dist(
-                crate::metrics::DistName::Ttft,
-                crate::metrics::Stat::Mean,
-            ))?;
+            let client = p.mean(Metric::Dist(DistName::Ttft, Stat::Mean))?;
             let srv = server(p)?.ttft_ms?.mean;
             (srv < client * SERVER_TTFT_SHARE && client - srv > SERVER_TTFT_GAP_MS).then(|| {
                 format!(

@@ -2,8 +2,9 @@
 //! point's TTFT goes, in the engine's queue, its prefill, or outside it; and requests whose
 //! server TTFT exceeds the client's (a note, never a negative share).
 
-use crate::points::{Keys, Point, point_name};
-use crate::table::human;
+use crate::input::points::{Keys, Point, point_name};
+use crate::render::human;
+use crate::roofline::Roofline;
 use servbench::record::TtftSplit;
 
 /// Outside the engine above this share of the client TTFT: the note says it dominates.
@@ -150,11 +151,7 @@ pub fn achieved(p: &Point) -> Option<(f64, f64)> {
 
 /// With `--roofline`: each point's MFU and MBU from the engine's counters, against the
 /// measured bandwidth (collbench limits) when given, else the card's datasheet, labelled.
-pub fn utilization(
-    points: &[Point],
-    keys: &Keys,
-    roof: &crate::efficiency::Roofline,
-) -> Vec<String> {
+pub fn utilization(points: &[Point], keys: &Keys, roof: &Roofline) -> Vec<String> {
     let rates = servbench::presets::Rates::datasheet(&roof.hw);
     let peak_flops = rates.flops(roof.model.weight_format);
     let (bw_gbps, bw_from) = match &roof.measured_bw {

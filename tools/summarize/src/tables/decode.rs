@@ -1,0 +1,96 @@
+//! collbench's `decode` records: the allreduce budget of a decode step per batch, with the
+//! verdict the load point of that model, TP and batch got.
+
+use crate::render::{Cell, Column, Table, human};
+use crate::roofline::step::PointStep;
+use servbench::presets::{StepBasis, StepParts, StepVerdict};
+use servbench::record::{CollBackend, DecodeRecord};
+
+/// collbench's decode question, one row per batch: the allreduce each decode step pays, times
+/// the allreduces per step, against the roofline step of the model on the hardware. The verdict
+/// under each row is the one the load point of that model, TP and batch got (from its measured
+/// step), else the modelled step's, labelled as such.
+pub fn decode_table(decode: &[DecodeRecord], steps: &[PointStep]) -> Table {
+    let col = |name: &str, header: &str| Column {
+        name: name.into(),
+        header: header.into(),
+    };
+    let mut table = Table::new(
+        "decode allreduce budget",
+        vec![
+            col("model", "model"),
+            col("hardware", "hardware"),
+            col("backend", "backend"),
+            col("tp", "TP"),
+            col("batch", "batch"),
+            col("allreduce_bytes", "allreduce B"),
+            col("allreduces_per_step", "per step"),
+            col("allreduce_us_mean", "allreduce mean us"),
+            col("comm_ms_per_token", "comm ms/token"),
+            col("step_roofline_ms", "roofline step ms"),
+            col("comm_pct", "comm %"),
+            col("wrong", "#wrong"),
+        ],
+    );
+    for d in decode {
+        table.push(
+            vec![
+                Cell::Text(d.model.clone()),
+                Cell::Text(d.hardware.clone()),
+                Cell::Text(d.backend.to_string()),
+                Cell::int(d.tp),
+                Cell::int(d.batch),
+                Cell::int(d.allreduce_bytes),
+                Cell::int(d.allreduces_per_step),
+                Cell::num(Some(d.allreduce_us.mean)),
+                Cell::num(Some(d.comm_us_per_token * 1e-3)),
+                Cell::num(Some(d.step_roofline_us * 1e-3)),
+                Cell::pct(Some(d.comm_fraction * 100.0)),
+                Cell::int(d.wrong),
+            ],
+            0,
+        );
+        table.notes.push(decode_note(d, steps));
+    }
+    // comm ms/token is allreduces_per_step x the mean (collbench decode's figure, and what
+    // summarize's decode budget reads): a step pays the sum of its allreduces.
+    table.context.push((
+        "statistic".into(),
+        "mean allreduce time (a step pays their sum)".into(),
+    ));
+    if decode.iter().any(|d| d.backend == CollBackend::Tcp) {
+        table.notes.push(
+            "the tcp backend measured these allreduces: processes over TCP on this box, which says nothing about NCCL on GPUs; run collbench decode --backend nccl on the GPU host for the real budget".into(),
+        );
+    }
+    table
+}
+
+/// The verdict of one decode record's batch: the matching point's, or the modelled step's.
+fn decode_note(d: &DecodeRecord, steps: &[PointStep]) -> String {
+    let comm_ms = d.comm_us_per_token / 1000.0;
+    if let Some(step) = steps
+        .iter()
+        .find(|s| s.model == d.model && s.tp == d.tp && s.batch == d.batch)
+    {
+        return format!(
+            "batch {}: allreduce {} ms per step, judged at {}: {}",
+            d.batch,
+            human(comm_ms),
+            step.name,
+            step.verdict.text()
+        );
+    }
+    let verdict = StepVerdict::judge(StepParts {
+        step_ms: (d.comm_us_per_token + d.step_roofline_us) / 1000.0,
+        basis: StepBasis::Modelled,
+        allreduce_ms: comm_ms,
+        compute: None,
+    });
+    format!(
+        "batch {}: allreduce {} ms per step: {}",
+        d.batch,
+        human(comm_ms),
+        verdict.text()
+    )
+}
