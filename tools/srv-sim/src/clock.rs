@@ -1,11 +1,11 @@
 //! The engine's clock, a seam: the modelled step loop asks it what time it is, waits on it for a
 //! step's deadline and takes arriving requests from it. [`WallClock`] is the server's: the
 //! monotonic clock, waited on with the channel's timed receive, and requests from the HTTP side.
-//! `--predict` runs the same loop on a virtual clock (`crate::predict::load`) that jumps to each
+//! `--predict` runs the same loop on a virtual clock (`predict`'s load module) that jumps to each
 //! deadline at once and makes the requests of a modelled client: the engine is one engine, in
 //! real or virtual time.
 
-use crate::engine::Submit;
+use crate::step::Submit;
 use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};

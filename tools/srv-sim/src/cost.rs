@@ -4,8 +4,7 @@
 //! touched experts) plus what an engine adds: pipeline micro-batches with their bubble, prefill
 //! attention, and a fixed per-step overhead.
 
-use crate::engine::{CostModel, StepShape};
-use crate::selfreport::StepCounts;
+use crate::step::{CostModel, StepCounts, StepShape};
 use servbench::presets::{self, Comm, Deployment, StepWork, WeightFormat};
 use servbench::record::{AllreduceAlgo, Extra, Labels, SCHEMA_VERSION, SimPlanRecord, now_ts};
 use std::time::Duration;

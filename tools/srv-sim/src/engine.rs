@@ -1,7 +1,7 @@
 //! The simulated engine: one OS thread that owns admission, scheduling and token timing.
 //!
 //! Requests arrive over a channel; the engine decides when each of their tokens exists and
-//! publishes a running count ([`Progress::available`]) that the HTTP side streams from. Timing
+//! publishes a running count (`Progress::available`) that the HTTP side streams from. Timing
 //! follows absolute deadlines on the monotonic clock (`Instant`), waited for with the channel's
 //! timed receive (a futex with a timeout), not tokio's 1 ms timer wheel.
 //!
@@ -17,55 +17,15 @@
 
 use crate::clock::{Clock, WallClock, wait_until};
 use crate::metrics::{MetricNames, Metrics};
-pub use crate::progress::Progress;
-use crate::selfreport::{EngineReport, StepCounts};
+use crate::selfreport::EngineReport;
+use crate::step::{CostModel, StepShape, Submit};
 use crate::tokens::{splitmix64, unit};
-use servbench::presets::StepWork;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// A request handed to the engine.
-#[derive(Debug)]
-pub struct Submit {
-    pub progress: Arc<Progress>,
-    pub prompt_tokens: u32,
-    /// Leading prompt tokens found in the prefix cache ([`crate::prefix`]): no prefill for them.
-    pub cached: u32,
-    pub arrival: Instant,
-}
-
-/// The work in one engine step, as the cost model sees it.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct StepShape {
-    /// Requests taking part in the step (decoding or prefilling): pipeline micro-batches split these.
-    pub seqs: u32,
-    /// Decode sequences, prompt-chunk tokens (plus speculative verify tokens beyond the first of
-    /// each decoding sequence) and KV tokens read, in the shared roofline's terms.
-    pub work: StepWork,
-    /// (prompt token, earlier token) pairs prefill attention computes this step: a chunk of c
-    /// tokens after p already prefilled attends to c x (p + (c+1)/2) positions.
-    pub prefill_attention_pairs: u64,
-}
-
-impl StepShape {
-    /// Tokens pushed through the model this step.
-    pub fn tokens(&self) -> u32 {
-        self.work.decode_seqs + self.work.prefill_tokens
-    }
-}
-
-/// Duration of one engine step for a shape of work.
-pub trait CostModel: Send {
-    fn step_time(&self, shape: &StepShape) -> Duration;
-    /// The step's FLOPs and bytes per GPU (`--enable-mfu-metrics`); none by default.
-    fn step_counts(&self, _shape: &StepShape) -> StepCounts {
-        StepCounts::default()
-    }
-}
 
 /// Speculative decoding: `k` draft tokens per step, each accepted with probability `accept`
 /// while the previous ones were (the chain stops at the first rejection).

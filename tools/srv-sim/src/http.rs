@@ -7,9 +7,11 @@
 //! few memcpys. No channel, task or timer per token.
 
 use crate::api::{self, ApiError, Endpoint, Formatter, Limits};
-use crate::engine::{Engine, Progress, Submit};
+use crate::engine::Engine;
 use crate::prefix::{self, PrefixCache};
+use crate::progress::Progress;
 use crate::progress::WaitFor;
+use crate::step::Submit;
 use crate::tokens::{self, splitmix64, unit};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};

@@ -7,8 +7,10 @@
 //!
 //! Modules: [`args`] (the command line, read there only) and [`plan`] (what it asks for,
 //! validated once), [`tokens`] (the tokenization rule and generated text), [`api`] (wire format),
-//! [`engine`] (the step loop and the fixed schedule), [`cost`] (the step cost model),
-//! [`metrics`] (Prometheus text), [`prefix`] (the prefix cache), [`http`] (the server),
+//! [`engine`] (the step loop and the fixed schedule) on a [`clock`], [`cost`] (the step cost
+//! model), [`metrics`] (Prometheus text), [`selfreport`] (vLLM's self-report flags), [`step`]
+//! (the shapes those four share, below them all), [`prefix`] (the prefix cache), [`http`] (the
+//! server),
 //! [`predict`] and [`calibrate`] (virtual-time runs of the modelled engine).
 
 pub mod api;
@@ -25,6 +27,7 @@ pub mod prefix;
 pub mod progress;
 pub mod selfreport;
 pub mod startup;
+pub mod step;
 pub mod tls;
 pub mod tokens;
 
@@ -33,13 +36,14 @@ pub use plan::Plan;
 
 use anyhow::Context as _;
 use cost::Roofline;
-use engine::{CostModel, Engine, EngineConfig, Timing};
+use engine::{Engine, EngineConfig, Timing};
 use http::{App, AppConfig};
 use plan::{Action, Command};
 use servbench::cli::{self, Exit};
 use servbench::presets;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use step::CostModel;
 
 /// `--engine-panic-after N`: the cost model for N steps, then a panic on the engine thread.
 struct PanicAfter {
@@ -48,7 +52,7 @@ struct PanicAfter {
 }
 
 impl CostModel for PanicAfter {
-    fn step_time(&self, shape: &engine::StepShape) -> Duration {
+    fn step_time(&self, shape: &step::StepShape) -> Duration {
         let left = self.steps_left.get();
         if left == 0 {
             panic!("--engine-panic-after: the injected engine panic");
@@ -57,7 +61,7 @@ impl CostModel for PanicAfter {
         self.cost.step_time(shape)
     }
 
-    fn step_counts(&self, shape: &engine::StepShape) -> selfreport::StepCounts {
+    fn step_counts(&self, shape: &step::StepShape) -> step::StepCounts {
         self.cost.step_counts(shape)
     }
 }

@@ -142,7 +142,7 @@ pub struct Metrics {
     pub lateness: Histogram,
     pub max_lateness_s: f64,
     /// `--enable-mfu-metrics`: the cost model's FLOPs and bytes per GPU so far.
-    pub est: Option<crate::selfreport::EstCounters>,
+    pub est: Option<crate::step::EstCounters>,
 }
 
 /// The speculative figures of the decode steps since the gauges were last set.
@@ -329,7 +329,7 @@ pub fn render(engines: &[Metrics], model: &str, spec_decoding: bool) -> String {
 
 fn vllm(f: &mut Families, spec_decoding: bool) {
     if f.engines.iter().any(|m| m.est.is_some()) {
-        type Get = fn(&crate::selfreport::EstCounters) -> f64;
+        type Get = fn(&crate::step::EstCounters) -> f64;
         let rows: [(&str, &str, Get); 3] = [
             ("flops", "floating point operations", |c| c.flops),
             ("read_bytes", "bytes read from memory", |c| c.read_bytes),

@@ -1,4 +1,4 @@
-//! What srv-sim is asked to do, validated once from the command line ([`crate::args::Args::plan`])
+//! What srv-sim is asked to do, validated once from the command line (by `Args::plan`, above this file)
 //! and read, never changed, by everything after: the action, the engine model (model, hardware,
 //! layout, communication), the engine's scheduling, the server with its faults, the self-report
 //! and the predicted load.

@@ -12,7 +12,9 @@
 //!   the cost model (its compute and memory times at the card's rates; the roofline counts
 //!   bytes read, so written bytes stay 0).
 
+use crate::metrics::Metrics;
 use crate::progress::ReqTimes;
+use crate::step::{EstCounters, StepCounts, StepShape};
 use std::io::Write as _;
 use std::time::{Duration, Instant};
 
@@ -40,22 +42,6 @@ impl SelfReport {
     }
 }
 
-/// Estimated work of one step per GPU, from the cost model.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct StepCounts {
-    pub flops_per_gpu: f64,
-    pub read_bytes_per_gpu: f64,
-    pub write_bytes_per_gpu: f64,
-}
-
-/// The counters `/metrics` shows with `--enable-mfu-metrics`.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct EstCounters {
-    pub flops: f64,
-    pub read_bytes: f64,
-    pub write_bytes: f64,
-}
-
 /// One engine's self-report state.
 #[derive(Debug, Clone, Copy)]
 pub struct EngineReport {
@@ -64,23 +50,37 @@ pub struct EngineReport {
     iteration: u64,
 }
 
-/// The line vLLM logs for one step (`Engine 000: Iteration(N): ...`), after its logger prefix.
-#[allow(clippy::too_many_arguments)]
-pub fn iteration_line(
-    engine: u32,
-    iteration: u64,
-    ctx_requests: u32,
-    ctx_tokens: u32,
-    gen_requests: u32,
-    gen_tokens: u32,
-    elapsed: Duration,
-    kv_usage: f64,
-) -> String {
-    format!(
-        "Engine {engine:03}: Iteration({iteration}): {ctx_requests} context requests, {ctx_tokens} context tokens, {gen_requests} generation requests, {gen_tokens} generation tokens, iteration elapsed time: {:.2} ms, GPU KV cache usage: {:.1}%",
-        elapsed.as_secs_f64() * 1e3,
-        kv_usage * 100.0
-    )
+/// What vLLM logs about one step (`Engine 000: Iteration(N): ...`, after its logger prefix):
+/// the engine, the step's number, its context (prefill) and generation (decode) requests and
+/// tokens, its duration and the KV cache's use after it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IterationLine {
+    pub engine: u32,
+    pub iteration: u64,
+    pub ctx_requests: u32,
+    pub ctx_tokens: u32,
+    pub gen_requests: u32,
+    pub gen_tokens: u32,
+    pub elapsed: Duration,
+    /// Used share of the KV cache, 0 to 1.
+    pub kv_usage: f64,
+}
+
+impl std::fmt::Display for IterationLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Engine {:03}: Iteration({}): {} context requests, {} context tokens, {} generation requests, {} generation tokens, iteration elapsed time: {:.2} ms, GPU KV cache usage: {:.1}%",
+            self.engine,
+            self.iteration,
+            self.ctx_requests,
+            self.ctx_tokens,
+            self.gen_requests,
+            self.gen_tokens,
+            self.elapsed.as_secs_f64() * 1e3,
+            self.kv_usage * 100.0
+        )
+    }
 }
 
 impl EngineReport {
@@ -88,32 +88,29 @@ impl EngineReport {
     /// cost model timed at `elapsed`: logs it and counts its work, as asked.
     pub fn step(
         &mut self,
-        shape: &crate::engine::StepShape,
+        shape: &StepShape,
         drafts: u32,
         elapsed: Duration,
         counts: StepCounts,
-        m: &mut crate::metrics::Metrics,
+        m: &mut Metrics,
     ) {
         if self.flags.enable_mfu_metrics {
-            let c = m.est.get_or_insert_with(EstCounters::default);
-            c.flops += counts.flops_per_gpu;
-            c.read_bytes += counts.read_bytes_per_gpu;
-            c.write_bytes += counts.write_bytes_per_gpu;
+            m.est.get_or_insert_with(EstCounters::default).add(counts);
         }
         if self.flags.enable_logging_iteration_details {
             let gen_requests = shape.work.decode_seqs;
             let verify = gen_requests.saturating_mul(drafts);
-            let line = iteration_line(
-                self.index,
-                self.iteration,
-                shape.seqs.saturating_sub(gen_requests),
-                shape.work.prefill_tokens.saturating_sub(verify),
+            let line = IterationLine {
+                engine: self.index,
+                iteration: self.iteration,
+                ctx_requests: shape.seqs.saturating_sub(gen_requests),
+                ctx_tokens: shape.work.prefill_tokens.saturating_sub(verify),
                 gen_requests,
-                gen_requests.saturating_add(verify),
+                gen_tokens: gen_requests.saturating_add(verify),
                 elapsed,
-                m.kv_usage,
-            );
-            log_line(&line);
+                kv_usage: m.kv_usage,
+            };
+            log_line(&line.to_string());
         }
         self.iteration += 1;
     }
@@ -178,9 +175,18 @@ mod tests {
 
     #[test]
     fn the_step_line_is_vllms() {
-        let l = iteration_line(0, 7, 1, 8, 3, 3, Duration::from_micros(12_345), 0.0123);
+        let l = IterationLine {
+            engine: 0,
+            iteration: 7,
+            ctx_requests: 1,
+            ctx_tokens: 8,
+            gen_requests: 3,
+            gen_tokens: 3,
+            elapsed: Duration::from_micros(12_345),
+            kv_usage: 0.0123,
+        };
         assert_eq!(
-            l,
+            l.to_string(),
             "Engine 000: Iteration(7): 1 context requests, 8 context tokens, 3 generation requests, 3 generation tokens, iteration elapsed time: 12.35 ms, GPU KV cache usage: 1.2%"
         );
     }

@@ -8,8 +8,9 @@
 //! times the chunks it receives, and writes loadgen's `request` records.
 
 use crate::clock::Clock;
-use crate::engine::{Progress, Submit};
 use crate::prefix::{PrefixCache, block_hashes};
+use crate::progress::Progress;
+use crate::step::Submit;
 use crate::tokens::splitmix64;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
