@@ -23,6 +23,7 @@ pub mod tables;
 
 use input::Inputs;
 use input::points::{self, Point};
+use notes::note::{Facts, Note};
 use render::{Format, Table};
 use servbench::cli::{self, Exit};
 use servbench::jsonl::Source;
@@ -30,7 +31,8 @@ use servbench::record::label;
 use servbench::stats::Slo;
 use std::io::Write;
 use std::path::PathBuf;
-use tables::points::Col;
+use tables::Section;
+use tables::view::{Col, TEXT_WIDTH, View};
 
 /// What to do, from the command line.
 #[derive(Debug, Clone)]
@@ -54,28 +56,6 @@ pub struct Config {
     /// `--wide`: every column, however wide the text table gets.
     pub wide: bool,
 }
-
-/// Text tables with `--roofline` or `--compare` fit this many columns unless `--wide`.
-pub const TEXT_WIDTH: usize = 120;
-
-/// The default columns of the load-points table a roofline's columns may push out, least
-/// needed first.
-const POINTS_DROPPABLE: [&str; 14] = [
-    "lag_p99",
-    "tok_s_per_gpu",
-    "j_per_tok",
-    "itl_p99",
-    "req_s",
-    "ttft_p99",
-    "itl_p50",
-    "gpu_util",
-    "prefix_hit",
-    "preemptions",
-    "kv_max",
-    "spec_accept",
-    "mem_limit_tok_s",
-    "step_limit_tok_s",
-];
 
 impl Default for Config {
     fn default() -> Self {
@@ -108,114 +88,31 @@ pub fn load_points(sources: &[Source], config: &Config) -> anyhow::Result<(Input
 
 /// The tables for one set of inputs, notes included.
 pub fn tables(inputs: &Inputs, points: &[Point], config: &Config) -> Vec<Table> {
-    let mut out = Vec::new();
-    if !inputs.servers.is_empty() {
-        let mut t = tables::servers::server_table(&inputs.servers);
-        if config.notes {
-            t.notes = notes::host::preflight_notes(&inputs.servers);
-            let card = config
-                .roofline
-                .as_ref()
-                .map(|r| &r.hw)
-                .or(config.link_hw.as_ref());
-            let bytes = config
-                .roofline
-                .as_ref()
-                .map_or(notes::host::GROUP_NOTE_BYTES, |r| {
-                    r.model.allreduce_bytes(1)
-                });
-            t.notes
-                .extend(notes::host::best_groups(&inputs.servers, card, bytes));
-        }
-        out.push(t);
-    }
-    // A bandwidth measured on the GPU replaces the card's in every roofline figure.
-    let measured = config
-        .roofline
-        .as_ref()
-        .map(|r| roofline::measured::with_measured_bandwidth(r, &inputs.limits));
-    // Each point's decode step judged once: the budget notes and the decode table print it.
-    let steps = roofline::step::judge_points(points, inputs, measured.as_ref().map(|(r, _)| r));
-    if !points.is_empty() {
-        let roof = measured.as_ref().map(|(r, _)| r);
-        let mut t = tables::points::points_table(points, config.cols.as_deref(), &config.by, roof);
-        if roof.is_some() && config.cols.is_none() && fits_width(config) {
-            let names: Vec<String> = POINTS_DROPPABLE.iter().map(|s| s.to_string()).collect();
-            t.fit_width(TEXT_WIDTH, &names);
-        }
-        if config.notes {
-            t.notes = notes::all_with_ramps(points, &inputs.ramps);
-            t.notes
-                .extend(notes::self_report::unavailable(&inputs.servers, points));
-            t.notes.extend(notes::energy::source_notes(points));
-            if let Some((roof, said)) = &measured {
-                t.notes.extend(said.clone());
-                t.notes.extend(notes::roofline::notes(points, roof));
-                t.notes.extend(notes::self_report::utilization(
-                    points,
-                    &points::Keys::of(points),
-                    roof,
-                ));
-                t.notes
-                    .extend(steps.iter().map(roofline::step::PointStep::line));
-            }
-            // The engine's step beside the TPOT where no budget line above printed it.
-            let judged: Vec<String> = match &measured {
-                Some(_) => steps.iter().map(|s| s.name.clone()).collect(),
-                None => Vec::new(),
-            };
-            t.notes
-                .extend(roofline::step::engine_step_lines(points, &judged));
-        }
-        out.push(t);
-    }
-    if !inputs.coll.is_empty() || !inputs.coll_runs.is_empty() {
-        let hw = config
-            .roofline
-            .as_ref()
-            .map(|r| &r.hw)
-            .or(config.link_hw.as_ref());
-        let mut t = tables::coll::coll_table(&inputs.coll, &inputs.coll_runs, hw);
-        if points.is_empty()
-            && config.notes
-            && let Some(roof) = &config.roofline
-        {
-            t.notes
-                .extend(notes::roofline::decode_budget_without_points(
-                    &inputs.coll,
-                    roof,
-                ));
-        }
-        out.push(t);
-    }
-    if let Some(t) = tables::workloads::turns_table(points) {
-        out.push(t);
-    }
-    if !inputs.ramps.is_empty() {
-        out.push(tables::ramps::ramp_table(&inputs.ramps));
-    }
-    if !inputs.searches.is_empty() {
-        out.push(tables::workloads::search_table(&inputs.searches));
-    }
-    if !inputs.decode.is_empty() {
-        out.push(tables::decode::decode_table(&inputs.decode, &steps));
-    }
-    if !inputs.gemms.is_empty() {
-        out.push(tables::compute::gemm_table(&inputs.gemms));
-    }
-    if !inputs.limits.is_empty() {
-        out.push(tables::compute::limits_table(&inputs.limits));
-    }
-    if !inputs.p2p.is_empty() {
-        out.extend(tables::p2p::tables(&inputs.p2p));
-    }
-    if !inputs.sim_plans.is_empty() {
-        out.push(tables::plans::plan_table(&inputs.sim_plans));
-    }
-    if !inputs.kills.is_empty() {
-        out.push(tables::kills::kill_table(&inputs.kills));
-    }
-    out
+    tables_with(inputs, points, config, notes::NOTES, tables::SECTIONS)
+}
+
+/// The tables of `sections` with `notes` under them (the lists [`tables`] passes, or others
+/// beside them: tests/extending.rs).
+pub fn tables_with(
+    inputs: &Inputs,
+    points: &[Point],
+    config: &Config,
+    notes: &[Note],
+    sections: &[Section],
+) -> Vec<Table> {
+    let facts = Facts::new(
+        inputs,
+        points,
+        config.roofline.as_ref(),
+        config.link_hw.as_ref(),
+    );
+    let view = View {
+        cols: config.cols.as_deref(),
+        by: &config.by,
+        notes: if config.notes { notes } else { &[] },
+        fit: fits_width(config),
+    };
+    tables::all(&facts, &view, sections)
 }
 
 /// A terminal's Ctrl-C reaches every tool of the pipeline at once, and summarize holds the

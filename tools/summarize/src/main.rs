@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use summarize::input::metrics::Metric;
 use summarize::render::Format;
-use summarize::tables::points::Col;
+use summarize::tables::view::Col;
 use summarize::{Config, compare};
 
 const EXAMPLES: &str = "\

@@ -13,6 +13,7 @@ use servbench::jsonl::Source;
 use std::process::{Command, Stdio};
 use summarize::input;
 use summarize::input::points::{self};
+use summarize::notes::note::Facts;
 use summarize::{Config, notes};
 use testkit::ok;
 
@@ -256,7 +257,7 @@ fn open_loop_rate_sweeps_are_tabulated_by_rate() {
     assert!(!header.split(',').any(|c| c == "conc"), "{header}");
     assert_eq!(text.lines().count(), 5);
     let ps = points("rate_sweep.jsonl");
-    assert_eq!(notes::all(&ps), Vec::<String>::new());
+    assert_eq!(notes::all(&Facts::of_points(&ps)), Vec::<String>::new());
     assert_eq!(notes::words::series(&ps).len(), 1, "one rate series");
 }
 

@@ -5,7 +5,8 @@
 
 use std::path::PathBuf;
 use summarize::input;
-use summarize::input::points::{self, Keys, Point};
+use summarize::input::points::{self, Point};
+use summarize::notes::note::Facts;
 use summarize::notes::{runs, sweep};
 
 fn points(name: &str) -> Vec<Point> {
@@ -18,9 +19,9 @@ fn points(name: &str) -> Vec<Point> {
     points::build(&inputs, &["host".to_string()], None)
 }
 
-fn run(note: fn(&[Point], &Keys) -> Vec<String>, fixture: &str) -> Vec<String> {
+fn run(note: fn(&Facts) -> Vec<String>, fixture: &str) -> Vec<String> {
     let ps = points(fixture);
-    note(&ps, &Keys::of(&ps))
+    note(&Facts::of_points(&ps))
 }
 
 #[test]

@@ -15,9 +15,10 @@ use servbench::record::{CollRecord, Labels, Record};
 use servbench::stats::Hist;
 use summarize::input;
 use summarize::input::points::{self, Point};
-use summarize::notes;
+use summarize::notes::note::Facts;
 use summarize::notes::server as server_notes;
 use summarize::notes::sweep;
+use summarize::notes::{self, NOTES};
 use summarize::roofline::Roofline;
 use synth::{TS, coll_lines};
 use testkit::ok;
@@ -144,28 +145,73 @@ fn repeats_give_a_mean_and_a_confidence_interval() {
 fn each_note_fires_on_its_fixture_and_stays_silent_on_a_clean_run() {
     let clean = points("clean.jsonl");
     assert_eq!(
-        notes::all(&clean),
+        notes::all(&Facts::of_points(&clean)),
         Vec::<String>::new(),
         "a clean sweep gets no notes"
     );
-    let keys = points::Keys::of(&clean);
-    for (name, note) in notes::by_name() {
+    let facts = Facts::of_points(&clean);
+    for note in NOTES {
+        let name = note.name;
         assert!(
-            note(&clean, &keys).is_empty(),
+            (note.says)(&facts).is_empty(),
             "{name} fired on clean.jsonl"
         );
+        if NEEDS_MORE_THAN_POINTS.contains(&name) {
+            continue;
+        }
         let ps = points(&format!("{name}.jsonl"));
-        let fired = note(&ps, &points::Keys::of(&ps));
+        let fired = (note.says)(&Facts::of_points(&ps));
         assert!(!fired.is_empty(), "{name} did not fire on {name}.jsonl");
         // Notes name the points involved.
         assert!(fired.iter().all(|n| n.contains("C=")), "{name}: {fired:?}");
     }
 }
 
+/// The notes that read more than a sweep's points, so no points-only fixture shows them; each
+/// is tested where its records are given: the servers' hosts (tests/host.rs), a self-report
+/// launch (loadgen tests/self_report.rs), the energy counters (tests/energy.rs), a roofline
+/// (tests/layout.rs, speculative.rs, advice.rs, verdicts.rs, compute_budget.rs, engine_steps.rs,
+/// this file), the engine's step log (tests/engine_steps.rs).
+const NEEDS_MORE_THAN_POINTS: [&str; 12] = [
+    "preflight",
+    "best_groups",
+    "self_report_unavailable",
+    "energy_source",
+    "measured_bandwidth",
+    "over_limit",
+    "single_stream",
+    "expert_parallel",
+    "utilization",
+    "step_budget",
+    "engine_step",
+    "decode_budget",
+];
+
+#[test]
+fn every_note_is_in_the_list_once_with_a_fixture_or_named_as_needing_more_than_points() {
+    let names: Vec<&str> = NOTES.iter().map(|n| n.name).collect();
+    for (i, name) in names.iter().enumerate() {
+        assert!(!names[..i].contains(name), "{name} twice in NOTES");
+        let fixture = fixture(&format!("{name}.jsonl"));
+        let more = NEEDS_MORE_THAN_POINTS.contains(name);
+        assert!(
+            fixture.exists() != more,
+            "{name}: a note has a fixture {name}.jsonl where it fires, or needs more than points (not both)"
+        );
+    }
+    for name in NEEDS_MORE_THAN_POINTS {
+        assert!(names.contains(&name), "{name} is not a note");
+    }
+}
+
 #[test]
 fn the_servers_view_gets_columns_and_no_note_when_healthy() {
     let ps = points("clean_server.jsonl");
-    assert_eq!(notes::all(&ps), Vec::<String>::new(), "a healthy server");
+    assert_eq!(
+        notes::all(&Facts::of_points(&ps)),
+        Vec::<String>::new(),
+        "a healthy server"
+    );
     let text = ok(&summarize(&["clean_server.jsonl"]));
     for header in ["KV max %", "preempt", "spec accept", "GPU util %"] {
         assert!(text.contains(header), "{header} missing:\n{text}");
@@ -178,11 +224,11 @@ fn the_servers_view_gets_columns_and_no_note_when_healthy() {
 #[test]
 fn server_notes_say_what_they_saw() {
     let ps = points("spec_acceptance_falls.jsonl");
-    let text = notes::all(&ps).join(" ");
+    let text = notes::all(&Facts::of_points(&ps)).join(" ");
     assert!(text.contains("0.75 at C=1 to 0.57 at C=8"), "{text}");
     assert!(text.contains("each stream decodes"), "{text}");
     let ps = points("kv_full_preempting.jsonl");
-    let text = server_notes::kv_full_preempting(&ps, &points::Keys::of(&ps)).join(" ");
+    let text = server_notes::kv_full_preempting(&Facts::of_points(&ps)).join(" ");
     assert!(
         text.contains(
             "KV cache full at C=16 (max 99%, 32 preemptions) where output throughput flattens"
@@ -191,24 +237,24 @@ fn server_notes_say_what_they_saw() {
     );
     assert!(!text.contains("C=8 "), "{text}");
     let ps = points("gpu_idle_single_stream.jsonl");
-    let text = notes::all(&ps).join(" ");
+    let text = notes::all(&Facts::of_points(&ps)).join(" ");
     assert!(text.contains("mean 20% over 2 GPU(s)"), "{text}");
     let ps = points("token_counts_disagree.jsonl");
-    let text = notes::all(&ps).join(" ");
+    let text = notes::all(&Facts::of_points(&ps)).join(" ");
     assert!(text.contains("output: server 1344, client 1280"), "{text}");
 }
 
 #[test]
 fn notes_say_what_they_saw() {
     let ps = points("shorter_output_slower.jsonl");
-    let text = sweep::shorter_output_slower(&ps, &points::Keys::of(&ps)).join(" ");
+    let text = sweep::shorter_output_slower(&Facts::of_points(&ps)).join(" ");
     assert!(text.contains("at C=32, out=32 gives"), "{text}");
     assert!(text.contains("longer out=64"), "{text}");
     let ps = points("saturation_knee.jsonl");
-    let text = sweep::saturation_knee(&ps, &points::Keys::of(&ps)).join(" ");
+    let text = sweep::saturation_knee(&Facts::of_points(&ps)).join(" ");
     assert!(text.contains("saturation knee at C=8"), "{text}");
     let ps = points("errors_or_partial.jsonl");
-    let text = sweep::errors_or_partial(&ps, &points::Keys::of(&ps)).join(" ");
+    let text = sweep::errors_or_partial(&Facts::of_points(&ps)).join(" ");
     assert!(text.contains("3 of 40: 3 timeout"), "{text}");
     assert!(text.contains("cut short (partial): C=8"), "{text}");
 }
@@ -217,10 +263,13 @@ fn notes_say_what_they_saw() {
 fn single_stream_far_below_the_roofline_is_noted_and_a_healthy_one_is_not() {
     let roof = Roofline::parse("llama-3.1-8b@h200").unwrap();
     let slow = points("single_stream_slow.jsonl");
-    let fired = notes::roofline::single_stream_note(&slow, &roof);
+    let none = input::Inputs::default();
+    let fired = notes::roofline::single_stream_note(&Facts::new(&none, &slow, Some(&roof), None));
     assert_eq!(fired.len(), 1, "{fired:?}");
     assert!(fired[0].contains("C=1") && fired[0].contains("llama-3.1-8b on h200"));
-    assert!(notes::roofline::single_stream_note(&points("clean.jsonl"), &roof).is_empty());
+    let clean = points("clean.jsonl");
+    let facts = Facts::new(&none, &clean, Some(&roof), None);
+    assert!(notes::roofline::single_stream_note(&facts).is_empty());
     let text = ok(&summarize(&[
         "single_stream_slow.jsonl",
         "--roofline",

@@ -3,7 +3,8 @@
 //! negative or out-of-range values, duplicate series). The figures those samples would have made
 //! are absent from the table; these notes say why, so an empty cell is never a silent one.
 
-use crate::input::points::{Keys, Point};
+use crate::input::points::Point;
+use crate::notes::note::Facts;
 use crate::notes::words::load_name;
 
 /// Each distinct line once, with the points it came from, in the points' order.
@@ -28,7 +29,8 @@ fn grouped(points: &[Point], lines: impl Fn(&Point) -> Vec<String>) -> Vec<(Stri
 }
 
 /// `/metrics` stopped answering during a point: its server figures end at the last scrape.
-pub fn metrics_went_silent(points: &[Point], _keys: &Keys) -> Vec<String> {
+pub fn metrics_went_silent(facts: &Facts) -> Vec<String> {
+    let points = facts.points;
     let silent: Vec<String> = points
         .iter()
         .filter(|p| {
@@ -48,7 +50,8 @@ pub fn metrics_went_silent(points: &[Point], _keys: &Keys) -> Vec<String> {
 }
 
 /// Samples loadgen dropped as not believable, server and GPU, each line once with its points.
-pub fn samples_not_believed(points: &[Point], _keys: &Keys) -> Vec<String> {
+pub fn samples_not_believed(facts: &Facts) -> Vec<String> {
+    let points = facts.points;
     let server = grouped(points, |p| {
         p.repeats
             .iter()

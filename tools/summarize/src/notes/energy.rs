@@ -3,14 +3,15 @@
 
 use crate::input::energy::point_energy;
 use crate::input::metrics::whole_gpus;
-use crate::input::points::Point;
+use crate::notes::note::Facts;
 use crate::notes::words::load_name;
 use servbench::record::EnergySource;
 
 /// Which source each point's energy came from, one line per source ("energy per token
 /// (j_per_tok) from the GPUs' energy counters: C=1, C=2"); nothing for points whose records
 /// name no source.
-pub fn source_notes(points: &[Point]) -> Vec<String> {
+pub fn source_notes(facts: &Facts) -> Vec<String> {
+    let points = facts.points;
     let mut counter = Vec::new();
     let mut sampled = Vec::new();
     let mut mixed = Vec::new();

@@ -2,13 +2,14 @@
 //! servers table: the same warnings srv-launch printed before the server started
 //! (servbench::host::preflight), so a report read later still says what the box cost.
 
+use crate::notes::note::Facts;
 use servbench::exec::gpu;
 use servbench::host::preflight;
 use servbench::presets::Layout;
-use servbench::record::ServerRecord;
 
 /// One note per warning per server (each server once), naming the server.
-pub fn preflight_notes(servers: &[ServerRecord]) -> Vec<String> {
+pub fn preflight_warnings(facts: &Facts) -> Vec<String> {
+    let servers = &facts.inputs.servers;
     let mut out = Vec::new();
     let mut seen: Vec<(&str, u32, &str)> = Vec::new();
     for s in servers {
@@ -38,12 +39,14 @@ pub const GROUP_NOTE_BYTES: f64 = 14336.0;
 
 /// For each host with a topology matrix (each once): the best-connected group of 2, 4 and 8
 /// GPUs (which `--gpus` to give a TP engine of that size) with its slowest link, and, with a
-/// hardware card, the allreduce the card's model predicts for that group at `bytes`.
-pub fn best_groups(
-    servers: &[ServerRecord],
-    card: Option<&servbench::presets::Hardware>,
-    bytes: f64,
-) -> Vec<String> {
+/// hardware card, the allreduce the card's model predicts for that group at `bytes` (the
+/// roofline model's decode allreduce at batch 1, else [`GROUP_NOTE_BYTES`]).
+pub fn best_groups(facts: &Facts) -> Vec<String> {
+    let (servers, card) = (&facts.inputs.servers, facts.card());
+    let bytes = facts
+        .roofline
+        .as_ref()
+        .map_or(GROUP_NOTE_BYTES, |r| r.model.allreduce_bytes(1));
     let mut out = Vec::new();
     let mut seen: Vec<&str> = Vec::new();
     for s in servers {

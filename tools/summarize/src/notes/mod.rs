@@ -1,11 +1,15 @@
 //! Notes: plain sentences under the table for what a careful engineer would spot, each naming
 //! the points involved. Every note is one small function over the points, so each can be
 //! tested on a fixture built to trigger it and on a clean one where it must stay silent.
-//! The words and thresholds they share are in [`words`].
+//! The words and thresholds they share are in [`words`]; what a note is and reads, in [`note`].
+//!
+//! A new note is a function `fn(&Facts) -> Vec<String>` in the file of its family and one line
+//! in [`NOTES`] (README, "Adding a note").
 
 pub mod distrusted;
 pub mod energy;
 pub mod host;
+pub mod note;
 pub mod roofline;
 pub mod runs;
 pub mod self_report;
@@ -13,80 +17,116 @@ pub mod server;
 pub mod sweep;
 pub mod words;
 
-use crate::input::points::{Keys, Point};
-use servbench::record::RampRecord;
-use sweep::{
-    client_limited, errors_or_partial, lengths_missed, saturation_knee, saturation_knee_by,
-    shorter_output_slower, throughput_falls, tokens_per_chunk, ttft_tail,
-};
+use note::{Facts, Note, Under};
 
-/// Every note, in a fixed order.
-pub fn all(points: &[Point]) -> Vec<String> {
-    all_with_ramps(points, &[])
+/// A line of [`NOTES`].
+const fn note(name: &'static str, under: Under, says: fn(&Facts) -> Vec<String>) -> Note {
+    Note { name, under, says }
 }
 
-/// Every note, the knee of a ramp's levels judged by the ramp's own rule (its `min_gain`), so
-/// the note names the ramp's best C.
-pub fn all_with_ramps(points: &[Point], ramps: &[RampRecord]) -> Vec<String> {
-    let keys = Keys::of(points);
-    let mut out = throughput_falls(points, &keys);
-    out.extend(saturation_knee_by(points, &keys, ramps));
-    for f in [
-        shorter_output_slower,
-        ttft_tail,
-        errors_or_partial,
-        tokens_per_chunk,
-        client_limited,
-        lengths_missed,
-        runs::too_few_requests,
+/// Every note, in the order they print under their table.
+pub const NOTES: &[Note] = &[
+    note("preflight", Under::Servers, host::preflight_warnings),
+    note("best_groups", Under::Servers, host::best_groups),
+    note("throughput_falls", Under::Points, sweep::throughput_falls),
+    note("saturation_knee", Under::Points, sweep::saturation_knee),
+    note(
+        "shorter_output_slower",
+        Under::Points,
+        sweep::shorter_output_slower,
+    ),
+    note("ttft_tail", Under::Points, sweep::ttft_tail),
+    note("errors_or_partial", Under::Points, sweep::errors_or_partial),
+    note("tokens_per_chunk", Under::Points, sweep::tokens_per_chunk),
+    note("client_limited", Under::Points, sweep::client_limited),
+    note("lengths_missed", Under::Points, sweep::lengths_missed),
+    note("too_few_requests", Under::Points, runs::too_few_requests),
+    note(
+        "spec_gain_collapses",
+        Under::Points,
         runs::spec_gain_collapses,
-        runs::across_runs,
+    ),
+    note("across_runs", Under::Points, runs::across_runs),
+    note(
+        "spec_acceptance_falls",
+        Under::Points,
         server::spec_acceptance_falls,
+    ),
+    note(
+        "kv_full_preempting",
+        Under::Points,
         server::kv_full_preempting,
+    ),
+    note(
+        "gpu_idle_single_stream",
+        Under::Points,
         server::gpu_idle_single_stream,
+    ),
+    note(
+        "server_ttft_below_client",
+        Under::Points,
         server::server_ttft_below_client,
+    ),
+    note(
+        "token_counts_disagree",
+        Under::Points,
         server::token_counts_disagree,
+    ),
+    note(
+        "prefix_hits_unexpected",
+        Under::Points,
         server::prefix_hits_unexpected,
+    ),
+    note(
+        "metrics_went_silent",
+        Under::Points,
         distrusted::metrics_went_silent,
+    ),
+    note(
+        "samples_not_believed",
+        Under::Points,
         distrusted::samples_not_believed,
+    ),
+    note(
+        "ttft_mostly_outside",
+        Under::Points,
         self_report::ttft_mostly_outside,
+    ),
+    note(
+        "engine_queue_waits",
+        Under::Points,
         self_report::engine_queue_waits,
+    ),
+    note(
+        "server_ttft_over_client",
+        Under::Points,
         self_report::server_ttft_over_client,
-    ] {
-        out.extend(f(points, &keys));
-    }
-    out
-}
+    ),
+    note(
+        "self_report_unavailable",
+        Under::Points,
+        self_report::unavailable,
+    ),
+    note("energy_source", Under::Points, energy::source_notes),
+    note(
+        "measured_bandwidth",
+        Under::Points,
+        roofline::measured_bandwidth,
+    ),
+    note("over_limit", Under::Points, roofline::over_limit_note),
+    note("single_stream", Under::Points, roofline::single_stream_note),
+    note("expert_parallel", Under::Points, roofline::expert_parallel),
+    note("utilization", Under::Points, self_report::utilization),
+    note("step_budget", Under::Points, roofline::step_budget),
+    note("engine_step", Under::Points, roofline::engine_step),
+    note(
+        "decode_budget",
+        Under::Collectives,
+        roofline::decode_budget_without_points,
+    ),
+];
 
-type NoteFn = fn(&[Point], &Keys) -> Vec<String>;
-
-/// The notes by name, for tests and documentation.
-pub fn by_name() -> Vec<(&'static str, NoteFn)> {
-    vec![
-        ("throughput_falls", throughput_falls),
-        ("saturation_knee", saturation_knee),
-        ("shorter_output_slower", shorter_output_slower),
-        ("ttft_tail", ttft_tail),
-        ("errors_or_partial", errors_or_partial),
-        ("tokens_per_chunk", tokens_per_chunk),
-        ("client_limited", client_limited),
-        ("lengths_missed", lengths_missed),
-        ("too_few_requests", runs::too_few_requests),
-        ("spec_gain_collapses", runs::spec_gain_collapses),
-        ("across_runs", runs::across_runs),
-        ("spec_acceptance_falls", server::spec_acceptance_falls),
-        ("kv_full_preempting", server::kv_full_preempting),
-        ("gpu_idle_single_stream", server::gpu_idle_single_stream),
-        ("server_ttft_below_client", server::server_ttft_below_client),
-        ("token_counts_disagree", server::token_counts_disagree),
-        ("prefix_hits_unexpected", server::prefix_hits_unexpected),
-        ("metrics_went_silent", distrusted::metrics_went_silent),
-        ("samples_not_believed", distrusted::samples_not_believed),
-        ("ttft_mostly_outside", self_report::ttft_mostly_outside),
-        ("engine_queue_waits", self_report::engine_queue_waits),
-        (
-            "server_ttft_over_client",
-            self_report::server_ttft_over_client,
-        ),
-    ]
+/// Every note's sentences, in list order.
+pub fn all(facts: &Facts) -> Vec<String> {
+    NOTES.iter().flat_map(|n| (n.says)(facts)).collect()
 }

@@ -1,48 +1,38 @@
-//! Notes with `--roofline`: rows against their limits (a rate above one is impossible, a single
-//! stream far below its memory-bound limit gets what the modelled step explains of the gap,
-//! expert parallelism the limits do not model), and without load points the per-token
-//! allreduce budget of the `coll` records (with points, `roofline::step` judges each step).
+//! Notes with `--roofline`: which bandwidth the limits use, rows against their limits (a rate
+//! above one is impossible, a single stream far below its memory-bound limit gets what the
+//! modelled step explains of the gap, expert parallelism the limits do not model), each point's
+//! decode step against its parts, and without load points the per-token allreduce budget of
+//! the `coll` records. The engine's own step beside the TPOT needs no roofline.
 
-use crate::input::points::{Keys, Point, point_name};
+use crate::input::points::point_name;
+use crate::notes::note::Facts;
 use crate::render::human;
-use crate::roofline::step::size;
-use crate::roofline::{Roofline, share, stream};
+use crate::roofline::step::{PointStep, engine_step_lines, size};
+use crate::roofline::{share, stream};
 use servbench::presets::MeasuredCurve;
-use servbench::record::{CollRecord, label};
+use servbench::record::label;
 
 /// A single stream below this share of its memory-bound limit gets a note.
 pub const SINGLE_STREAM_SHARE: f64 = 0.5;
 /// Of such a stream, a modelled step at or above this share of the measured time explains it.
 pub const STEP_EXPLAINS: f64 = 0.8;
 
-/// The notes on rows against their limits: rates above a limit (impossible), single streams
-/// far below the memory-bound limit, expert parallelism the limits do not model.
-pub fn notes(points: &[Point], roof: &Roofline) -> Vec<String> {
-    let mut out = over_limit_note(points, roof);
-    out.extend(single_stream_note(points, roof));
-    let keys = Keys::of(points);
-    let ep: Vec<String> = points
-        .iter()
-        .filter(|p| p.labels.get(label::EP).is_some_and(|e| e.trim() != "1"))
-        .map(|p| point_name(p, &keys.varying))
-        .collect();
-    if !ep.is_empty() {
-        out.push(format!(
-            "expert parallelism at {}: the limits treat the experts as split like TP and do not model its all-to-all",
-            ep.join(", ")
-        ));
-    }
-    out
+/// Which bandwidth the limits use, where collbench measured the device (`device_limits`).
+pub fn measured_bandwidth(facts: &Facts) -> Vec<String> {
+    facts.bandwidth.iter().cloned().collect()
 }
 
 /// Rows whose measured rate is above a limit beyond the noise: not a share, a sign that
 /// something fed to the comparison is wrong.
-pub fn over_limit_note(points: &[Point], roof: &Roofline) -> Vec<String> {
-    let keys = Keys::of(points);
+pub fn over_limit_note(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
+    let Some(roof) = &facts.roofline else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     for p in points {
         let Some(rate) = stream(p) else { continue };
-        let lim = roof.limits(p, &keys);
+        let lim = roof.limits(p, keys);
         let (which, limit) = if share(rate, lim.memory_tok_s).is_none() {
             (
                 "memory-bound limit (weights + KV over bandwidth)",
@@ -68,12 +58,15 @@ pub fn over_limit_note(points: &[Point], roof: &Roofline) -> Vec<String> {
 
 /// A single stream (concurrency 1) decoding far below its memory-bound limit, and how much of
 /// the gap the modelled step (communication, overhead) explains.
-pub fn single_stream_note(points: &[Point], roof: &Roofline) -> Vec<String> {
-    let keys = Keys::of(points);
+pub fn single_stream_note(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
+    let Some(roof) = &facts.roofline else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     for p in points.iter().filter(|p| p.params.concurrency == Some(1)) {
         let Some(rate) = stream(p) else { continue };
-        let lim = roof.limits(p, &keys);
+        let lim = roof.limits(p, keys);
         let mem_share = rate / lim.memory_tok_s;
         if mem_share >= SINGLE_STREAM_SHARE {
             continue;
@@ -109,9 +102,54 @@ pub fn single_stream_note(points: &[Point], roof: &Roofline) -> Vec<String> {
     out
 }
 
+/// Rows labelled with expert parallelism, which the limits do not model.
+pub fn expert_parallel(facts: &Facts) -> Vec<String> {
+    if facts.roofline.is_none() {
+        return Vec::new();
+    }
+    let ep: Vec<String> = facts
+        .points
+        .iter()
+        .filter(|p| p.labels.get(label::EP).is_some_and(|e| e.trim() != "1"))
+        .map(|p| point_name(p, &facts.keys.varying))
+        .collect();
+    if ep.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "expert parallelism at {}: the limits treat the experts as split like TP and do not model its all-to-all",
+        ep.join(", ")
+    )]
+}
+
+/// Each point's decode step against its parts and its verdict (judged once, in
+/// `roofline::step`; the decode table prints the same verdicts).
+pub fn step_budget(facts: &Facts) -> Vec<String> {
+    match facts.roofline {
+        Some(_) => facts.steps.iter().map(PointStep::line).collect(),
+        None => Vec::new(),
+    }
+}
+
+/// The engine's step beside the TPOT where no budget line above printed it.
+pub fn engine_step(facts: &Facts) -> Vec<String> {
+    let judged: Vec<String> = match facts.roofline {
+        Some(_) => facts.steps.iter().map(|s| s.name.clone()).collect(),
+        None => Vec::new(),
+    };
+    engine_step_lines(facts.points, &judged)
+}
+
 /// Without load points: the per-token allreduce time at batch 1 in the `--tp` layout, from the
 /// `coll` records (or `--comm-from`'s). With points, each point's step is judged in `roofline::step`.
-pub fn decode_budget_without_points(coll: &[CollRecord], roof: &Roofline) -> Vec<String> {
+pub fn decode_budget_without_points(facts: &Facts) -> Vec<String> {
+    let coll = facts.inputs.coll.as_slice();
+    let Some(roof) = &facts.roofline else {
+        return Vec::new();
+    };
+    if !facts.points.is_empty() {
+        return Vec::new();
+    }
     let coll = match &roof.comm_from {
         Some((from, _)) if coll.is_empty() => from.as_slice(),
         _ => coll,

@@ -4,7 +4,8 @@
 //! over the points, tested on a fixture where it fires and one where it stays silent.
 
 use crate::input::metrics::Metric;
-use crate::input::points::{Keys, Point, point_name};
+use crate::input::points::{Point, point_name};
+use crate::notes::note::Facts;
 use crate::notes::words::{RUN_LABEL, TPC_ABOVE, load_name, series, series_name, without_run};
 use crate::render::human;
 use servbench::record::Labels;
@@ -16,7 +17,8 @@ use std::collections::BTreeMap;
 pub const SPEC_GAIN_KEPT: f64 = 0.5;
 
 /// A row whose concurrency was never in flight: fewer requests per run than the concurrency.
-pub fn too_few_requests(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn too_few_requests(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     let hits: Vec<String> = points
         .iter()
         .filter_map(|p| {
@@ -37,7 +39,8 @@ pub fn too_few_requests(points: &[Point], keys: &Keys) -> Vec<String> {
 /// Speculative decoding (several tokens per chunk) that gains at light load and stops gaining
 /// as the load rises: the engine verifies fewer drafts per step under load, or turns
 /// speculation off.
-pub fn spec_gain_collapses(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn spec_gain_collapses(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     let mut out = Vec::new();
     for s in series(points) {
         let tpc: Vec<Option<f64>> = s.iter().map(|p| p.mean(Metric::TPC)).collect();
@@ -68,7 +71,8 @@ pub fn spec_gain_collapses(points: &[Point], keys: &Keys) -> Vec<String> {
 
 /// Per point, the mean and 95% interval across runs labelled apart (`run=1..N`): how much a
 /// result moves from one launch to the next.
-pub fn across_runs(points: &[Point], _keys: &Keys) -> Vec<String> {
+pub fn across_runs(facts: &Facts) -> Vec<String> {
+    let points = facts.points;
     let mut groups: BTreeMap<Labels, BTreeMap<_, Vec<&Point>>> = BTreeMap::new();
     for p in points.iter().filter(|p| {
         p.labels.contains_key(RUN_LABEL) && !p.partial && p.repeats.iter().any(|s| s.ok > 0)

@@ -2,9 +2,9 @@
 //! point's TTFT goes, in the engine's queue, its prefill, or outside it; and requests whose
 //! server TTFT exceeds the client's (a note, never a negative share).
 
-use crate::input::points::{Keys, Point, point_name};
+use crate::input::points::{Point, point_name};
+use crate::notes::note::Facts;
 use crate::render::human;
-use crate::roofline::Roofline;
 use servbench::record::TtftSplit;
 
 /// Outside the engine above this share of the client TTFT: the note says it dominates.
@@ -28,7 +28,8 @@ fn mean(p: &Point, f: impl Fn(&TtftSplit) -> Option<f64>) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
-pub fn ttft_mostly_outside(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn ttft_mostly_outside(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     let hits: Vec<String> = points
         .iter()
         .filter_map(|p| {
@@ -53,7 +54,8 @@ pub fn ttft_mostly_outside(points: &[Point], keys: &Keys) -> Vec<String> {
     )]
 }
 
-pub fn engine_queue_waits(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn engine_queue_waits(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     points
         .iter()
         .filter_map(|p| {
@@ -71,7 +73,8 @@ pub fn engine_queue_waits(points: &[Point], keys: &Keys) -> Vec<String> {
         .collect()
 }
 
-pub fn server_ttft_over_client(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn server_ttft_over_client(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     points
         .iter()
         .filter_map(|p| {
@@ -97,7 +100,8 @@ fn splits_all(p: &Point) -> impl Iterator<Item = &TtftSplit> {
 
 /// One line when a server was launched with `--self-report` and what it should have reported
 /// did not come: what was not available (the tables are as without it).
-pub fn unavailable(servers: &[servbench::record::ServerRecord], points: &[Point]) -> Vec<String> {
+pub fn unavailable(facts: &Facts) -> Vec<String> {
+    let (servers, points) = (&facts.inputs.servers, facts.points);
     if points.is_empty() || !servers.iter().any(|s| s.self_report) {
         return Vec::new();
     }
@@ -151,7 +155,11 @@ pub fn achieved(p: &Point) -> Option<(f64, f64)> {
 
 /// With `--roofline`: each point's MFU and MBU from the engine's counters, against the
 /// measured bandwidth (collbench limits) when given, else the card's datasheet, labelled.
-pub fn utilization(points: &[Point], keys: &Keys, roof: &Roofline) -> Vec<String> {
+pub fn utilization(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
+    let Some(roof) = &facts.roofline else {
+        return Vec::new();
+    };
     let rates = servbench::presets::Rates::datasheet(&roof.hw);
     let peak_flops = rates.flops(roof.model.weight_format);
     let (bw_gbps, bw_from) = match &roof.measured_bw {

@@ -3,7 +3,8 @@
 //! figure. Thresholds are constants here and in the README.
 
 use crate::input::metrics::{DistName, Metric, Scalar, Stat};
-use crate::input::points::{Keys, Point, point_name};
+use crate::input::points::{Point, point_name};
+use crate::notes::note::Facts;
 use crate::notes::words::{KNEE_GAIN, load_name, series, series_name};
 use crate::render::human;
 use servbench::record::ServerStats;
@@ -30,7 +31,8 @@ fn server(p: &Point) -> Option<&ServerStats> {
     p.repeats.iter().find_map(|s| s.server.as_ref())
 }
 
-pub fn spec_acceptance_falls(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn spec_acceptance_falls(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     let mut out = Vec::new();
     for s in series(points) {
         let with: Vec<&Point> = s
@@ -79,7 +81,8 @@ pub fn spec_acceptance_falls(points: &[Point], keys: &Keys) -> Vec<String> {
     out
 }
 
-pub fn kv_full_preempting(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn kv_full_preempting(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     let mut out = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     // Where a point has a previous load in its series, say whether throughput flattened.
@@ -126,7 +129,8 @@ pub fn kv_full_preempting(points: &[Point], keys: &Keys) -> Vec<String> {
     out
 }
 
-pub fn gpu_idle_single_stream(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn gpu_idle_single_stream(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     points
         .iter()
         .filter(|p| p.params.concurrency == Some(1))
@@ -145,7 +149,8 @@ pub fn gpu_idle_single_stream(points: &[Point], keys: &Keys) -> Vec<String> {
         .collect()
 }
 
-pub fn server_ttft_below_client(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn server_ttft_below_client(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     let hits: Vec<String> = points
         .iter()
         .filter_map(|p| {
@@ -171,7 +176,8 @@ pub fn server_ttft_below_client(points: &[Point], keys: &Keys) -> Vec<String> {
     )]
 }
 
-pub fn token_counts_disagree(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn token_counts_disagree(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     let mut hits = Vec::new();
     // Failed requests' tokens are counted by the server and not by the client: only clean
     // points compare.
@@ -211,7 +217,8 @@ pub fn token_counts_disagree(points: &[Point], keys: &Keys) -> Vec<String> {
 /// Prompts loadgen expected the prefix cache not to hold (unique prompts: expected 0) that the
 /// server served from it: a rerun of the same `--seed` against a warm server, whose TTFT the
 /// cache flatters.
-pub fn prefix_hits_unexpected(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn prefix_hits_unexpected(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     let mut hits = Vec::new();
     let mut seeds = std::collections::BTreeSet::new();
     for p in points {

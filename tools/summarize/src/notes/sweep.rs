@@ -3,7 +3,8 @@
 //! pace, lengths that missed their targets.
 
 use crate::input::metrics::{DistName, Metric, Scalar, Stat};
-use crate::input::points::{Keys, Point, point_name};
+use crate::input::points::{Point, point_name};
+use crate::notes::note::Facts;
 use crate::notes::words::{
     KNEE_GAIN, MIN_DROP, MIN_FOR_P99, SCALING_GAIN, SEND_LAG_P99_MS, TAIL_TRUSTED, TPC_ABOVE,
     TTFT_P95_RATIO, TTFT_TAIL_RATIO, load_name, run_of, series, series_name, without_run,
@@ -22,7 +23,8 @@ fn clearly_below(m: Metric, a: &Point, b: &Point) -> bool {
     va < vb * (1.0 - MIN_DROP) && vb - va > noise
 }
 
-pub fn throughput_falls(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn throughput_falls(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     let mut out = Vec::new();
     for s in series(points) {
         // The peak, then any later point clearly below it.
@@ -64,10 +66,6 @@ pub const KNEE: KneeRule = KneeRule {
     scaled_first: Some(SCALING_GAIN),
 };
 
-pub fn saturation_knee(points: &[Point], keys: &Keys) -> Vec<String> {
-    saturation_knee_by(points, keys, &[])
-}
-
 /// The knee rule of a series: the rule of the ramp that measured it (same workload and labels,
 /// every load one of its levels, its `min_gain` recorded), else the note's own.
 fn knee_rule_of(s: &[&Point], ramps: &[RampRecord]) -> KneeRule {
@@ -102,7 +100,10 @@ fn batch_cap<'a>(past: &[&'a Point]) -> Option<(f64, f64, &'a Point)> {
     })
 }
 
-pub fn saturation_knee_by(points: &[Point], keys: &Keys, ramps: &[RampRecord]) -> Vec<String> {
+/// The knee of each load series; the knee of a ramp's levels judged by the ramp's own rule (its
+/// `min_gain`), so the note names the ramp's best C.
+pub fn saturation_knee(facts: &Facts) -> Vec<String> {
+    let (points, keys, ramps) = (facts.points, &facts.keys, &facts.inputs.ramps);
     let mut out = Vec::new();
     for s in series(points) {
         let tok: Vec<Option<f64>> = s.iter().map(|p| p.mean(Metric::TOK_S)).collect();
@@ -154,7 +155,8 @@ fn expected_short_tok_s(short: &Point, long: &Point) -> Option<f64> {
 /// Across runs labelled apart (`run=round1`, `run=round2`) too: the same point measured in two
 /// runs is one point. A point cut short still counts (its rate covers what ran), one whose
 /// server went down does not.
-pub fn shorter_output_slower(points: &[Point], _keys: &Keys) -> Vec<String> {
+pub fn shorter_output_slower(facts: &Facts) -> Vec<String> {
+    let points = facts.points;
     let mut out = Vec::new();
     let mut by: BTreeMap<_, Vec<&Point>> = BTreeMap::new();
     for p in points.iter().filter(|p| {
@@ -210,7 +212,8 @@ pub fn shorter_output_slower(points: &[Point], _keys: &Keys) -> Vec<String> {
     out
 }
 
-pub fn ttft_tail(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn ttft_tail(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     let hits: Vec<String> = points
         .iter()
         .filter(|p| p.repeats.iter().map(|s| s.ok).sum::<u64>() >= MIN_FOR_P99)
@@ -241,7 +244,8 @@ pub fn ttft_tail(points: &[Point], keys: &Keys) -> Vec<String> {
     )]
 }
 
-pub fn errors_or_partial(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn errors_or_partial(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     let mut failed = Vec::new();
     let mut partial = Vec::new();
     let mut down = Vec::new();
@@ -291,7 +295,8 @@ pub fn errors_or_partial(points: &[Point], keys: &Keys) -> Vec<String> {
     out
 }
 
-pub fn tokens_per_chunk(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn tokens_per_chunk(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     let hits: Vec<String> = points
         .iter()
         .filter_map(|p| {
@@ -308,7 +313,8 @@ pub fn tokens_per_chunk(points: &[Point], keys: &Keys) -> Vec<String> {
     )]
 }
 
-pub fn client_limited(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn client_limited(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     let hits: Vec<String> = points
         .iter()
         .filter_map(|p| {
@@ -331,7 +337,8 @@ pub fn client_limited(points: &[Point], keys: &Keys) -> Vec<String> {
     )]
 }
 
-pub fn lengths_missed(points: &[Point], keys: &Keys) -> Vec<String> {
+pub fn lengths_missed(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
     let mut prompts = Vec::new();
     let mut outputs = Vec::new();
     // A point the server died in says nothing about its tokenizer or EOS.

@@ -1,9 +1,22 @@
 //! nccl-tests' table of collbench's `coll` records, with a hardware card the share of the link
 //! their ranks span.
 
+use crate::notes::note::{Facts, Under};
 use crate::render::{Cell, Column, Table, human};
+use crate::tables::view::View;
 use servbench::presets::Hardware;
 use servbench::record::{CollRecord, CollRunRecord};
+
+/// The collectives, with the share of the link where a hardware card is given.
+pub fn section(facts: &Facts, view: &View) -> Vec<Table> {
+    let inputs = facts.inputs;
+    if inputs.coll.is_empty() && inputs.coll_runs.is_empty() {
+        return Vec::new();
+    }
+    let mut t = coll_table(&inputs.coll, &inputs.coll_runs, facts.card());
+    t.notes.extend(view.notes_under(Under::Collectives, facts));
+    vec![t]
+}
 
 /// nccl-tests' table: size, count, type, time, algbw, busbw, #wrong, per op/backend/ranks.
 pub fn coll_table(coll: &[CollRecord], runs: &[CollRunRecord], hw: Option<&Hardware>) -> Table {

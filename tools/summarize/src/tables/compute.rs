@@ -2,8 +2,26 @@
 //! tables. The bandwidth the roofline may take from them is `roofline::measured`; the decode
 //! budget `gemm_step` records feed is judged in `roofline::step`.
 
+use crate::notes::note::Facts;
 use crate::render::{Cell, Column, Table};
+use crate::tables::view::View;
 use servbench::record::{DeviceLimitsRecord, GemmBackend, GemmRecord};
+
+/// The GEMMs timed one by one.
+pub fn gemms(facts: &Facts, _view: &View) -> Vec<Table> {
+    match facts.inputs.gemms.as_slice() {
+        [] => Vec::new(),
+        gemms => vec![gemm_table(gemms)],
+    }
+}
+
+/// The device's measured limits.
+pub fn limits(facts: &Facts, _view: &View) -> Vec<Table> {
+    match facts.inputs.limits.as_slice() {
+        [] => Vec::new(),
+        limits => vec![limits_table(limits)],
+    }
+}
 
 fn col(name: &str, header: &str) -> Column {
     Column {

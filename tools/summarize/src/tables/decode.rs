@@ -1,10 +1,20 @@
 //! collbench's `decode` records: the allreduce budget of a decode step per batch, with the
 //! verdict the load point of that model, TP and batch got.
 
+use crate::notes::note::Facts;
 use crate::render::{Cell, Column, Table, human};
 use crate::roofline::step::PointStep;
+use crate::tables::view::View;
 use servbench::presets::{StepBasis, StepParts, StepVerdict};
 use servbench::record::{CollBackend, DecodeRecord};
+
+/// collbench's decode budgets, each with its point's verdict.
+pub fn section(facts: &Facts, _view: &View) -> Vec<Table> {
+    match facts.inputs.decode.as_slice() {
+        [] => Vec::new(),
+        decode => vec![decode_table(decode, &facts.steps)],
+    }
+}
 
 /// collbench's decode question, one row per batch: the allreduce each decode step pays, times
 /// the allreduces per step, against the roofline step of the model on the hardware. The verdict

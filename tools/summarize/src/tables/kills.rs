@@ -1,7 +1,17 @@
 //! srv-kill's `kill` records: what was stopped, how, and whether the port came free.
 
+use crate::notes::note::Facts;
 use crate::render::{Cell, Column, Table};
+use crate::tables::view::View;
 use servbench::record::KillRecord;
+
+/// The kills.
+pub fn section(facts: &Facts, _view: &View) -> Vec<Table> {
+    match facts.inputs.kills.as_slice() {
+        [] => Vec::new(),
+        kills => vec![kill_table(kills)],
+    }
+}
 
 pub fn kill_table(kills: &[KillRecord]) -> Table {
     let col = |name: &str, header: &str| Column {

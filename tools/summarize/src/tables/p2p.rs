@@ -3,9 +3,19 @@
 //! the latency, a block of rows per run (backend, or on the nccl backend the method: copy engine
 //! or NCCL; ranks; message size).
 
+use crate::notes::note::Facts;
 use crate::render::{Cell, Column, Table};
+use crate::tables::view::View;
 use servbench::record::{P2pMethod, P2pRecord};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// The p2p matrices.
+pub fn section(facts: &Facts, _view: &View) -> Vec<Table> {
+    match facts.inputs.p2p.as_slice() {
+        [] => Vec::new(),
+        pairs => tables(pairs),
+    }
+}
 
 /// One run's matrix: backend, ranks, message bytes.
 type RunKey = (String, u32, u64);

@@ -2,8 +2,18 @@
 //! TP4/TP8/PP8 dry runs of one model compare at a glance (fits, weights per GPU, KV cache, the
 //! batch-1 step by cause, the allreduce, one stream's rate).
 
+use crate::notes::note::Facts;
 use crate::render::{Cell, Column, Table, human};
+use crate::tables::view::View;
 use servbench::record::SimPlanRecord;
+
+/// srv-sim's plans.
+pub fn section(facts: &Facts, _view: &View) -> Vec<Table> {
+    match facts.inputs.sim_plans.as_slice() {
+        [] => Vec::new(),
+        plans => vec![plan_table(plans)],
+    }
+}
 
 pub fn plan_table(plans: &[SimPlanRecord]) -> Table {
     let col = |name: &str, header: &str| Column {

@@ -4,53 +4,43 @@
 use crate::input::metrics::{Metric, Scalar};
 use crate::input::param::{Param, is_load_key};
 use crate::input::points::{Keys, Point, point_name};
+use crate::notes::note::{Facts, Under};
 use crate::render::{Cell, Column, Table, human};
 use crate::roofline::{Roofline, share, stream};
+use crate::tables::view::{Col, TEXT_WIDTH, View};
 use servbench::presets::{DEFAULT_STEP_OVERHEAD_US, Layout};
 
-/// What a column of the points table shows.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Col {
-    /// A label or a parameter (`conc`, `rate`, `in`, `out`).
-    Key(String),
-    Metric(Metric),
-}
+/// The default columns a roofline's columns may push out, least needed first.
+const DROPPABLE: [&str; 14] = [
+    "lag_p99",
+    "tok_s_per_gpu",
+    "j_per_tok",
+    "itl_p99",
+    "req_s",
+    "ttft_p99",
+    "itl_p50",
+    "gpu_util",
+    "prefix_hit",
+    "preemptions",
+    "kv_max",
+    "spec_accept",
+    "mem_limit_tok_s",
+    "step_limit_tok_s",
+];
 
-impl Col {
-    pub fn parse(name: &str) -> Result<Col, String> {
-        let name = name.trim();
-        if Param::parse(name).is_some() {
-            return Ok(Col::Key(name.to_string()));
-        }
-        if let Some(label) = name.strip_prefix("label:") {
-            return Ok(Col::Key(label.to_string()));
-        }
-        Metric::parse(name)
-            .map(Col::Metric)
-            .ok_or_else(|| format!("unknown column '{name}': use {}", Col::names()))
+/// The load points, with their notes; nothing without points.
+pub fn section(facts: &Facts, view: &View) -> Vec<Table> {
+    if facts.points.is_empty() {
+        return Vec::new();
     }
-
-    /// Every column `--cols` takes, the one list `--help` and its error print.
-    pub fn names() -> String {
-        format!(
-            "{}, label:NAME, {}",
-            Param::keys(),
-            Metric::names_in_short()
-        )
+    let roof = facts.roofline.as_ref();
+    let mut t = points_table(facts.points, view.cols, view.by, roof);
+    if roof.is_some() && view.cols.is_none() && view.fit {
+        let names: Vec<String> = DROPPABLE.iter().map(|s| s.to_string()).collect();
+        t.fit_width(TEXT_WIDTH, &names);
     }
-
-    fn column(&self) -> Column {
-        match self {
-            Col::Key(k) => Column {
-                name: k.clone(),
-                header: Param::parse(k).map_or_else(|| k.clone(), |p| p.header().to_string()),
-            },
-            Col::Metric(m) => Column {
-                name: m.name(),
-                header: m.header(),
-            },
-        }
-    }
+    t.notes.extend(view.notes_under(Under::Points, facts));
+    vec![t]
 }
 
 /// The metrics shown by default, in order (columns with no value anywhere are dropped).

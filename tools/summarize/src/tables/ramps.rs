@@ -1,7 +1,17 @@
 //! loadgen's `ramp` records: what stopped each `--ramp` and the best level it found.
 
+use crate::notes::note::Facts;
 use crate::render::{Cell, Column, Table};
+use crate::tables::view::View;
 use servbench::record::RampRecord;
+
+/// The ramps.
+pub fn section(facts: &Facts, _view: &View) -> Vec<Table> {
+    match facts.inputs.ramps.as_slice() {
+        [] => Vec::new(),
+        ramps => vec![ramp_table(ramps)],
+    }
+}
 
 /// loadgen's `--ramp` outcomes: what stopped each ramp and the best level it found.
 pub fn ramp_table(ramps: &[RampRecord]) -> Table {

@@ -1,7 +1,21 @@
 //! srv-launch's `server` records: one row per server, its startup phases.
 
+use crate::notes::note::{Facts, Under};
 use crate::render::{Cell, Column, Table, human};
+use crate::tables::view::View;
 use servbench::record::{ServerRecord, label};
+
+/// The servers, with the notes on their hosts.
+pub fn section(facts: &Facts, view: &View) -> Vec<Table> {
+    if facts.inputs.servers.is_empty() {
+        return Vec::new();
+    }
+    let mut t = server_table(&facts.inputs.servers);
+    if !view.notes.is_empty() {
+        t.notes = view.notes_under(Under::Servers, facts);
+    }
+    vec![t]
+}
 
 pub fn server_table(servers: &[ServerRecord]) -> Table {
     let col = |name: &str, header: &str| Column {

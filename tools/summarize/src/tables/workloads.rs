@@ -3,8 +3,23 @@
 //! load that met the SLO, the first that did not).
 
 use crate::input::points::{Keys, Point, point_name};
+use crate::notes::note::Facts;
 use crate::render::{Cell, Column, Table};
+use crate::tables::view::View;
 use servbench::record::SearchRecord;
+
+/// Conversation points turn by turn.
+pub fn turns(facts: &Facts, _view: &View) -> Vec<Table> {
+    turns_table(facts.points).into_iter().collect()
+}
+
+/// The `--find-max` searches.
+pub fn searches(facts: &Facts, _view: &View) -> Vec<Table> {
+    match facts.inputs.searches.as_slice() {
+        [] => Vec::new(),
+        searches => vec![search_table(searches)],
+    }
+}
 
 fn col(name: &str, header: &str) -> Column {
     Column {
