@@ -247,15 +247,18 @@ fn write_text(out: &mut impl Write, text: &str) -> anyhow::Result<Exit> {
 }
 
 fn report_ignored(inputs: &Inputs) {
-    if !inputs.ignored.is_empty() {
-        let list: Vec<String> = inputs
-            .ignored
+    let mut ignored = inputs.ignored.clone();
+    for (kind, n) in tables::unread(&inputs.records, tables::SECTIONS) {
+        *ignored.entry(kind).or_default() += n;
+    }
+    if !ignored.is_empty() {
+        let list: Vec<String> = ignored
             .iter()
             .map(|(k, n)| format!("{n} {}", if k.is_empty() { "(no kind)" } else { k }))
             .collect();
         cli::info(format!(
             "ignored {} record(s) of kinds or schema versions it does not tabulate: {}",
-            inputs.ignored.values().sum::<u64>(),
+            ignored.values().sum::<u64>(),
             list.join(", ")
         ));
     }

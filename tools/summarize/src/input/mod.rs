@@ -21,7 +21,7 @@ use servbench::jsonl::{InputError, MAX_RECORD_LINE_BYTES, Source, excerpt, line_
 use servbench::record::{
     CollRecord, CollRunRecord, DecodeRecord, DeviceLimitsRecord, GemmRecord, GemmStepRecord,
     KillRecord, Labels, P2pRecord, PointStop, RampRecord, Record, RequestRecord, SCHEMA_VERSION,
-    SearchRecord, ServerRecord, SimPlanRecord, SummaryRecord,
+    SearchRecord, ServerRecord, SummaryRecord,
 };
 use servbench::stats::{PointStats, Slo};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -81,8 +81,10 @@ pub struct Inputs {
     pub limits: Vec<DeviceLimitsRecord>,
     /// collbench p2p's ordered pairs (bandwidth and latency matrices).
     pub p2p: Vec<P2pRecord>,
-    /// srv-sim's `--dry-run` plans (a layout's modelled figures).
-    pub sim_plans: Vec<SimPlanRecord>,
+    /// Every other kind, whole, for the table section that reads it (`tables::SECTIONS` names
+    /// the kinds each section reads; one no section reads is counted as ignored): a new record
+    /// kind needs no field here. srv-sim's `--dry-run` plans (`sim_plan`) come this way.
+    pub records: Vec<Record>,
     /// Records summarize does not tabulate, by kind (`kind vN` for a newer schema it cannot
     /// read).
     pub ignored: BTreeMap<String, u64>,
@@ -92,6 +94,14 @@ pub struct Inputs {
     /// loadgen rank 0's merged summaries (`ranks.merged`), held until every source is read:
     /// used only for a point whose per-rank records are not among the inputs.
     rank_merged: Vec<(String, Box<SummaryRecord>)>,
+}
+
+impl Inputs {
+    /// The records of one kind kept whole (see [`Inputs::records`]), as `pick` takes them out of
+    /// a record (`|r| match r { Record::SimPlan(p) => Some(p), _ => None }`), in reading order.
+    pub fn kept<'a, T>(&'a self, pick: impl Fn(&'a Record) -> Option<&'a T>) -> Vec<&'a T> {
+        self.records.iter().filter_map(pick).collect()
+    }
 }
 
 /// How many malformed lines to describe before only counting them (as the shared reader does).
@@ -401,13 +411,18 @@ fn add_record(
                 .push(plausible("device_limits", l.implausible(), l)?)
         }
         Record::P2p(p) => inputs.p2p.push(plausible("p2p", p.implausible(), p)?),
-        Record::SimPlan(p) if p.v <= SCHEMA_VERSION => inputs.sim_plans.push(p),
         // A known kind kept whole: a newer schema this build cannot read as typed.
         other if other.version() > SCHEMA_VERSION => {
             let name = format!("{} v{}", other.kind(), other.version());
             *inputs.ignored.entry(name).or_default() += 1;
         }
-        other => *inputs.ignored.entry(other.kind().to_string()).or_default() += 1,
+        unknown @ Record::Other(_) => {
+            *inputs
+                .ignored
+                .entry(unknown.kind().to_string())
+                .or_default() += 1
+        }
+        kept => inputs.records.push(kept),
     }
     Ok(())
 }

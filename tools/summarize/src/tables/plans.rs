@@ -5,17 +5,21 @@
 use crate::notes::note::Facts;
 use crate::render::{Cell, Column, Table, human};
 use crate::tables::view::View;
-use servbench::record::SimPlanRecord;
+use servbench::record::{Record, SimPlanRecord};
 
 /// srv-sim's plans.
 pub fn section(facts: &Facts, _view: &View) -> Vec<Table> {
-    match facts.inputs.sim_plans.as_slice() {
+    let plans = facts.inputs.kept(|r| match r {
+        Record::SimPlan(p) => Some(p),
+        _ => None,
+    });
+    match plans.as_slice() {
         [] => Vec::new(),
         plans => vec![plan_table(plans)],
     }
 }
 
-pub fn plan_table(plans: &[SimPlanRecord]) -> Table {
+pub fn plan_table(plans: &[&SimPlanRecord]) -> Table {
     let col = |name: &str, header: &str| Column {
         name: name.into(),
         header: header.into(),
@@ -42,7 +46,7 @@ pub fn plan_table(plans: &[SimPlanRecord]) -> Table {
             col("max_running_requests", "max running"),
         ],
     );
-    let mut sorted: Vec<&SimPlanRecord> = plans.iter().collect();
+    let mut sorted: Vec<&SimPlanRecord> = plans.to_vec();
     sorted.sort_by(|a, b| {
         (&a.model, &a.hardware, a.tp * a.pp, a.tp, a.pp).cmp(&(
             &b.model,
