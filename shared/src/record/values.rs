@@ -69,9 +69,10 @@ macro_rules! wire_enum {
             }
         }
 
+        // `pad`, not `write_str`: a table's `{:>6}` lines the value up under its header.
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
+                f.pad(self.as_str())
             }
         }
 
@@ -405,6 +406,16 @@ mod tests {
         // Ordered by spelling, as the strings were (tables keep their order).
         assert!(CollOp::Sendrecv > CollOp::Alltoall && CollOp::Allgather < CollOp::Allreduce);
         assert_eq!(CollOp::Other("allreduce".into()), CollOp::Allreduce);
+    }
+
+    #[test]
+    fn a_wire_value_is_padded_to_its_table_column_like_a_string() {
+        assert_eq!(format!("[{:>6}]", CollDtype::F32), "[   f32]");
+        assert_eq!(format!("[{:<6}]", CollBackend::Nccl), "[nccl  ]");
+        assert_eq!(
+            format!("[{}]", CollAlgo::Other("tree/LL".into())),
+            "[tree/LL]"
+        );
     }
 
     #[test]

@@ -381,3 +381,31 @@ fn runs_under_open_mpis_mpirun() {
         "{colls:?}"
     );
 }
+
+/// Where each column of a table line ends (the last character of each word).
+fn column_ends(line: &str) -> Vec<usize> {
+    let b = line.as_bytes();
+    (0..b.len())
+        .filter(|&i| b[i] != b' ' && (i + 1 == b.len() || b[i + 1] == b' '))
+        .collect()
+}
+
+#[test]
+fn the_nccl_tests_table_lines_up_under_its_headers_at_every_size() {
+    let out = testkit::run_ok("collbench", &["-np", "2", "-b", "8", "-e", "1M", "-f", "8"]);
+    let err = out.err();
+    let header = err
+        .lines()
+        .find(|l| l.starts_with("#") && l.contains("size(B)"))
+        .unwrap_or_else(|| panic!("no header: {err}"));
+    let rows: Vec<&str> = err
+        .lines()
+        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        .collect();
+    assert_eq!(rows.len(), 6, "8 B to 256 KiB by 8: {err}");
+    for row in rows {
+        // The header's leading `#` is no column.
+        let header_ends = column_ends(&header.replacen('#', " ", 1));
+        assert_eq!(column_ends(row), header_ends, "{header}\n{row}");
+    }
+}
