@@ -1,4 +1,4 @@
-use super::{Dist, Extra, GemmBackend, GemmDtype, Labels, current_version};
+use super::{Dist, Extra, GemmBackend, GemmDtype, GemmTiming, Labels, current_version};
 use serde::{Deserialize, Serialize};
 
 /// `collbench gemm`: one GEMM of a decode step (or a `--shape` given by hand), timed like
@@ -37,8 +37,16 @@ pub struct GemmRecord {
     /// The weights' type on the model card, when it differs from `dtype` (the CPU computes f32).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub card_dtype: Option<GemmDtype>,
-    /// One call, in microseconds.
+    /// One call, in microseconds: one sample per `iters`, each taken as `timing` says.
     pub time_us: Dist,
+    /// How each sample was taken: `back_to_back` (`calls_per_sample` calls between two
+    /// events on a GPU, their mean) or `per_call` (one call between two clock reads on the
+    /// CPU; an event after every call in older GPU records).
+    #[serde(default = "GemmTiming::older")]
+    pub timing: GemmTiming,
+    /// Calls in one sample of `time_us` (1 for `per_call`).
+    #[serde(default = "one")]
+    pub calls_per_sample: u32,
     /// 2 m n k / mean time.
     pub tflops: f64,
     /// (m k + k n) x input bytes + m n x output bytes, over the mean time (1e9 bytes/s).
@@ -56,3 +64,7 @@ pub struct GemmRecord {
     pub extra: Extra,
 }
 record_kind!(GemmRecord, "gemm", Gemm);
+
+fn one() -> u32 {
+    1
+}

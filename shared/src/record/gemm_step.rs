@@ -27,9 +27,14 @@ pub struct GemmStepRecord {
     /// Sum over the step's GEMMs of calls x mean time of one call: the GEMM time per decoded
     /// token, in microseconds.
     pub gemm_us_per_step: f64,
-    /// The whole sequence (layer by layer, in order) launched back to back and timed from the
-    /// host, per step.
+    /// The whole sequence (layer by layer, in order) launched back to back, one sample per
+    /// step between two events (a GPU waiting for the host's launches is counted).
     pub sequence_us: Dist,
+    /// The same sequence captured once as a CUDA graph and replayed, one replay per sample
+    /// between two events: how engines run decode (no launch gaps). Absent on the CPU (no
+    /// graphs) and in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph_us: Option<Dist>,
     /// max(0, mean sequence - gemm_us_per_step): what calling the GEMMs one after another
     /// costs beyond the GEMMs themselves (launch and dispatch gaps).
     pub launch_overhead_us_per_step: f64,

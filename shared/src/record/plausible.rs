@@ -153,6 +153,11 @@ impl GemmStepRecord {
     /// A step's GEMMs took time.
     pub fn implausible(&self) -> Option<String> {
         time_dist("sequence_us", &self.sequence_us)
+            .or_else(|| {
+                self.graph_us
+                    .as_ref()
+                    .and_then(|g| time_dist("graph_us", g))
+            })
             .or_else(|| finite_non_negative("gemm_us_per_step", self.gemm_us_per_step))
             .or_else(|| {
                 finite_non_negative(

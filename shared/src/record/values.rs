@@ -204,7 +204,8 @@ wire_enum! {
 }
 
 wire_enum! {
-    /// The algorithm that ran (`coll.algo`, `decode.algo`); `nccl` where NCCL chose.
+    /// The algorithm that ran (`coll.algo`, `decode.algo`); `nccl` where NCCL chose, `none`
+    /// where nothing ran (`decode` at TP1).
     CollAlgo {
         Auto = "auto",
         Ring = "ring",
@@ -213,6 +214,8 @@ wire_enum! {
         Direct = "direct",
         Pairwise = "pairwise",
         Nccl = "nccl",
+        /// `decode` at TP1: a step runs no allreduce, and none was measured.
+        NoAllreduce = "none",
     }
 }
 
@@ -289,6 +292,26 @@ wire_enum! {
     Api {
         Completions = "completions",
         Chat = "chat",
+    }
+}
+
+wire_enum! {
+    /// How a `gemm` record's `time_us` was taken (`gemm.timing`).
+    GemmTiming {
+        /// Each call timed alone: clock reads around it (the CPU, where they cost nothing
+        /// beside a GEMM), or an event after every call (GPU records of older collbench: the
+        /// event added ~2 us to a 12-18 us kernel).
+        PerCall = "per_call",
+        /// `calls_per_sample` calls launched back to back between two events, their mean: no
+        /// per-call overhead, as a decode step runs them.
+        BackToBack = "back_to_back",
+    }
+}
+
+impl GemmTiming {
+    /// What a record without the field was timed with (collbench before the field).
+    pub fn older() -> GemmTiming {
+        GemmTiming::PerCall
     }
 }
 

@@ -4,6 +4,9 @@
 //! and set beside the step's roofline compute and memory time from the shared presets. Is the
 //! step latency-bound or compute-bound? With `--compute` it also times the step's GEMMs at the
 //! same batches (`crate::compute`), so both halves of the same step come from one run.
+//!
+//! At `--tp 1` there is no tensor-parallel communication: a TP1 engine runs no allreduce, so
+//! none is measured, the records say communication 0 and the step is its compute half alone.
 
 use crate::compute::run::{Target, gemm_records};
 use crate::compute::{ComputeBackend, GemmConfig, GemmDtype};
@@ -13,7 +16,7 @@ use crate::{Job, count_hosts};
 use servbench::cli::{self, Exit};
 use servbench::jsonl::{self, Disposition, RecordWriter};
 use servbench::presets::{Deployment, Hardware, Layout, ModelCard};
-use servbench::record::{DecodeRecord, SCHEMA_VERSION, now_ts};
+use servbench::record::{CollAlgo, DecodeRecord, Dist, SCHEMA_VERSION, now_ts};
 
 /// What `decode` measures.
 #[derive(Debug, Clone)]
@@ -35,16 +38,25 @@ pub fn allreduce_bytes(batch: u32, hidden: u32, dtype_bytes: usize) -> u64 {
     u64::from(batch) * u64::from(hidden) * dtype_bytes as u64
 }
 
-/// The decode record for one batch size from its measured allreduce.
+/// The decode record for one batch size from its measured allreduce; `None` at TP1, where a
+/// step runs none (communication 0, nothing measured).
 pub fn record(
     dc: &DecodeConfig,
     batch: u32,
-    m: &Measured,
+    m: Option<&Measured>,
     backend: &str,
     hosts: u32,
 ) -> DecodeRecord {
-    let time = time_dist(&m.samples_us);
-    let per_step = dc.model.allreduces_per_step();
+    let (time, per_step, bytes, algo, wrong) = match m {
+        Some(m) => (
+            time_dist(&m.samples_us),
+            dc.model.allreduces_per_step(),
+            m.shape.bytes,
+            m.algo.into(),
+            m.wrong,
+        ),
+        None => (Dist::default(), 0, 0, CollAlgo::NoAllreduce, 0),
+    };
     let comm_us = f64::from(per_step) * time.mean;
     let layout = Layout {
         tp: dc.tp as u32,
@@ -62,14 +74,14 @@ pub fn record(
         model: dc.model.name.clone(),
         hardware: dc.hardware.name.clone(),
         backend: backend.into(),
-        algo: m.algo.into(),
+        algo,
         tp: dc.tp as u32,
         hosts,
         batch,
         layers: dc.model.layers,
         hidden: dc.model.hidden,
         dtype: dc.run.dtype.name().into(),
-        allreduce_bytes: m.shape.bytes,
+        allreduce_bytes: bytes,
         allreduces_per_step: per_step,
         allreduce_us: time,
         comm_us_per_token: comm_us,
@@ -82,7 +94,7 @@ pub fn record(
         } else {
             0.0
         },
-        wrong: m.wrong,
+        wrong,
         context_tokens: dc.context,
         // The hardware card's topology model for the same allreduces, to set the measurement
         // against.
@@ -94,8 +106,11 @@ pub fn record(
 /// Runs the decode measurement: forwards upstream records, then one `decode` record per batch.
 pub fn run(dc: &DecodeConfig, job: &Job) -> anyhow::Result<Exit> {
     crate::check_job(job)?;
-    crate::check_memory(&dc.run, job, "--batch")?;
-    if job.backend == crate::Backend::Nccl {
+    let communicates = dc.tp > 1;
+    if communicates {
+        crate::check_memory(&dc.run, job, "--batch")?;
+    }
+    if communicates && job.backend == crate::Backend::Nccl {
         crate::report_libraries(job, crate::nccl::check_libraries()?);
     }
     // A missing cuBLAS is known before any allreduce runs.
@@ -132,6 +147,17 @@ pub fn run(dc: &DecodeConfig, job: &Job) -> anyhow::Result<Exit> {
         }
         return crate::run_local_ranks(job, n, dc.run.timeout);
     }
+    if !communicates {
+        if let Some(id) = id
+            && id.world != 1
+        {
+            return Err(cli::usage(format!(
+                "--tp 1 but the job has {} ranks: a TP1 step runs on one GPU",
+                id.world
+            )));
+        }
+        return without_communication(dc, job, &mut out);
+    }
     let comm = crate::connect(&dc.run, id)?;
     let ranks = match job.backend {
         crate::Backend::Tcp => comm.world,
@@ -150,7 +176,7 @@ pub fn run(dc: &DecodeConfig, job: &Job) -> anyhow::Result<Exit> {
         let batch = *batches.next().expect("one size per batch");
         wrong += m.wrong;
         if comm.rank == 0 {
-            let rec = record(dc, batch, &m, job.backend.name(), hosts);
+            let rec = record(dc, batch, Some(&m), job.backend.name(), hosts);
             cli::info(format!(
                 "batch {batch:>4}: allreduce {} B mean {:.1} us x {} = {:.0} us/token comm vs {:.0} us roofline ({:.0}% comm){}",
                 rec.allreduce_bytes,
@@ -174,13 +200,39 @@ pub fn run(dc: &DecodeConfig, job: &Job) -> anyhow::Result<Exit> {
             "{wrong} wrong element(s) in the allreduce results"
         )));
     }
-    // The compute half on one device: every TP rank runs the same shard shapes.
-    if let Some((cfg, target)) = &dc.compute
-        && comm.rank == 0
-    {
-        let mut dev = target.open()?;
-        gemm_records(dev.as_mut(), cfg, &mut out)?;
+    if comm.rank == 0 {
+        compute_half(dc, &mut out)?;
     }
+    Ok(Exit::Ok)
+}
+
+/// The compute half on one device (every TP rank runs the same shard shapes), with `--compute`.
+fn compute_half(dc: &DecodeConfig, out: &mut RecordWriter<std::io::Stdout>) -> anyhow::Result<()> {
+    if let Some((cfg, target)) = &dc.compute {
+        let mut dev = target.open()?;
+        gemm_records(dev.as_mut(), cfg, out)?;
+    }
+    Ok(())
+}
+
+/// TP1: one line saying so, a record per batch with communication 0, and the compute half.
+fn without_communication(
+    dc: &DecodeConfig,
+    job: &Job,
+    out: &mut RecordWriter<std::io::Stdout>,
+) -> anyhow::Result<Exit> {
+    cli::info(format!(
+        "--tp 1: a TP1 step runs no allreduce, so none is measured: communication 0, the step is its compute half alone{}",
+        if dc.compute.is_some() {
+            ""
+        } else {
+            " (--compute times it)"
+        }
+    ));
+    for &batch in &dc.batches {
+        out.emit(&record(dc, batch, None, job.backend.name(), 1))?;
+    }
+    compute_half(dc, out)?;
     Ok(Exit::Ok)
 }
 

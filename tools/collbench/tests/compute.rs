@@ -64,7 +64,13 @@ fn gemm_writes_each_shape_and_a_step_whose_sums_add_up() {
         let seq = step["sequence_us"]["mean"].as_f64().unwrap();
         assert!((launch - (seq - gemm_us).max(0.0)).abs() < 1e-6, "{step}");
         assert_eq!(step["sequence_us"]["n"], 2);
+        // No CUDA graph on the cores; each call timed alone there, and the record says so.
+        assert!(step.get("graph_us").is_none(), "{step}");
         for g in &gemms {
+            assert_eq!(
+                (&g["timing"], &g["calls_per_sample"]),
+                (&"per_call".into(), &1.into())
+            );
             assert_eq!(g["backend"], "cpu");
             assert_eq!(g["dtype"], "f32");
             assert_eq!(g["card_dtype"], "bf16");
@@ -165,6 +171,49 @@ fn decode_compute_times_both_halves_of_the_same_step() {
         (qkv["n"].as_u64(), qkv["k"].as_u64()),
         (Some((1 + 2) * 64), Some(128))
     );
+}
+
+/// A TP1 engine runs no allreduce: `decode --tp 1` measures none (no rank is started, no
+/// socket opened), says so in one line, and its records carry communication 0 beside the
+/// compute half alone.
+#[test]
+fn decode_at_tp_1_counts_no_allreduce_and_keeps_the_compute_half_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let card = card(&dir);
+    let out = cmd("collbench")
+        .args(["decode", "--model", &card, "--tp", "1", "--batch", "1,2"])
+        .args(["-n", "2", "-w", "1", "--compute", "--step-iters", "1"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("allreduce")).collect();
+    assert_eq!(
+        said,
+        vec![
+            "collbench: --tp 1: a TP1 step runs no allreduce, so none is measured: communication 0, the step is its compute half alone"
+        ],
+        "{err}"
+    );
+    let recs = json_lines(&out.stdout);
+    let decode = of_kind(&recs, "decode");
+    assert_eq!(decode.len(), 2, "{recs:?}");
+    for d in &decode {
+        assert_eq!(d["tp"], 1, "{d}");
+        assert_eq!(d["allreduces_per_step"], 0, "{d}");
+        assert_eq!(d["allreduce_bytes"], 0, "{d}");
+        assert_eq!(d["allreduce_us"]["n"], 0, "{d}");
+        assert_eq!(d["algo"], "none", "{d}");
+        for zero in [
+            "comm_us_per_token",
+            "comm_us_per_token_p99",
+            "comm_fraction",
+        ] {
+            assert_eq!(d[zero].as_f64(), Some(0.0), "{zero}: {d}");
+        }
+        assert!(d["step_roofline_us"].as_f64().unwrap() > 0.0, "{d}");
+    }
+    assert_eq!(of_kind(&recs, "gemm_step").len(), 2, "the compute half");
 }
 
 #[test]

@@ -4,12 +4,16 @@
 //!
 //! Layout as a linear layer: `W[n x k]` row-major used transposed, `Y[m x n] = X . W^T`. In
 //! cuBLAS's column-major terms that is `Y^T = op_T(W) . X^T`: transa = T, transb = N, the "TN"
-//! layout cuBLASLt requires for FP8. Times come from CUDA events on the stream; memory
+//! layout cuBLASLt requires for FP8. Times come from CUDA events on the stream, never one per
+//! GEMM: a sample is [`CALLS_PER_SAMPLE`] calls back to back between two events, and a step is
+//! timed back to back and as one CUDA-graph replay (how engines run decode); memory
 //! bandwidth from cuMemcpyDtoD and a read-only PTX kernel, launches from an empty PTX kernel
 //! (JIT-compiled by the driver: no NVRTC needed).
 //!
 //! Unverified without a GPU on the build machine: everything past the library check.
 
+use super::owned::Owned;
+use super::ptx::PTX;
 use super::shapes::GemmShape;
 use super::{Device, GemmDtype, Limits};
 use crate::culibs::{self, Lib};
@@ -19,58 +23,10 @@ use cudarc::cublaslt::{result as lt, sys as lt_sys};
 use cudarc::driver::sys::{CUevent_flags, CUfunction};
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, result as drv};
 use servbench::cli;
+use servbench::record::GemmTiming;
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// An empty kernel and a read-only reduction over 16-byte vectors (grid-stride loop, one
-/// xor per thread written out so the loads cannot be dropped). PTX ISA 7.0, sm_70: the driver
-/// JIT-compiles it for any newer GPU.
-const PTX: &str = r#"
-.version 7.0
-.target sm_70
-.address_size 64
-.visible .entry empty()
-{
-    ret;
-}
-.visible .entry read_xor(.param .u64 src, .param .u64 vectors, .param .u64 out)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<12>;
-    .reg .b64 %rd<14>;
-    ld.param.u64 %rd1, [src];
-    ld.param.u64 %rd2, [vectors];
-    ld.param.u64 %rd3, [out];
-    mov.u32 %r1, %ctaid.x;
-    mov.u32 %r2, %ntid.x;
-    mov.u32 %r3, %tid.x;
-    mov.u32 %r4, %nctaid.x;
-    mul.wide.u32 %rd4, %r1, %r2;
-    cvt.u64.u32 %rd5, %r3;
-    add.u64 %rd4, %rd4, %rd5;
-    mov.u64 %rd12, %rd4;
-    mul.wide.u32 %rd6, %r4, %r2;
-    mov.u32 %r5, 0;
-LOOP:
-    setp.ge.u64 %p1, %rd4, %rd2;
-    @%p1 bra DONE;
-    shl.b64 %rd7, %rd4, 4;
-    add.u64 %rd8, %rd1, %rd7;
-    ld.global.v4.u32 {%r6, %r7, %r8, %r9}, [%rd8];
-    xor.b32 %r5, %r5, %r6;
-    xor.b32 %r5, %r5, %r7;
-    xor.b32 %r5, %r5, %r8;
-    xor.b32 %r5, %r5, %r9;
-    add.u64 %rd4, %rd4, %rd6;
-    bra LOOP;
-DONE:
-    shl.b64 %rd9, %rd12, 2;
-    add.u64 %rd10, %rd3, %rd9;
-    st.global.u32 [%rd10], %r5;
-    ret;
-}
-"#;
 
 const READ_BLOCKS_PER_SM: u32 = 8;
 const READ_THREADS: u32 = 512;
@@ -111,37 +67,58 @@ struct Operands {
     lt: Option<LtPlan>,
 }
 
+/// A cuBLASLt FP8 plan: its descriptor and layouts, each with one owner (destroyed once when
+/// the plan drops), and the heuristic's algorithm.
 struct LtPlan {
-    desc: lt_sys::cublasLtMatmulDesc_t,
-    a: lt_sys::cublasLtMatrixLayout_t,
-    b: lt_sys::cublasLtMatrixLayout_t,
-    d: lt_sys::cublasLtMatrixLayout_t,
+    desc: Owned<lt_sys::cublasLtMatmulDesc_t>,
+    a: Owned<lt_sys::cublasLtMatrixLayout_t>,
+    b: Owned<lt_sys::cublasLtMatrixLayout_t>,
+    d: Owned<lt_sys::cublasLtMatrixLayout_t>,
     algo: lt_sys::cublasLtMatmulAlgo_t,
 }
 
-impl Drop for LtPlan {
-    fn drop(&mut self) {
-        // SAFETY: created once by `plan_fp8`, destroyed once here.
-        unsafe {
-            let _ = lt::destroy_matrix_layout(self.a);
-            let _ = lt::destroy_matrix_layout(self.b);
-            let _ = lt::destroy_matrix_layout(self.d);
-            let _ = lt::destroy_matmul_desc(self.desc);
-        }
+impl LtPlan {
+    /// The same plan with the heuristic's algorithm: the handles move, none is copied.
+    fn with_algo(self, algo: lt_sys::cublasLtMatmulAlgo_t) -> LtPlan {
+        LtPlan { algo, ..self }
     }
 }
 
+fn destroy_layout(h: lt_sys::cublasLtMatrixLayout_t) {
+    // SAFETY: called once, by the layout's one owner.
+    let _ = unsafe { lt::destroy_matrix_layout(h) };
+}
+
+fn destroy_desc(h: lt_sys::cublasLtMatmulDesc_t) {
+    // SAFETY: called once, by the descriptor's one owner.
+    let _ = unsafe { lt::destroy_matmul_desc(h) };
+}
+
+fn destroy_pref(h: lt_sys::cublasLtMatmulPreference_t) {
+    // SAFETY: called once, by the preference's one owner.
+    let _ = unsafe { lt::destroy_matmul_pref(h) };
+}
+
+fn destroy_lt_handle(h: lt_sys::cublasLtHandle_t) {
+    // SAFETY: called once, by the handle's one owner, after every plan using it dropped.
+    let _ = unsafe { lt::destroy_handle(h) };
+}
+
 pub struct Cublas {
+    /// First, so the plans drop before the cuBLASLt handle they were made for.
+    loaded: Vec<Operands>,
     ctx: Arc<CudaContext>,
+    /// A stream of our own: CUDA cannot capture a graph on the legacy default stream.
     stream: Arc<CudaStream>,
     blas: cudarc::cublas::CudaBlas,
-    lt: Option<lt_sys::cublasLtHandle_t>,
-    workspace: Option<CudaSlice<u8>>,
+    lt: Option<Owned<lt_sys::cublasLtHandle_t>>,
+    /// cuBLAS's and cuBLASLt's (one stream runs them one after the other), set before any
+    /// capture so a captured GEMM allocates nothing.
+    workspace: CudaSlice<u8>,
     empty: CUfunction,
     read: CUfunction,
     sms: u32,
     l2_bytes: u64,
-    loaded: Vec<Operands>,
     dtype: GemmDtype,
 }
 
@@ -161,9 +138,26 @@ impl Cublas {
             )));
         }
         let ctx = CudaContext::new(device).map_err(cuda("cuCtxCreate"))?;
-        let stream = ctx.default_stream();
+        // SAFETY: one stream runs everything here, in order, so cudarc's events between
+        // streams are not needed; they would also break a capture (a wait on an event recorded
+        // outside it).
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
         let blas =
             cudarc::cublas::CudaBlas::new(stream.clone()).map_err(blas_err("cublasCreate"))?;
+        let workspace = stream
+            .alloc_zeros::<u8>(WORKSPACE)
+            .map_err(cuda("cuMemAlloc (cuBLAS workspace)"))?;
+        // SAFETY: a live device buffer of WORKSPACE bytes, kept for the handle's life.
+        unsafe {
+            blas_sys::cublasSetWorkspace_v2(
+                *blas.handle(),
+                ptr(&workspace, &stream) as *mut c_void,
+                WORKSPACE,
+            )
+        }
+        .result()
+        .map_err(blas_err("cublasSetWorkspace"))?;
         let source = CString::new(PTX).expect("no NUL in the PTX");
         // SAFETY: a NUL-terminated PTX image; the context is current on this thread.
         let module = unsafe { drv::module::load_data(source.as_ptr() as *const c_void) }
@@ -183,7 +177,7 @@ impl Cublas {
             stream,
             blas,
             lt: None,
-            workspace: None,
+            workspace,
             empty,
             read,
             sms,
@@ -227,18 +221,16 @@ impl Cublas {
     }
 
     fn lt_handle(&mut self) -> anyhow::Result<lt_sys::cublasLtHandle_t> {
-        if let Some(h) = self.lt {
-            return Ok(h);
+        if let Some(h) = &self.lt {
+            return Ok(h.raw());
         }
         cli::info(check_libraries(true)?);
-        let h = lt::create_handle().map_err(blas_err("cublasLtCreate"))?;
-        self.workspace = Some(
-            self.stream
-                .alloc_zeros::<u8>(WORKSPACE)
-                .map_err(cuda("cuMemAlloc (cuBLASLt workspace)"))?,
-        );
+        // SAFETY: a new handle, owned here alone.
+        let h = unsafe { Owned::created(lt::create_handle(), destroy_lt_handle) }
+            .map_err(blas_err("cublasLtCreate"))?;
+        let raw = h.raw();
         self.lt = Some(h);
-        Ok(h)
+        Ok(raw)
     }
 
     fn plan_fp8(&mut self, s: &GemmShape) -> anyhow::Result<LtPlan> {
@@ -247,14 +239,22 @@ impl Cublas {
         let handle = self.lt_handle()?;
         let e = blas_err("cuBLASLt FP8 setup");
         let (m, n, k) = (u64::from(s.m), u64::from(s.n), u64::from(s.k));
-        let desc = lt::create_matmul_desc(CUBLAS_COMPUTE_32F, CUDA_R_32F).map_err(&e)?;
+        // SAFETY (each `Owned::created` below): a handle just created, owned there alone.
+        let desc = unsafe {
+            Owned::created(
+                lt::create_matmul_desc(CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                destroy_desc,
+            )
+        }
+        .map_err(&e)?;
+        let desc_raw = desc.raw();
         // cublasOperation_t as a 32-bit value: 1 = T, 0 = N.
         let (t, nt) = (1i32, 0i32);
         let attr = |a, v: &i32| {
             // SAFETY: the attribute takes a cublasOperation_t (an int) by pointer and size.
             unsafe {
                 lt::set_matmul_desc_attribute(
-                    desc,
+                    desc_raw,
                     a,
                     v as *const i32 as *const c_void,
                     std::mem::size_of::<i32>(),
@@ -264,26 +264,37 @@ impl Cublas {
         use lt_sys::cublasLtMatmulDescAttributes_t as D;
         attr(D::CUBLASLT_MATMUL_DESC_TRANSA, &t).map_err(&e)?;
         attr(D::CUBLASLT_MATMUL_DESC_TRANSB, &nt).map_err(&e)?;
-        let a = lt::create_matrix_layout(CUDA_R_8F_E4M3, k, n, k as i64).map_err(&e)?;
-        let b = lt::create_matrix_layout(CUDA_R_8F_E4M3, k, m, k as i64).map_err(&e)?;
-        let d = lt::create_matrix_layout(CUDA_R_16BF, n, m, n as i64).map_err(&e)?;
-        let pref = lt::create_matmul_pref().map_err(&e)?;
+        let layout = |ty, rows, cols, ld| {
+            // SAFETY: as above.
+            unsafe { Owned::created(lt::create_matrix_layout(ty, rows, cols, ld), destroy_layout) }
+        };
+        let a = layout(CUDA_R_8F_E4M3, k, n, k as i64).map_err(&e)?;
+        let b = layout(CUDA_R_8F_E4M3, k, m, k as i64).map_err(&e)?;
+        let d = layout(CUDA_R_16BF, n, m, n as i64).map_err(&e)?;
+        // SAFETY: as above; dropped at the end of this function.
+        let pref = unsafe { Owned::created(lt::create_matmul_pref(), destroy_pref) }.map_err(&e)?;
         let ws = WORKSPACE;
         // SAFETY: the preference takes the workspace size as a usize by pointer; the handle,
-        // descriptors and layouts are live.
+        // descriptors and layouts are live (owned here).
         let heuristic = unsafe {
             lt::set_matmul_pref_attribute(
-                pref,
+                pref.raw(),
                 lt_sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                 &ws as *const usize as *const c_void,
                 std::mem::size_of::<usize>(),
             )
-            .and_then(|_| lt::get_matmul_algo_heuristic(handle, desc, a, b, d, d, pref))
+            .and_then(|_| {
+                lt::get_matmul_algo_heuristic(
+                    handle,
+                    desc_raw,
+                    a.raw(),
+                    b.raw(),
+                    d.raw(),
+                    d.raw(),
+                    pref.raw(),
+                )
+            })
         };
-        // SAFETY: created above, not used after this.
-        unsafe {
-            let _ = lt::destroy_matmul_pref(pref);
-        }
         let plan = LtPlan {
             desc,
             a,
@@ -297,10 +308,7 @@ impl Cublas {
                 s.dims()
             ))
         })?;
-        Ok(LtPlan {
-            algo: heuristic.algo,
-            ..plan
-        })
+        Ok(plan.with_algo(heuristic.algo))
     }
 
     /// One call of loaded shape `i` with its next weight copy, enqueued on the stream.
@@ -316,24 +324,24 @@ impl Cublas {
         let alpha = &alpha as *const f32 as *const c_void;
         let beta = &beta as *const f32 as *const c_void;
         if let Some(plan) = &o.lt {
-            let ws = self.workspace.as_ref().expect("workspace with the handle");
-            let handle = self.lt.expect("cuBLASLt handle with a plan");
+            let ws = &self.workspace;
+            let handle = self.lt.as_ref().expect("cuBLASLt handle with a plan").raw();
             // SAFETY: operands and workspace are live device buffers of the planned sizes on
             // this stream; the plan's descriptors match them.
             return unsafe {
                 lt::matmul(
                     handle,
-                    plan.desc,
+                    plan.desc.raw(),
                     alpha,
                     beta,
                     w,
-                    plan.a,
+                    plan.a.raw(),
                     x,
-                    plan.b,
+                    plan.b.raw(),
                     y,
-                    plan.d,
+                    plan.d.raw(),
                     y,
-                    plan.d,
+                    plan.d.raw(),
                     &plan.algo,
                     ptr(ws, &stream) as *mut c_void,
                     WORKSPACE,
@@ -424,8 +432,12 @@ impl Cublas {
     }
 }
 
-/// cuBLASLt workspace: 32 MiB, as cudarc's safe wrapper takes on Hopper.
+/// cuBLAS and cuBLASLt workspace: 32 MiB, as cudarc's safe wrapper takes on Hopper.
 const WORKSPACE: usize = 32 << 20;
+
+/// Calls of one GEMM between the two events of a sample (torch_gemm.py captures as many in
+/// its graph): the events' cost spread over 20 calls is under 0.1 us each.
+pub const CALLS_PER_SAMPLE: u32 = 20;
 
 impl Device for Cublas {
     fn backend(&self, dtype: GemmDtype) -> &'static str {
@@ -485,12 +497,47 @@ impl Device for Cublas {
             .map_err(cuda("cuStreamSynchronize"))
     }
 
+    fn gemm_timing(&self) -> (GemmTiming, u32) {
+        (GemmTiming::BackToBack, CALLS_PER_SAMPLE)
+    }
+
     fn time_gemm(&mut self, i: usize, iters: Iters) -> anyhow::Result<Vec<f64>> {
         for _ in 0..iters.warmup {
             self.call(i)?;
         }
         self.stream.synchronize().map_err(cuda("warmup"))?;
-        self.timed(iters.timed, |me| me.call(i))
+        // An event after every call added ~2 us to a 12-18 us kernel on the H200: events only
+        // around each sample of CALLS_PER_SAMPLE calls.
+        let samples = self.timed(iters.timed, |me| {
+            (0..CALLS_PER_SAMPLE).try_for_each(|_| me.call(i))
+        })?;
+        Ok(samples
+            .into_iter()
+            .map(|us| us / f64::from(CALLS_PER_SAMPLE))
+            .collect())
+    }
+
+    fn time_graph(&mut self, order: &[usize], reps: u32) -> anyhow::Result<Option<Vec<f64>>> {
+        use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        self.stream
+            .synchronize()
+            .map_err(cuda("cuStreamSynchronize"))?;
+        self.stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(cuda("cuStreamBeginCapture"))?;
+        let captured = order.iter().try_for_each(|&i| self.call(i));
+        // Ended whatever happened, so the stream is usable again.
+        let graph = self
+            .stream
+            .end_capture(CUgraphInstantiate_flags(0))
+            .map_err(cuda("cuStreamEndCapture / cuGraphInstantiate"));
+        captured?;
+        let graph = graph?.ok_or_else(|| cli::failure("the captured step holds no GEMM"))?;
+        graph.upload().map_err(cuda("cuGraphUpload"))?;
+        graph.launch().map_err(cuda("cuGraphLaunch"))?;
+        self.stream.synchronize().map_err(cuda("warmup"))?;
+        let replay = |_: &mut Self| graph.launch().map_err(cuda("cuGraphLaunch"));
+        self.timed(reps, replay).map(Some)
     }
 
     fn time_sequence(&mut self, order: &[usize], reps: u32) -> anyhow::Result<Vec<f64>> {
@@ -570,5 +617,40 @@ impl Device for Cublas {
         }
         limits.launch_sync_us = Some(sync);
         Ok(limits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compute::owned::tests::{destroyed, record};
+
+    /// Records the handle's address, destroying nothing (these handles are stand-ins).
+    fn record_ptr<T>(h: *mut T) {
+        record(h as usize)
+    }
+
+    #[test]
+    fn an_fp8_plan_given_its_algorithm_destroys_each_layout_and_its_descriptor_once() {
+        fn owned<T>(addr: usize) -> Owned<*mut T> {
+            // SAFETY: a stand-in address, never dereferenced; `record_ptr` destroys nothing.
+            unsafe { Owned::new(addr as *mut T, record_ptr) }
+        }
+        let plan = LtPlan {
+            desc: owned(0x10),
+            a: owned(0x20),
+            b: owned(0x30),
+            d: owned(0x40),
+            algo: lt_sys::cublasLtMatmulAlgo_t { data: [0; 8] },
+        };
+        // What plan_fp8 does once the heuristic answered (a rebuild with `..plan` of copied
+        // pointers freed every layout twice on the H200).
+        let plan = plan.with_algo(lt_sys::cublasLtMatmulAlgo_t { data: [7; 8] });
+        assert!(destroyed().is_empty(), "{:?}", destroyed());
+        assert_eq!(plan.algo.data[0], 7);
+        drop(plan);
+        let mut gone = destroyed();
+        gone.sort_unstable();
+        assert_eq!(gone, vec![0x10, 0x20, 0x30, 0x40]);
     }
 }

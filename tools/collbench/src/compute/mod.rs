@@ -8,6 +8,8 @@
 
 pub mod cpu;
 pub mod cublas;
+pub mod owned;
+mod ptx;
 pub mod run;
 pub mod shapes;
 
@@ -17,7 +19,8 @@ use clap::ValueEnum;
 use servbench::cli;
 use servbench::presets::{Hardware, ModelCard, WeightFormat};
 use servbench::record::{
-    DeviceLimitsRecord, Dist, Extra, GemmRecord, GemmStepRecord, Labels, SCHEMA_VERSION, now_ts,
+    DeviceLimitsRecord, Dist, Extra, GemmRecord, GemmStepRecord, GemmTiming, Labels,
+    SCHEMA_VERSION, now_ts,
 };
 use shapes::GemmShape;
 
@@ -128,11 +131,18 @@ pub trait Device {
         copies: &[u32],
         dtype: GemmDtype,
     ) -> anyhow::Result<()>;
-    /// `iters.timed` calls of loaded shape `i` after `iters.warmup`, back to back; one time per
-    /// call (µs).
+    /// How [`Device::time_gemm`] takes each sample, and how many calls one sample holds.
+    fn gemm_timing(&self) -> (GemmTiming, u32);
+    /// `iters.timed` samples of loaded shape `i` after `iters.warmup` calls, each taken as
+    /// [`Device::gemm_timing`] says; µs per call, one figure per sample.
     fn time_gemm(&mut self, i: usize, iters: Iters) -> anyhow::Result<Vec<f64>>;
     /// The calls in `order` back to back, `reps` times after one untimed run; µs per run.
     fn time_sequence(&mut self, order: &[usize], reps: u32) -> anyhow::Result<Vec<f64>>;
+    /// The calls in `order` captured once as a CUDA graph, replayed `reps` times after one
+    /// untimed replay; µs per replay. `None` where there are no graphs (the CPU).
+    fn time_graph(&mut self, _order: &[usize], _reps: u32) -> anyhow::Result<Option<Vec<f64>>> {
+        Ok(None)
+    }
     /// Copy and read bandwidth over `bytes`, and launch cost.
     fn limits(&mut self, bytes: u64, iters: Iters) -> anyhow::Result<Limits>;
     /// Bytes free where operands go, and the place's name (`this host`, `GPU 0`), when known.
@@ -302,6 +312,7 @@ pub fn measure_batch(
         .map(GemmDtype::card_name)
         .filter(|c| *c != dtype.name())
         .map(servbench::record::GemmDtype::parse);
+    let (timing, calls_per_sample) = dev.gemm_timing();
     let mut gemms = Vec::with_capacity(shapes.len());
     for (i, shape) in shapes.iter().enumerate() {
         let samples = dev.time_gemm(i, cfg.iters)?;
@@ -326,6 +337,8 @@ pub fn measure_batch(
             dtype: dtype.name().into(),
             card_dtype: card_dtype.clone(),
             time_us,
+            timing: timing.clone(),
+            calls_per_sample,
             tflops: rate(shape.flops()) / 1e12,
             gbps: rate(shape.bytes(dtype.in_bytes(), dtype.out_bytes())) / 1e9,
             peak_tflops: dtype.peak_tflops(hw),
@@ -339,12 +352,16 @@ pub fn measure_batch(
     let step = match &cfg.model {
         None => None,
         Some(model) => {
-            let sequence = dev.time_sequence(&step_order(&shapes), cfg.step_iters)?;
+            let order = step_order(&shapes);
+            let samples = StepSamples {
+                sequence: dev.time_sequence(&order, cfg.step_iters)?,
+                graph: dev.time_graph(&order, cfg.step_iters)?,
+            };
             Some(step_record(
                 cfg,
                 model,
                 batch,
-                (&shapes, &gemms, &sequence),
+                (&shapes, &gemms, &samples),
                 (&device, backend),
             ))
         }
@@ -352,13 +369,20 @@ pub fn measure_batch(
     Ok(Measured { gemms, step })
 }
 
-/// The step's record from its shapes, their timings and the back-to-back sequence's samples,
-/// on the device and backend named.
+/// A step's samples, µs per step: its GEMMs back to back, and replayed as one CUDA graph
+/// where the device has graphs.
+struct StepSamples {
+    sequence: Vec<f64>,
+    graph: Option<Vec<f64>>,
+}
+
+/// The step's record from its shapes, their timings and the step's samples, on the device and
+/// backend named.
 fn step_record(
     cfg: &GemmConfig,
     model: &ModelCard,
     batch: u32,
-    (shapes, gemms, sequence): (&[GemmShape], &[GemmRecord], &[f64]),
+    (shapes, gemms, samples): (&[GemmShape], &[GemmRecord], &StepSamples),
     (device, backend): (&str, &str),
 ) -> GemmStepRecord {
     let dtype = cfg.dtype;
@@ -372,7 +396,7 @@ fn step_record(
         .zip(gemms)
         .map(|(s, g)| g.time_us.mean * s.per_step() as f64)
         .sum();
-    let sequence_us = time_dist(sequence);
+    let sequence_us = time_dist(&samples.sequence);
     let hw = &cfg.hardware;
     let roofline_s = (flops / (dtype.peak_tflops(hw) * 1e12)).max(bytes / (hw.mem_bw_gbps * 1e9));
     GemmStepRecord {
@@ -392,6 +416,7 @@ fn step_record(
         gemm_us_per_step: gemm_us,
         launch_overhead_us_per_step: (sequence_us.mean - gemm_us).max(0.0),
         sequence_us,
+        graph_us: samples.graph.as_deref().map(time_dist),
         roofline_us_per_step: roofline_s * 1e6,
         extra: Extra::new(),
     }

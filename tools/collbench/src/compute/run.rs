@@ -56,12 +56,15 @@ pub fn gemm_records<W: Write>(
         }
         if let Some(step) = &measured.step {
             cli::info(format!(
-                "batch {batch:>4}: {} GEMMs per step {:.0} us measured (roofline {:.0} us), back to back {:.0} us: {:.0} us launch overhead",
+                "batch {batch:>4}: {} GEMMs per step {:.0} us measured (roofline {:.0} us), back to back {:.0} us: {:.0} us launch overhead{}",
                 step.gemms_per_step,
                 step.gemm_us_per_step,
                 step.roofline_us_per_step,
                 step.sequence_us.mean,
-                step.launch_overhead_us_per_step
+                step.launch_overhead_us_per_step,
+                step.graph_us
+                    .map(|g| format!("; one CUDA graph {:.0} us", g.mean))
+                    .unwrap_or_default()
             ));
             out.emit(step)?;
         }
