@@ -175,7 +175,7 @@ fn decode_compute_times_both_halves_of_the_same_step() {
 
 /// A TP1 engine runs no allreduce: `decode --tp 1` measures none (no rank is started, no
 /// socket opened), says so in one line, and its records carry communication 0 beside the
-/// compute half alone.
+/// compute half alone; summarize's budget and verdict say the same.
 #[test]
 fn decode_at_tp_1_counts_no_allreduce_and_keeps_the_compute_half_alone() {
     let dir = tempfile::tempdir().unwrap();
@@ -214,6 +214,27 @@ fn decode_at_tp_1_counts_no_allreduce_and_keeps_the_compute_half_alone() {
         assert!(d["step_roofline_us"].as_f64().unwrap() > 0.0, "{d}");
     }
     assert_eq!(of_kind(&recs, "gemm_step").len(), 2, "the compute half");
+    // summarize: communication 0 in the budget (no mean where nothing ran), the compute alone
+    // in the verdict, and no word of a tcp measurement that did not happen.
+    let file = dir.path().join("tp1.jsonl");
+    std::fs::write(&file, &out.stdout).unwrap();
+    let text = testkit::call("summarize").arg(&file).run_ok().out();
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("tiny-moe")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    for row in rows {
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // model hardware backend TP batch B per-step mean comm-ms roofline comm-% #wrong
+        assert_eq!(
+            (cells[6], cells[7], cells[8], cells[10]),
+            ("0", "-", "0", "0.0"),
+            "{row}"
+        );
+    }
+    assert!(
+        text.contains("note: batch 1: no allreduce at TP1: the step is its compute alone"),
+        "{text}"
+    );
+    assert!(!text.contains("the tcp backend measured"), "{text}");
 }
 
 #[test]

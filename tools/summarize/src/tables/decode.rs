@@ -52,7 +52,8 @@ pub fn decode_table(decode: &[DecodeRecord], steps: &[PointStep]) -> Table {
                 Cell::int(d.batch),
                 Cell::int(d.allreduce_bytes),
                 Cell::int(d.allreduces_per_step),
-                Cell::num(Some(d.allreduce_us.mean)),
+                // Nothing measured (TP1 runs no allreduce): no mean.
+                Cell::num((d.allreduce_us.n > 0).then_some(d.allreduce_us.mean)),
                 Cell::num(Some(d.comm_us_per_token * 1e-3)),
                 Cell::num(Some(d.step_roofline_us * 1e-3)),
                 Cell::pct(Some(d.comm_fraction * 100.0)),
@@ -68,7 +69,10 @@ pub fn decode_table(decode: &[DecodeRecord], steps: &[PointStep]) -> Table {
         "statistic".into(),
         "mean allreduce time (a step pays their sum)".into(),
     ));
-    if decode.iter().any(|d| d.backend == CollBackend::Tcp) {
+    if decode
+        .iter()
+        .any(|d| d.backend == CollBackend::Tcp && d.allreduces_per_step > 0)
+    {
         table.notes.push(
             "the tcp backend measured these allreduces: processes over TCP on this box, which says nothing about NCCL on GPUs; run collbench decode --backend nccl on the GPU host for the real budget".into(),
         );
@@ -79,10 +83,20 @@ pub fn decode_table(decode: &[DecodeRecord], steps: &[PointStep]) -> Table {
 /// The verdict of one decode record's batch: the matching point's, or the modelled step's.
 fn decode_note(d: &DecodeRecord, steps: &[PointStep]) -> String {
     let comm_ms = d.comm_us_per_token / 1000.0;
-    if let Some(step) = steps
+    let point = steps
         .iter()
-        .find(|s| s.model == d.model && s.tp == d.tp && s.batch == d.batch)
-    {
+        .find(|s| s.model == d.model && s.tp == d.tp && s.batch == d.batch);
+    if d.allreduces_per_step == 0 {
+        let alone = format!("batch {}: no allreduce at TP{}", d.batch, d.tp);
+        return match point {
+            Some(step) => format!("{alone}, judged at {}: {}", step.name, step.verdict.text()),
+            None => format!(
+                "{alone}: the step is its compute alone, {} ms modelled (roofline; no run measured this batch)",
+                human(d.step_roofline_us / 1000.0)
+            ),
+        };
+    }
+    if let Some(step) = point {
         return format!(
             "batch {}: allreduce {} ms per step, judged at {}: {}",
             d.batch,
