@@ -2,7 +2,7 @@
 //! `tool: error: msg`), and the error kinds behind the exit codes.
 //!
 //! This is the bottom of the crate: every other module may report through it and it uses none
-//! of them, so [`crate::cli`] (which maps errors to exit codes and so knows the other modules'
+//! of them, so `cli` (which maps errors to exit codes and so knows the other modules'
 //! error types) sits on top without a circle. Tools reach these through `cli`'s re-exports.
 
 use std::borrow::Cow;
@@ -11,12 +11,12 @@ use std::sync::OnceLock;
 
 static TOOL: OnceLock<&'static str> = OnceLock::new();
 
-/// Names the running tool in messages (the first call wins; [`crate::cli::main`] makes it).
+/// Names the running tool in messages (the first call wins; `cli::main` makes it).
 pub(crate) fn set_tool(name: &'static str) {
     let _ = TOOL.set(name);
 }
 
-/// The running tool's name, for messages (`servbench` until [`crate::cli::main`] sets it).
+/// The running tool's name, for messages (`servbench` until `cli::main` sets it).
 pub fn tool() -> &'static str {
     TOOL.get().copied().unwrap_or("servbench")
 }

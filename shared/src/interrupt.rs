@@ -9,7 +9,7 @@
 //!
 //! [`catch`] installs the handlers (once per process); [`on_signal`] runs a tool's own reaction
 //! on a thread of its own (never in the handler); [`count`] says how many came. Stdin read while
-//! caught is a [`DrainingStdin`] ([`crate::jsonl::stdin_reader`] picks it).
+//! caught is a [`DrainingStdin`] (`jsonl::stdin_reader` picks it).
 
 use std::io::{self, BufRead, Read};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
@@ -50,7 +50,7 @@ extern "C" fn on_interrupt(_signal: libc::c_int) {
 
 /// Catches SIGINT and SIGTERM for the rest of the process (later calls only set `drain_wait`):
 /// each is counted and handed to the [`on_signal`] subscribers, and stdin read through
-/// [`crate::jsonl::stdin_reader`] drains (see the module). Programs this process starts get the
+/// `jsonl::stdin_reader` drains (see the module). Programs this process starts get the
 /// default handlers back at exec.
 pub fn catch(drain_wait: Duration) {
     DRAIN_WAIT_MS.store(

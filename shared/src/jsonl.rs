@@ -8,7 +8,7 @@
 //!
 //! Output: one record per line, each written whole and flushed at once so a pipeline streams.
 //! A write error is an [`OutputError`]: a closed stdout (EPIPE: the next tool exited) is
-//! [`OutputError::Closed`], which [`crate::cli::main`] turns into a quiet exit 0; any other
+//! [`OutputError::Closed`], which `cli::main` turns into a quiet exit 0; any other
 //! failure (a full disk) is one error line and exit 1.
 
 pub use crate::diag::OutputError;

@@ -18,13 +18,17 @@
 //! - [`host`]: the box itself: its tunables, GPUs and topology, and the pre-flight verdict;
 //! - [`interrupt`]: Ctrl-C/SIGTERM in a pipeline: the first drains the input, a second leaves.
 //! - [`load`]: the load a workload applies (arrival processes, conversation turns, think times).
+//! - [`startup`]: a server's startup phases, read from its engine's log.
 //!
-//! Modules use each other one way only (no circle): `files` uses none; `jsonl` uses `record`,
-//! `files`, `diag` and `interrupt`; `interrupt` uses `diag`; `stats` uses `record`; `presets`
-//! uses `record`, `files` and `jsonl` (measured collective curves); `telemetry` uses `record`
-//! and `exec`; `host` uses `record`, `exec`, `jsonl` and `presets`; `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`; `ranks` uses
-//! `diag`; `cli` (exit codes for every module's errors) may use any of them, and no module uses
-//! `cli`.
+//! Modules use each other one way only (no circle; `.ci/run` checks it, test files aside). From
+//! the bottom: `record`, `files`, `diag`, `procs` and `rlimit` use none of the others; `stats`
+//! and `startup` use `record`; `engines` uses `startup`; `interrupt` and `ranks` use `diag`;
+//! `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`; `jsonl` uses `record`,
+//! `files`, `diag` and `interrupt`; `presets` uses `record`, `files`, `jsonl` (measured
+//! collective curves) and `diag`; `telemetry` uses `record` and `exec`; `host` uses `record`,
+//! `exec`, `jsonl` and `presets`; `cli` (exit codes for every module's errors, the flag parsers)
+//! uses `diag`, `exec`, `interrupt` and `record`; `load` uses `record`, `files` and `cli`'s flag
+//! parsers. A doc comment names a module above its own in plain words, not as a `crate::` link.
 
 pub mod cli;
 pub mod diag;

@@ -18,13 +18,6 @@ use std::collections::BTreeMap;
 /// Significant digits kept by every histogram: 0.1% resolution.
 const SIG_FIGS: u8 = 3;
 
-/// The q-quantile (0..=1) of sorted, non-empty values by nearest rank (the median of an even
-/// count is the lower middle one).
-pub fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 /// A latency histogram in microseconds; reports in milliseconds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Hist(Histogram<u64>);

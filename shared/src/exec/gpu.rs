@@ -68,7 +68,7 @@ fn failure_of(out: &Output, text: &str, no_rows: bool, bounds: Bounds) -> Option
         .chain(text.lines())
         .map(str::trim)
         .find(|l| !l.is_empty() && !l.starts_with(|c: char| c.is_ascii_digit()))
-        .map(|l| crate::cli::printable(&l.chars().take(200).collect::<String>()).into_owned());
+        .map(|l| crate::diag::printable(&l.chars().take(200).collect::<String>()).into_owned());
     if out.status != 0 {
         return Some(match said {
             Some(s) => format!("exited {}: {s}", out.status),

@@ -19,7 +19,7 @@
 //!   which its whole process group gets TERM, then KILL, and a cap on what it prints.
 //!
 //! Layering: `exec` reads process tables through [`crate::procs`] (types and /proc text
-//! parsers, which know nothing of hosts); the kill loop ([`crate::kill`]) sits above both.
+//! parsers, which know nothing of hosts); the kill loop (the `kill` module) sits above both.
 
 pub mod bounded;
 pub mod gpu;
@@ -37,7 +37,7 @@ pub use ssh::Ssh;
 use crate::procs::{ProcId, ProcTable, parse_stat, start_ticks_of};
 
 /// Why a primitive failed. `Connect` errors are about the host as named (DNS, refused, host key,
-/// auth): the user must fix something, so [`crate::cli::exit_for`] maps them to exit 2, the
+/// auth): the user must fix something, so `cli::exit_for` maps them to exit 2, the
 /// rest to exit 1; a tool just `?`s them.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {

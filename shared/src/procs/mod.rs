@@ -1,7 +1,7 @@
 //! Process tables and kill targets, as data: what a host's processes are (pid, start time,
 //! group, session, parent, command line, launch marker) and which of them a target covers.
-//! Nothing here touches a host: [`crate::exec`] fills tables on one (through the /proc text
-//! parsers in [`stat`] and [`net`]) and [`crate::kill`] ends targets there.
+//! Nothing here touches a host: `exec` fills tables on one (through the /proc text
+//! parsers in [`stat`] and [`net`]) and `kill` ends targets there.
 //!
 //! Inference servers leave workers behind: tensor-parallel ranks get reparented to init, some
 //! call setsid, and a pid can be reused by a stranger between launch and kill. So a target is

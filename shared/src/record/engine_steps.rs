@@ -10,7 +10,7 @@
 //! prefill included); a generation request is decoding. vLLM logs a data-parallel padding step
 //! with ` (dummy)` after its time: such steps are counted apart, not in the figures.
 
-use crate::stats::nearest_rank;
+use super::nearest_rank;
 use serde::{Deserialize, Serialize};
 
 /// One engine step as its log line says.

@@ -5,7 +5,7 @@
 //! (`_ms`, `_us`, `_s`, `_bytes`, `_tok_s`, `_gbps`). Each kind keeps the fields it does not know in
 //! `extra`, so a record written by a newer tool survives a trip through an older one; a kind nobody
 //! here knows is kept whole as [`Record::Other`]. Pass-through forwards the original line verbatim
-//! (see [`crate::jsonl`]), so nothing is ever reformatted on the way.
+//! (see `jsonl`), so nothing is ever reformatted on the way.
 
 // The modules that are not a kind of their own: shared parts and checks.
 mod compound;
@@ -45,7 +45,7 @@ pub type Labels = BTreeMap<String, String>;
 
 /// The well-known label names, each written by one tool and read by others.
 pub mod label {
-    /// Tensor-parallel degree (srv-launch); read into a [`crate::presets::Layout`].
+    /// Tensor-parallel degree (srv-launch); read into a `presets::Layout`.
     pub const TP: &str = "tp";
     /// Pipeline-parallel degree (srv-launch).
     pub const PP: &str = "pp";
@@ -324,6 +324,15 @@ pub struct Dist {
     pub p99: f64,
     pub p999: f64,
     pub max: f64,
+}
+
+/// The q-quantile (0..=1) of sorted, non-empty values by nearest rank (the median of an even
+/// count is the lower middle one): what a record's exact `p50`/`p90` (those not read from a
+/// histogram) mean. Here, with the schema, so the record kinds that compute their own figures
+/// and `stats` share it without `record` reaching up into `stats`.
+pub fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ pub struct RampRecord {
     pub best_concurrency: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best_output_tok_s: Option<f64>,
-    /// `--min-gain`: the knee rule the best level was chosen by (`servbench::stats::knee`),
+    /// `--min-gain`: the knee rule the best level was chosen by (`stats::knee`),
     /// so a reader of the record names the same knee.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_gain: Option<f64>,

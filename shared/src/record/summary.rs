@@ -3,7 +3,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The statistics of one sweep point, written by `loadgen` when the point ends (and computed
-/// identically by `summarize` from `request` records; see [`crate::stats`]). Histograms travel
+/// identically by `summarize` from `request` records; see `stats`). Histograms travel
 /// serialized so summaries from several hosts or runs merge exactly.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SummaryRecord {
@@ -120,7 +120,7 @@ pub struct SummaryRecord {
 }
 record_kind!(SummaryRecord, "summary", Summary);
 
-/// A point's noise by batch means ([`crate::stats::blocks`]): its wall window cut into
+/// A point's noise by batch means (`stats::blocks`): its wall window cut into
 /// `blocks` time blocks of `block_s` seconds, each long enough (two mean E2E latencies at
 /// least) that closed-loop waves do not tie one block to the next; every figure is computed per
 /// block, and `hw95` holds each figure's 95% half-width, t(blocks - 1) * sd(block figures) /

@@ -1,6 +1,6 @@
 //! What the server and its GPUs were doing during a point (the `server` and `gpus` objects of a
 //! `summary`), and the environment a server ran in (the `env` object of a `server` record).
-//! Names are ours, the same for every engine: [`crate::telemetry::vocab`] maps each engine's.
+//! Names are ours, the same for every engine: `telemetry::vocab` maps each engine's.
 
 use super::{Engine, SpecFrom};
 use serde::{Deserialize, Serialize};

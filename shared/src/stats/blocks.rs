@@ -6,8 +6,9 @@
 //! block figures gives the point's interval with as many independent samples as blocks: the
 //! standard batch-means estimate of a time series' mean.
 
-use super::{MeanCi, Span, nearest_rank};
+use super::{MeanCi, Span};
 use crate::record::BatchNoise;
+use crate::record::nearest_rank;
 use std::collections::BTreeMap;
 
 /// A block spans at least this many mean request latencies (E2E): closed-loop waves are one

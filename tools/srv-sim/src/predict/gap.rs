@@ -124,5 +124,5 @@ pub fn measure(path: &str) -> anyhow::Result<MeasuredGap> {
 /// The middle value (the lower of the two middle ones), or None for no values.
 fn median(v: &mut [f64]) -> Option<f64> {
     v.sort_by(f64::total_cmp);
-    (!v.is_empty()).then(|| servbench::stats::nearest_rank(v, 0.5))
+    (!v.is_empty()).then(|| servbench::record::nearest_rank(v, 0.5))
 }
