@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-.carry/bin}
-bins=(collbench loadgen srv-kill srv-sim summarize)
+bins=(collbench loadgen srv-kill srv-launch srv-sim summarize)
 limit=$((64 << 20))
 # The working tree travels beside the binaries: leave room for it.
 budget=$((48 << 20))

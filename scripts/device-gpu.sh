@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # servbench's GPU code on one GPU, each figure beside PyTorch's or NVML's in the same run
-# (issue 25), in well under ten minutes with carried binaries (scripts/carry-bins.sh):
+# (issues 25, 33), in about two minutes with carried binaries (scripts/carry-bins.sh):
 #   libraries  which libcuda/libcublas/libcublasLt/libnccl collbench loads (file, version)
 #   gemm       cuBLAS GEMMs of one decode step (llama-3.1-8b, llama-3.1-70b; TP1; batch
-#              1,8,64; bf16, fp8) beside torch.matmul / torch._scaled_mm, same warm-up and
-#              iterations (tools/collbench/bench/torch_gemm.py): ratio per shape, goal 0.95-1.05
+#              1,8,64; bf16, fp8; 20 calls back to back between two events) beside torch.matmul /
+#              torch._scaled_mm timed as a CUDA graph of 20 calls (tools/collbench/bench/
+#              torch_gemm.py): every GEMM within 5% of torch's, and each step as one CUDA-graph
+#              replay within 3% of torch's graph of the same step
 #   limits     copy, read, launch, launch+sync beside PyTorch's (bench/gpu_probe.py limits)
 #   nccl       a one-rank allreduce through collbench's NCCL path: loads, forms, exact
 #   p2p        collbench p2p --backend nccl over every GPU pair, copy engine then NCCL
 #              send/recv (64M messages), and summarize's matrices of them (needs 2+ GPUs)
-#   decode     collbench decode --compute, llama-3.1-70b TP1, and summarize over it
+#   decode     collbench decode --compute, llama-3.1-70b TP1 (no allreduce: the compute half
+#              alone), and summarize over it
 #   telemetry  loadgen's nvidia-smi sampling during a torch matmul loop beside NVML and dmon
 #   kill       srv-kill --pid on a PyTorch process holding 10 GiB: GPU memory before, after
+#   pipeline   the whole loop: srv-launch sim | loadgen --gpu-host localhost | srv-kill |
+#              summarize, and where each point's GPU energy came from (NVML's counter or
+#              sampled power)
 # Where a step cannot run (no GPU, no PyTorch with CUDA) it says why in one line; the rest run.
-# Env: BIN (collbench, loadgen, srv-kill, srv-sim, summarize; default .carry/bin, else
+# Env: BIN (collbench, loadgen, srv-kill, srv-launch, srv-sim, summarize; default .carry/bin, else
 #      target/release), OUT (default device-gpu-<time>), PYTHON (python3), ITERS (20), WARMUP (5),
 #      HARDWARE (h200: the peaks set beside).
 # OUT gets at most 8 files (the device tool brings back no more): table.txt, records.jsonl,
@@ -30,7 +36,7 @@ hw=${HARDWARE:-h200}
 bench=tools/collbench/bench
 bin=${BIN:-.carry/bin}
 [ -x "$bin/collbench" ] || bin=target/release
-for b in collbench loadgen srv-kill srv-sim summarize; do
+for b in collbench loadgen srv-kill srv-launch srv-sim summarize; do
   if [ ! -x "$bin/$b" ]; then
     echo "device-gpu.sh: $bin/$b not found: run scripts/carry-bins.sh here first (or BIN=DIR)" >&2
     exit 2
@@ -134,7 +140,7 @@ else
       run "gemm $model $dt" "$rec" "$bin/collbench" gemm --compute-backend cublas --gemm-dtype "$dt" \
         --model "$model" --hardware "$hw" --tp 1 --batch 1,8,64 -n "$iters" -w "$warmup" \
         --label step=gemm --label "model=$model" || continue
-      "$py" -c 'import json,sys; [print(r["name"], r["m"], r["n"], r["k"]) for r in map(json.loads, sys.stdin) if r.get("kind") == "gemm"]' \
+      "$py" -c 'import json,sys; [print(r["batch"], r["name"], r["m"], r["n"], r["k"], r["per_step"]) for r in map(json.loads, sys.stdin) if r.get("kind") == "gemm"]' \
         <"$rec" | "$py" "$bench/torch_gemm.py" --dtype "$dt" --iters "$iters" --warmup "$warmup" \
         >"$work/torch-gemm-$model-$dt.txt" 2>>"$log" || {
         fail "gemm $model $dt" "torch_gemm.py: $(tail -1 "$log")"
@@ -260,6 +266,26 @@ else
       "$py" "$bench/device_table.py" kill "$work/kill.jsonl" | tee -a "$table"
     say "kill: nvidia-smi after: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1)"
   fi
+fi
+
+# pipeline: the loop people run, on this box: srv-launch sim | loadgen (this host's GPUs sampled:
+# NVML where libnvidia-ml.so.1 loads, else nvidia-smi) | srv-kill | summarize; the line says
+# each point's GPU energy source.
+echo "## pipeline" >>"$log"
+if PATH="$bin:$PATH" bash -c "set -o pipefail; srv-launch sim -- --ttft 1ms --itl 1ms |
+    loadgen -c 1,8 --duration 3s --max-tokens 16 --input-len 16 --no-requests --gpu-host localhost \
+      --label step=pipeline |
+    srv-kill" </dev/null >"$work/pipeline.jsonl" 2>"$work/err"; then
+  cat "$work/err" >>"$log"
+  "$bin/summarize" "$work/pipeline.jsonl" >"$work/pipeline-summarize.txt" 2>>"$log" &&
+    { echo "## summarize pipeline.jsonl"; cat "$work/pipeline-summarize.txt"; } >>"$work/summarize.txt"
+  say "pipeline: $("$py" "$bench/device_table.py" pipeline "$work/pipeline.jsonl")"
+  if [ -z "$gpu_why" ] && ! grep -q '"energy_source":"counter"' "$work/pipeline.jsonl"; then
+    fail pipeline "no point's GPU energy came from a counter: $(grep -h 'GPU energy\|NVML' "$work/err" | head -1)"
+  fi
+else
+  cat "$work/err" >>"$log"
+  fail pipeline "srv-launch sim | loadgen | srv-kill exited non-zero: $(tail -1 "$work/err")"
 fi
 
 # What comes back: at most 8 files.

@@ -1,14 +1,39 @@
 //! scripts/device-gpu.sh, the one command for a lent GPU (issue 25), on a machine without one:
 //! every GPU step says in one line why it cannot run, the library probe names every file it
-//! looked for, the steps that need no GPU (loadgen against srv-sim, srv-kill --pid) run, and it
-//! exits 3 with at most 8 files under OUT (what the device tool brings back).
+//! looked for, the steps that need no GPU (loadgen against srv-sim, srv-kill --pid, the whole
+//! srv-launch | loadgen | srv-kill | summarize loop) run, and it exits 3 with at most 8 files
+//! under OUT (what the device tool brings back). scripts/carry-bins.sh carries every binary the
+//! script runs.
 
 use std::process::{Command, Stdio};
 use testkit::{bin_dir, json_lines, of_kind};
 
+/// What the device script runs, and so what carry-bins.sh must carry.
+const DEVICE_BINS: [&str; 6] = [
+    "collbench",
+    "loadgen",
+    "srv-kill",
+    "srv-launch",
+    "srv-sim",
+    "summarize",
+];
+
+#[test]
+fn carry_bins_carries_every_binary_the_device_script_runs() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/");
+    let carry = std::fs::read_to_string(format!("{root}carry-bins.sh")).unwrap();
+    let device = std::fs::read_to_string(format!("{root}device-gpu.sh")).unwrap();
+    let list = format!("bins=({})", DEVICE_BINS.join(" "));
+    assert!(carry.contains(&list), "carry-bins.sh: {list}");
+    assert!(
+        device.contains(&format!("for b in {}; do", DEVICE_BINS.join(" "))),
+        "device-gpu.sh checks for each of {DEVICE_BINS:?}"
+    );
+}
+
 #[test]
 fn device_gpu_without_a_gpu_says_why_per_step_runs_the_rest_and_exits_3() {
-    for b in ["collbench", "loadgen", "srv-kill", "srv-sim", "summarize"] {
+    for b in DEVICE_BINS {
         testkit::bin(b);
     }
     let dir = tempfile::tempdir().unwrap();
@@ -89,6 +114,11 @@ fn device_gpu_without_a_gpu_says_why_per_step_runs_the_rest_and_exits_3() {
         table.contains("kill: the GPU memory check cannot run: "),
         "{table}"
     );
+    // The loop people run, whole: two points, the server killed, no GPU to read energy from.
+    assert_eq!(
+        line("pipeline: "),
+        "pipeline: 2 point(s) (C=1,8), srv-kill ok; GPU energy: no GPU samples (see log.txt)"
+    );
     assert!(
         table.lines().last().unwrap().starts_with("# no GPU here"),
         "{table}"
@@ -104,9 +134,19 @@ fn device_gpu_without_a_gpu_says_why_per_step_runs_the_rest_and_exits_3() {
         table
     );
     let records = json_lines(&std::fs::read(out_dir.join("records.jsonl")).unwrap());
-    let kill = of_kind(&records, "kill");
-    assert_eq!(kill.len(), 1, "{records:?}");
+    let kills = of_kind(&records, "kill");
+    let kill: Vec<_> = kills
+        .iter()
+        .filter(|k| k["labels"]["step"] == "kill")
+        .collect();
+    assert_eq!(kill.len(), 1, "{kills:?}");
     assert_eq!(kill[0]["ok"], true, "{}", kill[0]);
-    assert_eq!(kill[0]["labels"]["step"], "kill");
+    // The pipeline's srv-kill killed the server srv-launch started.
+    assert!(
+        kills.iter().any(
+            |k| k["ok"] == true && k["target"].as_str().unwrap_or("").starts_with("server sim")
+        ),
+        "{kills:?}"
+    );
     assert!(!of_kind(&records, "summary").is_empty());
 }

@@ -1,12 +1,14 @@
 """The table of scripts/device-gpu.sh from what its steps wrote (stdlib only: it runs where the
 GPU steps could not). One subcommand per step; each prints table lines on stdout.
 
-  gemm MODEL DTYPE COLLBENCH.jsonl TORCH.txt      per shape: cuBLAS vs torch, ratio (goal 0.95-1.05)
+  gemm MODEL DTYPE COLLBENCH.jsonl TORCH.txt      per shape: cuBLAS vs torch's graph (goal within 5%),
+                                                  per step: graph vs graph (goal within 3%)
   limits COLLBENCH.jsonl TORCH.json               copy/read GB/s, launch us, beside PyTorch's
   nccl COLLBENCH.jsonl                            the one-rank allreduce: sizes, wrong, exact or not
   decode COLLBENCH.jsonl                          the decode and gemm_step records, one line per batch
   telemetry LOADGEN.jsonl NVML.jsonl DMON.txt T0 T1   loadgen's GPU figures beside NVML and dmon
   kill KILL.jsonl                                 srv-kill's record: signals, GPU memory before/after
+  pipeline RECORDS.jsonl                          the loop's points, the kill, each GPU's energy source
 """
 import json
 import sys
@@ -24,26 +26,48 @@ def records(path, kind):
     return out
 
 
+GEMM_GOAL, STEP_GOAL = 0.05, 0.03
+
+
 def gemm(model, dtype, rec, torch_txt):
+    """Every GEMM: collbench's back-to-back mean against torch's graph-timed one (goal within
+    5%); every step: collbench's graph replay against torch's (goal within 3%), and both back to
+    back beside. Off-goal rows are marked; the last line says how many."""
     ours = records(rec, "gemm")
-    theirs = [line.split() for line in open(torch_txt) if line.strip()]
-    print(f"# {model} TP1 {dtype}: batch gemm m n k  cublas_us TFLOP/s  torch_us TFLOP/s  ratio (goal 0.95-1.05)")
-    worst = None
+    lines = [line.split() for line in open(torch_txt) if line.strip()]
+    theirs = [t[1:] for t in lines if t[0] == "gemm"]
+    steps = {int(t[1]): t[2:] for t in lines if t[0] == "step"}
+    print(f"# {model} TP1 {dtype}: batch gemm m n k  collbench_us (timing) TFLOP/s  torch_graph_us TFLOP/s  "
+          f"ratio (goal {1 - GEMM_GOAL:.2f}-{1 + GEMM_GOAL:.2f})")
+    off = 0
     for g, t in zip(ours, theirs):
-        cu, tu = g["time_us"]["mean"], float(t[4])
+        cu, tu = g["time_us"]["mean"], float(t[5])
         ratio = cu / tu if tu > 0 else float("nan")
-        note = " " + " ".join(t[6:]) if len(t) > 6 else ""
-        flag = "" if 0.95 <= ratio <= 1.05 else "  <- off goal"
-        print(f"{g['batch']:>5} {g['name']:>15} {g['m']:>5} {g['n']:>6} {g['k']:>6} {cu:>10.2f} {g['tflops']:>8.2f} "
-              f"{tu:>9.2f} {float(t[5]):>8.2f} {ratio:>6.3f}{flag}{note}")
-        worst = ratio if worst is None or abs(ratio - 1) > abs(worst - 1) else worst
+        note = " " + " ".join(t[7:]) if len(t) > 7 else ""
+        bad = not abs(ratio - 1) <= GEMM_GOAL
+        off += bad
+        timing = f"{g.get('timing', 'per_call')}x{g.get('calls_per_sample', 1)}"
+        print(f"{g['batch']:>5} {g['name']:>15} {g['m']:>5} {g['n']:>6} {g['k']:>6} {cu:>10.2f} {timing:>15} "
+              f"{g['tflops']:>8.2f} {tu:>9.2f} {float(t[6]):>8.2f} {ratio:>6.3f}{'  <- off goal' if bad else ''}{note}")
     if len(ours) != len(theirs):
         print(f"# {len(ours)} collbench shapes but {len(theirs)} torch lines")
+        off += 1
     for s in records(rec, "gemm_step"):
-        print(f"# step at batch {s['batch']}: GEMMs {s['gemm_us_per_step']:.0f} us (roofline "
-              f"{s['roofline_us_per_step']:.0f}), back to back {s['sequence_us']['mean']:.0f} us")
-    if worst is not None:
-        print(f"# worst ratio {worst:.3f}")
+        graph = (s.get("graph_us") or {}).get("mean")
+        t = steps.get(s["batch"])
+        line = (f"# step at batch {s['batch']}: GEMMs {s['gemm_us_per_step']:.0f} us (roofline "
+                f"{s['roofline_us_per_step']:.0f}); collbench graph {graph if graph is None else round(graph)} us, "
+                f"back to back {s['sequence_us']['mean']:.0f} us")
+        if t is None or graph is None:
+            print(line + "; no torch step or no collbench graph to compare  <- off goal")
+            off += 1
+            continue
+        ratio = graph / float(t[0])
+        bad = not abs(ratio - 1) <= STEP_GOAL
+        off += bad
+        print(f"{line}; torch graph {float(t[0]):.0f} us, back to back {float(t[1]):.0f} us; "
+              f"graph ratio {ratio:.3f} (goal {1 - STEP_GOAL:.2f}-{1 + STEP_GOAL:.2f}){'  <- off goal' if bad else ''}")
+    print(f"# {off} row(s) off goal")
 
 
 def limits(rec, torch_json):
@@ -77,11 +101,14 @@ def nccl(rec):
 
 def decode(rec):
     for d in records(rec, "decode"):
-        print(f"# decode {d['model']} tp={d['tp']} batch {d['batch']}: allreduce {d['comm_us_per_token']:.1f} us/token "
-              f"({d['backend']}), roofline {d['step_roofline_us']:.0f} us, comm {100 * d['comm_fraction']:.1f}%")
+        print(f"# decode {d['model']} tp={d['tp']} batch {d['batch']}: {d['allreduces_per_step']} allreduces per step, "
+              f"{d['comm_us_per_token']:.1f} us/token ({d['backend']}, {d['algo']}), roofline "
+              f"{d['step_roofline_us']:.0f} us, comm {100 * d['comm_fraction']:.1f}%")
     for s in records(rec, "gemm_step"):
-        print(f"# decode GEMMs batch {s['batch']}: {s['gemm_us_per_step']:.0f} us per step, launch overhead "
-              f"{s['launch_overhead_us_per_step']:.0f} us, roofline {s['roofline_us_per_step']:.0f} us")
+        graph = (s.get("graph_us") or {}).get("mean")
+        print(f"# decode GEMMs batch {s['batch']}: {s['gemm_us_per_step']:.0f} us per step, back to back "
+              f"{s['sequence_us']['mean']:.0f} us, one CUDA graph {'-' if graph is None else f'{graph:.0f}'} us, "
+              f"launch overhead {s['launch_overhead_us_per_step']:.0f} us, roofline {s['roofline_us_per_step']:.0f} us")
 
 
 def mean(v):
@@ -130,7 +157,19 @@ def kill(rec):
               f"released {k.get('gpu_released', '-')}")
 
 
+def pipeline(rec):
+    """One line: the points the loop measured, the kill, and each point's GPU energy source."""
+    summaries = records(rec, "summary")
+    kills = records(rec, "kill")
+    sources = sorted({f"GPU {g['index']} {g.get('energy_source', 'none')}" for s in summaries
+                      for g in s.get("gpus") or []})
+    ok = kills and all(k["ok"] for k in kills)
+    print(f"{len(summaries)} point(s) (C={','.join(str(s['point'].get('concurrency', '?')) for s in summaries)}), "
+          f"srv-kill {'ok' if ok else 'NOT ok'}; GPU energy: "
+          f"{', '.join(sources) if sources else 'no GPU samples (see log.txt)'}")
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     {"gemm": gemm, "limits": limits, "nccl": nccl, "decode": decode, "telemetry": telemetry,
-     "kill": kill}[cmd](*args)
+     "kill": kill, "pipeline": pipeline}[cmd](*args)
