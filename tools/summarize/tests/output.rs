@@ -17,22 +17,6 @@ use summarize::notes::note::Facts;
 use summarize::{Config, notes};
 use testkit::ok;
 
-/// Compares output with an expected file; `SUMMARIZE_UPDATE_EXPECTED=1` rewrites it.
-fn snapshot(name: &str, actual: &str) {
-    let path = fixture("expected").join(name);
-    if std::env::var_os("SUMMARIZE_UPDATE_EXPECTED").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (SUMMARIZE_UPDATE_EXPECTED=1 writes it)",
-            path.display()
-        )
-    });
-    assert_eq!(actual, expected, "{name} changed");
-}
-
 #[test]
 fn markdown_and_csv_output_are_stable() {
     snapshot(

@@ -18,6 +18,22 @@ pub fn fixture(name: &str) -> PathBuf {
     fixtures().join(name)
 }
 
+/// Compares output with an expected file; `SUMMARIZE_UPDATE_EXPECTED=1` rewrites it.
+pub fn snapshot(name: &str, actual: &str) {
+    let path = fixture("expected").join(name);
+    if std::env::var_os("SUMMARIZE_UPDATE_EXPECTED").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (SUMMARIZE_UPDATE_EXPECTED=1 writes it)",
+            path.display()
+        )
+    });
+    assert_eq!(actual, expected, "{name} changed");
+}
+
 pub fn read(name: &str) -> String {
     std::fs::read_to_string(fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
