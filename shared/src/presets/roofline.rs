@@ -379,7 +379,7 @@ impl Deployment {
         // Measured GEMMs cover the weights' reads and FLOPs; attention stays modelled.
         let (weight_bytes, gemm_s) = match &self.gemm {
             Gemm::Model => (weight_bytes, 0.0),
-            Gemm::Measured { curve, .. } => (0.0, curve.us_at(tokens) * 1e-6 * stage),
+            Gemm::Measured { curve, .. } => (0.0, curve.us_at(tokens, &self.rates) * 1e-6 * stage),
         };
         let memory_s = (weight_bytes + kv_bytes) / (self.rates.mem_bw_gbps * 1e9);
         // 2 FLOPs per parameter per token, each part at its format's rate; attention: QK^T

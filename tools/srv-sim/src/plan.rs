@@ -369,8 +369,11 @@ fn measured_gemm(path: &str, dep: &Deployment, largest_step: u32) -> anyhow::Res
     }
     let (lo, hi) = curve.range();
     if lo > 1 || hi < largest_step {
+        let example = curve
+            .extrapolation(if hi < largest_step { largest_step } else { 1 }, &dep.rates)
+            .map_or(String::new(), |e| format!(" ({e})"));
         cli::warn(format!(
-            "--gemm-from {path}: batches {lo}-{hi} measured, and steps of 1-{largest_step} tokens are timed: outside them the nearest measured batch's time is used (measure more: collbench gemm --batch 1,...,{largest_step})"
+            "--gemm-from {path}: batches {lo}-{hi} measured, and steps of 1-{largest_step} tokens are timed: outside them a step's GEMM time is the nearest measured batch's scaled by the step's work, FLOPs over peak against bytes over bandwidth{example} (measure more: collbench gemm --batch 1,...,{largest_step})"
         ));
     }
     Ok(Gemm::Measured {

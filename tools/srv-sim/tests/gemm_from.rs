@@ -228,3 +228,52 @@ fn served_with_gemm_from_the_flop_and_byte_counters_still_count_the_weights() {
         "{measured_bytes} vs {bytes}"
     );
 }
+
+/// The H200's measured GEMMs (collbench on a real H200, batches 1, 8 and 64 of llama-3.1-8b):
+/// held flat past batch 64, a C=64 wave's 8,192-token prefill step cost what a 64-sequence
+/// decode step costs and the predicted sweep doubled its tok/s. Scaled with its FLOPs, the
+/// prefill step costs many decode steps, and srv-sim says how it read it.
+#[test]
+fn with_the_h200s_measured_gemms_a_c64_prefill_step_costs_more_than_a_decode_step() {
+    let gemms = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/tests/fixtures/gemm_step_h200.jsonl"
+    );
+    let out = testkit::call("srv-sim")
+        .args(["--model", "llama-3.1-8b", "--hardware", "h200"])
+        .args(["--predict", "--gemm-from", gemms, "-c", "64", "-n", "64"])
+        .args(["--input-len", "1024", "--max-tokens", "16", "--no-requests"])
+        .arg("--enable-logging-iteration-details")
+        .run();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("a 8192-token step is") && err.contains("batch 64's"),
+        "the extrapolation is said: {err}"
+    );
+    let steps: Vec<(u32, u32, f64)> = err
+        .lines()
+        .filter_map(|l| match servbench::record::parse_step_line(l) {
+            servbench::record::StepLine::Step(s) => {
+                Some((s.ctx_tokens, s.gen_requests, s.elapsed_ms))
+            }
+            _ => None,
+        })
+        .collect();
+    let longest_prefill = steps
+        .iter()
+        .filter(|s| s.0 >= 4096)
+        .map(|s| s.2)
+        .fold(0.0, f64::max);
+    let decode: Vec<f64> = steps
+        .iter()
+        .filter(|s| s.0 == 0 && s.1 == 64)
+        .map(|s| s.2)
+        .collect();
+    assert!(!decode.is_empty(), "no 64-sequence decode step: {steps:?}");
+    let decode_ms = decode.iter().sum::<f64>() / decode.len() as f64;
+    assert!(
+        longest_prefill > 10.0 * decode_ms,
+        "a prefill step of 4096+ tokens {longest_prefill} ms against a 64-sequence decode step {decode_ms} ms"
+    );
+}
