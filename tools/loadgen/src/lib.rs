@@ -22,9 +22,9 @@ pub mod telemetry;
 pub mod workload;
 
 use clap::Parser;
+pub use client::body::Api;
 use servbench::cli::{CommonArgs, SshArgs};
 use std::time::Duration;
-pub use workload::prompts::Api;
 
 /// A whole list in one flag value (`1,2,4` or `1..256`); an alias so clap takes it as one value.
 pub type U32List = Vec<u32>;

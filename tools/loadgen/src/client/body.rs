@@ -10,10 +10,40 @@
 //! length is forced, and the per-request `max_tokens`/`min_tokens`/`max_completion_tokens`,
 //! `prompt` and `messages`.
 
-use crate::workload::prompts::{Api, PromptText};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::io::Write as _;
+
+/// Which OpenAI endpoint the load uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Api {
+    /// POST /v1/completions with `prompt`.
+    Completions,
+    /// POST /v1/chat/completions with `messages`.
+    Chat,
+}
+
+impl Api {
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::Completions => "/v1/completions",
+            Api::Chat => "/v1/chat/completions",
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Completions => "completions",
+            Api::Chat => "chat",
+        }
+    }
+}
+
+/// One prompt as the request body will carry it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PromptText {
+    Text(String),
+    Messages(Value),
+}
 
 /// `--extra-body`: a JSON object, given inline or as `@FILE`.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,6 +5,7 @@
 
 pub mod limits;
 
+use crate::client::body::Api;
 use crate::client::body::ExtraBody;
 use crate::client::tls::Trust;
 use crate::modes::ramp_rules;
@@ -12,7 +13,6 @@ use crate::modes::search::{self, RATE_LIMIT, Var};
 use crate::pacing::{Arrival, Load};
 use crate::ranks::RankArgs;
 use crate::telemetry::TelemetryFlags;
-use crate::workload::prompts::Api;
 use crate::workload::registry::Spec;
 use crate::workload::{Asked, trace};
 use crate::{Args, Warmup};

@@ -8,9 +8,9 @@
 
 use crate::client::body::Bodies;
 use crate::client::http::Pool;
+use crate::client::inflight::{Finished, InFlight, Slot, halted, request_task, wait_until};
 use crate::pacing::{Load, next_send};
 use crate::run::health::Health;
-use crate::run::inflight::{Finished, InFlight, Slot, halted, request_task, wait_until};
 use crate::stop::{Ended, Stop};
 use crate::workload::{Budget, Unit, Workload};
 use rand::SeedableRng;

@@ -8,10 +8,10 @@
 //! `stopped_by: server_down`) and the run with exit 1.
 //!
 //! Files: `entry.rs` (the binary's start, alone or as one rank of several), `setup.rs` (the
-//! target, engine and labels from the flags and stdin; signals), `probe.rs` (the model, how
-//! the server counts tokens), `point.rs` (one point: warmup, phase, summary), `dispatch.rs`
-//! (the dispatch loop), `inflight.rs` (the request tasks), `health.rs` (the dead-server
-//! watch), `progress.rs` (the progress line, client CPU), `flush.rs` (`--flush-cache`),
+//! target, engine and labels from the flags and stdin; signals), `probe.rs` (the model the
+//! server serves), `point.rs` (one point: warmup, phase, summary), `dispatch.rs` (the dispatch
+//! loop, its request tasks in `client/inflight.rs`), `health.rs` (the dead-server watch),
+//! `progress.rs` (the progress line, client CPU), `flush.rs` (`--flush-cache`),
 //! `downstream.rs` (the watch on stdout's reader).
 
 pub mod dispatch;
@@ -19,7 +19,6 @@ pub mod downstream;
 pub mod entry;
 pub mod flush;
 pub mod health;
-pub mod inflight;
 pub mod point;
 pub mod probe;
 pub mod progress;
@@ -33,10 +32,11 @@ use crate::plan::Plan;
 use crate::run::dispatch::Context;
 use crate::run::flush::Flusher;
 use crate::run::point::Run;
-use crate::run::probe::{Aligner, Model};
+use crate::run::probe::Model;
 use crate::stop::until_stopped;
 use crate::telemetry::steplog::StepLog;
 use crate::telemetry::{self, Telemetry};
+use crate::workload::align::Aligner;
 use anyhow::Context as _;
 use servbench::cli::{self, Exit};
 use servbench::jsonl::RecordWriter;

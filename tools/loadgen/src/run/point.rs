@@ -5,18 +5,18 @@
 
 use crate::Warmup;
 use crate::client::body::Bodies;
+use crate::client::inflight::Finished;
 use crate::client::request::{RequestMeta, to_record};
 use crate::pacing::Load;
 use crate::plan::Plan;
 use crate::ranks::{Hooks, Ranks};
 use crate::run::dispatch::{Context, Phase};
 use crate::run::flush::Flusher;
-use crate::run::inflight::Finished;
-use crate::run::probe::Aligner;
 use crate::run::progress::{Progress, cpu_seconds};
 use crate::stop::{Ended, stopped, until_stopped};
 use crate::telemetry::steplog::StepLog;
 use crate::telemetry::{PointTelemetry, Telemetry};
+use crate::workload::align::Aligner;
 use crate::workload::{Budget, Workload};
 use servbench::cli;
 use servbench::jsonl::RecordWriter;

@@ -9,12 +9,13 @@
 //! synthetic prompt), or the human turns of a ShareGPT-style file in order. The replies are the
 //! server's own, collected from the stream.
 
-use super::prompts::{Api, PromptText, Synthetic};
+use super::prompts::Synthetic;
 use super::{Asked, Budget, Session, Task, Unit, Workload};
 use crate::client::body::Bodies;
+use crate::client::body::{Api, PromptText};
+use crate::client::inflight::{Finished, InFlight, Slot, deliver, execute};
 use crate::client::request::Outcome;
 use crate::pacing::Load;
-use crate::run::inflight::{Finished, InFlight, Slot, deliver, execute};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde_json::{Value, json};

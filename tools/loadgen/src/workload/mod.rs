@@ -4,8 +4,10 @@
 //! file: `synthetic.rs` (prompts of an aligned token length, prefix groups among them),
 //! `listed.rs` (`--prompts`), `trace.rs` (`--trace`), `conversation.rs` (`--turns`);
 //! `registry.rs` picks the one the flags ask for. Shared material: `prompts.rs` (the
-//! vocabulary, synthetic text, the built-in prompts), `prompt_files.rs` (prompt files).
+//! vocabulary, synthetic text, the built-in prompts), `prompt_files.rs` (prompt files),
+//! `align.rs` (synthetic prompt lengths aligned to the server's token count).
 
+pub mod align;
 pub mod conversation;
 pub mod listed;
 pub mod prompt_files;
@@ -15,8 +17,8 @@ pub mod synthetic;
 pub mod trace;
 
 use crate::client::body::Bodies;
+use crate::client::inflight::{InFlight, Slot};
 use crate::pacing::Load;
-use crate::run::inflight::{InFlight, Slot};
 use bytes::Bytes;
 use servbench::record::SummaryRecord;
 use std::future::Future;

@@ -12,7 +12,8 @@
 //! characters (about right for English under the usual BPE tokenizers). Entries with nothing to
 //! send are skipped with one warning that counts them.
 
-use crate::workload::prompts::{Entry, PromptText};
+use crate::client::body::PromptText;
+use crate::workload::prompts::Entry;
 use serde_json::Value;
 use servbench::files::{self, FileKind};
 

@@ -8,34 +8,10 @@
 //! requests), then each request swaps a few words after the shared prefix for others drawn from
 //! the same vocabulary: the length holds and no two requests share a prefix by accident.
 
+use crate::client::body::PromptText;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use serde_json::Value;
-
-/// Which OpenAI endpoint the load uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Api {
-    /// POST /v1/completions with `prompt`.
-    Completions,
-    /// POST /v1/chat/completions with `messages`.
-    Chat,
-}
-
-impl Api {
-    pub fn path(self) -> &'static str {
-        match self {
-            Api::Completions => "/v1/completions",
-            Api::Chat => "/v1/chat/completions",
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Api::Completions => "completions",
-            Api::Chat => "chat",
-        }
-    }
-}
 
 /// Words that are one token each (with their leading space) in common tokenizers.
 pub(crate) const VOCAB: &[&str] = &[
@@ -53,13 +29,6 @@ pub(crate) const VOCAB: &[&str] = &[
 
 /// Unique words per request, right after the shared prefix.
 const UNIQUE_WORDS: usize = 8;
-
-/// One prompt as the request body will carry it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PromptText {
-    Text(String),
-    Messages(Value),
-}
 
 /// A prompt from a file or the built-in set.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,11 +6,12 @@
 use super::Workload;
 use super::conversation::{Sessions, Think, Turns, Users};
 use super::listed::Listed;
-use super::prompts::{self, Api, Entry};
+use super::prompts::{self, Entry};
 use super::synthetic::SyntheticPrompts;
 use super::trace::{self, Replay};
-use crate::run::probe::Aligner;
+use crate::client::body::Api;
 use crate::stop::{Stop, until_stopped};
+use crate::workload::align::Aligner;
 use servbench::cli;
 use std::sync::Arc;
 

@@ -2,9 +2,10 @@
 //! shared prefix (`--shared-prefix`), or in prefix groups (`--prefix-groups G --prefix-len P`:
 //! request `id` of a phase is in group `id % G`, each group with its own prefix).
 
-use super::prompts::{PromptText, Synthetic};
+use super::prompts::Synthetic;
 use super::{Prepared, Unit, Workload};
 use crate::client::body::Bodies;
+use crate::client::body::PromptText;
 use std::sync::Arc;
 
 pub struct SyntheticPrompts {

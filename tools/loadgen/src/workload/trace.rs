@@ -9,12 +9,13 @@
 //! tokenizers; the tokens the server adds around a prompt (BOS, a chat template), measured once
 //! before the first point, are taken off the last block so the server counts the row's length.
 
-use super::prompts::{PromptText, VOCAB};
+use super::prompts::VOCAB;
 use super::{Asked, Budget, Prepared, Unit, Workload};
 use crate::client::body::Bodies;
+use crate::client::body::PromptText;
 use crate::pacing::Load;
-use crate::run::probe::Aligner;
 use crate::stop::{Stop, until_stopped};
+use crate::workload::align::Aligner;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 pub use servbench::load::trace::{Row, Trace, read};

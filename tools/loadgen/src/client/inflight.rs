@@ -3,8 +3,8 @@
 //! the collector with its slot freed ([`deliver`]). A session of turns (a conversation) sends
 //! its requests through the same [`InFlight`] lane.
 
-use crate::client::http::{Failure, Pool};
-use crate::client::request::{Outcome, stream_into};
+use super::http::{Failure, Pool};
+use super::request::{Outcome, stream_into};
 use crate::stop::Stop;
 use bytes::Bytes;
 use servbench::record::ErrorClass;
