@@ -139,7 +139,7 @@ impl HostCert {
         if !self
             .principals
             .iter()
-            .any(|p| super::known_hosts::wildcard_match(&p.to_ascii_lowercase(), principal))
+            .any(|p| wildcard_match(&p.to_ascii_lowercase(), principal))
         {
             return Err(format!(
                 "certificate '{id}' is for {}, not for {principal}",
@@ -283,4 +283,30 @@ pub fn plain_key(blob: &[u8]) -> Result<Vec<u8>, String> {
     } else {
         Ok(blob.to_vec())
     }
+}
+
+/// `*` matches any run of characters, `?` any one character: known_hosts host patterns and a
+/// certificate's principals.
+pub(super) fn wildcard_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    // Iterative glob with one backtrack point (the last `*`): linear for what known_hosts holds.
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
 }

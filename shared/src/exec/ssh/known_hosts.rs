@@ -14,7 +14,7 @@
 //! not, its plain key is looked up as any key, and when that fails too the certificate's fault
 //! is the answer.
 
-use super::host_cert::{self, HostCert};
+use super::host_cert::{self, HostCert, wildcard_match};
 use base64::Engine;
 use hmac::{Hmac, KeyInit, Mac};
 use std::fmt;
@@ -382,31 +382,6 @@ fn hashed_matches(hashed: &str, name: &str) -> bool {
     };
     mac.update(name.as_bytes());
     mac.verify_slice(&hash).is_ok()
-}
-
-/// `*` matches any run of characters, `?` any one character.
-pub(super) fn wildcard_match(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    // Iterative glob with one backtrack point (the last `*`): linear for what known_hosts holds.
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
 }
 
 #[cfg(test)]
