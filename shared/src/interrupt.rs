@@ -33,11 +33,66 @@ static INSTALL: Once = Once::new();
 type Subscriber = Box<dyn FnMut(usize) -> bool + Send>;
 static SUBSCRIBERS: Mutex<Vec<Subscriber>> = Mutex::new(Vec::new());
 
-extern "C" fn on_interrupt(_signal: libc::c_int) {
-    // Only async-signal-safe work: an atomic and one write(2), errno kept for whoever we cut into.
-    // SAFETY: __errno_location is this thread's errno; write(2) is async-signal-safe.
+/// A signal sent with kill(2) by the same process as the last one, within this long of it, is
+/// the same delivery twice: GNU `timeout` (and CI runners, `kill 0` wrappers) signal the child
+/// and then its whole process group, so the child gets two TERMs at once. Counted as a second
+/// signal, that would be "quit now", and the partial summary the first asked for would be lost.
+/// A terminal's Ctrl-C comes from the kernel, never from a pid: pressed twice, it counts twice.
+pub const SAME_DELIVERY: Duration = Duration::from_secs(1);
+
+/// The last counted kill(2)-sent signal: `signal << 32 | sender pid` (0: none), and when
+/// (CLOCK_MONOTONIC, ms).
+static LAST_SENDER: AtomicU64 = AtomicU64::new(0);
+static LAST_SENT_MS: AtomicU64 = AtomicU64::new(0);
+
+/// True when this signal repeats the last counted one (see [`SAME_DELIVERY`]). Async-signal-safe:
+/// atomics and clock_gettime(2) only.
+///
+/// # Safety
+/// `info` is the siginfo the kernel handed an `SA_SIGINFO` handler.
+unsafe fn repeats_the_last(signal: libc::c_int, info: *const libc::siginfo_t) -> bool {
+    if info.is_null() {
+        return false;
+    }
+    // SAFETY: the caller's siginfo; si_pid is meaningful for SI_USER and SI_QUEUE.
+    let (code, pid) = unsafe { ((*info).si_code, (*info).si_pid()) };
+    if !(code == libc::SI_USER || code == libc::SI_QUEUE) || pid <= 0 {
+        LAST_SENDER.store(0, Ordering::SeqCst);
+        return false;
+    }
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime(2) is async-signal-safe and writes only `now`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let now_ms = (now.tv_sec as u64) * 1000 + (now.tv_nsec as u64) / 1_000_000;
+    let sender = ((signal as u64) << 32) | pid as u64;
+    let same = LAST_SENDER.load(Ordering::SeqCst) == sender
+        && now_ms.saturating_sub(LAST_SENT_MS.load(Ordering::SeqCst))
+            < SAME_DELIVERY.as_millis() as u64;
+    if !same {
+        LAST_SENDER.store(sender, Ordering::SeqCst);
+        LAST_SENT_MS.store(now_ms, Ordering::SeqCst);
+    }
+    same
+}
+
+extern "C" fn on_interrupt(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    _context: *mut libc::c_void,
+) {
+    // Only async-signal-safe work: atomics, the clock and one write(2), errno kept for whoever
+    // we cut into.
+    // SAFETY: __errno_location is this thread's errno; write(2) is async-signal-safe; `info`
+    // is the kernel's siginfo for this SA_SIGINFO handler.
     unsafe {
         let errno = *libc::__errno_location();
+        if repeats_the_last(signal, info) {
+            *libc::__errno_location() = errno;
+            return;
+        }
         SIGNALS.fetch_add(1, Ordering::SeqCst);
         let fd = PIPE_WRITE.load(Ordering::SeqCst);
         if fd >= 0 {
@@ -78,9 +133,12 @@ pub fn catch(drain_wait: Duration) {
                 .spawn(move || watch(read_fd))
                 .expect("spawning the signal watcher");
             let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
-            // Restarted: a blocking read of stdin goes on after the first signal.
-            action.sa_flags = libc::SA_RESTART;
+            action.sa_sigaction = on_interrupt
+                as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)
+                as libc::sighandler_t;
+            // Restarted: a blocking read of stdin goes on after the first signal. SA_SIGINFO:
+            // who sent it (see SAME_DELIVERY).
+            action.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
             libc::sigemptyset(&mut action.sa_mask);
             for sig in [libc::SIGINT, libc::SIGTERM] {
                 libc::sigaction(sig, &action, std::ptr::null_mut());

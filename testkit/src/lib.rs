@@ -370,6 +370,19 @@ pub fn proc_stat(pid: u32) -> Option<ProcStat> {
     })
 }
 
+/// Sends `sig` (`INT`, `TERM`) to `pid` from a `kill` process of its own, as a user's second
+/// `kill` or a terminal's second Ctrl-C is a second delivery: two signals from one sender
+/// within `servbench::interrupt::SAME_DELIVERY` are one (a `timeout` wrapper's TERM to the
+/// process and then to its group), so a test's "second signal" must not come from the test
+/// process that sent the first.
+pub fn signal_from_another_sender(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .args(["-s", sig, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -s {sig} {pid} failed");
+}
+
 /// True while a process with this pid exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     proc_stat(pid).is_some_and(|s| s.state != "Z" && s.state != "X")

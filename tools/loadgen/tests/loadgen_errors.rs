@@ -244,7 +244,7 @@ fn second_ctrl_c_exits_at_once() {
     std::thread::sleep(Duration::from_millis(800));
     signal(child.id(), libc::SIGINT);
     std::thread::sleep(Duration::from_millis(300));
-    signal(child.id(), libc::SIGINT);
+    testkit::signal_from_another_sender(child.id(), "INT");
     let started = std::time::Instant::now();
     let out = child.wait(Duration::from_secs(10));
     assert!(

@@ -98,7 +98,7 @@ fn a_second_ctrl_c_stops_reading_and_srv_kill_still_kills_every_server_it_holds(
         testkit::alive(first.pid()) && testkit::alive(second.pid()),
         "killed before the input ended or a second Ctrl-C"
     );
-    kill.signal(libc::SIGINT);
+    testkit::signal_from_another_sender(kill.child.id(), "INT");
     let (code, kills, err) = kill.finish();
     assert_eq!(code, Some(130), "{err}");
     assert!(

@@ -122,7 +122,7 @@ fn a_second_ctrl_c_stops_reading_and_summarize_prints_what_arrived() {
     signal(&child, libc::SIGINT);
     // Two signals sent at once could arrive as one.
     stderr.wait_for(FIRST, Duration::from_secs(20));
-    signal(&child, libc::SIGINT);
+    testkit::signal_from_another_sender(child.id(), "INT");
     let (code, table, err) = finish(child, stderr);
     drop(stdin);
     assert_eq!(code, Some(130), "{err}");
