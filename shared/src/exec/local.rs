@@ -1,6 +1,6 @@
 //! This machine: syscalls and /proc directly.
 
-use super::{Bounds, Detached, Exec, ExecError, Listeners, Output, Signal};
+use super::{Bounds, Detached, Exec, ExecError, Listeners, NOT_A_FILE, Output, Signal};
 use crate::procs::{
     PORT_TABLES, ProcId, ProcTable, parse_listen_inodes, parse_stat, pick_free_port,
 };
@@ -33,6 +33,7 @@ impl Exec for Local {
     }
 
     fn spawn_detached(&self, spec: &Detached) -> Result<u32, ExecError> {
+        use std::os::unix::fs::OpenOptionsExt;
         use std::os::unix::process::CommandExt;
         let Some((program, args)) = spec.argv.split_first() else {
             return Err(ExecError::Command("empty command".into()));
@@ -41,11 +42,20 @@ impl Exec for Local {
             std::fs::create_dir_all(dir)
                 .map_err(|e| ExecError::io(format!("cannot create {}", dir.display()), e))?;
         }
+        // Non-blocking: a FIFO without a reader fails (ENXIO) instead of blocking open(2)
+        // forever; whatever opened, only a regular file is a log the tools can read back.
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&spec.log)
-            .map_err(|e| ExecError::io(format!("cannot open log {}", spec.log), e))?;
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&spec.log);
+        let not_a_file = || ExecError::Command(format!("the log {} {NOT_A_FILE}", spec.log));
+        let log = match log {
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => return Err(not_a_file()),
+            Err(e) => return Err(ExecError::io(format!("cannot open log {}", spec.log), e)),
+            Ok(f) if !f.metadata().is_ok_and(|m| m.is_file()) => return Err(not_a_file()),
+            Ok(f) => f,
+        };
         let log2 = log
             .try_clone()
             .map_err(|e| ExecError::io("cannot duplicate the log handle", e))?;
@@ -219,6 +229,36 @@ impl Exec for Local {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// BROKE 7 (LAUNCH-FIFO), below srv-launch's own check: whatever path reaches the exec
+    /// layer, a FIFO as a detached process's log fails at once instead of blocking open(2)
+    /// forever, here and in the script a remote host runs.
+    #[test]
+    fn a_fifo_as_the_log_fails_at_once_here_and_in_the_remote_script() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("log");
+        let path = fifo.to_str().unwrap().to_string();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let spec = Detached {
+            argv: vec!["sleep".into(), "30".into()],
+            log: path.clone(),
+            ..Default::default()
+        };
+        let err = Local.spawn_detached(&spec).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("{path} exists and is not a regular file")),
+            "{err}"
+        );
+        let out = Local
+            .run(&super::super::detached_script(&spec), Bounds::QUERY)
+            .unwrap();
+        assert_eq!(out.status, super::super::LOG_NOT_A_FILE_STATUS);
+        assert!(out.stdout.is_empty(), "nothing started: {}", out.stdout_text());
+    }
 
     #[test]
     fn a_free_port_here_can_be_bound() {

@@ -234,6 +234,14 @@ pub fn shell_join(argv: &[String]) -> String {
         .join(" ")
 }
 
+/// Why a detached process's log was refused: it exists and is not a regular file (a FIFO would
+/// block the open, or the server's first write, forever; a device or a directory cannot be read
+/// back as its log).
+pub const NOT_A_FILE: &str = "exists and is not a regular file";
+
+/// Exit status of [`detached_script`] when the log exists and is not a regular file.
+pub const LOG_NOT_A_FILE_STATUS: i32 = 96;
+
 /// The shell line that starts `spec` detached: `setsid` gives the server its own session, and
 /// in a non-interactive shell the `&` child is no group leader, so setsid does not fork and
 /// `$!` is the server's pid. All three stdio streams are redirected, or an SSH channel would
@@ -241,6 +249,9 @@ pub fn shell_join(argv: &[String]) -> String {
 pub fn detached_script(spec: &Detached) -> String {
     let mut s = String::new();
     let log = shell_quote(&spec.log);
+    s.push_str(&format!(
+        "[ ! -e {log} ] || [ -f {log} ] || exit {LOG_NOT_A_FILE_STATUS}; "
+    ));
     s.push_str(&format!("mkdir -p \"$(dirname {log})\" || exit 97; "));
     if let Some(dir) = &spec.cwd {
         s.push_str(&format!("cd {} || exit 98; ", shell_quote(dir)));

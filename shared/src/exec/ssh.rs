@@ -223,6 +223,12 @@ impl Exec for Ssh {
         }
         let out = self.primitive(&detached_script(spec))?;
         match out.status {
+            super::LOG_NOT_A_FILE_STATUS => Err(ExecError::Command(format!(
+                "ssh {}: the log {} {}",
+                self.spec,
+                spec.log,
+                super::NOT_A_FILE
+            ))),
             97 => Err(ExecError::Command(format!(
                 "ssh {}: cannot create the log directory for {}: {}",
                 self.spec,

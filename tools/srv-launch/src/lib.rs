@@ -266,6 +266,29 @@ fn resolve(cfg: &Plan, exec: &dyn Exec) -> Result<Launch> {
     })
 }
 
+/// A `--log` that exists and is not a regular file is refused before anything starts: a FIFO
+/// blocks the open (or the server's first write) forever, `/dev/full` loses every line, and
+/// none can be read back for the startup phases, the step log or the tail of a dying server.
+fn refuse_a_log_that_is_not_a_file(cfg: &Plan, exec: &dyn Exec, log: &str) -> Result<()> {
+    let q = exec::shell_quote(log);
+    let out = exec.run(
+        &format!(
+            "[ ! -e {q} ] || [ -f {q} ] || {{ stat -L -c %F {q} 2>/dev/null || echo special; exit 3; }}"
+        ),
+        exec::Bounds::QUERY,
+    )?;
+    if out.status != 3 {
+        return Ok(());
+    }
+    let flag = if cfg.log.is_some() { "--log " } else { "the log " };
+    Err(cli::usage(format!(
+        "{flag}{log} {} ({} on {}): the server's log must be a file that can be read back (startup phases, the step log, the tail of a server that died); give a file's path",
+        exec::NOT_A_FILE,
+        out.stdout_text().trim(),
+        exec.host(),
+    )))
+}
+
 /// The last `n` lines of the server's log (on its host).
 fn log_tail(exec: &dyn Exec, log: &str, n: usize) -> Vec<String> {
     let Ok(Some(bytes)) = exec.read_tail(log, 64 * 1024) else {
@@ -287,6 +310,7 @@ fn launch_and_wait(cfg: &Plan, exec: &dyn Exec, plan: &Launch) -> Result<ServerR
             plan.argv[0]
         )));
     }
+    refuse_a_log_that_is_not_a_file(cfg, exec, &plan.log)?;
     port::free_the_port(cfg, exec, plan.port)?;
     let host_env = preflight::check(cfg, exec, &INTERRUPTED)?;
 

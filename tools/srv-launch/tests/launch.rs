@@ -516,3 +516,44 @@ fn an_idle_stdin_pipe_that_never_closes_does_not_hold_srv_launch() {
     let killed = kill_record(&r);
     assert_eq!(killed.status.code(), Some(0));
 }
+
+/// BROKE 7 (LAUNCH-FIFO): a `--log` that is a FIFO blocked open(2) forever, deaf to Ctrl-C and
+/// SIGTERM. LF-full: `--log /dev/full` lost every line and printed NULs as "the log". A log
+/// that exists and is not a regular file is refused, naming the flag, before anything starts.
+#[test]
+fn a_log_that_is_a_fifo_or_a_device_is_refused_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("lfifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let pid_file = dir.path().join("pid");
+    for (log, kind) in [
+        (fifo.to_str().unwrap(), "fifo"),
+        ("/dev/full", "character special file"),
+    ] {
+        let run = testkit::call("srv-launch")
+            .args([
+                "--cmd",
+                &format!("echo $$ > {}; exec sleep 30", pid_file.display()),
+                "--ready-url",
+                "http://127.0.0.1:{port}/",
+            ])
+            .args(["--timeout", "20s", "--log", log])
+            .within(Duration::from_secs(15))
+            .run();
+        let (code, stdout, stderr) = run.texts();
+        assert_eq!(code, Some(2), "{log}: {stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        let line = testkit::the_error_line(&stderr);
+        assert!(
+            line.starts_with(&format!(
+                "srv-launch: error: --log {log} exists and is not a regular file ({kind} on localhost)"
+            )),
+            "{line}"
+        );
+        assert!(!pid_file.exists(), "{log}: the server was started");
+    }
+}
