@@ -55,29 +55,32 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
 const AFTER_HELP: &str = "\
 Examples:
   loadgen --url http://127.0.0.1:8000 -c 1..64 --input-len 1000 --max-tokens 256 -n 200
-  loadgen -r 5,10,20 --arrival poisson --duration 60s --slo ttft_ms=500,tpot_ms=50
-  loadgen --ramp -c 8 --input-len 3000 --max-tokens 512 --duration 30s
-  loadgen --api chat --extra-body '{\"chat_template_kwargs\":{\"enable_thinking\":false}}' -c 8
-  loadgen --prefix-groups 8 --prefix-len 2048 --input-len 2560 -c 1,8,32 --flush-cache --engine vllm
+  srv-launch sim | loadgen -c 1,8 --prompts builtin | srv-kill | summarize
+  loadgen --url http://gpu1:8000 -r 5,10,20 --arrival poisson --duration 60s --slo ttft_ms=500,tpot_ms=50
+  loadgen --url http://gpu1:8000 --ramp -c 8 --input-len 3000 --max-tokens 512 --duration 30s
+  loadgen --url http://gpu1:8000 --api chat --extra-body '{\"chat_template_kwargs\":{\"enable_thinking\":false}}' -c 8
+  loadgen --url http://gpu1:8000 --prefix-groups 8 --prefix-len 2048 --input-len 2560 -c 1,8,32 --flush-cache --engine vllm
   loadgen --url https://gateway.example:443 --cacert ca.pem --no-stream -c 4
-  loadgen -c 8 --turns 5 --think-time 2s --input-len 200 --max-tokens 100 --api chat
-  loadgen --trace mooncake_trace.jsonl --trace-speed 2
-  loadgen --find-max rate -r 4 --slo ttft_ms=500,tpot_ms=50 --duration 30s
-  srv-launch sim | loadgen -c 1,8 --prompts builtin | srv-kill
+  loadgen --url http://gpu1:8000 -c 8 --turns 5 --think-time 2s --input-len 200 --max-tokens 100 --api chat
+  loadgen --url http://gpu1:8000 --trace mooncake_trace.jsonl --trace-speed 2
+  loadgen --url http://gpu1:8000 --find-max rate -r 4 --slo ttft_ms=500,tpot_ms=50 --duration 30s
   mpirun --host a,b,c -np 3 loadgen --coordinator a:29500 --url http://gpu1:8000 -c 256 | summarize
+
+The target is --url or the `server` record on stdin; there is no default (a pipe that ends
+without a server record means the launch failed upstream: exit 1, nothing sent).
 
 Records (stdout, JSON lines): one `request` per finished request (--no-requests to omit),
 one `summary` per sweep point, one `ramp` per --ramp, one `search` per --find-max. Progress goes to stderr (a terminal only).
 Under mpirun or srun (or --rank/--world) each process takes its share of every point; rank 0
 writes every rank's records and each point's merged summary.
 Exit: 0 ok, 1 every request of a point failed or the server went down (partial summary
-written), 2 bad usage, 130 interrupted (partial summary written).";
+written), or stdin ended without a server record, 2 bad usage, 130 interrupted (partial summary written).";
 
 /// Drive an OpenAI-compatible server with streaming requests and measure TTFT, ITL, TPOT and throughput.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "loadgen", version, after_help = AFTER_HELP)]
 pub struct Args {
-    /// Server base URL (default: the `server` record on stdin, else http://127.0.0.1:8000)
+    /// Server base URL (default: the `server` record on stdin; without either, loadgen refuses to run)
     #[arg(long)]
     pub url: Option<String>,
     /// API to load

@@ -217,7 +217,7 @@ fn kill_all(cfg: &Args, out: &mut RecordWriter<std::io::Stdout>) -> Result<Exit>
             return Ok(Exit::Ok);
         }
         return Err(cli::failure(
-            "nothing matched: the input held no server records (--missing-ok makes this exit 0)",
+            "nothing matched: the input held no server records (did the launch fail upstream? --missing-ok makes this exit 0)",
         ));
     }
 

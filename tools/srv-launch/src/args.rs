@@ -21,7 +21,7 @@ The server runs detached in its own session (stdin /dev/null, output to --log), 
 srv-launch and any SSH connection. Ready means: the engine's health endpoint answers 200 and
 /v1/models lists a model (--probe adds a one-token completion). Exit 0 with one `server` record
 on stdout; 1 if the server died during startup (its log's last 30 lines on stderr) or was not
-ready in --timeout; 2 on bad usage, a taken port, or an SSH host that cannot be reached or trusted.";
+ready in --timeout (then it is killed, unless --keep-on-timeout); 2 on bad usage, a taken port, or an SSH host that cannot be reached or trusted.";
 
 /// Start an inference server detached, wait until it is really ready, print one `server` record.
 #[derive(Debug, Clone, Parser)]
@@ -85,8 +85,11 @@ pub struct Args {
     /// If the port is taken, kill whoever holds it first (srv-kill's logic)
     #[arg(long)]
     pub replace: bool,
-    /// On --timeout, kill the server instead of leaving it running
+    /// On --timeout, leave the server running (default: it is killed, since no record names it)
     #[arg(long)]
+    pub keep_on_timeout: bool,
+    /// The default since round 4 (a server that timed out is killed); kept so scripts run
+    #[arg(long, hide = true, conflicts_with = "keep_on_timeout")]
     pub kill_on_timeout: bool,
     /// Path of the engine's program, replacing its default (e.g. a llama-server build)
     #[arg(long, value_name = "PATH")]
@@ -164,7 +167,7 @@ impl Args {
             ssh: self.ssh.options(),
             probe: self.probe,
             replace: self.replace,
-            kill_on_timeout: self.kill_on_timeout,
+            keep_on_timeout: self.keep_on_timeout,
             bin: self.bin.clone(),
             nvidia_smi: self.nvidia_smi.clone(),
             self_report: self.self_report,

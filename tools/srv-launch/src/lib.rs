@@ -542,7 +542,7 @@ fn timed_out(cfg: &Plan, exec: &dyn Exec, plan: &Launch, id: ProcId, why: &str) 
         plan.log,
         exec.host()
     );
-    if !cfg.kill_on_timeout {
+    if cfg.keep_on_timeout {
         return cli::failure(format!(
             "{what}; left running as pid {}: srv-kill --pid {}{} to stop it",
             id.pid,

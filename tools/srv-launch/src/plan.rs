@@ -38,7 +38,9 @@ pub struct Plan {
     pub ssh: SshOptions,
     pub probe: bool,
     pub replace: bool,
-    pub kill_on_timeout: bool,
+    /// `--keep-on-timeout`: a server not ready in time is left running (else killed: no
+    /// record names it, so nobody downstream would stop it).
+    pub keep_on_timeout: bool,
     pub bin: Option<String>,
     pub nvidia_smi: String,
     pub self_report: bool,

@@ -218,9 +218,37 @@ fn a_taken_port_is_refused_and_replace_kills_the_holder_first() {
 }
 
 #[test]
-fn timeout_is_exit_1_and_leaves_the_server_unless_kill_on_timeout() {
+fn a_server_that_timed_out_is_killed_unless_keep_on_timeout() {
+    // No record names a server that never got ready: left running, nothing downstream
+    // (srv-kill in the pipeline) would stop it. So it is killed by default.
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("never.log");
+    let pid_file = dir.path().join("pid");
+    let out = testkit::call("srv-launch")
+        .args([
+            "--cmd",
+            &format!("echo $$ > {}; exec sleep 61", pid_file.display()),
+            "--ready-url",
+            "http://127.0.0.1:{port}/",
+        ])
+        .args(["--timeout", "1s", "--log", log.to_str().unwrap()])
+        .run();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("not ready after") && stderr.contains("killed it"),
+        "{stderr}"
+    );
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_gone(&[pid], Duration::from_secs(2)),
+        "a server that timed out was left running"
+    );
+
     let out = testkit::call("srv-launch")
         .args([
             "--cmd",
@@ -228,7 +256,8 @@ fn timeout_is_exit_1_and_leaves_the_server_unless_kill_on_timeout() {
             "--ready-url",
             "http://127.0.0.1:{port}/",
         ])
-        .args(["--timeout", "1s", "--log", log.to_str().unwrap()])
+        .args(["--timeout", "1s", "--keep-on-timeout"])
+        .args(["--log", log.to_str().unwrap()])
         .run();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -248,35 +277,6 @@ fn timeout_is_exit_1_and_leaves_the_server_unless_kill_on_timeout() {
         .run();
     assert_eq!(k.status.code(), Some(0));
     assert!(wait_gone(&[pid], Duration::from_secs(2)));
-
-    let pid_file = dir.path().join("pid");
-    let out = testkit::call("srv-launch")
-        .args([
-            "--cmd",
-            &format!("echo $$ > {}; exec sleep 61", pid_file.display()),
-            "--ready-url",
-            "http://127.0.0.1:{port}/",
-        ])
-        .args([
-            "--timeout",
-            "1s",
-            "--kill-on-timeout",
-            "--log",
-            log.to_str().unwrap(),
-        ])
-        .run();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("killed it"), "{stderr}");
-    let pid: u32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(
-        wait_gone(&[pid], Duration::from_secs(2)),
-        "--kill-on-timeout left it running"
-    );
 }
 
 #[test]

@@ -37,8 +37,9 @@ impl Upstream {
     }
 }
 
-/// `--url`, else the first `server` record on stdin, else the default; upstream records pass
-/// on to `out` first, unchanged.
+/// `--url`, else the first `server` record on stdin; upstream records pass on to `out` first,
+/// unchanged. Neither is an error: there is no default target, or a launch that failed upstream
+/// (no record) would have loadgen measure whatever else answers on a well-known port.
 pub(crate) fn upstream<W: std::io::Write>(
     plan: &Plan,
     out: &mut RecordWriter<W>,
@@ -90,7 +91,7 @@ pub(crate) fn upstream<W: std::io::Write>(
                 "the server record's url",
             )
         }
-        (None, None) => ("http://127.0.0.1:8000".to_string(), None, "the default url"),
+        (None, None) => return Err(no_target()),
     };
     Ok(Upstream {
         url,
@@ -100,6 +101,20 @@ pub(crate) fn upstream<W: std::io::Write>(
         background,
         server: found.filter(|_| plan.target.url.is_none()),
     })
+}
+
+/// Why there is no target. A pipe (or file) that ended without a `server` record is an upstream
+/// failure passed on (exit 1: srv-launch said why); a terminal means `--url` was forgotten (exit 2).
+fn no_target() -> anyhow::Error {
+    if servbench::jsonl::stdin_is_piped() {
+        cli::failure(
+            "no server record on stdin: did the launch fail upstream? give --url to measure a server by address",
+        )
+    } else {
+        cli::usage(
+            "no target: give --url (e.g. --url http://127.0.0.1:8000), or pipe a server record in (srv-launch sim | loadgen ...)",
+        )
+    }
 }
 
 /// The target with `--header` and `--api-key`; `from` names where `url` came from.
