@@ -121,3 +121,61 @@ fn banner_within(port: u16, limit: Duration) -> bool {
     }
     false
 }
+
+/// An sshd of the test's own whose login is not clean: its `ForceCommand` is `login`, a shell
+/// script (`$SSH_ORIGINAL_COMMAND` is the command asked for), as a site's wrapper or login
+/// script would be: a banner printed before every command, a session ended right after auth,
+/// output swallowed.
+pub struct LoginSshd {
+    pub sshd: OwnSshd,
+    pub known_hosts: String,
+}
+
+impl LoginSshd {
+    pub fn start(dir: &Path, login: &str) -> LoginSshd {
+        let script = dir.join("login.sh");
+        std::fs::write(&script, format!("#!/bin/sh\n{login}\n")).expect("write the login");
+        let made = Command::new("chmod")
+            .arg("+x")
+            .arg(&script)
+            .status()
+            .expect("chmod");
+        assert!(made.success());
+        let host_key = key_pair(dir, "host_ed25519", "ed25519");
+        let force = format!("ForceCommand {}", script.display());
+        let sshd = OwnSshd::start(dir, &[&host_key], &[&force]);
+        let known_hosts = dir.join("known_hosts");
+        std::fs::write(
+            &known_hosts,
+            format!(
+                "[127.0.0.1]:{} {}\n",
+                sshd.port,
+                public_key_fields(&host_key)
+            ),
+        )
+        .expect("write known_hosts");
+        LoginSshd {
+            sshd,
+            known_hosts: known_hosts.display().to_string(),
+        }
+    }
+
+    /// `--host T --identity K --known-hosts F`: what every tool that reaches a host takes.
+    pub fn host_flags(&self) -> [&str; 6] {
+        [
+            "--host",
+            &self.sshd.target,
+            "--identity",
+            &self.sshd.key,
+            "--known-hosts",
+            &self.known_hosts,
+        ]
+    }
+}
+
+/// The login of the round-4 "banner" host: two lines on stdout before every command.
+pub const BANNER_LOGIN: &str = "echo 'Welcome to gpu-node-7! Last login: yesterday'\n\
+echo '*** 3 GPUs are reserved by alice ***'\nexec sh -c \"$SSH_ORIGINAL_COMMAND\"";
+
+/// The login of the round-4 "close" host: the session ends right after auth, running nothing.
+pub const CLOSE_LOGIN: &str = "exit 0";

@@ -257,7 +257,11 @@ mod tests {
             .run(&super::super::detached_script(&spec), Bounds::QUERY)
             .unwrap();
         assert_eq!(out.status, super::super::LOG_NOT_A_FILE_STATUS);
-        assert!(out.stdout.is_empty(), "nothing started: {}", out.stdout_text());
+        assert!(
+            out.stdout.is_empty(),
+            "nothing started: {}",
+            out.stdout_text()
+        );
     }
 
     #[test]

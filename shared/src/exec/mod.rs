@@ -174,10 +174,24 @@ pub trait Exec: Send + Sync {
             &format!("[ -e {q} ] || exit 44; wc -c < {q}"),
             Bounds::QUERY,
         )?;
-        if out.status != 0 {
+        if out.status == 44 {
             return Ok(None);
         }
-        Ok(out.stdout_text().trim().parse().ok())
+        // A size that cannot be read is not "no such file" (SSH-log-banner/-close).
+        match out.stdout_text().trim().parse() {
+            Ok(len) if out.status == 0 => Ok(Some(len)),
+            _ => Err(ExecError::Command(format!(
+                "{}: the size of {path} could not be read (exit status {}, stdout '{}', stderr '{}')",
+                self.host(),
+                out.status,
+                out.stdout_text()
+                    .trim()
+                    .chars()
+                    .take(100)
+                    .collect::<String>(),
+                out.stderr_text()
+            ))),
+        }
     }
 
     /// Up to `max_bytes` of a file from byte `offset` on (empty past its end); `None` when it
@@ -265,8 +279,18 @@ pub fn detached_script(spec: &Detached) -> String {
         }
     }
     s.push_str(&shell_join(&spec.argv));
-    s.push_str(&format!(" </dev/null >>{log} 2>&1 & echo $!"));
+    s.push_str(&format!(" </dev/null >>{log} 2>&1 & echo {PID_MARK}$!"));
     s
+}
+
+/// Before the pid [`detached_script`] prints: a login's banner before it, or a logout
+/// script's words after it, do not hide it.
+pub const PID_MARK: &str = "servbench-launched-pid:";
+
+/// The pid on the last line of `stdout` that carries [`PID_MARK`].
+pub fn launched_pid(stdout: &str) -> Option<u32> {
+    let (_, after) = stdout.rsplit_once(PID_MARK)?;
+    after.lines().next()?.trim().parse().ok()
 }
 
 /// Connects to `host`: `None`, empty or `localhost` mean this machine, anything else SSH.
@@ -289,6 +313,18 @@ pub fn connect(host: Option<&str>, opts: &SshOptions) -> Result<Box<dyn Exec>, E
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_launched_pid_is_read_past_a_banner_and_a_logout_message() {
+        let out = format!(
+            "Welcome to gpu-node-7! Last login: yesterday\n*** 3 GPUs are reserved ***\n{PID_MARK}14256\nbye\n"
+        );
+        assert_eq!(launched_pid(&out), Some(14256));
+        // A banner without a line end before the mark.
+        assert_eq!(launched_pid(&format!("motd{PID_MARK}7\n")), Some(7));
+        assert_eq!(launched_pid("Welcome\n14256\n"), None);
+        assert_eq!(launched_pid(&format!("{PID_MARK}\n")), None);
+    }
 
     #[test]
     fn quoting() {

@@ -20,6 +20,13 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// Printed by every remote script before its own output (see [`Ssh::after_the_mark`]).
+const OUTPUT_STARTS: &str = "servbench-output-starts";
+
+/// Room on stdout for what a login prints before [`OUTPUT_STARTS`] (a banner, a message of the
+/// day), beyond the script's own cap.
+const LOGIN_ROOM: usize = 64 << 10;
+
 /// A host reached over SSH: one authenticated session, one channel per primitive.
 pub struct Ssh {
     spec: HostSpec,
@@ -122,15 +129,22 @@ impl Ssh {
             .session
             .channel_session()
             .map_err(|e| fail("cannot open a channel (connection lost?)", e))?;
-        // Through `sh -c`, so the scripts are POSIX whatever the user's login shell is.
-        let line = bounded::remote_script(script, bounds.deadline);
+        // Through `sh -c`, so the scripts are POSIX whatever the user's login shell is. The
+        // mark first: what comes before it is the login's (a ForceCommand's banner, an rc
+        // file's echo), never the script's.
+        let line = format!(
+            "echo {OUTPUT_STARTS}; {}",
+            bounded::remote_script(script, bounds.deadline)
+        );
         ch.exec(&format!("sh -c {}", shell_quote(&line)))
             .map_err(|e| fail("remote command refused", e))?;
         let reading = |e: std::io::Error| {
             ExecError::Command(format!("ssh {}: reading output: {e}", self.spec))
         };
-        let (stdout, cut_out) = read_capped(&mut ch, bounds).map_err(reading)?;
-        let (stderr, cut_err) = if cut_out {
+        // The cap is the script's: the login's words and the mark come on top, bounded too.
+        let raw = bounds.with_output_cap(bounds.output_cap.saturating_add(LOGIN_ROOM));
+        let (stdout, raw_cut) = read_capped(&mut ch, raw).map_err(reading)?;
+        let (stderr, cut_err) = if raw_cut {
             (Vec::new(), false)
         } else {
             read_capped(&mut ch.stderr(), bounds).unwrap_or_default()
@@ -141,10 +155,12 @@ impl Ssh {
         {
             return Err(ExecError::TimedOut("stopped by a signal".into()));
         }
-        if cut_out || cut_err {
+        if raw_cut || cut_err {
             // Closing the channel closes the program's output: its next write ends it, and
             // the remote `timeout` ends it at the deadline anyway.
             let _ = ch.close();
+            let mut stdout = self.after_the_mark(stdout, -1)?;
+            stdout.truncate(bounds.output_cap);
             return Ok(Output {
                 status: -1,
                 stdout,
@@ -158,12 +174,39 @@ impl Ssh {
         if bounded::is_timeout_status(status) && started.elapsed() >= bounds.deadline {
             return Err(bounds.timed_out(&format!("ssh {}: the remote command", self.spec)));
         }
+        let mut stdout = self.after_the_mark(stdout, status)?;
+        let cut = stdout.len() > bounds.output_cap;
+        stdout.truncate(bounds.output_cap);
         Ok(Output {
-            status,
+            status: if cut { -1 } else { status },
             stdout,
             stderr,
-            cut: false,
+            cut,
         })
+    }
+
+    /// The script's own output: what follows [`OUTPUT_STARTS`]. Without the mark the remote
+    /// ran none of the script (a ForceCommand that ends the session, a login that swallows its
+    /// output): an empty answer is not "nothing there".
+    fn after_the_mark(&self, stdout: Vec<u8>, status: i32) -> Result<Vec<u8>, ExecError> {
+        let mark = format!("{OUTPUT_STARTS}\n");
+        match stdout
+            .windows(mark.len())
+            .position(|w| w == mark.as_bytes())
+        {
+            Some(at) => Ok(stdout[at + mark.len()..].to_vec()),
+            None => Err(ExecError::Command(format!(
+                "ssh {}: the remote ran none of the command (exit status {status}, stdout '{}'): \
+                 does a ForceCommand or login script there end the session or swallow its \
+                 output? `ssh {} echo ok` should print ok",
+                self.spec,
+                String::from_utf8_lossy(&stdout)
+                    .chars()
+                    .take(200)
+                    .collect::<String>(),
+                self.spec
+            ))),
+        }
     }
 
     /// A primitive of the process layer: its output is whole or it failed.
@@ -241,11 +284,15 @@ impl Exec for Ssh {
                 spec.cwd.as_deref().unwrap_or(""),
                 out.stderr_text()
             ))),
-            _ => out.stdout_text().trim().parse::<u32>().map_err(|_| {
+            _ => super::launched_pid(&out.stdout_text()).ok_or_else(|| {
                 ExecError::Command(format!(
                     "ssh {}: launching gave no pid (stdout '{}', stderr '{}')",
                     self.spec,
-                    out.stdout_text().trim(),
+                    out.stdout_text()
+                        .trim()
+                        .chars()
+                        .take(200)
+                        .collect::<String>(),
                     out.stderr_text()
                 ))
             }),

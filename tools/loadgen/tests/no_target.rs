@@ -88,7 +88,16 @@ fn records_on_stdin_without_a_server_record_pass_on_and_nothing_is_measured() {
     let (_sim, _url) = testkit::srv_sim(&["--ttft", "1ms", "--itl", "0"]);
     let note = r#"{"kind":"note","v":1,"ts":"2026-11-30T00:00:00.000Z","labels":{"x":"1"}}"#;
     let run = testkit::call("loadgen")
-        .args(["-c", "1", "-n", "4", "--max-tokens", "2", "--input-len", "8"])
+        .args([
+            "-c",
+            "1",
+            "-n",
+            "4",
+            "--max-tokens",
+            "2",
+            "--input-len",
+            "8",
+        ])
         .stdin(format!("{note}\n"))
         .run();
     let (code, stdout, stderr) = run.texts();
@@ -104,7 +113,12 @@ fn at_a_terminal_without_url_the_error_names_the_flag() {
     // default address stands in for --url.
     let tty = testkit::tty::Tty::start(&[]);
     tty.run_pipeline("loadgen -c 1 -n 1");
-    assert_eq!(tty.exit_codes(Duration::from_secs(30)), [2], "{}", tty.screen());
+    assert_eq!(
+        tty.exit_codes(Duration::from_secs(30)),
+        [2],
+        "{}",
+        tty.screen()
+    );
     assert!(
         tty.screen().contains(
             "loadgen: error: no target: give --url (e.g. --url http://127.0.0.1:8000), or pipe a server record in"

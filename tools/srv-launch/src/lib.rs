@@ -280,7 +280,11 @@ fn refuse_a_log_that_is_not_a_file(cfg: &Plan, exec: &dyn Exec, log: &str) -> Re
     if out.status != 3 {
         return Ok(());
     }
-    let flag = if cfg.log.is_some() { "--log " } else { "the log " };
+    let flag = if cfg.log.is_some() {
+        "--log "
+    } else {
+        "the log "
+    };
     Err(cli::usage(format!(
         "{flag}{log} {} ({} on {}): the server's log must be a file that can be read back (startup phases, the step log, the tail of a server that died); give a file's path",
         exec::NOT_A_FILE,
@@ -324,12 +328,14 @@ fn launch_and_wait(cfg: &Plan, exec: &dyn Exec, plan: &Launch) -> Result<ServerR
     let markers = cfg.preset().map_or(&[][..], |p| p.startup);
     let mut watch = startup::LogWatch::new(exec, &plan.log, markers);
     let started = Instant::now();
-    let pid = exec.spawn_detached(&Detached {
-        argv: plan.argv.clone(),
-        env: plan.env.clone(),
-        cwd: cfg.cwd.clone(),
-        log: plan.log.clone(),
-    })?;
+    let pid = exec
+        .spawn_detached(&Detached {
+            argv: plan.argv.clone(),
+            env: plan.env.clone(),
+            cwd: cfg.cwd.clone(),
+            log: plan.log.clone(),
+        })
+        .map_err(|e| spawn_failed(exec, plan, e))?;
     let stat = exec
         .read_tail(&format!("/proc/{pid}/stat"), 4096)?
         .and_then(|s| procs::parse_stat(pid, &String::from_utf8_lossy(&s)));
@@ -554,6 +560,47 @@ fn timed_out(cfg: &Plan, exec: &dyn Exec, plan: &Launch, id: ProcId, why: &str) 
         ));
     }
     cli::failure(format!("{what}; {}", kill_unannounced(exec, plan, id)))
+}
+
+/// A launch that gave no pid (SSH-BANNER: a login that printed before it) may still have
+/// started the server, running unseen with nobody holding its record. Whatever carries this
+/// launch's id (in no one else's environment) is found and killed; when that cannot be done
+/// either, the error says where a server may be left. Nothing found: the error as it was.
+fn spawn_failed(exec: &dyn Exec, plan: &Launch, err: servbench::exec::ExecError) -> anyhow::Error {
+    let spec = procs::TargetSpec {
+        name: format!("launch {}", plan.launch_id),
+        marker: Some(format!("{LAUNCH_ID_VAR}={}", plan.launch_id)),
+        ..Default::default()
+    };
+    // The id is in the server's environment from its exec on, a moment after the fork.
+    for _ in 0..5 {
+        let what = match kill::kill(exec, &spec, &KillOptions::default()) {
+            Ok(o) if o.matched.is_empty() => {
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+            Ok(o) if o.survivors.is_empty() => format!(
+                "what it started was found by its launch id and killed (pid {})",
+                o.matched
+                    .iter()
+                    .map(|(pid, _)| pid.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Ok(o) => format!(
+                "what it started was found by its launch id, and killing it left survivors {:?} on {}",
+                o.survivors,
+                exec.host()
+            ),
+            Err(e) => format!(
+                "a server may be running on {host} unseen ({e}): srv-kill --host {host} --port {} stops it once it listens",
+                plan.port,
+                host = exec.host()
+            ),
+        };
+        return cli::failure(format!("{err}; {what}"));
+    }
+    err.into()
 }
 
 /// Kills a server srv-launch started but never announced (timeout, interrupt); says how it went.
