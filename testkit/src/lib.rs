@@ -3,6 +3,7 @@
 //! process a test starts is ended (by pid) when the test ends, pass or fail.
 
 pub mod collected;
+pub mod nvml;
 pub mod run;
 pub mod servers;
 pub mod smi;
@@ -576,32 +577,14 @@ pub fn check_conversation(records: &[serde_json::Value], sessions: u64) {
 /// with fixed figures, answering the telemetry query (`--query-gpu=index,name,utilization.gpu,
 /// ...`, `-i` selecting GPUs), the inventory query (`index,name,driver_version`) and the bare
 /// banner with its CUDA version, as nvidia-smi prints them. GPU 0 is busy, GPU 1 idle with no
-/// power reading (`[N/A]`, as some boards report). The energy counter query
-/// (`index,total_energy_consumption`) advances GPU 0's counter by [`FAKE_ENERGY_STEP_MJ`] at
-/// each read and GPU 1's by a tenth of that; a file `energy_step` beside `bin/` changes the
-/// step (a negative one: a counter going backwards) or holds `[N/A]` (no counter).
+/// power reading (`[N/A]`, as some boards report). Like the real one it has no energy counter
+/// (NVML has: [`nvml::NvmlStandIn`]); driver 580's exact fields are [`nvml::NVIDIA_SMI_580`].
 pub const FAKE_NVIDIA_SMI: &str = r#"#!/bin/sh
-here=$(dirname "$0")/..
 gpus() {
   echo "0, NVIDIA H100 80GB HBM3, 87, 71234, 512.5, 1980, 61"
   echo "1, NVIDIA H100 80GB HBM3, 3, 1024, [N/A], 345, 35"
 }
-counters() {
-  step=$(cat "$here/energy_step" 2>/dev/null || echo 1000000)
-  if [ "$step" = "[N/A]" ]; then echo "0, [N/A]"; echo "1, [N/A]"; return; fi
-  now=$(cat "$here/energy_mj" 2>/dev/null || echo 5000000000)
-  now=$((now + step))
-  echo "$now" > "$here/energy_mj"
-  echo "0, $now"
-  echo "1, $((now / 10))"
-}
 case "$*" in
-  *--query-gpu=index,total_energy_consumption*)
-    sel=$(echo "$*" | sed -n 's/.* -i \([0-9,]*\).*/\1/p')
-    counters | while IFS= read -r line; do
-      i=${line%%,*}
-      case ",$sel," in ,,|*",$i,"*) echo "$line" ;; esac
-    done ;;
   *--query-gpu=index,name,utilization.gpu,memory.used,power.draw,clocks.sm,temperature.gpu*)
     sel=$(echo "$*" | sed -n 's/.* -i \([0-9,]*\).*/\1/p')
     gpus | while IFS= read -r line; do
@@ -617,9 +600,6 @@ case "$*" in
 esac
 "#;
 
-/// How far [`FAKE_NVIDIA_SMI`]'s GPU 0 energy counter advances at each read, in millijoules.
-pub const FAKE_ENERGY_STEP_MJ: u64 = 1_000_000;
-
 /// [`FAKE_NVIDIA_SMI`] written as `DIR/bin/nvidia-smi` in a fresh temporary directory; put
 /// [`StandIn::bin`] first on PATH (so a real GPU machine's nvidia-smi is never asked), or
 /// name [`StandIn::program`] where PATH cannot be set (over SSH).
@@ -628,12 +608,6 @@ pub struct FakeNvidiaSmi(pub StandIn);
 impl FakeNvidiaSmi {
     pub fn new() -> FakeNvidiaSmi {
         FakeNvidiaSmi(StandIn::new("nvidia-smi", FAKE_NVIDIA_SMI))
-    }
-
-    /// The energy counter's step per read from now on: millijoules (negative: backwards), or
-    /// `[N/A]` for a GPU without the counter.
-    pub fn set_energy_step(&self, step: &str) {
-        std::fs::write(self.dir.path().join("energy_step"), step).expect("write energy_step");
     }
 }
 

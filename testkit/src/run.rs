@@ -251,6 +251,14 @@ impl Call {
         self
     }
 
+    pub fn envs<K: AsRef<OsStr>, V: AsRef<OsStr>>(
+        mut self,
+        vars: impl IntoIterator<Item = (K, V)>,
+    ) -> Call {
+        self.cmd.envs(vars);
+        self
+    }
+
     pub fn env_remove(mut self, key: &str) -> Call {
         self.cmd.env_remove(key);
         self

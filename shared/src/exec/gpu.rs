@@ -94,7 +94,7 @@ pub fn used_bytes<E: Exec + ?Sized>(
     query(
         exec,
         program,
-        "--query-gpu=index,memory.used --format=csv,noheader,nounits",
+        &format!("--query-gpu={MEMORY_QUERY} --format=csv,noheader,nounits"),
         bounds,
         |line| {
             let (index, mib) = line.split_once(',')?;
@@ -152,52 +152,18 @@ pub struct GpuReading {
     pub pcie_rx_bytes_s: Option<f64>,
     pub pcie_tx_bytes_s: Option<f64>,
     /// The GPU's energy counter in millijoules since the driver loaded (DCGM's
-    /// `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`, or [`energy_counters`]).
+    /// `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`; NVML's comes apart, [`CounterRow`]).
     pub energy_mj: Option<f64>,
+    /// The clocks-event (formerly throttle) reasons active now, NVML's bitmask
+    /// ([`crate::host::smi::CLOCKS_EVENT_REASONS`] names the bits).
+    pub clocks_event_reasons: Option<u64>,
 }
 
-/// nvidia-smi's `--query-gpu` field for NVML's `nvmlDeviceGetTotalEnergyConsumption` (the
-/// GPU's energy in millijoules since the driver loaded; Volta and newer). A driver whose
-/// nvidia-smi does not know it rejects the query, and the energy falls back to sampled power.
-pub const ENERGY_COUNTER_FIELD: &str = "total_energy_consumption";
-
-/// One GPU's energy counter: (index, millijoules), `None` where it gives none (`[N/A]`,
-/// `[Not Supported]`, a value that is no finite number >= 0).
+/// One GPU's energy counter: (index, millijoules since the driver loaded), `None` where it
+/// gives none. Read through NVML ([`super::nvml`]) or a DCGM exporter: nvidia-smi has no such
+/// query field (driver 580 answers `Field "total_energy_consumption" is not a valid field to
+/// query.`, exit 2).
 pub type CounterRow = (u32, Option<f64>);
-
-/// Reads the energy counters of `indices` (all when empty) once; `None` where there is no
-/// such program.
-pub fn energy_counters<E: Exec + ?Sized>(
-    exec: &E,
-    program: &str,
-    indices: &[u32],
-    bounds: Bounds,
-) -> Result<Option<Answer<CounterRow>>, ExecError> {
-    query(
-        exec,
-        program,
-        &format!(
-            "--query-gpu=index,{ENERGY_COUNTER_FIELD} --format=csv,noheader,nounits{}",
-            select(indices)
-        ),
-        bounds,
-        parse_counter_line,
-    )
-}
-
-/// One line of the energy counter query: `0, 123456789`.
-pub fn parse_counter_line(line: &str) -> Option<CounterRow> {
-    let (index, mj) = line.split_once(',')?;
-    if mj.contains(',') {
-        return None;
-    }
-    let mj = mj
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|v| v.is_finite() && *v >= 0.0);
-    Some((index.trim().parse().ok()?, mj))
-}
 
 /// nvidia-smi's `-i` for `indices` (nothing: every GPU).
 fn select(indices: &[u32]) -> String {
@@ -208,9 +174,16 @@ fn select(indices: &[u32]) -> String {
     format!(" -i {}", list.join(","))
 }
 
-/// The fields of [`GpuReading`] in nvidia-smi's `--query-gpu` terms, in order.
-pub const TELEMETRY_QUERY: &str =
-    "index,name,utilization.gpu,memory.used,power.draw,clocks.sm,temperature.gpu";
+/// The fields of [`GpuReading`] in nvidia-smi's `--query-gpu` terms, in order (each one that
+/// driver 580's `--help-query-gpu` lists: a field it does not know fails the whole query).
+pub const TELEMETRY_QUERY: &str = "index,name,utilization.gpu,memory.used,power.draw,clocks.sm,\
+temperature.gpu,clocks_event_reasons.active";
+
+/// Used memory per GPU (srv-kill's check that a killed server let go of it).
+pub const MEMORY_QUERY: &str = "index,memory.used";
+
+/// The GPUs' names and driver (srv-launch's server record).
+pub const INVENTORY_QUERY: &str = "index,name,driver_version";
 
 /// Samples the GPUs `indices` (all when empty) once with `program` (`nvidia-smi`, or its path
 /// where it is not on PATH); `None` where there is no such program.
@@ -232,7 +205,7 @@ pub fn sample<E: Exec + ?Sized>(
     )
 }
 
-/// One line of [`TELEMETRY_QUERY`]'s CSV.
+/// One line of [`TELEMETRY_QUERY`]'s CSV (the clocks-event reasons, last, may be missing).
 pub fn parse_telemetry_line(line: &str) -> Option<GpuReading> {
     let cols: Vec<&str> = line.split(',').map(str::trim).collect();
     if cols.len() < 7 {
@@ -247,6 +220,9 @@ pub fn parse_telemetry_line(line: &str) -> Option<GpuReading> {
         power_w: num(cols[4]),
         sm_clock_mhz: num(cols[5]),
         temp_c: num(cols[6]),
+        clocks_event_reasons: cols
+            .get(7)
+            .and_then(|c| u64::from_str_radix(c.trim_start_matches("0x"), 16).ok()),
         ..GpuReading::default()
     })
 }
@@ -269,7 +245,7 @@ pub fn inventory<E: Exec + ?Sized>(
     let rows = query(
         exec,
         program,
-        "--query-gpu=index,name,driver_version --format=csv,noheader",
+        &format!("--query-gpu={INVENTORY_QUERY} --format=csv,noheader"),
         bounds,
         |line| {
             let cols: Vec<&str> = line.split(',').map(str::trim).collect();
@@ -326,25 +302,13 @@ mod tests {
         assert_eq!(g.power_w, Some(512.33));
         let g = parse_telemetry_line("0, Tesla T4, 3, 100, [N/A], 300, 40").unwrap();
         assert_eq!(g.power_w, None);
+        assert_eq!(g.clocks_event_reasons, None);
+        // Driver 580's answer (gpu-h200/smi-formats.txt), the reasons last.
+        let g =
+            parse_telemetry_line("0, NVIDIA H200, 99, 1101, 669.40, 1515, 56, 0x0000000000000004")
+                .unwrap();
+        assert_eq!((g.power_w, g.clocks_event_reasons), (Some(669.4), Some(4)));
         assert!(parse_telemetry_line("garbage").is_none());
-    }
-
-    #[test]
-    fn energy_counter_lines_without_a_number_have_no_counter() {
-        assert_eq!(
-            parse_counter_line("2, 123456789"),
-            Some((2, Some(123456789.0)))
-        );
-        assert_eq!(parse_counter_line("0, [N/A]"), Some((0, None)));
-        assert_eq!(parse_counter_line("0, [Not Supported]"), Some((0, None)));
-        assert_eq!(parse_counter_line("0, inf"), Some((0, None)));
-        assert_eq!(parse_counter_line("0, -5"), Some((0, None)));
-        assert_eq!(parse_counter_line("garbage"), None);
-        assert_eq!(
-            parse_counter_line("0, H100, 87, 71234"),
-            None,
-            "no counter line"
-        );
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub mod bounded;
 pub mod gpu;
 pub mod host;
 pub mod local;
+#[cfg(feature = "nvml")]
+pub mod nvml;
 #[cfg(feature = "ssh")]
 pub mod ssh;
 

@@ -5,16 +5,31 @@
 use crate::exec::{Bounds, Exec, gpu};
 use crate::record::{GpuProcess, GpuTopology, HostEnv, HostGpu};
 
-/// The per-GPU query, in order (csv, noheader, nounits).
+/// The per-GPU query, in order (csv, noheader, nounits). The clocks-event reasons by the
+/// driver's current name; a driver too old to know it is asked by [`OLD_REASONS_FIELD`].
 pub const HOST_QUERY: &str = "index,pci.bus_id,pcie.link.gen.current,pcie.link.gen.max,\
 pcie.link.width.current,pcie.link.width.max,persistence_mode,ecc.mode.current,clocks.sm,\
-clocks.max.sm,clocks.mem,clocks_throttle_reasons.active,power.limit,mig.mode.current,memory.used";
+clocks.max.sm,clocks.mem,clocks_event_reasons.active,power.limit,mig.mode.current,memory.used";
+
+/// The clocks-event reasons' field before drivers renamed it (both answer on driver 580).
+pub const REASONS_FIELD: &str = "clocks_event_reasons.active";
+pub const OLD_REASONS_FIELD: &str = "clocks_throttle_reasons.active";
+
+/// Every `--query-gpu` field list servbench gives nvidia-smi: each field must be one the driver
+/// lists in `nvidia-smi --help-query-gpu` (a field it does not know fails the whole query with
+/// exit 2; testkit holds these to driver 580's list).
+pub const NVIDIA_SMI_QUERIES: [&str; 4] = [
+    gpu::TELEMETRY_QUERY,
+    gpu::MEMORY_QUERY,
+    gpu::INVENTORY_QUERY,
+    HOST_QUERY,
+];
 
 /// The compute-process query.
 pub const APPS_QUERY: &str = "gpu_bus_id,pid,used_memory,process_name";
 
-/// NVML's clock throttle reason bits, by name.
-pub const THROTTLE_REASONS: [(u64, &str); 9] = [
+/// NVML's clocks-event (formerly throttle) reason bits, by name.
+pub const CLOCKS_EVENT_REASONS: [(u64, &str); 9] = [
     (0x1, "gpu_idle"),
     (0x2, "applications_clocks_setting"),
     (0x4, "sw_power_cap"),
@@ -51,17 +66,19 @@ fn enabled(v: &str) -> Option<bool> {
     }
 }
 
-/// The throttle reasons of a bitmask (`0x0000000000000004`); `None` where unreadable.
-pub fn throttle_names(v: &str) -> Option<Vec<String>> {
+/// The clocks-event reasons of a bitmask (`0x0000000000000004`); `None` where unreadable.
+pub fn event_reason_names(v: &str) -> Option<Vec<String>> {
     let hex = given(v)?.trim_start_matches("0x");
-    let bits = u64::from_str_radix(hex, 16).ok()?;
-    Some(
-        THROTTLE_REASONS
-            .iter()
-            .filter(|(bit, _)| bits & bit != 0)
-            .map(|(_, name)| name.to_string())
-            .collect(),
-    )
+    Some(reason_names(u64::from_str_radix(hex, 16).ok()?))
+}
+
+/// The names of the reason bits set in `bits`.
+pub fn reason_names(bits: u64) -> Vec<String> {
+    CLOCKS_EVENT_REASONS
+        .iter()
+        .filter(|(bit, _)| bits & bit != 0)
+        .map(|(_, name)| name.to_string())
+        .collect()
 }
 
 /// One line of [`HOST_QUERY`]'s CSV.
@@ -82,7 +99,7 @@ pub fn parse_gpu_line(line: &str) -> Option<HostGpu> {
         sm_clock_mhz: number(c[8]),
         sm_clock_max_mhz: number(c[9]),
         mem_clock_mhz: number(c[10]),
-        throttle_reasons: throttle_names(c[11]),
+        throttle_reasons: event_reason_names(c[11]),
         power_limit_w: number(c[12]),
         mig_enabled: enabled(c[13]),
         mem_used_bytes: number(c[14]).map(|mib| (mib * 1048576.0) as u64),
@@ -197,6 +214,18 @@ pub fn read_gpus(
     bounds: &dyn Fn(usize) -> Option<Bounds>,
     host: &mut HostEnv,
 ) {
+    let unreadable = std::cell::RefCell::new(Vec::new());
+    read_into(exec, program, bounds, host, &unreadable);
+    host.unreadable.extend(unreadable.into_inner());
+}
+
+fn read_into(
+    exec: &dyn Exec,
+    program: &str,
+    bounds: &dyn Fn(usize) -> Option<Bounds>,
+    host: &mut HostEnv,
+    unreadable: &std::cell::RefCell<Vec<String>>,
+) {
     let cap = Bounds::QUERY.output_cap;
     // One nvidia-smi that hung is not asked again: a wedged driver would hang each query.
     let mut hung = false;
@@ -205,21 +234,34 @@ pub fn read_gpus(
         match gpu::query(exec, program, args, b, |l| Some(l.to_string())) {
             Ok(Some(a)) => {
                 if let Some(f) = a.failure {
-                    host.unreadable.push(f);
+                    unreadable.borrow_mut().push(f);
                 }
                 (!a.cut).then_some(a.rows)
             }
             Ok(None) => None,
             Err(e) => {
                 hung |= matches!(e, crate::exec::ExecError::TimedOut(_));
-                host.unreadable.push(e.to_string());
+                unreadable.borrow_mut().push(e.to_string());
                 None
             }
         }
     };
-    let Some(rows) = ask(&format!(
-        "--query-gpu={HOST_QUERY} --format=csv,noheader,nounits"
-    )) else {
+    let query = |fields: &str| format!("--query-gpu={fields} --format=csv,noheader,nounits");
+    let mut rows = ask(&query(HOST_QUERY));
+    // A driver from before the rename refuses the whole query for the new name (exit 2, its
+    // line on stdout and no row): ask again by the old one (and keep only the second
+    // failure's line if that fails too).
+    let refused = unreadable
+        .borrow()
+        .last()
+        .is_some_and(|l| l.contains(REASONS_FIELD) && l.contains("not a valid field"));
+    if refused {
+        unreadable.borrow_mut().pop();
+        rows = ask(&query(
+            &HOST_QUERY.replace(REASONS_FIELD, OLD_REASONS_FIELD),
+        ));
+    }
+    let Some(rows) = rows else {
         return;
     };
     let mut gpus: Vec<HostGpu> = rows.iter().filter_map(|l| parse_gpu_line(l)).collect();

@@ -162,10 +162,17 @@ pub struct GpuStats {
     pub pcie_rx_bytes_s: Option<GaugeStats>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_tx_bytes_s: Option<GaugeStats>,
-    /// The GPU's energy over the point in joules, from its energy counter (NVML's total
-    /// energy consumption through nvidia-smi, read when the point starts and after it ends;
-    /// DCGM's `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`, its first and last scrape in the point).
-    /// Absent where the counter gave no usable pair of readings (`energy_source` says so).
+    /// The clocks-event (formerly throttle) reasons seen while the point ran: each reason
+    /// (NVML's bit names, `sw_power_cap`, `hw_slowdown`, ...) and the samples it was active
+    /// in, out of `samples` (NVML's reasons, or nvidia-smi's `clocks_event_reasons.active`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub clocks_event_reasons: std::collections::BTreeMap<String, u64>,
+    /// The GPU's energy over the point in joules, from its energy counter (NVML's
+    /// `nvmlDeviceGetTotalEnergyConsumption` on the GPU host itself, read when the point starts
+    /// and after it ends; DCGM's `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`, its first and last
+    /// scrape in the point), when it agrees with the sampled power within 2x. Absent where the
+    /// counter gave no usable pair of readings, or one that disagreed (`energy_source` says
+    /// so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy_j: Option<f64>,
     /// Where the point's energy for this GPU comes from: `counter` (`energy_j`), or
@@ -182,10 +189,12 @@ pub struct GpuStats {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EnergySource {
-    /// The GPU's own energy counter, read at the point's start and end.
+    /// The GPU's own energy counter (NVML's or DCGM's), read at the point's start and end.
     Counter,
     /// The sampled power integrated over the point (its mean times the point's duration):
-    /// the counter was not there (`[N/A]`, an older driver), or went backwards (a reset).
+    /// no counter (a remote host read through nvidia-smi, which has none; a GPU without one),
+    /// or one not believed (it went backwards, stood still while power was drawn, read past
+    /// any lifetime, or was more than 2x off the sampled power).
     SampledPower,
     /// A source written by a newer tool.
     #[serde(other)]

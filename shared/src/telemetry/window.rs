@@ -463,6 +463,8 @@ struct GpuAcc {
     name: Option<String>,
     samples: u64,
     fields: [Acc; 7],
+    /// Each clocks-event reason's samples active.
+    reasons: BTreeMap<String, u64>,
     energy: super::energy::CounterTrack,
     notes: BTreeMap<String, Left>,
 }
@@ -501,10 +503,17 @@ impl GpuWindow {
                 g.pcie_rx_bytes_s,
                 g.pcie_tx_bytes_s,
             ];
-            // A DCGM exporter gives the counter with every scrape; nvidia-smi's comes apart
+            // A DCGM exporter gives the counter with every scrape; NVML's comes apart
             // ([`GpuWindow::add_counters`]).
             if g.energy_mj.is_some() {
-                e.energy.add(g.energy_mj);
+                e.energy.add(g.energy_mj, std::time::Instant::now());
+            }
+            for reason in g
+                .clocks_event_reasons
+                .map(crate::host::smi::reason_names)
+                .unwrap_or_default()
+            {
+                *e.reasons.entry(reason).or_default() += 1;
             }
             for ((acc, v), (name, max)) in e.fields.iter_mut().zip(fields).zip(GPU_FIELD_MAX) {
                 let Some(v) = v else { continue };
@@ -520,12 +529,17 @@ impl GpuWindow {
         }
     }
 
-    /// One read of the GPUs' energy counters (nvidia-smi's, at the point's start and end).
-    pub fn add_counters(&mut self, rows: &[CounterRow]) {
+    /// One read of the GPUs' energy counters (NVML's, at the point's start and end), taken
+    /// at `at`.
+    pub fn add_counters(&mut self, rows: &[CounterRow], at: std::time::Instant) {
         let mut seen = std::collections::BTreeSet::new();
         for (index, mj) in rows {
             if seen.insert(*index) {
-                self.gpus.entry((*index, None)).or_default().energy.add(*mj);
+                self.gpus
+                    .entry((*index, None))
+                    .or_default()
+                    .energy
+                    .add(*mj, at);
             }
         }
     }
@@ -536,7 +550,8 @@ impl GpuWindow {
         self.gpus
             .iter()
             .filter_map(|((index, mig), g)| {
-                let why = g.energy.energy_j().err()??;
+                let power = g.fields[2].stats().map(|p| p.mean);
+                let why = g.energy.energy_j(power).err()??;
                 Some(match mig {
                     Some(m) => format!("GPU {index} (MIG {m}): {why}"),
                     None => format!("GPU {index}: {why}"),
@@ -554,7 +569,7 @@ impl GpuWindow {
             .into_iter()
             .map(|((index, mig_instance), g)| {
                 let power_w = g.fields[2].stats();
-                let (energy_j, energy_source) = g.energy.verdict(power_w.is_some());
+                let (energy_j, energy_source) = g.energy.verdict(power_w.map(|p| p.mean));
                 GpuStats {
                     index,
                     mig_instance,
@@ -567,6 +582,7 @@ impl GpuWindow {
                     temp_c: g.fields[4].stats(),
                     pcie_rx_bytes_s: g.fields[5].stats(),
                     pcie_tx_bytes_s: g.fields[6].stats(),
+                    clocks_event_reasons: g.reasons,
                     energy_j,
                     energy_source,
                     notes: note_lines(g.notes),

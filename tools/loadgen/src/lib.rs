@@ -250,17 +250,12 @@ pub struct Args {
     /// How often metrics are scraped and GPUs sampled while a point runs
     #[arg(long, value_name = "DUR", default_value = "1s", value_parser = servbench::cli::parse_duration, help_heading = "Server telemetry")]
     pub scrape_interval: Duration,
-    /// Sample GPUs with nvidia-smi on this host: localhost or [user@]host[:port] (default: the server record's host)
+    /// Sample GPUs on this host: localhost (through NVML, else nvidia-smi) or [user@]host[:port] (nvidia-smi over SSH) (default: the server record's host)
     #[arg(long, value_name = "HOST", help_heading = "Server telemetry")]
     pub gpu_host: Option<String>,
-    /// nvidia-smi to run on the GPU host, where it is not on PATH
-    #[arg(
-        long,
-        value_name = "PROGRAM",
-        default_value = "nvidia-smi",
-        help_heading = "Server telemetry"
-    )]
-    pub nvidia_smi: String,
+    /// nvidia-smi to run on the GPU host, where it is not on PATH (default: nvidia-smi; naming one also skips NVML here)
+    #[arg(long, value_name = "PROGRAM", help_heading = "Server telemetry")]
+    pub nvidia_smi: Option<String>,
     /// GPU indices to sample, e.g. 0,1 (default: the server record's gpus, else every GPU)
     #[arg(long, value_name = "LIST", help_heading = "Server telemetry")]
     pub gpus: Option<String>,

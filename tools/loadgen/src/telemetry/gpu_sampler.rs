@@ -1,24 +1,30 @@
-//! nvidia-smi sampling on a thread of its own, so the telemetry thread (and through it a
-//! point's start and end) never waits for it: nvidia-smi on a wedged driver hangs, and an SSH
+//! GPU sampling on a thread of its own, so the telemetry thread (and through it a point's
+//! start and end) never waits for it: nvidia-smi on a wedged driver hangs, and an SSH
 //! connection takes its time. The telemetry thread asks for a sample at each of its instants
 //! and takes whatever samples have arrived; one still running is not waited for.
+//!
+//! On the GPU host itself the GPUs are read through NVML (`libnvidia-ml.so.1`, loaded at run
+//! time: [`servbench::exec::nvml`]), which also has the energy counter; where it does not load
+//! (one line says why) and on remote hosts, through nvidia-smi, which has no energy counter:
+//! the energy is then the sampled power integrated.
 //!
 //! Each run is bounded (by the plan's scrape timeout, `--timeout` and at most 5 s; its process
 //! group killed at the deadline; its output cut at [`SAMPLE_OUTPUT_CAP`]). A run that times out, prints without end, or answers nothing readable ends
 //! the sampling for the run, with one note saying what failed; nvidia-smi failing for one GPU
 //! while the others answer (a lost GPU) is noted once and the healthy GPUs are still sampled.
 //!
-//! The GPUs' energy counters are read apart from the samples, when a point starts (right after
+//! NVML's energy counters are read apart from the samples, when a point starts (right after
 //! its first sample) and once more after it ends ([`GpuSampler::end_of_point`]). A counter
-//! query that fails (a driver whose nvidia-smi does not know the field, a hang) stops only the
-//! counter reads, with one note: the energy is then the sampled power integrated.
+//! read that fails stops only the counter reads, with one note: the energy is then the sampled
+//! power integrated.
 
 use servbench::cli;
+use servbench::exec::nvml::{self, Nvml};
 use servbench::exec::{self, Bounds, Exec, SshOptions, gpu};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, TryRecvError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What one nvidia-smi run may print: 1 MiB (a few hundred bytes per GPU is what it prints).
 pub const SAMPLE_OUTPUT_CAP: usize = 1 << 20;
@@ -38,14 +44,18 @@ pub struct SmiTarget {
     pub indices: Vec<u32>,
     /// Say so when there is no nvidia-smi (asked for, or the server names its GPUs).
     pub expected: bool,
+    /// Read the GPUs through NVML where it loads and the host is this one (no `--nvidia-smi`
+    /// was given: a program named by hand is what runs).
+    pub try_nvml: bool,
 }
 
 /// One finished sample and the CPU time the sampler thread spent on it (kept out of the
 /// client's CPU like the telemetry thread's own).
 pub struct Sampled {
     pub readings: Vec<gpu::GpuReading>,
-    /// The energy counters, where this run read them.
+    /// The energy counters, where this run read them, and when.
     pub counters: Option<Vec<gpu::CounterRow>>,
+    pub counters_at: Instant,
     pub cpu_s: f64,
 }
 
@@ -91,6 +101,8 @@ impl GpuSampler {
                 let mut worker = Worker {
                     target,
                     exec: None,
+                    nvml: None,
+                    nvml_missing: None,
                     noted: false,
                     bounds: Bounds::new(deadline, SAMPLE_OUTPUT_CAP).stopped_by(stop),
                     counters_off: counters_off_worker,
@@ -110,12 +122,14 @@ impl GpuSampler {
                         (true, Some(_)) => worker.counters(),
                         _ => None,
                     };
+                    let counters_at = Instant::now();
                     let cpu_s = thread_cpu_s() - cpu;
                     alive = match sample {
                         Some(readings) => tx
                             .send(Sampled {
                                 readings,
                                 counters,
+                                counters_at,
                                 cpu_s,
                             })
                             .is_ok(),
@@ -247,17 +261,32 @@ impl Drop for GpuSampler {
 struct Worker {
     target: SmiTarget,
     exec: Option<Box<dyn Exec>>,
+    /// NVML, where it loaded on the GPU host itself: samples and counters come from it.
+    nvml: Option<Nvml>,
+    /// Why NVML did not load, said once when nvidia-smi answers in its place.
+    nvml_missing: Option<String>,
     noted: bool,
     bounds: Bounds,
     counters_off: Arc<AtomicBool>,
 }
 
 impl Worker {
-    /// Connects to the host; false (noted) when that failed.
+    /// Connects to the host, and opens NVML there when it is this one; false (noted) when the
+    /// connection failed.
     fn connect(&mut self) -> bool {
         let host = self.target.host.clone();
         match exec::connect(Some(&host), &self.target.ssh) {
             Ok(e) => {
+                if self.target.try_nvml && e.is_local() {
+                    match Nvml::open() {
+                        Ok(n) => self.nvml = Some(n),
+                        Err(why) => self.nvml_missing = Some(why),
+                    }
+                }
+                // nvidia-smi has no energy counter: NVML's is the only one read here.
+                if self.nvml.is_none() {
+                    self.counters_off.store(true, Ordering::SeqCst);
+                }
                 self.exec = Some(e);
                 true
             }
@@ -267,32 +296,24 @@ impl Worker {
 
     /// One sample; `None` when sampling ends (noted).
     fn sample(&mut self) -> Option<Vec<gpu::GpuReading>> {
+        if let Some(n) = &self.nvml {
+            let answer = n.sample(&self.target.indices);
+            return self.answered(answer, true);
+        }
         let host = self.target.host.clone();
         let exec = self.exec.as_deref()?;
-        let program = &self.target.program;
-        match gpu::sample(exec, program, &self.target.indices, self.bounds) {
+        let program = self.target.program.clone();
+        match gpu::sample(exec, &program, &self.target.indices, self.bounds) {
             Ok(Some(answer)) => {
-                let Some(why) = answer.failure else {
-                    return Some(answer.rows);
-                };
-                if answer.rows.is_empty() {
-                    // Failing where GPUs were not asked for (a loopback URL) is said only
-                    // when it is a hang or an endless output, which a wedged driver gives.
-                    return match self.target.expected || answer.cut {
-                        true => self.give_up(why),
-                        false => None,
-                    };
-                }
-                // A lost GPU: the others still answer, and are still sampled.
-                if !std::mem::replace(&mut self.noted, true) {
-                    let got: Vec<String> =
-                        answer.rows.iter().map(|g| g.index.to_string()).collect();
+                if !answer.rows.is_empty()
+                    && let Some(why) = self.nvml_missing.take()
+                {
                     cli::info(format!(
-                        "note: GPU telemetry: {why}; sampling the GPUs that answer ({})",
-                        got.join(", ")
+                        "note: GPU telemetry through {program}: {why}; each point's GPU \
+                         energy is its sampled power integrated (energy_source sampled_power)"
                     ));
                 }
-                Some(answer.rows)
+                self.answered(answer, self.target.expected)
             }
             Ok(None) if self.target.expected => self.give_up(format!("no {program} on {host}")),
             Ok(None) => None,
@@ -301,36 +322,63 @@ impl Worker {
         }
     }
 
+    /// What a sample's answer gives: its rows, with a lost GPU noted once; `None` (noted when
+    /// `expected`, or for a hang or an endless output) when no GPU answered.
+    fn answered(
+        &mut self,
+        answer: gpu::Answer<gpu::GpuReading>,
+        expected: bool,
+    ) -> Option<Vec<gpu::GpuReading>> {
+        let Some(why) = answer.failure else {
+            return Some(answer.rows);
+        };
+        if answer.rows.is_empty() {
+            // Failing where GPUs were not asked for (a loopback URL) is said only when it is
+            // a hang or an endless output, which a wedged driver gives.
+            return match expected || answer.cut {
+                true => self.give_up(why),
+                false => None,
+            };
+        }
+        // A lost GPU: the others still answer, and are still sampled.
+        if !std::mem::replace(&mut self.noted, true) {
+            let got: Vec<String> = answer.rows.iter().map(|g| g.index.to_string()).collect();
+            cli::info(format!(
+                "note: GPU telemetry: {why}; sampling the GPUs that answer ({})",
+                got.join(", ")
+            ));
+        }
+        Some(answer.rows)
+    }
+
     /// The GPUs' energy counters; `None` when they cannot be read (the first failure noted,
     /// and no more reads this run).
     fn counters(&mut self) -> Option<Vec<gpu::CounterRow>> {
         if self.counters_off.load(Ordering::SeqCst) {
             return None;
         }
-        let exec = self.exec.as_deref()?;
-        let program = &self.target.program;
-        let why = match gpu::energy_counters(exec, program, &self.target.indices, self.bounds) {
-            // A lost GPU: the others' counters still count (the sample notes the loss).
-            Ok(Some(answer)) if answer.failure.is_none() || !answer.rows.is_empty() => {
-                return Some(answer.rows);
-            }
-            Ok(Some(answer)) => answer.failure.unwrap_or_default(),
-            // No nvidia-smi: the sample says so.
-            Ok(None) => return None,
-            Err(_) if self.bounds.stop.is_some_and(|f| f.load(Ordering::SeqCst)) => return None,
-            Err(e) => e.to_string(),
+        let answer = self.nvml.as_ref()?.energy_counters(&self.target.indices);
+        // A lost GPU: the others' counters still count (the sample notes the loss).
+        let Some(why) = answer.failure.filter(|_| answer.rows.is_empty()) else {
+            return Some(answer.rows);
         };
         self.counters_off.store(true, Ordering::SeqCst);
         cli::info(format!(
-            "note: GPU energy: the energy counters ({}) cannot be read: {why}; each point's \
-             energy is the GPUs' sampled power integrated over it (energy_source \
+            "note: GPU energy: the energy counters ({} through {}) cannot be read: {why}; each \
+             point's energy is the GPUs' sampled power integrated over it (energy_source \
              sampled_power)",
-            gpu::ENERGY_COUNTER_FIELD
+            "nvmlDeviceGetTotalEnergyConsumption",
+            nvml::LIBRARY
         ));
         None
     }
 
     fn give_up<T>(&mut self, why: String) -> Option<T> {
+        // Neither way answered: the line says why NVML did not either.
+        let why = match self.nvml_missing.take() {
+            Some(nvml) => format!("{nvml}, and {why}"),
+            None => why,
+        };
         if !std::mem::replace(&mut self.noted, true) {
             cli::info(format!(
                 "note: no GPU telemetry: {why}; GPU sampling stopped for this run, summaries \

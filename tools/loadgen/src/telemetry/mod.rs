@@ -25,7 +25,8 @@ use tokio::sync::oneshot;
 /// Where the GPUs are read.
 #[derive(Debug, Clone)]
 pub enum GpuSource {
-    /// nvidia-smi on this host (`localhost`) or over SSH; `indices` empty means every GPU.
+    /// NVML on this host where it loads, else nvidia-smi here (`localhost`) or over SSH;
+    /// `indices` empty means every GPU.
     NvidiaSmi {
         host: String,
         /// The program (`nvidia-smi`, or a path).
@@ -34,6 +35,8 @@ pub enum GpuSource {
         indices: Vec<u32>,
         /// Say so when there is no nvidia-smi (asked for, or the server names its GPUs).
         expected: bool,
+        /// Try NVML first (no `--nvidia-smi` named a program).
+        try_nvml: bool,
     },
     /// A DCGM exporter's `/metrics`.
     Dcgm { url: Target, indices: Vec<u32> },
@@ -164,7 +167,7 @@ impl Open {
             self.gpus.add(&s.readings);
         }
         if let Some(c) = &s.counters {
-            self.gpus.add_counters(c);
+            self.gpus.add_counters(c, s.counters_at);
         }
         self.gpu_cpu_s += s.cpu_s;
     }
@@ -211,6 +214,7 @@ impl Scraper {
                 ssh,
                 indices,
                 expected,
+                try_nvml,
             }) => GpuSampler::start(
                 SmiTarget {
                     host: host.clone(),
@@ -218,6 +222,7 @@ impl Scraper {
                     ssh: ssh.clone(),
                     indices: indices.clone(),
                     expected: *expected,
+                    try_nvml: *try_nvml,
                 },
                 plan.timeout,
                 thread_cpu_s,
@@ -532,7 +537,8 @@ pub struct TelemetryFlags {
     /// `--timeout` (a scrape's is at most 5 s of it).
     pub timeout: Duration,
     pub gpu_host: Option<String>,
-    pub nvidia_smi: String,
+    /// `--nvidia-smi`: the program named by hand (then NVML is not tried).
+    pub nvidia_smi: Option<String>,
     pub ssh: SshOptions,
     /// `--gpus`.
     pub gpus: Option<String>,
@@ -571,10 +577,14 @@ pub fn plan(
     };
     let nvidia_smi = |host: &str, expected: bool| GpuSource::NvidiaSmi {
         host: host.to_string(),
-        program: flags.nvidia_smi.clone(),
+        program: flags
+            .nvidia_smi
+            .clone()
+            .unwrap_or_else(|| "nvidia-smi".into()),
         ssh: flags.ssh.clone(),
         indices: indices.clone(),
         expected,
+        try_nvml: flags.nvidia_smi.is_none(),
     };
     let gpus = if flags.no_gpu {
         None
