@@ -24,15 +24,28 @@ pub const ROOT_VAR: &str = "SERVBENCH_HOST_ROOT";
 /// What the sysfs script may print.
 const SYSFS_OUTPUT_CAP: usize = 256 << 10;
 
+/// How long one file (or one group of files, the CPU governors) may take to read: a file
+/// that does not answer (a FIFO, a hung mount) is named, the others are still read.
+pub const FILE_READ_SECS: u32 = 2;
+
+/// The most of `/proc/cpuinfo` and `/proc/meminfo` read (4,096 CPUs take about 6 MiB).
+const TABLE_READ_BYTES: u32 = 32 << 20;
+
 /// The script that prints `key=value` lines of the host's tunables, files read under `$R`.
-/// Every file is read with a byte bound (`head -c`); a missing one prints an empty value.
+/// Every file is read with a byte bound (`head -c`) and a time bound (`timeout`); a missing one
+/// prints an empty value, one that did not answer in time an `unreadable=` line naming it.
 const SYSFS_SCRIPT: &str = r#"
-r() { head -c 8192 "$R$1" 2>/dev/null | head -n 1; }
-echo "cpu_count=$(grep -c '^processor' "$R/proc/cpuinfo" 2>/dev/null)"
-echo "cpu_sockets=$(grep '^physical id' "$R/proc/cpuinfo" 2>/dev/null | sort -u | wc -l)"
-echo "cpu_model=$(grep -m1 'model name' "$R/proc/cpuinfo" 2>/dev/null | cut -d: -f2-)"
+b() { timeout $T head -c "$1" "$R$2" 2>/dev/null; [ $? -ne 124 ] || echo "unreadable=$2: no answer within $T s" >&2; }
+r() { b 8192 "$1" | head -n 1; }
+cpuinfo=$(b $C /proc/cpuinfo | tr -d '\000')
+meminfo=$(b $C /proc/meminfo | tr -d '\000')
+echo "cpu_count=$(printf '%s\n' "$cpuinfo" | grep -c '^processor')"
+echo "cpu_sockets=$(printf '%s\n' "$cpuinfo" | grep '^physical id' | sort -u | wc -l)"
+echo "cpu_model=$(printf '%s\n' "$cpuinfo" | grep -m1 'model name' | cut -d: -f2-)"
 echo "cpufreq_driver=$(r /sys/devices/system/cpu/cpu0/cpufreq/scaling_driver)"
-echo "governors=$(for f in "$R"/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor; do head -c 64 "$f" 2>/dev/null; echo; done | sort -u | tr '\n' ' ')"
+g=$(timeout $T sh -c 'for f in "$1"/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor; do head -c 64 "$f" 2>/dev/null; echo; done' sh "$R")
+[ $? -ne 124 ] || echo "unreadable=/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor: no answer within $T s" >&2
+echo "governors=$(printf '%s\n' "$g" | sort -u | tr '\n' ' ')"
 echo "boost=$(r /sys/devices/system/cpu/cpufreq/boost)"
 echo "no_turbo=$(r /sys/devices/system/cpu/intel_pstate/no_turbo)"
 echo "intel_idle_max_cstate=$(r /sys/module/intel_idle/parameters/max_cstate)"
@@ -40,7 +53,7 @@ echo "cmdline=$(r /proc/cmdline)"
 echo "numa_nodes=$(ls -d "$R"/sys/devices/system/node/node[0-9]* 2>/dev/null | wc -l)"
 echo "numa_balancing=$(r /proc/sys/kernel/numa_balancing)"
 echo "thp=$(r /sys/kernel/mm/transparent_hugepage/enabled)"
-echo "mem_total_kb=$(grep -m1 '^MemTotal:' "$R/proc/meminfo" 2>/dev/null | tr -s ' ' | cut -d' ' -f2)"
+echo "mem_total_kb=$(printf '%s\n' "$meminfo" | grep -m1 '^MemTotal:' | tr -s ' ' | cut -d' ' -f2)"
 "#;
 
 /// The host's tunables as the sysfs script printed them, plus the CPU model (which the
@@ -120,13 +133,39 @@ pub fn capture(
     root: &str,
     bounds: &dyn Fn(usize) -> Option<Bounds>,
 ) -> (HostEnv, Option<String>) {
-    let script = format!("R={}\n{SYSFS_SCRIPT}", shell_quote(root));
-    let text = bounds(SYSFS_OUTPUT_CAP)
-        .and_then(|b| exec.run(&script, b).ok())
-        .filter(|o| !o.cut)
-        .map(|o| o.stdout_text())
-        .unwrap_or_default();
+    let script = format!(
+        "R={}\nT={FILE_READ_SECS}\nC={TABLE_READ_BYTES}\n{SYSFS_SCRIPT}",
+        shell_quote(root)
+    );
+    let mut unreadable = Vec::new();
+    let text = match bounds(SYSFS_OUTPUT_CAP).map(|b| exec.run(&script, b)) {
+        Some(Ok(o)) if !o.cut => {
+            unreadable.extend(o.stderr_text().lines().filter_map(|l| {
+                let file = l.strip_prefix("unreadable=")?;
+                Some(format!("host file {root}{file}"))
+            }));
+            o.stdout_text()
+        }
+        Some(Ok(_)) => {
+            unreadable.push(format!(
+                "host files under {}: more than {} KiB of answers",
+                root_name(root),
+                SYSFS_OUTPUT_CAP >> 10
+            ));
+            String::new()
+        }
+        Some(Err(e)) => {
+            unreadable.push(format!("host files under {}: {e}", root_name(root)));
+            String::new()
+        }
+        None => String::new(),
+    };
     let (mut host, cpu_model) = parse_sysfs(&text);
+    host.unreadable = unreadable;
     smi::read_gpus(exec, nvidia_smi, bounds, &mut host);
     (host, cpu_model)
+}
+
+fn root_name(root: &str) -> &str {
+    if root.is_empty() { "/" } else { root }
 }

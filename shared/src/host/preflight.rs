@@ -66,22 +66,7 @@ pub fn check(host: &HostEnv, gpus: &[u32], tp: u32) -> Vec<Warning> {
                 });
             }
         }
-        for p in &g.foreign_processes {
-            let mem = p
-                .used_bytes
-                .map(|b| format!(" holding {:.1} GiB", b as f64 / (1u64 << 30) as f64))
-                .unwrap_or_default();
-            out.push(Warning {
-                kind: "foreign_gpu_process",
-                text: format!(
-                    "GPU {} already runs pid {} ({}){mem}: the engine gets less memory for its KV cache (or fails to start) and shares the GPU's time; look at nvidia-smi --query-compute-apps=pid,process_name,used_memory, stop it (srv-kill --gpu {}) or give other --gpus",
-                    g.index,
-                    p.pid,
-                    p.name.as_deref().unwrap_or("unnamed"),
-                    g.index
-                ),
-            });
-        }
+        foreign_processes(g, &mut out);
     }
     p2p_unsupported(host, gpus, &mut out);
     split_across_sockets(host, gpus, tp, &mut out);
@@ -98,6 +83,53 @@ pub fn check(host: &HostEnv, gpus: &[u32], tp: u32) -> Vec<Warning> {
         });
     }
     out
+}
+
+/// The most foreign processes a warning lists by pid; the rest are counted.
+pub const LISTED_PROCESSES: usize = 4;
+
+/// One warning per GPU for the processes already on it, listing the first few.
+fn foreign_processes(g: &HostGpu, out: &mut Vec<Warning>) {
+    let procs = &g.foreign_processes;
+    if procs.is_empty() {
+        return;
+    }
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let named = |p: &crate::record::GpuProcess| {
+        format!("pid {} ({})", p.pid, p.name.as_deref().unwrap_or("unnamed"))
+    };
+    let what = if let [p] = procs.as_slice() {
+        let mem = p
+            .used_bytes
+            .map(|b| format!(" holding {:.1} GiB", gib(b)))
+            .unwrap_or_default();
+        format!("{}{mem}", named(p))
+    } else {
+        let listed: Vec<String> = procs.iter().take(LISTED_PROCESSES).map(named).collect();
+        let more = procs.len().saturating_sub(LISTED_PROCESSES);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        let held = procs
+            .iter()
+            .filter_map(|p| p.used_bytes)
+            .fold(0u64, u64::saturating_add);
+        format!(
+            "{} processes: {}{more}, holding {:.1} GiB in all",
+            procs.len(),
+            listed.join(", "),
+            gib(held)
+        )
+    };
+    out.push(Warning {
+        kind: "foreign_gpu_process",
+        text: format!(
+            "GPU {} already runs {what}: the engine gets less memory for its KV cache (or fails to start) and shares the GPU's time; look at nvidia-smi --query-compute-apps=pid,process_name,used_memory, stop it (srv-kill --gpu {}) or give other --gpus",
+            g.index, g.index
+        ),
+    });
 }
 
 fn link_below_max(g: &HostGpu, out: &mut Vec<Warning>) {

@@ -107,6 +107,55 @@ pub fn parse_gpu_line(line: &str) -> Option<HostGpu> {
     })
 }
 
+/// The most GPU memory taken as a reading (1 PiB): more is a broken answer.
+pub const MAX_GPU_MEM_BYTES: u64 = 1 << 50;
+
+/// The highest PCIe generation taken as a reading.
+pub const MAX_PCIE_GEN: u32 = 7;
+
+/// Clears the readings of `g` no GPU can have (a PCIe link of width 0, or running above its
+/// maximum, or of a generation past [`MAX_PCIE_GEN`]; more memory used than
+/// [`MAX_GPU_MEM_BYTES`]), and names each: such a reading is unreadable, not a finding.
+pub fn implausible(g: &mut HostGpu) -> Vec<String> {
+    let mut out = Vec::new();
+    let generation_ok = |v: Option<u32>| v.is_none_or(|v| (1..=MAX_PCIE_GEN).contains(&v));
+    let width_ok = |v: Option<u32>| v.is_none_or(|v| (1..=32).contains(&v));
+    let above = |c: Option<u32>, m: Option<u32>| matches!((c, m), (Some(c), Some(m)) if c > m);
+    let (gc, gm, wc, wm) = (
+        g.pcie_gen_current,
+        g.pcie_gen_max,
+        g.pcie_width_current,
+        g.pcie_width_max,
+    );
+    if !(generation_ok(gc) && generation_ok(gm) && width_ok(wc) && width_ok(wm))
+        || above(gc, gm)
+        || above(wc, wm)
+    {
+        let show = |v: Option<u32>| v.map_or("?".into(), |v| v.to_string());
+        out.push(format!(
+            "GPU {}: nvidia-smi gave a PCIe link of Gen{} x{} against a maximum of Gen{} x{}, which no link is; left out",
+            g.index,
+            show(gc),
+            show(wc),
+            show(gm),
+            show(wm)
+        ));
+        g.pcie_gen_current = None;
+        g.pcie_gen_max = None;
+        g.pcie_width_current = None;
+        g.pcie_width_max = None;
+    }
+    if g.mem_used_bytes.is_some_and(|b| b > MAX_GPU_MEM_BYTES) {
+        out.push(format!(
+            "GPU {}: nvidia-smi gave more than {} PiB of memory used; left out",
+            g.index,
+            MAX_GPU_MEM_BYTES >> 50
+        ));
+        g.mem_used_bytes = None;
+    }
+    out
+}
+
 /// One line of [`APPS_QUERY`]'s CSV: (bus id, process).
 pub fn parse_app_line(line: &str) -> Option<(String, GpuProcess)> {
     let mut c = line.splitn(4, ',').map(str::trim);
@@ -115,7 +164,9 @@ pub fn parse_app_line(line: &str) -> Option<(String, GpuProcess)> {
     let used = c
         .next()
         .and_then(number)
-        .map(|mib| (mib * 1048576.0) as u64);
+        .map(|mib| mib * 1048576.0)
+        .filter(|b| *b <= MAX_GPU_MEM_BYTES as f64)
+        .map(|b| b as u64);
     let name = c.next().and_then(given).map(String::from);
     Some((
         bus,
@@ -194,7 +245,17 @@ pub fn parse_matrix(text: &str) -> Option<Matrix> {
                 .collect(),
         );
     }
-    (!gpus.is_empty() && gpus.len() == gpu_cols.len()).then_some(Matrix {
+    // Each GPU of the header exactly once among the rows (a row printed twice and another
+    // missing is not a matrix).
+    let mut rows = gpus.clone();
+    rows.sort_unstable();
+    let mut columns: Vec<u32> = gpu_cols
+        .iter()
+        .filter_map(|&c| gpu_index(devices[c]))
+        .collect();
+    columns.sort_unstable();
+    let whole = !gpus.is_empty() && rows == columns && rows.windows(2).all(|w| w[0] != w[1]);
+    whole.then_some(Matrix {
         gpus,
         cells,
         trailing: rest,
@@ -265,6 +326,7 @@ fn read_into(
         return;
     };
     let mut gpus: Vec<HostGpu> = rows.iter().filter_map(|l| parse_gpu_line(l)).collect();
+    let odd: Vec<String> = gpus.iter_mut().flat_map(implausible).collect();
     if let Some(apps) = ask(&format!(
         "--query-compute-apps={APPS_QUERY} --format=csv,noheader,nounits"
     )) {
@@ -307,5 +369,6 @@ fn read_into(
         t.p2p_write = p2p(ask("topo -p2p w").and_then(|l| parse_matrix(&l.join("\n"))));
         host.topology = Some(t);
     }
+    host.unreadable.extend(odd);
     host.gpus = gpus;
 }
