@@ -78,8 +78,9 @@ impl ServerTiming {
 
 /// A point's TTFT split by the engine's own timing (the `ttft_split` of a `summary`): means
 /// over the point's successful requests that carried a server TTFT no larger than their client
-/// TTFT. A request whose server TTFT exceeds its client TTFT (the clocks or the definitions
-/// differ) is counted in `server_over_client`, not in the split.
+/// TTFT and a server generation time no larger than their client end-to-end time. A request
+/// whose server time exceeds the client's (the clocks or the definitions differ) is counted in
+/// `server_over_client`, not in the split.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct TtftSplit {
     /// Whose figures (`vllm`, `llamacpp`), as [`ServerTiming::source`].
@@ -99,7 +100,8 @@ pub struct TtftSplit {
     /// Mean server generation time (first token to last).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_generation_ms: Option<f64>,
-    /// Requests whose server TTFT exceeded their client TTFT, and by how much at most.
+    /// Requests whose server TTFT exceeded their client TTFT, or whose server generation time
+    /// exceeded their client end-to-end time, and by how much at most.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub server_over_client: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -27,9 +27,15 @@ impl SplitAcc {
             return;
         };
         self.source.get_or_insert_with(|| t.source.clone());
-        if server > client {
+        // A server time above the client's for the same span (TTFT; generation, which the
+        // client's whole request contains) means the clocks or the definitions differ.
+        let generation_over = match (t.generation_ms, r.e2e_ms) {
+            (Some(g), Some(e2e)) if g > e2e => g - e2e,
+            _ => 0.0,
+        };
+        if server > client || generation_over > 0.0 {
             self.over += 1;
-            let by = server - client;
+            let by = (server - client).max(generation_over);
             self.over_max = Some(self.over_max.map_or(by, |m| m.max(by)));
             return;
         }

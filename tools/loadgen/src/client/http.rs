@@ -455,20 +455,54 @@ pub fn hyper_failure(e: &hyper::Error) -> Failure {
     Failure::new(class, message)
 }
 
-/// The HTTP status class of a non-2xx answer.
-pub fn status_failure(status: u16, body: &[u8]) -> Failure {
+/// The HTTP status class of a non-2xx answer. A redirect (3xx) is a protocol failure naming
+/// where it points: loadgen measures the address it was given and follows none.
+pub fn status_failure(status: u16, headers: &hyper::HeaderMap, body: &[u8]) -> Failure {
+    let text = String::from_utf8_lossy(&body[..body.len().min(400)]);
+    let excerpt = servbench::jsonl::excerpt(text.trim(), 200).replace('\n', " ");
+    if (300..400).contains(&status) {
+        let to = headers
+            .get(hyper::header::LOCATION)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let to = match to {
+            Some(l) => format!("to {}", servbench::jsonl::excerpt(&l, 200)),
+            None => "without a Location".to_string(),
+        };
+        return Failure {
+            class: ErrorClass::Protocol,
+            message: format!(
+                "HTTP {status}: a redirect {to}; loadgen follows no redirect: give --url the address that serves the API"
+            ),
+            http_status: Some(status),
+        };
+    }
     let class = if status >= 500 {
         ErrorClass::Http5xx
     } else {
         ErrorClass::Http4xx
     };
-    let text = String::from_utf8_lossy(&body[..body.len().min(400)]);
-    let excerpt = servbench::jsonl::excerpt(text.trim(), 200).replace('\n', " ");
     Failure {
         class,
         message: format!("HTTP {status}: {excerpt}"),
         http_status: Some(status),
     }
+}
+
+/// An answer whose body is content-encoded (gzip, br, ...): loadgen asks for none and
+/// decodes none, so its bytes are not the stream; refused by the encoding's name.
+pub fn encoding_failure(headers: &hyper::HeaderMap) -> Option<Failure> {
+    let enc = headers.get(hyper::header::CONTENT_ENCODING)?;
+    let enc = String::from_utf8_lossy(enc.as_bytes()).trim().to_string();
+    if enc.is_empty() || enc.eq_ignore_ascii_case("identity") {
+        return None;
+    }
+    Some(Failure::new(
+        ErrorClass::Protocol,
+        format!(
+            "the answer is content-encoded ({}), which loadgen did not ask for and does not decode: turn compression off in the server or the proxy in front of it",
+            servbench::jsonl::excerpt(&enc, 60)
+        ),
+    ))
 }
 
 #[cfg(test)]
@@ -530,8 +564,12 @@ mod tests {
 
     #[test]
     fn status_classes() {
-        assert_eq!(status_failure(503, b"busy").class, ErrorClass::Http5xx);
-        let f = status_failure(404, b"{\"error\":\"no such model\"}");
+        let none = hyper::HeaderMap::new();
+        assert_eq!(
+            status_failure(503, &none, b"busy").class,
+            ErrorClass::Http5xx
+        );
+        let f = status_failure(404, &none, b"{\"error\":\"no such model\"}");
         assert_eq!(f.class, ErrorClass::Http4xx);
         assert!(f.message.contains("no such model"), "{}", f.message);
     }

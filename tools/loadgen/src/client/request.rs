@@ -2,7 +2,9 @@
 //! us, classified (content, reasoning, usage, error), and turned into the `request` record.
 //! A non-streaming one (`--no-stream`) is timed at the end of its answer, tokens from its usage.
 
-use crate::client::http::{Failure, Pool, hyper_failure, read_whole, status_failure};
+use crate::client::http::{
+    Failure, Pool, encoding_failure, hyper_failure, read_whole, status_failure,
+};
 use crate::client::sse::{ChunkReader, Field, SseParser};
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -112,9 +114,13 @@ async fn whole_inner(pool: &Pool, path: &str, body: Bytes, o: &mut Outcome) -> R
         .send(|| pool.target.request(hyper::Method::POST, path, body.clone()))
         .await?;
     let status = resp.status().as_u16();
-    let bytes = read_whole(resp.into_body()).await?;
+    let (head, body) = resp.into_parts();
+    let bytes = read_whole(body).await?;
     if !(200..300).contains(&status) {
-        return Err(status_failure(status, &bytes));
+        return Err(status_failure(status, &head.headers, &bytes));
+    }
+    if let Some(f) = encoding_failure(&head.headers) {
+        return Err(f);
     }
     pool.give_back(conn);
     let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
@@ -181,7 +187,7 @@ async fn stream_inner(
         .send(|| pool.target.request(hyper::Method::POST, path, body.clone()))
         .await?;
     let status = resp.status().as_u16();
-    let mut incoming = resp.into_body();
+    let (head, mut incoming) = resp.into_parts();
     if !(200..300).contains(&status) {
         let mut excerpt = Vec::new();
         while let Some(Ok(frame)) = incoming.frame().await {
@@ -191,7 +197,10 @@ async fn stream_inner(
                 excerpt.extend_from_slice(&data);
             }
         }
-        return Err(status_failure(status, &excerpt));
+        return Err(status_failure(status, &head.headers, &excerpt));
+    }
+    if let Some(f) = encoding_failure(&head.headers) {
+        return Err(f);
     }
     let mut parser = SseParser::default();
     let mut chunks = ChunkReader::default();

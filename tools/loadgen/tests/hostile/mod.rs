@@ -17,6 +17,8 @@ pub enum Answer {
     Endless(String),
     /// SSE: these lines with this pause before each.
     Paced(Vec<String>, std::time::Duration),
+    /// The whole answer as these bytes (status line, head and body), then the socket closed.
+    Raw(Vec<u8>),
 }
 
 pub struct Hostile {
@@ -99,6 +101,9 @@ fn serve(conn: TcpStream, answer: fn(&str, &serde_json::Value) -> Answer) {
                 std::thread::sleep(pause);
                 let _ = out.write_all(format!("{l}\n").as_bytes());
             }
+        }
+        Answer::Raw(bytes) => {
+            let _ = out.write_all(&bytes);
         }
         Answer::Endless(line) => {
             let _ = out.write_all(SSE.as_bytes());

@@ -84,7 +84,7 @@ pub fn server_ttft_over_client(facts: &Facts) -> Vec<String> {
                 .fold(0.0, f64::max);
             (over > 0).then(|| {
                 format!(
-                    "{over} requests at {} had a server TTFT above their client TTFT (by up to {} ms): the clocks or the definitions differ; left out of the TTFT split",
+                    "{over} requests at {} had a server time above the client's (TTFT above the client's TTFT, or generation above the client's whole request; by up to {} ms): the clocks or the definitions differ; left out of the TTFT split",
                     point_name(p, &keys.varying),
                     human(by)
                 )
