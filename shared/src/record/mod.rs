@@ -20,7 +20,7 @@ mod workload;
 pub use compound::*;
 pub use engine_steps::*;
 pub use host::*;
-pub use plausible::{MAX_P2P_RANKS, MAX_REQUEST_TOKENS};
+pub use plausible::{MAX_P2P_GBPS, MAX_P2P_RANKS, MAX_REQUEST_TOKENS};
 pub use server_timing::*;
 pub use telemetry::*;
 pub use values::*;

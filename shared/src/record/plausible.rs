@@ -16,6 +16,10 @@ pub const MAX_REQUEST_TOKENS: u64 = 1 << 24;
 /// than this would take years; a record claiming more is not one collbench wrote.
 pub const MAX_P2P_RANKS: u32 = 1 << 16;
 
+/// The most GB/s a p2p pair can carry: about 50 times NVLink 5's 1.8 TB/s, far past any link
+/// or memory copy; a figure above is not one collbench measured.
+pub const MAX_P2P_GBPS: f64 = 100_000.0;
+
 /// A first token may follow the request's end by no more than this (ms): rounding only.
 const TTFT_OVER_E2E_MS: f64 = 0.001;
 
@@ -192,8 +196,15 @@ impl P2pRecord {
                 self.src, self.dst, self.ranks
             ));
         }
-        positive("uni_gbps", self.uni_gbps)
-            .or_else(|| positive("bidir_gbps", self.bidir_gbps))
+        let bounded = |field: &str, v: f64| {
+            positive(field, v).or_else(|| {
+                (v > MAX_P2P_GBPS).then(|| {
+                    format!("{field} {v:?} is more than any link carries ({MAX_P2P_GBPS} GB/s)")
+                })
+            })
+        };
+        bounded("uni_gbps", self.uni_gbps)
+            .or_else(|| bounded("bidir_gbps", self.bidir_gbps))
             .or_else(|| positive("latency_us", self.latency_us))
     }
 }

@@ -205,3 +205,31 @@ fn a_p2p_record_claiming_huge_ranks_is_sized_by_the_ranks_it_names() {
     );
     assert!(rows[1]["to_0"].is_null(), "1 -> 0 was not measured: {uni}");
 }
+
+/// P2-big: a p2p figure past any link (1e308 GB/s) is an implausible line, named and skipped,
+/// not a 309-digit cell in the matrix.
+#[test]
+fn p2_big_a_p2p_figure_past_any_link_is_skipped_by_its_line() {
+    let collbench = testkit::run_ok(
+        "collbench",
+        &["p2p", "-np", "2", "--bytes", "16K", "-n", "2", "-w", "1"],
+    );
+    let mut lines: Vec<serde_json::Value> = testkit::json_lines(&collbench.output.stdout);
+    let sane = lines[0]["uni_gbps"].as_f64().unwrap();
+    lines[0]["uni_gbps"] = 1e308.into();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p2p.jsonl");
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&file, text).unwrap();
+    let out = testkit::run("summarize", &[file.to_str().unwrap()]);
+    let (table, err) = (out.out(), out.err());
+    assert!(
+        err.contains(&format!(
+            "{}:1: implausible p2p record: uni_gbps 1e308 is more than any link carries (100000 GB/s)",
+            file.display()
+        )),
+        "{err}"
+    );
+    assert!(!table.contains("1000000000000"), "{table}");
+    assert!(sane < servbench::record::MAX_P2P_GBPS, "{sane}");
+}
