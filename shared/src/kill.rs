@@ -9,6 +9,9 @@ use crate::procs::{ProcId, TargetSpec};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+/// How long after a walk that found no member the second walk looks again.
+pub const CONFIRM_WAIT: Duration = Duration::from_millis(500);
+
 /// How to kill.
 #[derive(Debug, Clone)]
 pub struct KillOptions {
@@ -57,11 +60,18 @@ pub fn kill(
     let mut seen: BTreeMap<ProcId, String> = BTreeMap::new();
     let marker = target.marker.as_deref();
 
+    // The members in a fresh table: the target's, and every process ever seen that still
+    // lives (by pid and start time), so none found once drops out of the verdict.
     let scan = |known: &mut BTreeSet<ProcId>,
                 seen: &mut BTreeMap<ProcId, String>|
      -> Result<BTreeSet<ProcId>, ExecError> {
         let table = exec.processes(marker)?;
-        let members = target.members(&table, known);
+        let mut members = target.members(&table, known);
+        members.extend(seen.keys().filter(|id| {
+            table
+                .get(id.pid)
+                .is_some_and(|p| p.id() == **id && !p.is_gone())
+        }));
         for id in &members {
             if let Some(p) = table.get(id.pid) {
                 seen.entry(*id).or_insert_with(|| p.shown_command());
@@ -69,6 +79,13 @@ pub fn kill(
         }
         *known = members.clone();
         Ok(members)
+    };
+    // Gone is said only after a second walk, [`CONFIRM_WAIT`] later, finds nothing either: a
+    // process the last members started as they exited (or one a walk passed over while /proc
+    // changed under it) is found by its group, session, launch id or parent, and killed.
+    let confirm = |known: &mut BTreeSet<ProcId>, seen: &mut BTreeMap<ProcId, String>| {
+        std::thread::sleep(CONFIRM_WAIT);
+        scan(known, seen)
     };
 
     let members = scan(&mut known, &mut seen)?;
@@ -96,7 +113,10 @@ pub fn kill(
         std::thread::sleep(opts.poll);
         alive = scan(&mut known, &mut seen)?;
         if alive.is_empty() {
-            break;
+            alive = confirm(&mut known, &mut seen)?;
+            if alive.is_empty() {
+                break;
+            }
         }
     }
     if !alive.is_empty() {
@@ -109,6 +129,9 @@ pub fn kill(
             }
             std::thread::sleep(opts.poll);
             alive = scan(&mut known, &mut seen)?;
+            if alive.is_empty() {
+                alive = confirm(&mut known, &mut seen)?;
+            }
             if alive.is_empty() || Instant::now() >= kill_end {
                 break;
             }

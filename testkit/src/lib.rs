@@ -384,9 +384,21 @@ pub fn signal_from_another_sender(pid: u32, sig: &str) {
     assert!(status.success(), "kill -s {sig} {pid} failed");
 }
 
-/// True while a process with this pid exists and is not a zombie.
+/// True while a process with this pid exists and has not ended: not a zombie, or a zombie
+/// leader with a thread still running (the process is still exiting, holding its memory).
 pub fn alive(pid: u32) -> bool {
-    proc_stat(pid).is_some_and(|s| s.state != "Z" && s.state != "X")
+    let Some(stat) = proc_stat(pid) else {
+        return false;
+    };
+    if stat.state != "Z" && stat.state != "X" {
+        return true;
+    }
+    std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
+        tasks.flatten().any(|t| {
+            std::fs::read_to_string(t.path().join("stat"))
+                .is_ok_and(|s| servbench::procs::task_lives(&s))
+        })
+    })
 }
 
 /// The value of an environment variable a setup script exports (`scripts/setup/<script>.sh`);

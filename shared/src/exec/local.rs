@@ -2,7 +2,7 @@
 
 use super::{Bounds, Detached, Exec, ExecError, Listeners, NOT_A_FILE, Output, Signal};
 use crate::procs::{
-    PORT_TABLES, ProcId, ProcTable, parse_listen_inodes, parse_stat, pick_free_port,
+    PORT_TABLES, ProcId, ProcTable, parse_listen_inodes, parse_stat, pick_free_port, task_lives,
 };
 use std::io::Read;
 use std::net::TcpListener;
@@ -13,6 +13,16 @@ fn proc_pids() -> std::io::Result<impl Iterator<Item = u32>> {
     Ok(std::fs::read_dir("/proc")?
         .flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok())))
+}
+
+/// Whether a thread of `pid` other than a dead one is left (its leader being a zombie).
+fn live_threads(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks
+        .flatten()
+        .any(|t| std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| task_lives(&stat)))
 }
 
 /// This machine: syscalls and /proc directly.
@@ -158,6 +168,9 @@ impl Exec for Local {
                 && let Ok(env) = std::fs::read(format!("/proc/{pid}/environ"))
             {
                 p.marked = env.split(|b| *b == 0).any(|e| e == needle.as_slice());
+            }
+            if p.is_gone() {
+                p.live_threads = live_threads(pid);
             }
             procs.push(p);
         }

@@ -401,7 +401,11 @@ fn snapshot_script(marker: Option<&str>) -> String {
             shell_quote(m)
         ));
     }
-    s.push_str("true");
+    // A zombie leader's threads: one not yet dead means the process is still exiting.
+    s.push_str(
+        "printf '\\n--tasks--\\n'; for f in $(grep -l ') Z ' /proc/[0-9]*/stat 2>/dev/null); do \
+         grep -H '' \"${f%/stat}\"/task/*/stat 2>/dev/null; done; true",
+    );
     s
 }
 

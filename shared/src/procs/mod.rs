@@ -17,7 +17,7 @@ pub mod net;
 pub mod stat;
 
 pub use net::{PORT_TABLES, parse_listen_inodes, pick_free_port, used_local_ports};
-pub use stat::{parse_snapshot, parse_stat, start_ticks_of};
+pub use stat::{parse_snapshot, parse_stat, start_ticks_of, task_lives};
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -47,6 +47,9 @@ pub struct ProcInfo {
     pub argv: Vec<String>,
     /// Carries the environment marker that was asked for.
     pub marked: bool,
+    /// A zombie leader whose thread group still runs: another of its threads is not dead yet
+    /// (the process is still exiting, and holds its memory, GPU and sockets until it is).
+    pub live_threads: bool,
 }
 
 impl ProcInfo {
@@ -57,9 +60,10 @@ impl ProcInfo {
         }
     }
 
-    /// Zombies and dead tasks count as gone: they hold no memory, GPU or port.
+    /// Zombies and dead tasks count as gone: they hold no memory, GPU or port. A zombie
+    /// leader with [`ProcInfo::live_threads`] does not: its process has not ended.
     pub fn is_gone(&self) -> bool {
-        matches!(self.state, 'Z' | 'X' | 'x')
+        matches!(self.state, 'Z' | 'X' | 'x') && !self.live_threads
     }
 
     /// The command line, or `[comm]` for kernel threads and processes without one.

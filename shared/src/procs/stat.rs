@@ -23,6 +23,7 @@ pub fn parse_stat(pid: u32, stat: &str) -> Option<ProcInfo> {
         comm,
         argv: Vec::new(),
         marked: false,
+        live_threads: false,
     })
 }
 
@@ -31,9 +32,15 @@ pub fn start_ticks_of(pid: u32, stat: &str) -> Option<u64> {
     parse_stat(pid, stat).map(|p| p.start_ticks)
 }
 
+/// Whether a task's stat line (`/proc/PID/task/TID/stat`) is of a thread not yet dead.
+pub fn task_lives(stat: &str) -> bool {
+    parse_stat(0, stat).is_some_and(|t| !matches!(t.state, 'Z' | 'X' | 'x'))
+}
+
 /// Parses the output of the script a remote host runs to snapshot its process table
 /// (`exec::Ssh::processes`): its own pid and boot id, every stat line, every command
-/// line (NUL-separated `/proc/PID/cmdline:arg` items), and the pids carrying the marker.
+/// line (NUL-separated `/proc/PID/cmdline:arg` items), the pids carrying the marker, and the
+/// task stat lines of zombie leaders (`/proc/PID/task/TID/stat:LINE`).
 pub fn parse_snapshot(out: &[u8]) -> ProcTable {
     let find = |needle: &[u8], from: usize| {
         out[from..]
@@ -43,8 +50,10 @@ pub fn parse_snapshot(out: &[u8]) -> ProcTable {
     };
     let cmd_sep = b"\n--cmdline--\n";
     let mark_sep = b"\n--marker--\n";
+    let task_sep = b"\n--tasks--\n";
     let cmd_at = find(cmd_sep, 0).unwrap_or(out.len());
     let mark_at = find(mark_sep, cmd_at).unwrap_or(out.len());
+    let task_at = find(task_sep, mark_at).unwrap_or(out.len());
     let head = String::from_utf8_lossy(&out[..cmd_at]);
     let mut self_pid = 0;
     let mut also_self = Vec::new();
@@ -85,7 +94,7 @@ pub fn parse_snapshot(out: &[u8]) -> ProcTable {
             p.argv.push(arg.to_string());
         }
     }
-    let mark_part = String::from_utf8_lossy(&out[(mark_at + mark_sep.len()).min(out.len())..]);
+    let mark_part = String::from_utf8_lossy(&out[(mark_at + mark_sep.len()).min(task_at)..task_at]);
     for line in mark_part.lines() {
         let pid = line
             .strip_prefix("/proc/")
@@ -93,6 +102,21 @@ pub fn parse_snapshot(out: &[u8]) -> ProcTable {
             .and_then(|p| p.parse::<u32>().ok());
         if let Some(p) = pid.and_then(|pid| procs.get_mut(&pid)) {
             p.marked = true;
+        }
+    }
+    let task_part = String::from_utf8_lossy(&out[(task_at + task_sep.len()).min(out.len())..]);
+    for line in task_part.lines() {
+        let Some((path, stat)) = line.split_once("/stat:") else {
+            continue;
+        };
+        let pid = path
+            .strip_prefix("/proc/")
+            .and_then(|r| r.split_once("/task/"))
+            .and_then(|(p, _)| p.parse::<u32>().ok());
+        if let Some(p) = pid.and_then(|pid| procs.get_mut(&pid))
+            && task_lives(stat)
+        {
+            p.live_threads = true;
         }
     }
     ProcTable {
@@ -114,5 +138,26 @@ mod tests {
         assert_eq!((p.state, p.ppid, p.pgid, p.sid), ('S', 1, 4242, 4242));
         assert_eq!(p.start_ticks, 987654);
         assert!(parse_stat(1, "garbage").is_none());
+    }
+
+    #[test]
+    fn a_zombie_leader_with_a_live_task_in_a_snapshot_is_not_gone() {
+        let stat = |pid: u32, state: char| {
+            format!(
+                "{pid} (python3) {state} 1 {pid} {pid} 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 987654 1000 10 1844"
+            )
+        };
+        let out = format!(
+            "self 1\n{}\n{}\n\n--cmdline--\n\n--marker--\n\n--tasks--\n/proc/70/task/70/stat:{}\n/proc/70/task/71/stat:{}\n/proc/80/task/80/stat:{}\n",
+            stat(70, 'Z'),
+            stat(80, 'Z'),
+            stat(70, 'Z'),
+            stat(71, 'S'),
+            stat(80, 'Z'),
+        );
+        let t = parse_snapshot(out.as_bytes());
+        let (a, b) = (t.get(70).unwrap(), t.get(80).unwrap());
+        assert!(a.live_threads && !a.is_gone(), "{a:?}");
+        assert!(!b.live_threads && b.is_gone(), "{b:?}");
     }
 }

@@ -475,10 +475,19 @@ fn kill_target_inner(
 
     let mut problems = Vec::new();
     if !rec.survivors.is_empty() {
+        let named: Vec<String> = rec
+            .survivors
+            .iter()
+            .map(|pid| {
+                let command = rec.matched.iter().find(|m| m.pid == *pid);
+                let command = command.map_or(String::new(), |m| jsonl::excerpt(&m.command, 80));
+                format!("pid {pid} ({command})")
+            })
+            .collect();
         problems.push(format!(
-            "{} process(es) survived SIGKILL: {:?}",
+            "{} process(es) survived SIGKILL: {}",
             rec.survivors.len(),
-            rec.survivors
+            named.join(", ")
         ));
     }
     if let Some(port) = rec.port {
