@@ -284,6 +284,10 @@ const EVERY_TOOL: &[(&str, &str)] = &[
         "loadgen --ramp -c 1 --ramp-max 4 --max-error-rate 1 --slo-attainment 0.5 -n 12 --max-tokens 4 --prompts builtin --slo ttft_ms=1000 --no-requests < server.jsonl",
     ),
     (
+        "grid.jsonl",
+        "loadgen --step-grid -c 1,2 --input-len 8 --max-tokens 3 -n 6 --no-requests < server.jsonl",
+    ),
+    (
         "workloads.jsonl",
         r#"loadgen --api chat -c 2 -n 3 --turns 2..3 --think-time 1ms --input-len 8 --max-tokens 2 < server.jsonl
          printf '%s\n' '{"timestamp":0,"input_length":12,"output_length":2,"hash_ids":[1,2]}' '{"timestamp":3,"input_length":13,"output_length":2,"hash_ids":[1,3]}' '{"timestamp":6,"input_length":14,"output_length":2,"hash_ids":[1,4]}' '{"timestamp":9,"input_length":12,"output_length":2,"hash_ids":[1,5]}' '{"timestamp":12,"input_length":13,"output_length":2,"hash_ids":[1,6]}' '{"timestamp":15,"input_length":14,"output_length":2,"hash_ids":[1,7]}' > trace.jsonl
@@ -367,6 +371,7 @@ fn every_record_every_tool_writes_is_typed_with_nothing_outside_the_schema() {
         "gemm",
         "gemm_step",
         "device_limits",
+        "step_cell",
     ];
     assert_eq!(
         kinds,
@@ -400,11 +405,11 @@ fn every_record_every_tool_writes_is_typed_with_nothing_outside_the_schema() {
             "summarize made no {table} table: {text}"
         );
     }
-    // It tabulates every kind but the dry run's plan (a layout's figures, no measurement).
+    // It tabulates every kind but the step grid's cells (srv-sim --calibrate-from reads them).
     let err = stderr(&out);
     let ignored: Vec<&str> = err.lines().filter(|l| l.contains("ignored")).collect();
     assert!(
-        ignored.iter().all(|l| l.ends_with(": 3 sim_plan")),
+        ignored.len() == 1 && ignored[0].ends_with(": 3 step_cell"),
         "{ignored:?}"
     );
 }

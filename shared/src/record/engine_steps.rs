@@ -109,6 +109,9 @@ pub struct EngineSteps {
     pub step_ms_p50: f64,
     pub step_ms_p90: f64,
     pub step_ms_max: f64,
+    /// The steps' standard deviation (absent in summaries written before it was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_ms_stddev: Option<f64>,
     /// Sum of every step's time (the engine's busy time within the window).
     pub busy_ms: f64,
     /// Means per step: requests in their prefill (`context`), their tokens, requests
@@ -134,6 +137,8 @@ pub struct EngineSteps {
     pub decode_full_batch: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_full_batch_ms_mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_full_batch_ms_stddev: Option<f64>,
     /// Data-parallel padding steps (` (dummy)`), left out of the figures.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub dummy_steps: u64,
@@ -202,6 +207,13 @@ impl EngineSteps {
             .filter(|s| Some(s.gen_requests) == full)
             .collect();
         let busy_ms = times.iter().sum::<f64>();
+        let stddev = |of: &[f64]| {
+            (!of.is_empty()).then(|| {
+                let m = of.iter().sum::<f64>() / of.len() as f64;
+                (of.iter().map(|t| (t - m) * (t - m)).sum::<f64>() / of.len() as f64).sqrt()
+            })
+        };
+        let full_times: Vec<f64> = at_full.iter().map(|s| s.elapsed_ms).collect();
         EngineSteps {
             source: "vllm".into(),
             steps: steps.len() as u64,
@@ -219,6 +231,7 @@ impl EngineSteps {
                 nearest_rank(&times, 0.9)
             },
             step_ms_max: times.last().copied().unwrap_or(0.0),
+            step_ms_stddev: stddev(&times),
             busy_ms,
             ctx_requests_mean: mean(&|s| f64::from(s.ctx_requests)),
             ctx_tokens_mean: mean(&|s| f64::from(s.ctx_tokens)),
@@ -232,6 +245,7 @@ impl EngineSteps {
             decode_batch_mean: decode_mean(&|s| f64::from(s.gen_requests), &decode),
             decode_full_batch: full,
             decode_full_batch_ms_mean: decode_mean(&|s| s.elapsed_ms, &at_full),
+            decode_full_batch_ms_stddev: stddev(&full_times),
             ..EngineSteps::default()
         }
     }
@@ -332,6 +346,7 @@ mod tests {
             (e.decode_full_batch, e.decode_full_batch_ms_mean),
             (Some(2), Some(21.0))
         );
+        assert_eq!(e.decode_full_batch_ms_stddev, Some(1.0));
         assert_eq!(e.decode_step_at(2), Some((21.0, 2.0)));
         assert_eq!(e.decode_step_at(8), Some((52.0 / 3.0, 5.0 / 3.0)));
         assert_eq!(EngineSteps::from_log("no steps here\n", 1.0), None);

@@ -264,6 +264,7 @@ records! {
     device_limits: DeviceLimits(DeviceLimitsRecord);
     search: Search(SearchRecord);
     p2p: P2p(P2pRecord);
+    step_cell: StepCell(StepCellRecord);
 }
 
 /// `json` rewritten in this schema's shape where it was written under an older one (None where

@@ -462,3 +462,26 @@ mod tests {
         );
     }
 }
+
+wire_enum! {
+    /// Which part of a step a `step_cell` measured (`step_cell.phase`).
+    StepPhase {
+        /// B requests decoding at context L: one decode step.
+        Decode = "decode",
+        /// One request's prompt of L tokens: its whole prefill (every chunk).
+        Prefill = "prefill",
+    }
+}
+
+wire_enum! {
+    /// Where a `step_cell`'s time came from (`step_cell.source`).
+    StepSource {
+        /// The engine's own step log (`summary.engine_steps`): decode-only steps at the full
+        /// batch, or the prefill steps of each request.
+        EngineSteps = "engine_steps",
+        /// The client's inter-token time (TPOT): decode steps with the others' prefills in them.
+        ClientTpot = "client_tpot",
+        /// The client's time to first token: the prefill with the HTTP round trip in it.
+        ClientTtft = "client_ttft",
+    }
+}

@@ -64,13 +64,14 @@ Examples:
   loadgen --url http://gpu1:8000 -c 8 --turns 5 --think-time 2s --input-len 200 --max-tokens 100 --api chat
   loadgen --url http://gpu1:8000 --trace mooncake_trace.jsonl --trace-speed 2
   loadgen --url http://gpu1:8000 --find-max rate -r 4 --slo ttft_ms=500,tpot_ms=50 --duration 30s
+  loadgen --url http://gpu1:8000 --step-grid -c 1,4,16 --input-len 128,1024 --max-tokens 64 -n 32 > grid.jsonl
   mpirun --host a,b,c -np 3 loadgen --coordinator a:29500 --url http://gpu1:8000 -c 256 | summarize
 
 The target is --url or the `server` record on stdin; there is no default (a pipe that ends
 without a server record means the launch failed upstream: exit 1, nothing sent).
 
 Records (stdout, JSON lines): one `request` per finished request (--no-requests to omit),
-one `summary` per sweep point, one `ramp` per --ramp, one `search` per --find-max. Progress goes to stderr (a terminal only).
+one `summary` per sweep point, one `ramp` per --ramp, one `search` per --find-max, one `step_cell` per --step-grid cell. Progress goes to stderr (a terminal only).
 Under mpirun or srun (or --rank/--world) each process takes its share of every point; rank 0
 writes every rank's records and each point's merged summary.
 Exit: 0 ok, 1 every request of a point failed or the server went down (partial summary
@@ -140,6 +141,10 @@ pub struct Args {
         conflicts_with = "ramp"
     )]
     pub find_max: Option<modes::search::Var>,
+    /// Step grid: for each -c batch and --input-len context, the engine's decode step time
+    /// (one `step_cell` each), then each prompt's prefill alone (-c 1, one output token)
+    #[arg(long, conflicts_with_all = ["rate", "ramp", "find_max"])]
+    pub step_grid: bool,
     /// --find-max: end when the first failing load is within this share above the passing one
     #[arg(long, default_value_t = 0.05)]
     pub find_max_precision: f64,

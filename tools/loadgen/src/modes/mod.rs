@@ -1,13 +1,15 @@
 //! The load modes: each walks its points, every point run by `run/point.rs`. `sweep.rs` the
 //! sweep matrix (`-c`, `-r`, `--trace-speed`, `--repeat`), `ramp.rs` (`--ramp`: doubling the
 //! concurrency until a rule of `ramp_rules.rs` stops it), `find_max.rs` (`--find-max`: the
-//! probes `search.rs` asks for). Ramp and find-max judge a level by one tally
+//! probes `search.rs` asks for), `step_grid.rs` (`--step-grid`: a `step_cell` per batch and
+//! context, and each prompt's prefill). Ramp and find-max judge a level by one tally
 //! ([`search::Tally`]).
 
 pub mod find_max;
 pub mod ramp;
 pub mod ramp_rules;
 pub mod search;
+pub mod step_grid;
 pub mod sweep;
 
 use crate::client::body::{Bodies, BodySpec, Template};
@@ -100,6 +102,11 @@ impl<W: Write> Run<'_, W> {
                         self.find_max(rules, open, &mut index, key, &work).await?
                     }
                     Mode::Sweep { loads } => self.sweep(&loads, &mut index, key, &work).await?,
+                    Mode::StepGrid { batches } => {
+                        let prefill = max == max_tokens[0];
+                        self.step_grid(&batches, prefill, &mut index, key, &work)
+                            .await?
+                    }
                 }
             }
         }

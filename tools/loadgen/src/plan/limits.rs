@@ -104,6 +104,7 @@ fn workloads(a: &Args) -> anyhow::Result<()> {
             (a.rate.is_some(), "-r"),
             (a.find_max.is_some(), "--find-max"),
             (a.ramp, "--ramp"),
+            (a.step_grid, "--step-grid"),
         ];
         if let Some((_, flag)) = clash.iter().find(|(given, _)| *given) {
             return Err(cli::usage(format!(
@@ -127,6 +128,11 @@ fn workloads(a: &Args) -> anyhow::Result<()> {
     if a.turns == Some(crate::workload::conversation::Turns::All) && a.prompts.is_none() {
         return Err(cli::usage(
             "--turns all takes every turn of a conversations file (--prompts FILE); synthetic conversations need a count (--turns 3) or a range (--turns 2..6)",
+        ));
+    }
+    if a.step_grid && (a.input_len.is_none() || a.prompts.is_some() || a.turns.is_some()) {
+        return Err(cli::usage(
+            "--step-grid needs synthetic prompts of known lengths: --input-len (a list), without --prompts or --turns",
         ));
     }
     if a.turns.is_some() && a.ramp {
@@ -345,5 +351,17 @@ mod tests {
         assert!(validate(&args(&["--input-len", "10000001"])).is_err());
         assert!(validate(&args(&["--threads", "0"])).is_err());
         assert!(validate(&args(&["--threads", "1024"])).is_ok());
+    }
+
+    #[test]
+    fn a_step_grid_needs_synthetic_prompts_of_known_length() {
+        for flags in [
+            &["--step-grid"][..],
+            &["--step-grid", "--prompts", "builtin"],
+        ] {
+            let e = validate(&args(flags)).unwrap_err().to_string();
+            assert!(e.contains("--step-grid needs synthetic prompts"), "{e}");
+        }
+        validate(&args(&["--step-grid", "--input-len", "64", "-c", "1,4"])).unwrap();
     }
 }

@@ -50,6 +50,8 @@ pub enum Mode {
         arrival: Arrival,
         max_concurrency: Option<u32>,
     },
+    /// `--step-grid`: a decode cell per batch, then the prompt's prefill alone.
+    StepGrid { batches: Vec<u32> },
 }
 
 /// How much of each point to run.
@@ -158,6 +160,10 @@ impl Args {
                 },
                 arrival: a.arrival,
                 max_concurrency: a.max_concurrency,
+            }
+        } else if a.step_grid {
+            Mode::StepGrid {
+                batches: a.concurrency.as_ref().map_or(vec![1], |c| c.to_vec()),
             }
         } else {
             Mode::Sweep { loads: loads(&a) }
