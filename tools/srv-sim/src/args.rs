@@ -211,6 +211,8 @@ impl Args {
             Action::Predict
         } else if let Some(path) = &self.calibration.calibrate {
             Action::Calibrate(path.clone())
+        } else if let Some(path) = &self.calibration.calibrate_from {
+            Action::CalibrateFrom(path.clone())
         } else {
             Action::Serve
         };
@@ -228,6 +230,7 @@ impl Args {
                 tp_gpus: self.tp_gpus,
                 step_overhead: self.step_overhead,
                 calibration: self.calibration.calibration.clone(),
+                calibrate_from: self.calibration.calibrate_from.clone(),
             },
             engine: EnginePlan {
                 fixed,

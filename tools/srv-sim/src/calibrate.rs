@@ -7,6 +7,7 @@
 //! back with `--calibration FILE`. A fit that leaves a figure far off is refused, naming it.
 
 use crate::cost::Roofline;
+use crate::nelder::nelder_mead;
 use crate::predict::{self, Engine, PREDICTED, SOURCE_LABEL};
 use serde::{Deserialize, Serialize};
 use servbench::cli;
@@ -24,7 +25,12 @@ pub struct CalibrateArgs {
     /// FLOP fractions and prefill efficiency apply to the --hardware card
     #[arg(long, value_name = "CARD.json")]
     pub calibration: Option<String>,
-    /// --calibrate: the largest error (a fraction) a fitted figure may keep at any point
+    /// Fit the step cost (overhead, achieved bandwidth and FLOP fractions, attention per KV
+    /// token) to a `loadgen --step-grid` file and print the card (with --predict: predict with it)
+    #[arg(long, value_name = "GRID.jsonl", conflicts_with_all = ["calibrate", "calibration"])]
+    pub calibrate_from: Option<String>,
+    /// --calibrate and --calibrate-from: the largest error (a fraction) a fitted figure may keep
+    /// at any point (--calibrate-from: cells further off are named, left out and the rest refitted)
     #[arg(long, value_name = "F", default_value_t = 0.2)]
     pub max_residual: f64,
 }
@@ -43,13 +49,25 @@ pub struct Calibration {
     pub flops_fraction: f64,
     /// Prefill's achieved throughput over decode's (1: as efficient).
     pub prefill_efficiency: f64,
+    /// Seconds per 1000 KV-cache tokens a step's attention reads beyond the roofline's bytes
+    /// and FLOPs, in microseconds (fitted from a step grid; 0 from load points).
+    #[serde(default)]
+    pub attention_us_per_kv_ktok: f64,
+    /// The prefill chunk the grid's engine used (its largest step of one prompt), where it
+    /// split a prompt: srv-sim's own is --max-prefill-tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_chunk_tokens: Option<u32>,
     /// The measured file, and each point's figures against the fitted model's.
     pub fitted_on: String,
     /// `--gemm-from FILE (batches ...)`: the GEMM time was taken as measured, not fitted, so
     /// the FLOP fraction scales attention only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemm_from: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub points: Vec<FitPoint>,
+    /// `--calibrate-from`: each grid cell's step time, measured and modelled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cells: Vec<FitCell>,
 }
 
 /// One measured point against the calibrated model.
@@ -62,6 +80,21 @@ pub struct FitPoint {
     /// [output tok/s, TTFT p50 ms, TPOT p50 ms], measured and modelled.
     pub measured: [f64; 3],
     pub modelled: [f64; 3],
+}
+
+/// One step-grid cell against the calibrated model (`--calibrate-from`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FitCell {
+    /// `decode` or `prefill`, the batch and the context per request, as the cell says.
+    pub phase: String,
+    pub batch: u32,
+    pub context_tokens: f64,
+    pub measured_ms: f64,
+    pub modelled_ms: f64,
+    /// Left out of the fit: off by more than --max-residual at the first fit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub untrusted: bool,
 }
 
 const FIGURES: [&str; 3] = ["output tok/s", "TTFT p50", "TPOT p50"];
@@ -77,6 +110,7 @@ impl Calibration {
         rates.source = format!("calibrated ({})", self.fitted_on);
         r.step_overhead = Duration::from_secs_f64(self.step_overhead_us * 1e-6);
         r.prefill_efficiency = self.prefill_efficiency;
+        r.attention_s_per_kv_token = self.attention_us_per_kv_ktok * 1e-9;
     }
 
     /// Reads a card, checking every figure.
@@ -90,8 +124,10 @@ impl Calibration {
             ("bandwidth_fraction", c.bandwidth_fraction, 10.0),
             ("flops_fraction", c.flops_fraction, 10.0),
             ("prefill_efficiency", c.prefill_efficiency, 10.0),
+            ("attention_us_per_kv_ktok", c.attention_us_per_kv_ktok, 1e6),
         ] {
-            if !(v.is_finite() && v >= 0.0 && v <= hi) || (name != "step_overhead_us" && v == 0.0) {
+            let may_be_zero = matches!(name, "step_overhead_us" | "attention_us_per_kv_ktok");
+            if !(v.is_finite() && v >= 0.0 && v <= hi) || (!may_be_zero && v == 0.0) {
                 return Err(cli::usage(format!(
                     "--calibration: {path}: {name} is {v}: it must be a number in (0, {hi}] (rerun srv-sim --calibrate)"
                 )));
@@ -187,12 +223,15 @@ fn card_of(x: &[f64; 4], base: &Roofline, fitted_on: &str, points: Vec<FitPoint>
         bandwidth_fraction: x[1].exp(),
         flops_fraction: x[2].exp(),
         prefill_efficiency: x[3].exp(),
+        attention_us_per_kv_ktok: 0.0,
+        prefill_chunk_tokens: None,
         fitted_on: fitted_on.to_string(),
         gemm_from: match &base.dep.gemm {
             servbench::presets::Gemm::Model => None,
             measured => Some(measured.source().to_string()),
         },
         points,
+        cells: Vec::new(),
     }
 }
 
@@ -283,66 +322,4 @@ pub fn run(args: &CalibrateArgs, path: &str, engine: Engine) -> anyhow::Result<c
         .and_then(|_| out.flush())
         .map_err(servbench::jsonl::OutputError::from_io)?;
     Ok(cli::Exit::Ok)
-}
-
-/// Nelder-Mead minimisation from `start` (steps of 0.7 in each coordinate), at most `iters`
-/// iterations.
-fn nelder_mead(f: &impl Fn(&[f64; 4]) -> f64, start: [f64; 4], iters: usize) -> [f64; 4] {
-    let mut simplex: Vec<([f64; 4], f64)> = (0..=4)
-        .map(|i| {
-            let mut x = start;
-            if i > 0 {
-                x[i - 1] += 0.7;
-            }
-            (x, f(&x))
-        })
-        .collect();
-    for _ in 0..iters {
-        simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
-        if simplex[4].1 - simplex[0].1 < 1e-10 {
-            break;
-        }
-        let mut centroid = [0.0; 4];
-        for (x, _) in &simplex[..4] {
-            for k in 0..4 {
-                centroid[k] += x[k] / 4.0;
-            }
-        }
-        let along = |t: f64| -> [f64; 4] {
-            let mut x = [0.0; 4];
-            for k in 0..4 {
-                x[k] = centroid[k] + t * (simplex[4].0[k] - centroid[k]);
-            }
-            x
-        };
-        let reflected = along(-1.0);
-        let fr = f(&reflected);
-        if fr < simplex[0].1 {
-            let expanded = along(-2.0);
-            let fe = f(&expanded);
-            simplex[4] = if fe < fr {
-                (expanded, fe)
-            } else {
-                (reflected, fr)
-            };
-        } else if fr < simplex[3].1 {
-            simplex[4] = (reflected, fr);
-        } else {
-            let contracted = along(0.5);
-            let fc = f(&contracted);
-            if fc < simplex[4].1 {
-                simplex[4] = (contracted, fc);
-            } else {
-                let best = simplex[0].0;
-                for entry in simplex.iter_mut().skip(1) {
-                    for (e, b) in entry.0.iter_mut().zip(best) {
-                        *e = b + 0.5 * (*e - b);
-                    }
-                    entry.1 = f(&entry.0);
-                }
-            }
-        }
-    }
-    simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
-    simplex[0].0
 }

@@ -16,6 +16,9 @@ pub struct Roofline {
     /// Prefill's achieved FLOP rate over decode's (1 unless a calibration card says otherwise):
     /// prefill chunks' compute time is divided by it.
     pub prefill_efficiency: f64,
+    /// Seconds per KV-cache token a step's attention reads, beyond the roofline's bytes and
+    /// FLOPs (0 unless a calibration from a step grid says otherwise).
+    pub attention_s_per_kv_token: f64,
 }
 
 /// What `--dry-run`'s record is computed for, beside the cost model itself.
@@ -62,7 +65,9 @@ impl Roofline {
 
     /// The step's duration in seconds, overhead included.
     pub fn step_s(&self, shape: &StepShape) -> f64 {
-        self.step_cost(shape).total_s() + self.step_overhead.as_secs_f64()
+        self.step_cost(shape).total_s()
+            + self.step_overhead.as_secs_f64()
+            + shape.work.kv_tokens as f64 * self.attention_s_per_kv_token
     }
 
     /// A decode step of `batch` sequences at `context` tokens each.
@@ -104,7 +109,7 @@ impl Roofline {
         let dep = &self.dep;
         let context = inputs.context;
         let one = self.step_cost(&Self::decode_shape(1, context));
-        let step_s = one.total_s() + self.step_overhead.as_secs_f64();
+        let step_s = self.step_s(&Self::decode_shape(1, context));
         let pp = f64::from(dep.layout.pp.max(1));
         let tp = dep.layout.tp.max(1);
         let allreduce = dep.allreduce(dep.model.allreduce_bytes(1));
@@ -218,6 +223,7 @@ mod tests {
             ),
             step_overhead: Duration::ZERO,
             prefill_efficiency: 1.0,
+            attention_s_per_kv_token: 0.0,
         }
     }
 

@@ -11,7 +11,8 @@
 //! model), [`metrics`] (Prometheus text), [`selfreport`] (vLLM's self-report flags), [`step`]
 //! (the shapes those four share, below them all), [`prefix`] (the prefix cache), [`http`] (the
 //! server),
-//! [`predict`] and [`calibrate`] (virtual-time runs of the modelled engine).
+//! [`predict`] and [`calibrate`] (virtual-time runs of the modelled engine), [`grid`] (the
+//! step cost fitted to a measured step grid), [`nelder`] (the fits' minimiser).
 
 pub mod api;
 pub mod args;
@@ -19,8 +20,10 @@ pub mod calibrate;
 pub mod clock;
 pub mod cost;
 pub mod engine;
+pub mod grid;
 pub mod http;
 pub mod metrics;
+pub mod nelder;
 pub mod plan;
 pub mod predict;
 pub mod prefix;
@@ -100,6 +103,12 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
             let engine = plan.predict_engine(roofline)?;
             calibrate::run(&plan.calibration, path, engine)
         }
+        Action::CalibrateFrom(path) => grid::run(
+            &plan.calibration,
+            path,
+            &roofline,
+            plan.engine.max_step_tokens,
+        ),
         Action::Serve => serve(&plan, roofline),
     }
 }

@@ -6,6 +6,7 @@
 use crate::calibrate::{self, CalibrateArgs};
 use crate::cost::{PlanInputs, Roofline};
 use crate::engine::Spec;
+use crate::grid;
 use crate::http::Faults;
 use crate::metrics::MetricNames;
 use crate::predict::PredictArgs;
@@ -35,6 +36,8 @@ pub enum Action {
     Predict,
     /// `--calibrate RUN.jsonl`: fit the cost model to these measured points.
     Calibrate(String),
+    /// `--calibrate-from GRID.jsonl` alone: fit the step cost to a step grid, print the card.
+    CalibrateFrom(String),
     /// Serve until killed.
     Serve,
 }
@@ -68,6 +71,8 @@ pub struct ModelPlan {
     pub step_overhead: Duration,
     /// `--calibration CARD.json`, applied to the hardware card.
     pub calibration: Option<String>,
+    /// `--calibrate-from GRID.jsonl`: a step grid fitted and applied as a card would be.
+    pub calibrate_from: Option<String>,
 }
 
 /// Fixed-latency mode (`--ttft`/`--itl`): exact latencies instead of the cost model.
@@ -182,6 +187,7 @@ impl Plan {
             dep,
             step_overhead: m.step_overhead,
             prefill_efficiency: 1.0,
+            attention_s_per_kv_token: 0.0,
         };
         if let Some(path) = &m.calibration {
             let card = calibrate::Calibration::load(path)?;
@@ -198,6 +204,17 @@ impl Plan {
                     "--calibration {path} was fitted with GEMMs {from}: give --gemm-from with the same file, or its FLOP fraction (attention only) is applied to the modelled GEMMs"
                 ));
             }
+            card.apply(&mut roofline);
+        }
+        if let Some(path) = &m.calibrate_from
+            && !matches!(self.action, Action::CalibrateFrom(_))
+        {
+            let card = grid::fit(
+                &self.calibration,
+                path,
+                &roofline,
+                self.engine.max_step_tokens,
+            )?;
             card.apply(&mut roofline);
         }
         Ok(roofline)
