@@ -10,7 +10,7 @@
 //! prefill included); a generation request is decoding. vLLM logs a data-parallel padding step
 //! with ` (dummy)` after its time: such steps are counted apart, not in the figures.
 
-use super::nearest_rank;
+use super::{StepLogFormat, nearest_rank};
 use serde::{Deserialize, Serialize};
 
 /// One engine step as its log line says.
@@ -97,7 +97,7 @@ const MAX_STEP_MS: f64 = 3_600_000.0;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct EngineSteps {
     /// Whose log format: `vllm` (vLLM's iteration details; srv-sim's the same).
-    pub source: String,
+    pub source: StepLogFormat,
     /// Steps in the point's window (dummy steps not counted).
     pub steps: u64,
     /// Steps over the window's wall time (from the start's read of the log to the end's).
@@ -215,7 +215,7 @@ impl EngineSteps {
         };
         let full_times: Vec<f64> = at_full.iter().map(|s| s.elapsed_ms).collect();
         EngineSteps {
-            source: "vllm".into(),
+            source: StepLogFormat::Vllm,
             steps: steps.len() as u64,
             steps_per_s: if window_s > 0.0 { n / window_s } else { 0.0 },
             window_s,

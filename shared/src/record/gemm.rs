@@ -1,4 +1,4 @@
-use super::{Dist, Extra, GemmBackend, GemmDtype, GemmTiming, Labels, current_version};
+use super::{Dist, Extra, GemmBackend, GemmDtype, GemmName, GemmTiming, Labels, current_version};
 use serde::{Deserialize, Serialize};
 
 /// `collbench gemm`: one GEMM of a decode step (or a `--shape` given by hand), timed like
@@ -26,7 +26,7 @@ pub struct GemmRecord {
     pub batch: u32,
     /// `qkv`, `attn_out`, `gate_up`, `down`, `router`, `expert_gate_up`, `expert_down`,
     /// `shared_gate_up`, `shared_down`, or `custom`.
-    pub name: String,
+    pub name: GemmName,
     pub m: u32,
     pub n: u32,
     pub k: u32,

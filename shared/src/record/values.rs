@@ -339,6 +339,24 @@ wire_enum! {
 }
 
 wire_enum! {
+    /// One GEMM of a decode step (`gemm.name`): the attention projections, the dense MLP, a MoE
+    /// layer's router, routed and shared experts, or a `--shape` of the user's.
+    GemmName {
+        Qkv = "qkv",
+        AttnOut = "attn_out",
+        GateUp = "gate_up",
+        Down = "down",
+        Router = "router",
+        ExpertGateUp = "expert_gate_up",
+        ExpertDown = "expert_down",
+        SharedGateUp = "shared_gate_up",
+        SharedDown = "shared_down",
+        /// `collbench gemm --shape MxNxK`.
+        Custom = "custom",
+    }
+}
+
+wire_enum! {
     /// A phase of a server's startup, as its engine's log reports it (`server.startup.phases`;
     /// the log lines that mark each, per engine, are `servbench::startup`).
     StartupPhaseName {
@@ -401,6 +419,21 @@ wire_enum! {
 }
 
 wire_enum! {
+    /// Whose log format an engine's step lines were read in (`summary.engine_steps.source`).
+    StepLogFormat {
+        /// vLLM's iteration details (`--enable-logging-iteration-details`; srv-sim's the same).
+        Vllm = "vllm",
+    }
+}
+
+/// Not said (empty): a default [`super::EngineSteps`] names no log format.
+impl Default for StepLogFormat {
+    fn default() -> StepLogFormat {
+        StepLogFormat::Other(String::new())
+    }
+}
+
+wire_enum! {
     /// Transparent huge pages mode (`host.thp`: the bracketed word of
     /// /sys/kernel/mm/transparent_hugepage/enabled).
     ThpMode {
@@ -455,6 +488,8 @@ mod tests {
         assert_eq!(AllreduceAlgo::parse("ring/LL128"), AllreduceAlgo::RingLl128);
         assert_eq!(AllreduceAlgo::NoAllreduce.as_str(), "none");
         assert_eq!(TimingSource::parse("llamacpp"), TimingSource::Llamacpp);
+        assert_eq!(StepLogFormat::parse("vllm"), StepLogFormat::Vllm);
+        assert_eq!(GemmName::parse("expert_gate_up"), GemmName::ExpertGateUp);
         assert_eq!(ThpMode::parse("madvise"), ThpMode::Madvise);
         assert_eq!(
             WeightFormatName::parse("fp4"),

@@ -25,7 +25,7 @@ use servbench::exec::{self, Detached, Exec, shell_join};
 use servbench::jsonl::{BackgroundPassThrough, RecordWriter};
 use servbench::kill::{self, KillOptions};
 use servbench::procs::{self, LAUNCH_ID_VAR, ProcId};
-use servbench::record::{Labels, ServerRecord, inherit_labels, label, now_ts};
+use servbench::record::{Engine, Labels, ServerRecord, inherit_labels, label, now_ts};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -56,7 +56,7 @@ fn catch_interrupts() {
 
 /// What is launched, resolved on the server's host: the command, port, URLs, log, env.
 struct Launch {
-    engine: String,
+    engine: Engine,
     argv: Vec<String>,
     command: String,
     port: u16,
@@ -191,7 +191,7 @@ fn resolve(cfg: &Plan, exec: &dyn Exec) -> Result<Launch> {
             let url = format!("http://{reach_host}:{port}");
             let command = shell_join(&argv);
             (
-                preset.name.to_string(),
+                Engine::parse(preset.name),
                 argv,
                 command,
                 port,
@@ -223,7 +223,7 @@ fn resolve(cfg: &Plan, exec: &dyn Exec) -> Result<Launch> {
                 argv.extend(cfg.extra.iter().cloned());
             }
             (
-                "cmd".to_string(),
+                Engine::Cmd,
                 argv,
                 command,
                 port,
@@ -235,7 +235,7 @@ fn resolve(cfg: &Plan, exec: &dyn Exec) -> Result<Launch> {
         }
     };
 
-    let name = cfg.name.clone().unwrap_or_else(|| engine.clone());
+    let name = cfg.name.clone().unwrap_or_else(|| engine.to_string());
     let log = cfg.log.clone().unwrap_or_else(|| {
         let stamp = now_ts().replace([':', '-'], "").replace('.', "");
         format!(
@@ -361,7 +361,8 @@ fn launch_and_wait(cfg: &Plan, exec: &dyn Exec, plan: &Launch) -> Result<ServerR
         exec,
         &env::Capture {
             url: &plan.url,
-            version_at: engines::engine(&plan.engine).map_or(engines::CMD_VERSION, |e| e.version),
+            version_at: engines::engine(plan.engine.as_str())
+                .map_or(engines::CMD_VERSION, |e| e.version),
             program: cfg.preset().is_some().then_some(plan.argv[0].as_str()),
             gpus: cfg.gpus.as_deref(),
             nvidia_smi: &cfg.nvidia_smi,
@@ -379,7 +380,7 @@ fn launch_and_wait(cfg: &Plan, exec: &dyn Exec, plan: &Launch) -> Result<ServerR
     }
 
     let mut labels = Labels::new();
-    labels.insert(label::ENGINE.into(), plan.engine.clone());
+    labels.insert(label::ENGINE.into(), plan.engine.to_string());
     if let Some(m) = cfg.model.clone().or_else(|| served.clone()) {
         labels.insert(label::MODEL.into(), m);
     }
@@ -392,7 +393,7 @@ fn launch_and_wait(cfg: &Plan, exec: &dyn Exec, plan: &Launch) -> Result<ServerR
         v: servbench::record::SCHEMA_VERSION,
         ts: now_ts(),
         labels: inherit_labels(&labels, &cfg.labels),
-        engine: plan.engine.as_str().into(),
+        engine: plan.engine.clone(),
         model: cfg.model.clone(),
         host,
         pid,

@@ -329,7 +329,7 @@ pub fn measure_batch(
             hardware: hw.name.clone(),
             tp: cfg.tp,
             batch,
-            name: shape.name.into(),
+            name: shape.name.clone(),
             m: shape.m,
             n: shape.n,
             k: shape.k,

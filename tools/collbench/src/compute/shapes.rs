@@ -16,13 +16,14 @@
 //! (DeepSeek-V3, Kimi-K2) is listed as plain attention projections of the card's head count.
 
 use servbench::presets::ModelCard;
+use servbench::record::GemmName;
 
 /// One GEMM of a decode step and how often a step runs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GemmShape {
     /// `qkv`, `attn_out`, `gate_up`, `down`, `router`, `expert_gate_up`, `expert_down`,
     /// `shared_gate_up`, `shared_down`, or `custom` (`--shape`).
-    pub name: &'static str,
+    pub name: GemmName,
     pub m: u32,
     pub n: u32,
     pub k: u32,
@@ -71,7 +72,7 @@ pub fn parse_shape(s: &str) -> Result<GemmShape, String> {
             format!("'{s}' is not MxNxK with positive whole numbers, e.g. 64x28672x4096")
         })?;
     Ok(GemmShape {
-        name: "custom",
+        name: GemmName::Custom,
         m: dims[0],
         n: dims[1],
         k: dims[2],
@@ -125,14 +126,14 @@ pub fn step_gemms(model: &ModelCard, tp: u32, batch: u32) -> Result<Vec<GemmShap
     };
     let b = batch;
     push(
-        "qkv",
+        GemmName::Qkv,
         b,
         (heads + 2 * kv_heads) * hd,
         hidden,
         1,
         model.layers,
     );
-    push("attn_out", b, hidden, heads * hd, 1, model.layers);
+    push(GemmName::AttnOut, b, hidden, heads * hd, 1, model.layers);
     if dense_layers > 0 {
         let inter = model.intermediate.ok_or_else(|| {
             format!(
@@ -140,8 +141,8 @@ pub fn step_gemms(model: &ModelCard, tp: u32, batch: u32) -> Result<Vec<GemmShap
             )
         })?;
         let inter = split("intermediate", inter, tp, card)?;
-        push("gate_up", b, 2 * inter, hidden, 1, dense_layers);
-        push("down", b, hidden, inter, 1, dense_layers);
+        push(GemmName::GateUp, b, 2 * inter, hidden, 1, dense_layers);
+        push(GemmName::Down, b, hidden, inter, 1, dense_layers);
     }
     if let Some(moe) = &model.moe {
         let inter = split(
@@ -151,7 +152,7 @@ pub fn step_gemms(model: &ModelCard, tp: u32, batch: u32) -> Result<Vec<GemmShap
             card,
         )?;
         let layers = moe.moe_layers;
-        push("router", b, moe.experts, hidden, 1, layers);
+        push(GemmName::Router, b, moe.experts, hidden, 1, layers);
         let pairs = b * moe.experts_per_token;
         let touched = (model.experts_touched(b).round() as u32).clamp(
             moe.experts_per_token.min(moe.experts),
@@ -160,13 +161,13 @@ pub fn step_gemms(model: &ModelCard, tp: u32, batch: u32) -> Result<Vec<GemmShap
         // pairs = base x touched + extra: `extra` experts get one token more.
         let (base, extra) = (pairs / touched, pairs % touched);
         for (m, count) in [(base + 1, extra), (base, touched - extra)] {
-            push("expert_gate_up", m, 2 * inter, hidden, count, layers);
-            push("expert_down", m, hidden, inter, count, layers);
+            push(GemmName::ExpertGateUp, m, 2 * inter, hidden, count, layers);
+            push(GemmName::ExpertDown, m, hidden, inter, count, layers);
         }
         if moe.shared_experts > 0 {
             let shared = moe.shared_experts * inter;
-            push("shared_gate_up", b, 2 * shared, hidden, 1, layers);
-            push("shared_down", b, hidden, shared, 1, layers);
+            push(GemmName::SharedGateUp, b, 2 * shared, hidden, 1, layers);
+            push(GemmName::SharedDown, b, hidden, shared, 1, layers);
         }
     }
     Ok(out)
@@ -180,7 +181,7 @@ mod tests {
     fn dims(shapes: &[GemmShape]) -> Vec<(&str, u32, u32, u32, u32, u32)> {
         shapes
             .iter()
-            .map(|s| (s.name, s.m, s.n, s.k, s.per_layer, s.layers))
+            .map(|s| (s.name.as_str(), s.m, s.n, s.k, s.per_layer, s.layers))
             .collect()
     }
 

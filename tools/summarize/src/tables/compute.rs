@@ -57,7 +57,7 @@ pub fn gemm_table(gemms: &[GemmRecord]) -> Table {
                 Cell::Text(g.model.clone().unwrap_or_default()),
                 Cell::int(g.tp),
                 Cell::int(g.batch),
-                Cell::Text(g.name.clone()),
+                Cell::Text(g.name.to_string()),
                 Cell::Text(format!("{}x{}x{}", g.m, g.n, g.k)),
                 Cell::Text(g.dtype.to_string()),
                 Cell::int(g.per_step),
