@@ -424,6 +424,7 @@ mod tests {
             iters: 5,
             warmup: 1,
             root: None,
+            lost_core_waits: None,
             extra: Default::default(),
         }
     }

@@ -40,6 +40,11 @@ pub struct CollRecord {
     /// The root rank of a broadcast.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<u32>,
+    /// Times a rank lost its core to another process while it waited for a peer, summed over
+    /// the ranks (tcp backend; absent when none did): the size's times, small messages above
+    /// all, then carry scheduler delays; `time_us.p50` beside `time_us.mean` says how much.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_core_waits: Option<u64>,
     #[serde(flatten)]
     pub extra: Extra,
 }

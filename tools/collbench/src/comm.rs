@@ -7,6 +7,7 @@
 //! (a ring reduces each slice while the next is still on the wire). A peer that closes its end or
 //! stays silent past the timeout ends the exchange with an error naming that rank.
 
+use std::cell::Cell;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -33,7 +34,22 @@ pub struct Comm {
     /// yielding the core between tries (see [`spin_for`]).
     spin: Duration,
     yield_spin: Duration,
+    /// Times since [`Comm::take_lost_core`] this rank lost its core while busy-spinning for a
+    /// peer (another process wanted the CPU): from the first, waits spin only
+    /// [`CONTENDED_SPIN`], never yield, and then sleep in poll(2), where a peer's bytes wake
+    /// the rank at once (the scheduler favours a woken sleeper) instead of after the other
+    /// process's time slice.
+    lost_core: Cell<u64>,
 }
+
+/// A gap this long between two tries of a spinning wait: the thread was not running (another
+/// process had its core). A try takes a microsecond or two.
+const LOST_CORE: Duration = Duration::from_micros(200);
+
+/// How long a wait spins once the rank has lost its core (no yielding: a yield hands the core
+/// to a busy process for its whole slice, which the contended 926-1747 us runs were made of).
+/// An 8-byte exchange whose peer is running lands within a few microseconds.
+pub const CONTENDED_SPIN: Duration = Duration::from_micros(30);
 
 /// How a stalled exchange waits before sleeping in poll(2): (busy retries, then retries that
 /// yield the core). Sleeping costs a wake-up of tens of microseconds, several times an 8-byte
@@ -90,7 +106,14 @@ impl Comm {
             world,
             peers,
             timeout,
+            lost_core: Cell::new(0),
         })
+    }
+
+    /// The waits that lost their core since the last call, and back to spinning as on a quiet
+    /// machine (each size finds out for itself).
+    pub fn take_lost_core(&self) -> u64 {
+        self.lost_core.replace(0)
     }
 
     pub fn left(&self) -> usize {
@@ -137,6 +160,9 @@ impl Comm {
         let mut sent = vec![0usize; sends.len()];
         let mut got = vec![0usize; recvs.len()];
         let mut last_progress = Instant::now();
+        // The previous try that moved nothing, while spinning: the gap to the next such try
+        // holds only syscalls that returned at once, unless the thread lost its core.
+        let mut last_try: Option<Instant> = None;
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(sends.len() + recvs.len());
         loop {
             let mut progressed = false;
@@ -179,14 +205,24 @@ impl Comm {
             }
             if progressed {
                 last_progress = Instant::now();
+                last_try = None;
                 continue;
             }
-            let stalled = last_progress.elapsed();
-            if stalled < self.spin {
+            let now = Instant::now();
+            let stalled = now - last_progress;
+            if last_try.is_some_and(|t| now - t > LOST_CORE) {
+                self.lost_core.set(self.lost_core.get() + 1);
+            }
+            let (spin, yield_spin) = match self.lost_core.get() {
+                0 => (self.spin, self.yield_spin),
+                _ => (self.spin.min(CONTENDED_SPIN), Duration::ZERO),
+            };
+            last_try = (stalled < spin).then_some(now);
+            if stalled < spin {
                 std::hint::spin_loop();
                 continue;
             }
-            if stalled < self.spin + self.yield_spin {
+            if stalled < spin + yield_spin {
                 // Let a rank sharing this core run, and come back at once if none does.
                 std::thread::yield_now();
                 continue;

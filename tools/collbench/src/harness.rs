@@ -101,6 +101,8 @@ pub struct Measured {
     pub samples_us: Vec<f64>,
     /// Wrong elements summed over ranks.
     pub wrong: u64,
+    /// Times a rank lost its core while waiting for a peer, summed over ranks (tcp).
+    pub lost_core: u64,
 }
 
 /// Distribution of per-op times in microseconds.
@@ -152,6 +154,7 @@ pub fn coll_record(cfg: &RunConfig, ctx: &RecordContext, m: &Measured) -> CollRe
         iters: cfg.iters.timed,
         warmup: cfg.iters.warmup,
         root: cfg.op.rooted().then_some(cfg.root as u32),
+        lost_core_waits: (m.lost_core > 0).then_some(m.lost_core),
         extra: Extra::new(),
     }
 }
@@ -179,8 +182,17 @@ impl<'w, W: Write> Reporter<'w, W> {
             cfg.iters.warmup
         );
         eprintln!(
-            "#{:>12} {:>12} {:>6} {:>18} {:>10} {:>10} {:>9} {:>9} {:>7}",
-            "size(B)", "count", "type", "algo", "time(us)", "p99(us)", "algbw", "busbw", "#wrong"
+            "#{:>12} {:>12} {:>6} {:>18} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7}",
+            "size(B)",
+            "count",
+            "type",
+            "algo",
+            "time(us)",
+            "p50(us)",
+            "p99(us)",
+            "algbw",
+            "busbw",
+            "#wrong"
         );
         Reporter {
             out,
@@ -192,17 +204,26 @@ impl<'w, W: Write> Reporter<'w, W> {
 
     pub fn size(&mut self, record: &CollRecord) -> anyhow::Result<()> {
         eprintln!(
-            " {:>12} {:>12} {:>6} {:>18} {:>10.2} {:>10.2} {:>9.3} {:>9.3} {:>7}",
+            " {:>12} {:>12} {:>6} {:>18} {:>10.2} {:>10.2} {:>10.2} {:>9.3} {:>9.3} {:>7}",
             record.bytes,
             record.count,
             record.dtype,
             record.algo,
             record.time_us.mean,
+            record.time_us.p50,
             record.time_us.p99,
             record.algbw_gbps,
             record.busbw_gbps,
-            record.wrong
+            record.wrong,
         );
+        // Another process had the CPU: the row's times carry scheduler delays.
+        if let Some(n) = record.lost_core_waits {
+            eprintln!(
+                "# contended: the ranks lost their core {n}x while waiting at {} bytes (another \
+                 process wants the CPU): the mean carries scheduler delays, the p50 less so",
+                record.bytes
+            );
+        }
         self.busbw_sum += record.busbw_gbps;
         self.sizes += 1;
         self.wrong += record.wrong;

@@ -47,15 +47,18 @@ fn measure_size(
         recv,
         scratch,
     };
+    comm.take_lost_core();
     let sampled = measure(&mut run, cfg.iters, cfg.mode, cfg.check)?;
+    let lost_core = comm.take_lost_core();
     let totals = comm
-        .sum_f64(&[sampled.wrong as f64])
+        .sum_f64(&[sampled.wrong as f64, lost_core as f64])
         .map_err(|e| run.failed(e))?;
     Ok(Measured {
         shape,
         algo: algo.name(),
         samples_us: sampled.samples_us,
         wrong: totals[0] as u64,
+        lost_core: totals[1] as u64,
     })
 }
 

@@ -364,6 +364,7 @@ pub(super) fn coll() -> impl Strategy<Value = Record> {
             iters: 20,
             warmup: 5,
             root: (bytes % 3 == 0).then_some(1),
+            lost_core_waits: (bytes % 5 == 0).then_some(bytes % 7),
             extra,
         })
     })

@@ -146,6 +146,7 @@ pub fn sweep(
             algo: "nccl",
             samples_us: std::mem::take(&mut results[0].samples_us),
             wrong: totals[0] as u64,
+            lost_core: 0,
         })?;
     }
     Ok(())

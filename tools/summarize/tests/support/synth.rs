@@ -490,6 +490,7 @@ pub fn coll_lines(
             iters: 20,
             warmup: 5,
             root: None,
+            lost_core_waits: None,
             extra: Default::default(),
         };
         lines.push(to_line_with_kind(&rec).expect("records serialize"));
