@@ -43,6 +43,13 @@ pub trait Runner {
     /// Waits until every op started so far has finished (nothing to wait for on the host).
     fn sync(&mut self) -> anyhow::Result<()>;
 
+    /// Waits until the op just run has landed where this clock cannot see it (a stream's last
+    /// message at its receiver); called before the mark that ends the timed ops. Nothing to
+    /// wait for where the op is done when it returns, or the clock is the GPU's.
+    fn settle(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
+
     /// Waits until every rank measured together has reached this point.
     fn barrier(&mut self) -> anyhow::Result<()>;
 
@@ -93,8 +100,11 @@ pub fn measure<R: Runner>(
                 .map(|_| run.new_mark())
                 .collect::<anyhow::Result<Vec<_>>>()?;
             run.record(&mut marks[0])?;
-            for mark in &mut marks[1..] {
+            for (i, mark) in marks[1..].iter_mut().enumerate() {
                 run.run_once()?;
+                if i + 1 == timed {
+                    run.settle()?;
+                }
                 run.record(mark)?;
             }
             run.sync()?;
@@ -109,6 +119,7 @@ pub fn measure<R: Runner>(
                 run.barrier()?;
                 run.record(&mut start)?;
                 run.run_once()?;
+                run.settle()?;
                 run.record(&mut end)?;
                 run.sync()?;
                 samples_us.push(run.elapsed_us(&start, &end)?);
@@ -130,6 +141,8 @@ mod tests {
         calls: Vec<&'static str>,
         clock: u64,
         wrong: u64,
+        /// Log `settle` too (a runner whose op lands after it returns).
+        settles: bool,
     }
 
     impl Runner for Log {
@@ -145,6 +158,13 @@ mod tests {
         }
         fn barrier(&mut self) -> anyhow::Result<()> {
             self.calls.push("barrier");
+            Ok(())
+        }
+        fn settle(&mut self) -> anyhow::Result<()> {
+            if self.settles {
+                self.calls.push("settle");
+                self.clock += 1;
+            }
             Ok(())
         }
         fn new_mark(&mut self) -> anyhow::Result<u64> {
@@ -184,6 +204,23 @@ mod tests {
         );
         assert_eq!(got.samples_us, [1.0, 1.0]);
         assert_eq!(got.wrong, 3);
+    }
+
+    /// p2p's stream: the last message's arrival (its ack) is inside the timed span, once.
+    #[test]
+    fn a_runner_that_settles_is_settled_before_the_last_mark_only() {
+        let mut log = Log {
+            settles: true,
+            ..Log::default()
+        };
+        let got = measure(&mut log, TWO_AFTER_ONE, Mode::Pipelined, false).unwrap();
+        assert_eq!(
+            log.calls,
+            [
+                "run", "sync", "barrier", "mark", "run", "mark", "run", "settle", "mark", "sync"
+            ]
+        );
+        assert_eq!(got.samples_us, [1.0, 2.0]);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use crate::comm::{Comm, CommError, Recv, Send};
 use crate::harness::{RunConfig, buffer};
 use crate::launch::Role;
+use crate::measure::{Iters, Mode, Runner, measure};
 use crate::{Backend, Job};
 use servbench::cli::{self, Exit};
 use servbench::jsonl::{self, Disposition, RecordWriter};
@@ -135,20 +136,31 @@ fn measure_all(comm: &Comm, pc: &P2pConfig) -> anyhow::Result<Vec<Cell>> {
         if comm.rank != src && comm.rank != dst {
             continue;
         }
-        let pair = Pair {
-            comm,
-            peer,
-            sender: comm.rank == src,
-        };
         let iters = pc.run.iters;
-        let seconds = [
-            pair.stream(&out, &mut into, iters.warmup, iters.timed, false),
-            pair.stream(&out, &mut into, iters.warmup, iters.timed, true),
-            pair.ping_pong(iters.warmup, iters.timed),
-        ];
-        let [uni, bidir, rtt] = seconds.map(|r| r.map_err(|e| failed(peer, e)));
-        let (uni, bidir, rtt) = (uni?, bidir?, rtt?);
-        if pair.sender {
+        let sender = comm.rank == src;
+        let mut seconds = [0.0; 3];
+        for (k, pattern) in [Pattern::OneWay, Pattern::BothWays, Pattern::RoundTrip]
+            .into_iter()
+            .enumerate()
+        {
+            let mut pair = Pair {
+                comm,
+                peer,
+                sender,
+                pattern,
+                out: &out,
+                into: &mut into,
+                word: [0; LATENCY_BYTES as usize],
+            };
+            seconds[k] = pair.seconds(iters).map_err(|e| {
+                cli::failure(format!(
+                    "rank {}: p2p with rank {peer} at {} bytes: {e}",
+                    comm.rank, pc.bytes
+                ))
+            })?;
+        }
+        let [uni, bidir, rtt] = seconds;
+        if sender {
             let moved = pc.bytes as f64 * f64::from(iters.timed);
             mine[i * 3] = moved / uni / 1e9;
             mine[i * 3 + 1] = 2.0 * moved / bidir / 1e9;
@@ -175,73 +187,115 @@ fn measure_all(comm: &Comm, pc: &P2pConfig) -> anyhow::Result<Vec<Cell>> {
     Ok(cells)
 }
 
-/// One side of a pair's measurement.
+/// What one pair measures through the measure loop: a message one way, one each way at once,
+/// or an 8-byte round trip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pattern {
+    OneWay,
+    BothWays,
+    RoundTrip,
+}
+
+/// One side of a pair's measurement: the measure loop's [`Runner`] on the host's clock.
 struct Pair<'a> {
     comm: &'a Comm,
     peer: usize,
     sender: bool,
+    pattern: Pattern,
+    out: &'a [u8],
+    into: &'a mut [u8],
+    /// The round trip's message.
+    word: [u8; LATENCY_BYTES as usize],
 }
 
 impl Pair<'_> {
-    /// `warmup` then `timed` messages from the sender (both ways when `both`), closed by a
-    /// one-byte ack from the receiver, so the sender's clock covers their arrival: seconds of
-    /// the timed ones (the receiver's figure is not used).
-    fn stream(
-        &self,
-        out: &[u8],
-        into: &mut [u8],
-        warmup: u32,
-        timed: u32,
-        both: bool,
-    ) -> Result<f64, CommError> {
-        let run = |n: u32, into: &mut [u8]| -> Result<f64, CommError> {
-            let start = Instant::now();
-            for _ in 0..n {
-                let sends = [Send {
-                    peer: self.peer,
-                    data: out,
-                }];
-                let mut recvs = [Recv {
-                    peer: self.peer,
-                    data: &mut *into,
-                }];
-                match (self.sender, both) {
-                    (_, true) => self.comm.exchange(&sends, &mut recvs)?,
-                    (true, false) => self.comm.exchange(&sends, &mut [])?,
-                    (false, false) => self.comm.exchange(&[], &mut recvs)?,
-                }
+    /// The timed messages' seconds on this side, through the one measure loop (pipelined:
+    /// back to back, the last one's arrival acknowledged before the clock stops).
+    fn seconds(&mut self, iters: Iters) -> anyhow::Result<f64> {
+        let sampled = measure(self, iters, Mode::Pipelined, false)?;
+        Ok(sampled.samples_us.iter().sum::<f64>() / 1e6)
+    }
+}
+
+impl Runner for Pair<'_> {
+    type Mark = Instant;
+
+    fn run_once(&mut self) -> anyhow::Result<()> {
+        let (comm, peer) = (self.comm, self.peer);
+        let sends = [Send {
+            peer,
+            data: self.out,
+        }];
+        let mut recvs = [Recv {
+            peer,
+            data: &mut *self.into,
+        }];
+        match (self.pattern, self.sender) {
+            (Pattern::BothWays, _) => comm.exchange(&sends, &mut recvs)?,
+            (Pattern::OneWay, true) => comm.exchange(&sends, &mut [])?,
+            (Pattern::OneWay, false) => comm.exchange(&[], &mut recvs)?,
+            (Pattern::RoundTrip, true) => {
+                comm.send(peer, &self.word)?;
+                comm.recv(peer, &mut self.word)?;
             }
-            let mut ack = [0u8; 1];
-            if self.sender {
-                self.comm.recv(self.peer, &mut ack)?;
-            } else {
-                self.comm.send(self.peer, &ack)?;
+            (Pattern::RoundTrip, false) => {
+                comm.recv(peer, &mut self.word)?;
+                comm.send(peer, &self.word)?;
             }
-            Ok(start.elapsed().as_secs_f64())
-        };
-        run(warmup, into)?;
-        run(timed, into)
+        }
+        Ok(())
     }
 
-    /// `warmup` then `timed` round trips of a [`LATENCY_BYTES`] message, sender first: seconds
-    /// of the timed ones.
-    fn ping_pong(&self, warmup: u32, timed: u32) -> Result<f64, CommError> {
-        let mut word = [0u8; LATENCY_BYTES as usize];
-        let run = |n: u32, word: &mut [u8]| -> Result<f64, CommError> {
-            let start = Instant::now();
-            for _ in 0..n {
-                if self.sender {
-                    self.comm.send(self.peer, word)?;
-                    self.comm.recv(self.peer, word)?;
-                } else {
-                    self.comm.recv(self.peer, word)?;
-                    self.comm.send(self.peer, word)?;
-                }
-            }
-            Ok(start.elapsed().as_secs_f64())
-        };
-        run(warmup, &mut word)?;
-        run(timed, &mut word)
+    fn sync(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// A stream's last message may still be on the wire when the sender's write returns: a
+    /// one-byte ack from the receiver, so the sender's clock covers its arrival.
+    fn settle(&mut self) -> anyhow::Result<()> {
+        if self.pattern == Pattern::RoundTrip {
+            return Ok(());
+        }
+        let mut ack = [0u8; 1];
+        match self.sender {
+            true => self.comm.recv(self.peer, &mut ack)?,
+            false => self.comm.send(self.peer, &ack)?,
+        }
+        Ok(())
+    }
+
+    /// Both sides of the pair have arrived (the other ranks wait at the job's barrier).
+    fn barrier(&mut self) -> anyhow::Result<()> {
+        let mut token = [0u8; 1];
+        self.comm.exchange(
+            &[Send {
+                peer: self.peer,
+                data: &[1],
+            }],
+            &mut [Recv {
+                peer: self.peer,
+                data: &mut token,
+            }],
+        )?;
+        Ok(())
+    }
+
+    fn new_mark(&mut self) -> anyhow::Result<Instant> {
+        Ok(Instant::now())
+    }
+
+    fn record(&mut self, mark: &mut Instant) -> anyhow::Result<()> {
+        *mark = Instant::now();
+        Ok(())
+    }
+
+    fn elapsed_us(&mut self, from: &Instant, to: &Instant) -> anyhow::Result<f64> {
+        Ok(to.duration_since(*from).as_secs_f64() * 1e6)
+    }
+
+    fn count_wrong(&mut self) -> anyhow::Result<u64> {
+        // p2p moves bytes and checks nothing (`check` is off).
+        Ok(0)
     }
 }
 
