@@ -17,7 +17,9 @@
 //! - [`telemetry`]: the server's `/metrics` and its GPUs over a point, in one vocabulary;
 //! - [`host`]: the box itself: its tunables, GPUs and topology, and the pre-flight verdict;
 //! - [`interrupt`]: Ctrl-C/SIGTERM in a pipeline: the first drains the input, a second leaves.
-//! - [`load`]: the load a workload applies (arrival processes, conversation turns, think times).
+//! - [`load`]: the load a workload applies, declared once for loadgen and srv-sim's `--predict`:
+//!   its flags, its points, arrival processes, conversation turns, think times, the ramp and
+//!   find-max rules.
 //! - [`startup`]: a server's startup phases, read from its engine's log.
 //!
 //! Modules use each other one way only (no circle; `.ci/run` checks it, test files aside). From
@@ -27,8 +29,8 @@
 //! `files`, `diag` and `interrupt`; `presets` uses `record`, `files`, `jsonl` (measured
 //! collective curves) and `diag`; `telemetry` uses `record` and `exec`; `host` uses `record`,
 //! `exec`, `jsonl` and `presets`; `cli` (exit codes for every module's errors, the flag parsers)
-//! uses `diag`, `exec`, `interrupt` and `record`; `load` uses `record`, `files` and `cli`'s flag
-//! parsers. A doc comment names a module above its own in plain words, not as a `crate::` link.
+//! uses `diag`, `exec`, `interrupt` and `record`; `load` uses `record`, `files`, `stats` and
+//! `cli` (its flag parsers and usage errors). A doc comment names a module above its own in plain words, not as a `crate::` link.
 
 pub mod cli;
 pub mod diag;

@@ -1,10 +1,18 @@
-//! The load a workload applies, as loadgen's flags give it and srv-sim's `--predict` replays it:
-//! open-loop arrival processes (`--arrival`), conversation turns (`--turns`) and think times
-//! (`--think-time`). One definition of each, so a prediction applies the load loadgen does.
-//! Trace files (`--trace`) are read by [`trace`].
+//! The load a workload applies, declared once for loadgen (which drives it in real time) and
+//! srv-sim's `--predict` (which drives it in virtual time): the flags ([`flags::LoadArgs`], one
+//! `--help` text and one rule each), the points they make ([`points`]), open-loop arrival
+//! processes (`--arrival`), conversation turns (`--turns`) and think times (`--think-time`), the
+//! rules of `--ramp` ([`ramp`]) and `--find-max` ([`search`]). One definition of each, so a
+//! prediction applies the load loadgen does. Trace files (`--trace`) are read by [`trace`].
 
+pub mod flags;
+pub mod points;
+pub mod ramp;
+pub mod search;
 pub mod trace;
 
+pub use flags::LoadArgs;
+pub use points::{Budget, Load};
 use rand::Rng;
 use rand_distr::{Distribution, Exp1, Gamma};
 use std::time::Duration;

@@ -227,6 +227,47 @@ pub struct RequestRecord {
 const MAX_RECORD_MS: f64 = 365.0 * 24.0 * 3600.0 * 1000.0;
 
 impl RequestRecord {
+    /// The record of request `id` of a point, sent `send_lag_ms` after its intended time
+    /// (`intended_ms` from the point's start), before anything came back: what loadgen and
+    /// srv-sim's `--predict` each fill in with what they saw.
+    pub fn started(
+        labels: Labels,
+        point: PointKey,
+        id: u64,
+        intended_ms: f64,
+        send_lag_ms: f64,
+    ) -> RequestRecord {
+        RequestRecord {
+            v: super::SCHEMA_VERSION,
+            ts: super::now_ts(),
+            labels,
+            point,
+            id,
+            intended_ms,
+            send_lag_ms,
+            ttft_ms: None,
+            ttft_reasoning_ms: None,
+            ttfo_ms: None,
+            e2e_ms: None,
+            tpot_ms: None,
+            itl_ms: Vec::new(),
+            chunks: 0,
+            output_tokens: 0,
+            output_tokens_source: None,
+            output_tokens_chunks: None,
+            reasoning_tokens: None,
+            prompt_tokens: None,
+            prompt_tokens_target: None,
+            max_tokens: None,
+            error: None,
+            session: None,
+            turn: None,
+            cached_tokens: None,
+            server_timing: None,
+            extra: Default::default(),
+        }
+    }
+
     pub fn is_ok(&self) -> bool {
         self.error.is_none()
     }

@@ -24,12 +24,8 @@ pub mod workload;
 use clap::Parser;
 pub use client::body::Api;
 use servbench::cli::{CommonArgs, SshArgs};
+use servbench::load::LoadArgs;
 use std::time::Duration;
-
-/// A whole list in one flag value (`1,2,4` or `1..256`); an alias so clap takes it as one value.
-pub type U32List = Vec<u32>;
-/// A list of numbers in one flag value (`5,10,20`).
-pub type F64List = Vec<f64>;
 
 /// `--warmup`: a request count (`20`) or a time (`10s`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -106,88 +102,19 @@ pub struct Args {
     #[arg(long, value_enum, value_name = "ENGINE")]
     pub engine: Option<servbench::engines::EnginePreset>,
 
-    /// Closed loop: requests in flight, a list or doubling range (1,4,16 or 1..256)
-    #[arg(short = 'c', long, value_parser = servbench::cli::u32_list)]
-    pub concurrency: Option<U32List>,
-    /// Open loop: requests per second, a list (5,10,20)
-    #[arg(short = 'r', long, value_parser = servbench::cli::f64_list, conflicts_with = "concurrency")]
-    pub rate: Option<F64List>,
-    /// Open-loop arrivals: poisson, constant or gamma:SHAPE
-    #[arg(long, default_value = "poisson", value_parser = pacing::Arrival::parse)]
-    pub arrival: pacing::Arrival,
-    /// Open loop: at most this many requests in flight (waiting for a slot counts into latency)
-    #[arg(long)]
-    pub max_concurrency: Option<u32>,
-    /// Double the concurrency from the first -c value until errors, saturation or an --slo stop it
-    #[arg(long, conflicts_with = "rate")]
-    pub ramp: bool,
-    /// --ramp: stop when the error rate passes this fraction
-    #[arg(long, default_value_t = 0.01)]
-    pub max_error_rate: f64,
-    /// --ramp: stop when output throughput gains less than this fraction over the previous level
-    #[arg(long, default_value_t = 0.05)]
-    pub min_gain: f64,
-    /// --ramp: the highest concurrency tried
-    #[arg(long, default_value_t = 16384)]
-    pub ramp_max: u32,
-    /// --ramp and --find-max with --slo: the share of requests that must meet the SLO
-    #[arg(long, default_value_t = 0.9)]
-    pub slo_attainment: f64,
-    /// Search for the highest rate or concurrency meeting --slo (from the first -r/-c value)
-    #[arg(
-        long,
-        value_enum,
-        value_name = "rate|concurrency",
-        conflicts_with = "ramp"
-    )]
-    pub find_max: Option<modes::search::Var>,
+    #[command(flatten)]
+    pub load: LoadArgs,
     /// Step grid: for each -c batch and --input-len context, the engine's decode step time
     /// (one `step_cell` each), then each prompt's prefill alone (-c 1, one output token)
     #[arg(long, conflicts_with_all = ["rate", "ramp", "find_max"])]
     pub step_grid: bool,
-    /// --find-max: end when the first failing load is within this share above the passing one
-    #[arg(long, default_value_t = 0.05)]
-    pub find_max_precision: f64,
-    /// --find-max: tries of one load at most, when its result is too close to the target to call
-    #[arg(long, default_value_t = 3)]
-    pub find_max_tries: u32,
-    /// --find-max: the highest load tried (default: --ramp-max for concurrency, 10000 req/s)
-    #[arg(long)]
-    pub find_max_limit: Option<f64>,
-    /// Requests per point (default: max(100, 4 x concurrency), or 10 s of an open-loop rate)
-    #[arg(short = 'n', long)]
-    pub requests: Option<u64>,
-    /// Time per point instead of a request count (30s, 2m): sending stops then, in-flight requests finish
-    #[arg(long, value_parser = servbench::cli::parse_duration, conflicts_with = "requests")]
-    pub duration: Option<Duration>,
     /// Before each point, this many requests (20) or this long (10s), not counted
     #[arg(long, value_parser = parse_warmup)]
     pub warmup: Option<Warmup>,
-    /// Run each point K times (summaries then give a confidence interval)
-    #[arg(long, default_value_t = 1)]
-    pub repeat: u32,
 
-    /// Prompt lengths in tokens as the server counts them, a list (1000,30000)
-    #[arg(long, value_parser = servbench::cli::u32_list)]
-    pub input_len: Option<U32List>,
-    /// Output tokens per request, a list; forced with ignore_eos + min_tokens unless --allow-eos
-    #[arg(long, value_parser = servbench::cli::u32_list)]
-    pub max_tokens: Option<U32List>,
     /// Let the model stop before max_tokens (no ignore_eos/min_tokens)
     #[arg(long)]
     pub allow_eos: bool,
-    /// Synthetic prompts share their first N tokens (prefix caching); otherwise each is unique
-    #[arg(long, default_value_t = 0)]
-    pub shared_prefix: u32,
-    /// Prefix-cache workload: synthetic prompts in G groups, each group sharing its own prefix
-    #[arg(long, value_name = "G", requires = "prefix_len", conflicts_with_all = ["prompts", "shared_prefix"])]
-    pub prefix_groups: Option<u32>,
-    /// Tokens of each group's prefix; the rest of --input-len is unique to each request
-    #[arg(long, value_name = "P", requires = "prefix_groups")]
-    pub prefix_len: Option<u32>,
-    /// Empty the server's prefix cache before each point, through its engine's endpoint
-    #[arg(long)]
-    pub flush_cache: bool,
     /// Merged into every request body: a JSON object, or @FILE.json (loadgen's own fields win)
     #[arg(long, value_name = "JSON|@FILE", value_parser = client::body::ExtraBody::parse)]
     pub extra_body: Option<client::body::ExtraBody>,
@@ -201,23 +128,8 @@ pub struct Args {
     #[arg(long)]
     pub no_stream: bool,
     /// Prompts from a file (JSON lines with prompt or messages, or ShareGPT JSON), or `builtin`
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["prefix_groups", "shared_prefix"])]
     pub prompts: Option<String>,
-    /// Conversations: turns per session, N or LO..HI (or `all` of a --prompts file's turns)
-    #[arg(long, value_parser = workload::conversation::Turns::parse)]
-    pub turns: Option<workload::conversation::Turns>,
-    /// Conversations: pause between a reply and the next turn, e.g. 2s or 500ms..3s
-    #[arg(long, default_value = "0s", value_parser = workload::conversation::Think::parse, requires = "turns")]
-    pub think_time: workload::conversation::Think,
-    /// Replay a trace: Mooncake-style JSON lines, or CSV with timestamp and lengths
-    #[arg(long, value_name = "FILE")]
-    pub trace: Option<String>,
-    /// --trace: play this many times as fast as recorded, a list (0.5,1,2)
-    #[arg(long, default_value = "1", value_parser = servbench::cli::f64_list, requires = "trace")]
-    pub trace_speed: F64List,
-    /// --trace: tokens per hash_ids block (Mooncake 512)
-    #[arg(long, default_value_t = 512, requires = "trace")]
-    pub trace_block: u32,
     /// Seed of every random choice (prompts, arrivals); default: a fresh one per run (a rerun
     /// against a warm server must not find its prompts cached); recorded in summaries
     #[arg(long)]
@@ -226,9 +138,6 @@ pub struct Args {
     #[arg(long)]
     pub no_usage_per_chunk: bool,
 
-    /// Goodput objectives: ttft_ms=500,tpot_ms=50 (also itl_ms, e2e_ms)
-    #[arg(long, value_parser = servbench::stats::Slo::parse)]
-    pub slo: Option<servbench::stats::Slo>,
     /// Per-request time limit
     #[arg(long, default_value = "600s", value_parser = servbench::cli::parse_positive_duration)]
     pub timeout: Duration,

@@ -4,42 +4,7 @@
 //! yielding until the deadline, so sends do not inherit the timer's millisecond rounding, the
 //! way AIPerf silently under-delivered rates.)
 
-pub use servbench::load::Arrival;
-
-/// The load of one sweep point.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Load {
-    /// Closed loop: this many requests in flight, each slot sending as soon as it frees.
-    Closed { concurrency: u32 },
-    /// Open loop: requests at `rate_rps`, at most `max_concurrency` in flight (waiting for a
-    /// slot counts into the request's latency).
-    Open {
-        rate_rps: f64,
-        arrival: Arrival,
-        max_concurrency: Option<u32>,
-    },
-    /// Trace replay: each request at its row's time, the trace played `speed` times as fast,
-    /// at most `max_concurrency` in flight.
-    Trace {
-        speed: f64,
-        max_concurrency: Option<u32>,
-    },
-}
-
-impl Load {
-    /// How many requests may be in flight at once (`None`: unbounded).
-    pub fn slots(&self) -> Option<u32> {
-        match *self {
-            Load::Closed { concurrency } => Some(concurrency.max(1)),
-            Load::Open {
-                max_concurrency, ..
-            }
-            | Load::Trace {
-                max_concurrency, ..
-            } => max_concurrency,
-        }
-    }
-}
+pub use servbench::load::{Arrival, Load};
 
 /// Intended send time of the next request, in seconds from the start of the point, given the
 /// previous intended time (`None` for the first request) and a unit-mean gap `draw` from

@@ -280,6 +280,13 @@ impl Args {
         prob("--fail-rate", self.faults.fail_rate)?;
         prob("--reset-rate", self.faults.reset_rate)?;
         prob("--spec-accept", self.spec_accept)?;
+        if !self.predict.predict
+            && let Some(flag) = self.predict.load.first_given()
+        {
+            return Err(cli::usage(format!(
+                "{flag} is a load to predict: give --predict"
+            )));
+        }
         if self.tp == 0 || self.pp == 0 {
             return Err(cli::usage("--tp and --pp must be at least 1"));
         }

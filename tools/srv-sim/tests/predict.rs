@@ -252,3 +252,46 @@ fn the_prediction_agrees_with_the_server_under_loadgen_at_c1_and_c8() {
         Ok(said.join("; "))
     });
 }
+
+/// The load flags are declared once (shared's `LoadArgs`), so each has one help text: loadgen's
+/// `--help` and srv-sim's say the same of every one of them.
+#[test]
+fn the_load_flags_have_one_help_text_in_loadgen_and_srv_sim() {
+    use clap::Args;
+    let cmd = servbench::load::LoadArgs::augment_args(clap::Command::new("load"));
+    let longs: Vec<String> = cmd
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .map(|l| format!("--{l}"))
+        .collect();
+    assert!(longs.len() >= 25, "{longs:?}");
+    let help = |bin: &str| {
+        let out = Command::new(testkit::bin(bin))
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{bin} --help");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (loadgen, sim) = (help("loadgen"), help("srv-sim"));
+    for long in &longs {
+        let said = help_of(&loadgen, long);
+        assert!(said.len() >= 2, "{long} in loadgen --help: {said:?}");
+        assert_eq!(said, help_of(&sim, long), "{long}");
+    }
+}
+
+/// A flag's block of `--help`: its line (indented less than the text under it) and the text
+/// under it, up to the blank line.
+fn help_of(help: &str, long: &str) -> Vec<String> {
+    let names = |l: &str| -> bool {
+        let text = l.trim_start();
+        let head = text.split(" <").next().unwrap_or_default();
+        l.len() - text.len() < 8 && head.split(", ").any(|n| n == long)
+    };
+    help.lines()
+        .skip_while(|l| !names(l))
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::to_string)
+        .collect()
+}

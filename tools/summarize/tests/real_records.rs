@@ -41,7 +41,7 @@ fn real_collbench_records_become_the_collectives_and_decode_tables() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("ignored"));
 }
 
-/// Real `loadgen --ramp -c 1 --max-concurrency 64 -n 32 --max-tokens 16 --input-len 32
+/// Real `loadgen --ramp -c 1 -n 32 --max-tokens 16 --input-len 32
 /// --no-requests` against `srv-sim --ttft 5ms --itl 1ms --max-running-requests 8`.
 #[test]
 fn a_real_ramp_shows_its_levels_its_outcome_and_the_knee() {

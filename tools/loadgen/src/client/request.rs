@@ -389,14 +389,14 @@ pub fn to_record(
         }
         _ => None,
     };
+    let started = RequestRecord::started(
+        labels.clone(),
+        meta.point,
+        meta.id,
+        ms(meta.intended.saturating_duration_since(meta.point_start)),
+        ms(meta.dispatched.saturating_duration_since(meta.intended)),
+    );
     RequestRecord {
-        v: servbench::record::SCHEMA_VERSION,
-        ts: servbench::record::now_ts(),
-        labels: labels.clone(),
-        point: meta.point,
-        id: meta.id,
-        intended_ms: ms(meta.intended.saturating_duration_since(meta.point_start)),
-        send_lag_ms: ms(meta.dispatched.saturating_duration_since(meta.intended)),
         ttft_ms,
         ttft_reasoning_ms: o.first_reasoning.map(since),
         ttfo_ms: o.first_answer.filter(|_| reasoned).map(since),
@@ -421,6 +421,6 @@ pub fn to_record(
         turn: meta.turn.map(|t| t.1),
         cached_tokens: o.cached_tokens,
         server_timing: o.server_timing,
-        extra: Default::default(),
+        ..started
     }
 }

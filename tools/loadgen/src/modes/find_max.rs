@@ -1,15 +1,15 @@
-//! `--find-max rate|concurrency`: runs the probes `search.rs` asks for, each a normal
+//! `--find-max rate|concurrency`: runs the probes shared's `load::search` asks for, each a normal
 //! point (its records written like any other), and ends with one `search` record. A stop or a
 //! server gone down ends the search like a point: the record says so and keeps what was found.
 //! As ranks of several, every rank runs its share of each probe and decides on the merged
 //! figures (the same on every rank); rank 0 alone writes the `search` record.
 
-use super::search::{self, Decision, Rules, Step, Var};
 use crate::pacing::Arrival;
 use crate::pacing::Load;
 use crate::run::point::{Run, Work};
 use crate::stop::Ended;
 use servbench::cli;
+use servbench::load::search::{self, Decision, Rules, Step, Var};
 use servbench::record::{ErrorClass, PointKey, SearchProbe, SearchRecord, now_ts};
 use std::io::Write;
 

@@ -1,14 +1,12 @@
 //! The load modes: each walks its points, every point run by `run/point.rs`. `sweep.rs` the
 //! sweep matrix (`-c`, `-r`, `--trace-speed`, `--repeat`), `ramp.rs` (`--ramp`: doubling the
-//! concurrency until a rule of `ramp_rules.rs` stops it), `find_max.rs` (`--find-max`: the
-//! probes `search.rs` asks for), `step_grid.rs` (`--step-grid`: a `step_cell` per batch and
-//! context, and each prompt's prefill). Ramp and find-max judge a level by one tally
-//! ([`search::Tally`]).
+//! concurrency until a rule of shared's `load::ramp` stops it), `find_max.rs` (`--find-max`:
+//! the probes shared's `load::search` asks for), `step_grid.rs` (`--step-grid`: a `step_cell`
+//! per batch and context, and each prompt's prefill). Ramp and find-max judge a level by one
+//! tally ([`Tally`]).
 
 pub mod find_max;
 pub mod ramp;
-pub mod ramp_rules;
-pub mod search;
 pub mod step_grid;
 pub mod sweep;
 
@@ -16,8 +14,8 @@ use crate::client::body::{Bodies, BodySpec, Template};
 use crate::plan::Mode;
 use crate::run::point::{PointOutcome, Run, Work};
 use crate::workload::registry::Catalog;
-use search::Tally;
 use servbench::cli::Exit;
+use servbench::load::search::Tally;
 use servbench::record::PointKey;
 use std::io::Write;
 use std::sync::Arc;

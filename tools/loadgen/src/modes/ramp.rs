@@ -1,13 +1,13 @@
 //! `--ramp`'s run loop: doubles the concurrency, each level a normal point (as one rank of
-//! several, judged on the merged figures), until a rule of `ramp_rules.rs` stops it; ends with
+//! several, judged on the merged figures), until a rule of shared's `load::ramp` stops it; ends with
 //! one `ramp` record.
 
-use super::ramp_rules::{Rules, Verdict};
-use super::search::Tally;
 use crate::pacing::Load;
 use crate::run::point::{PointOutcome, Run, Work};
 use crate::stop::Ended;
 use servbench::cli;
+use servbench::load::ramp::{Rules, Verdict};
+use servbench::load::search::Tally;
 use servbench::record::{PointKey, RampLevel, RampRecord, now_ts};
 use std::io::Write;
 

@@ -8,15 +8,15 @@ pub mod limits;
 use crate::client::body::Api;
 use crate::client::body::ExtraBody;
 use crate::client::tls::Trust;
-use crate::modes::ramp_rules;
-use crate::modes::search::{self, RATE_LIMIT, Var};
 use crate::pacing::{Arrival, Load};
 use crate::ranks::RankArgs;
 use crate::telemetry::TelemetryFlags;
+use crate::workload::Asked;
 use crate::workload::registry::Spec;
-use crate::workload::{Asked, trace};
 use crate::{Args, Warmup};
 use servbench::engines::EnginePreset;
+use servbench::load::search::{self, RATE_LIMIT, Var};
+use servbench::load::{LoadArgs, ramp};
 use servbench::record::Labels;
 use servbench::stats::Slo;
 use std::time::Duration;
@@ -40,10 +40,7 @@ pub enum Mode {
     /// Every load, `--repeat` times each.
     Sweep { loads: Vec<Load> },
     /// `--ramp`: doubling the concurrency from `first`.
-    Ramp {
-        first: u32,
-        rules: ramp_rules::Rules,
-    },
+    Ramp { first: u32, rules: ramp::Rules },
     /// `--find-max`: an open loop's probes with these arrivals and cap.
     FindMax {
         rules: search::Rules,
@@ -88,6 +85,8 @@ pub struct BodyPlan {
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub target: TargetPlan,
+    /// The load flags, as shared declares them (the summary's description of the load).
+    pub load: LoadArgs,
     pub mode: Mode,
     pub workload: Spec,
     pub budget: BudgetPlan,
@@ -130,43 +129,45 @@ impl Args {
         // 53 bits, so that every JSON reader (jq, JavaScript) gives the recorded seed back
         // exactly for `--seed`.
         let seed = a.seed.unwrap_or_else(|| rand::random::<u64>() >> 11);
-        let first_c = a.concurrency.as_ref().and_then(|c| c.first().copied());
-        let mode = if a.ramp {
+        let first_c = a.load.concurrency.as_ref().and_then(|c| c.first().copied());
+        let mode = if a.load.ramp {
             Mode::Ramp {
                 first: first_c.unwrap_or(1),
-                rules: ramp_rules::Rules {
-                    max_error_rate: a.max_error_rate,
-                    slo_attainment: a.slo_attainment,
-                    min_gain: a.min_gain,
-                    max_concurrency: a.ramp_max,
+                rules: ramp::Rules {
+                    max_error_rate: a.load.max_error_rate,
+                    slo_attainment: a.load.slo_attainment,
+                    min_gain: a.load.min_gain,
+                    max_concurrency: a.load.ramp_max,
                 },
             }
-        } else if let Some(var) = a.find_max {
+        } else if let Some(var) = a.load.find_max {
             let start = match var {
-                Var::Rate => a.rate.as_ref().and_then(|r| r.first().copied()),
+                Var::Rate => a.load.rate.as_ref().and_then(|r| r.first().copied()),
                 Var::Concurrency => first_c.map(f64::from),
             };
             Mode::FindMax {
                 rules: search::Rules {
                     var,
-                    target: a.slo_attainment,
-                    precision: a.find_max_precision,
-                    max_tries: a.find_max_tries,
+                    target: a.load.slo_attainment,
+                    precision: a.load.find_max_precision,
+                    max_tries: a.load.find_max_tries,
                     start: start.unwrap_or(1.0),
-                    limit: a.find_max_limit.unwrap_or(match var {
+                    limit: a.load.find_max_limit.unwrap_or(match var {
                         Var::Rate => RATE_LIMIT,
-                        Var::Concurrency => f64::from(a.ramp_max),
+                        Var::Concurrency => f64::from(a.load.ramp_max),
                     }),
                 },
-                arrival: a.arrival,
-                max_concurrency: a.max_concurrency,
+                arrival: a.load.arrival,
+                max_concurrency: a.load.max_concurrency,
             }
         } else if a.step_grid {
             Mode::StepGrid {
-                batches: a.concurrency.as_ref().map_or(vec![1], |c| c.to_vec()),
+                batches: a.load.concurrency.as_ref().map_or(vec![1], |c| c.to_vec()),
             }
         } else {
-            Mode::Sweep { loads: loads(&a) }
+            Mode::Sweep {
+                loads: a.load.loads(),
+            }
         };
         let threads = a
             .threads
@@ -183,24 +184,25 @@ impl Args {
                 },
                 engine: a.engine,
             },
+            load: a.load.clone(),
             mode,
             workload: Spec {
                 api: a.api,
                 prompts: a.prompts.clone(),
-                input_len: a.input_len.clone(),
-                prefix_groups: a.prefix_groups,
-                turns: a.turns,
-                think: a.think_time,
-                trace: a.trace.clone(),
-                trace_block: a.trace_block,
+                input_len: a.load.input_len.clone(),
+                prefix_groups: a.load.prefix_groups,
+                turns: a.load.turns,
+                think: a.load.think_time,
+                trace: a.load.trace.clone(),
+                trace_block: a.load.trace_block,
             },
             budget: BudgetPlan {
                 asked: Asked {
-                    requests: a.requests,
-                    duration: a.duration,
+                    requests: a.load.requests,
+                    duration: a.load.duration,
                 },
                 warmup: a.warmup,
-                repeat: a.repeat,
+                repeat: a.load.repeat,
             },
             body: BodyPlan {
                 api: a.api,
@@ -211,13 +213,13 @@ impl Args {
                 temperature: a.temperature,
                 top_p: a.top_p,
                 extra: a.extra_body.clone(),
-                max_tokens: match &a.max_tokens {
+                max_tokens: match &a.load.max_tokens {
                     Some(m) => m.iter().copied().map(Some).collect(),
                     None => vec![None],
                 },
-                shared_prefix: a.prefix_len.unwrap_or(a.shared_prefix),
-                prefix_groups: a.prefix_groups,
-                prefix_len: a.prefix_len,
+                shared_prefix: a.load.prefix_len.unwrap_or(a.load.shared_prefix),
+                prefix_groups: a.load.prefix_groups,
+                prefix_len: a.load.prefix_len,
             },
             telemetry: TelemetryFlags {
                 metrics_url: a.metrics_url.clone(),
@@ -233,12 +235,12 @@ impl Args {
             },
             seed,
             job_seed: seed,
-            slo: a.slo.clone(),
+            slo: a.load.slo.clone(),
             timeout: a.timeout,
             grace: a.grace,
             write_requests: !a.no_requests,
             threads: threads.max(1),
-            flush_cache: a.flush_cache,
+            flush_cache: a.load.flush_cache,
             labels: a.common.labels(),
             strict: a.common.strict,
             lengths: limits::Lengths::of(&a),
@@ -270,26 +272,6 @@ impl Plan {
             .engine
             .as_ref()
             .and_then(|e| servbench::engines::engine(e.name))
-    }
-}
-
-/// A sweep's loads: each `-r` rate (open loop), each `--trace-speed`, or each `-c`.
-fn loads(a: &Args) -> Vec<Load> {
-    match (&a.rate, &a.concurrency) {
-        (Some(rates), _) => rates
-            .iter()
-            .map(|&rate_rps| Load::Open {
-                rate_rps,
-                arrival: a.arrival,
-                max_concurrency: a.max_concurrency,
-            })
-            .collect(),
-        _ if a.trace.is_some() => trace::loads(&a.trace_speed, a.max_concurrency),
-        (None, Some(c)) => c
-            .iter()
-            .map(|&concurrency| Load::Closed { concurrency })
-            .collect(),
-        (None, None) => vec![Load::Closed { concurrency: 1 }],
     }
 }
 

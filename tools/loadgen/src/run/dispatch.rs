@@ -12,9 +12,10 @@ use crate::client::inflight::{Finished, InFlight, Slot, halted, request_task, wa
 use crate::pacing::{Load, next_send};
 use crate::run::health::Health;
 use crate::stop::{Ended, Stop};
-use crate::workload::{Budget, Unit, Workload};
+use crate::workload::{Unit, Workload};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use servbench::load::Budget;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

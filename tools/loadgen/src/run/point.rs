@@ -16,10 +16,11 @@ use crate::run::progress::{Progress, cpu_seconds};
 use crate::stop::{Ended, stopped, until_stopped};
 use crate::telemetry::steplog::StepLog;
 use crate::telemetry::{PointTelemetry, Telemetry};
+use crate::workload::Workload;
 use crate::workload::align::Aligner;
-use crate::workload::{Budget, Workload};
 use servbench::cli;
 use servbench::jsonl::RecordWriter;
+use servbench::load::Budget;
 use servbench::record::{ErrorClass, Labels, PointKey, PointStop, SummaryRecord};
 use servbench::stats::PointStats;
 use std::collections::BTreeSet;
@@ -91,7 +92,7 @@ impl<W: Write> Run<'_, W> {
 
     /// What the summary says about the requests' bodies and the workload.
     fn describe(&self, s: &mut SummaryRecord, work: &Work, load: &Load) {
-        work.workload.describe(load, s);
+        self.plan.load.describe(load, s);
         s.workload.stream = Some(self.plan.body.stream);
         s.workload.temperature = work.bodies.template.temperature();
         s.workload.top_p = work.bodies.template.top_p();
@@ -101,8 +102,6 @@ impl<W: Write> Run<'_, W> {
             .extra
             .as_ref()
             .map(|e| serde_json::Value::Object(e.0.clone()));
-        s.workload.prefix_groups = self.plan.body.prefix_groups;
-        s.workload.prefix_len = self.plan.body.prefix_len;
     }
 
     /// The run goes on after a point only when it ran its course with a success: exit 130
@@ -142,16 +141,10 @@ impl<W: Write> Run<'_, W> {
         if let Some(b) = work.workload.budget(load, asked) {
             return b;
         }
-        if let Some(d) = asked.duration {
-            return Budget::Time(d);
+        match self.plan.load.budget(load) {
+            Some(b) => b,
+            None => unreachable!("a trace's budget is its rows"),
         }
-        Budget::Requests(asked.requests.unwrap_or(match *load {
-            Load::Closed { concurrency } => {
-                servbench::load::default_closed_requests(concurrency, false)
-            }
-            Load::Open { rate_rps, .. } => servbench::load::default_open_requests(rate_rps),
-            Load::Trace { .. } => unreachable!("a trace's budget is its rows"),
-        }))
     }
 
     /// Empties the server's prefix cache (`--flush-cache`): whether it was, None without the flag.
@@ -217,7 +210,7 @@ impl<W: Write> Run<'_, W> {
                         return Err(stopped(&ctx.stop));
                     }
                     let ended = self.ranks.failure().unwrap_or(ended);
-                    let mut summary = self.summary(&PointStats::new(), key, &ended, 0.0, &total);
+                    let mut summary = self.summary(&PointStats::new(), key, &ended, 0.0);
                     self.describe(&mut summary, work, &total);
                     summary.workload.cache_flushed = cache_flushed;
                     return self.finish_point(summary, ended, None, 0, &load).await;
@@ -319,7 +312,7 @@ impl<W: Write> Run<'_, W> {
             .and_then(|log| tokio::task::block_in_place(|| log.end(key.index)));
         let cpu = cpu_seconds() - cpu_before - tele.cpu_s;
         let ended = self.ranks.failure().unwrap_or(ended);
-        let mut summary = self.summary(&stats, key, &ended, cpu, &total);
+        let mut summary = self.summary(&stats, key, &ended, cpu);
         self.describe(&mut summary, work, &total);
         summary.workload.cache_flushed = cache_flushed;
         let cold = self.touch_groups(stats.requests, work);
@@ -363,14 +356,7 @@ impl<W: Write> Run<'_, W> {
         })
     }
 
-    fn summary(
-        &self,
-        stats: &PointStats,
-        key: PointKey,
-        ended: &Ended,
-        cpu: f64,
-        load: &Load,
-    ) -> SummaryRecord {
+    fn summary(&self, stats: &PointStats, key: PointKey, ended: &Ended, cpu: f64) -> SummaryRecord {
         let partial = *ended != Ended::Completed;
         let mut s = stats.to_summary(key, self.labels.clone(), partial, self.plan.slo.as_ref());
         match ended {
@@ -389,15 +375,6 @@ impl<W: Write> Run<'_, W> {
         s.model = Some(self.model.clone());
         s.workload.api = Some(self.plan.body.api.name().into());
         s.workload.seed = Some(self.plan.seed);
-        if let Load::Open {
-            arrival,
-            max_concurrency,
-            ..
-        } = load
-        {
-            s.workload.arrival = Some((*arrival).into());
-            s.workload.max_concurrency = *max_concurrency;
-        }
         s
     }
 }

@@ -1,7 +1,7 @@
 //! What a person sees while a point runs (a progress line on stderr, a terminal only), and the
 //! client's own CPU cost that each summary records.
 
-use crate::workload::Budget;
+use servbench::load::Budget;
 use servbench::record::PointKey;
 use servbench::stats::PointStats;
 use std::io::IsTerminal;

@@ -10,12 +10,11 @@
 //! server's own, collected from the stream.
 
 use super::prompts::Synthetic;
-use super::{Asked, Budget, Session, Task, Unit, Workload};
+use super::{Session, Task, Unit, Workload};
 use crate::client::body::Bodies;
 use crate::client::body::{Api, PromptText};
 use crate::client::inflight::{Finished, InFlight, Slot, deliver, execute};
 use crate::client::request::Outcome;
-use crate::pacing::Load;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
@@ -52,34 +51,6 @@ impl Workload for Sessions {
             bodies: bodies.clone(),
             target: self.first_target(),
         }))
-    }
-
-    /// Sessions per point unless `-n` or `--duration` says: a closed loop runs at least 16 and
-    /// 2 per slot, an open loop 10 s of its session rate; `--duration`: a time budget (the
-    /// run's rule).
-    fn budget(&self, load: &Load, asked: Asked) -> Option<Budget> {
-        if asked.duration.is_some() {
-            return None;
-        }
-        Some(Budget::Requests(asked.requests.unwrap_or(match *load {
-            Load::Closed { concurrency } => {
-                servbench::load::default_closed_requests(concurrency, true)
-            }
-            Load::Open { rate_rps, .. } => servbench::load::default_open_requests(rate_rps),
-            Load::Trace { .. } => 0,
-        })))
-    }
-
-    /// The turns and think times asked for, and the sessions started (its turn-1 requests).
-    fn describe(&self, _load: &Load, s: &mut servbench::record::SummaryRecord) {
-        s.workload.turns = Some(self.turns.text());
-        s.workload.think_time = Some(self.think.text());
-        s.workload.sessions = Some(
-            s.by_turn
-                .iter()
-                .find(|t| t.turn == 1)
-                .map_or(0, |t| t.requests),
-        );
     }
 }
 

@@ -20,18 +20,12 @@ use crate::client::body::Bodies;
 use crate::client::inflight::{InFlight, Slot};
 use crate::pacing::Load;
 use bytes::Bytes;
-use servbench::record::SummaryRecord;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How much of a phase to run.
-#[derive(Debug, Clone, Copy)]
-pub enum Budget {
-    Requests(u64),
-    Time(Duration),
-}
+use servbench::load::Budget;
 
 /// `-n` and `--duration`, which a workload with a budget of its own reads its own way.
 #[derive(Debug, Clone, Copy, Default)]
@@ -75,9 +69,6 @@ pub trait Workload: Send + Sync {
     fn budget(&self, _load: &Load, _asked: Asked) -> Option<Budget> {
         None
     }
-
-    /// Its part of a point's summary (`load` the point's whole load).
-    fn describe(&self, _load: &Load, _s: &mut SummaryRecord) {}
 
     /// Prefix-cache bookkeeping: the (group, prefix words) the first `n` requests of a phase
     /// warm (request `id` is in group `id % G`); none without groups.

@@ -19,7 +19,6 @@ use crate::workload::align::Aligner;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 pub use servbench::load::trace::{Row, Trace, read};
-use servbench::record::SummaryRecord;
 use std::sync::Arc;
 
 /// Salt of the words of a row without hash ids, so they never equal a hash block's.
@@ -105,29 +104,6 @@ impl Workload for Replay {
             asked.requests.map_or(rows, |n| n.min(rows)),
         ))
     }
-
-    /// What a trace point replayed, in its summary.
-    fn describe(&self, load: &Load, s: &mut SummaryRecord) {
-        if let Load::Trace {
-            max_concurrency, ..
-        } = load
-        {
-            s.workload.trace = Some(self.path.clone());
-            s.workload.trace_rows = Some(s.requests);
-            s.workload.max_concurrency = *max_concurrency;
-        }
-    }
-}
-
-/// One load per `--trace-speed`.
-pub fn loads(speeds: &[f64], max_concurrency: Option<u32>) -> Vec<Load> {
-    speeds
-        .iter()
-        .map(|&speed| Load::Trace {
-            speed,
-            max_concurrency,
-        })
-        .collect()
 }
 
 /// Reads `--trace` and learns how many tokens the server adds around a prompt (a short

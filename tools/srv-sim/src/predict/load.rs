@@ -15,41 +15,13 @@ use crate::tokens::splitmix64;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use servbench::load::trace::Trace;
-use servbench::load::{Arrival, Think, Turns};
-use servbench::record::{
-    ErrorClass, Labels, PointKey, RequestError, RequestRecord, TokenSource, now_ts,
-};
+use servbench::load::{Budget, Load, Think, Turns};
+use servbench::record::{ErrorClass, Labels, PointKey, RequestError, RequestRecord, TokenSource};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-
-/// How requests are paced at one point.
-#[derive(Debug, Clone, Copy)]
-pub enum Pace {
-    /// This many in flight; a slot sends again when its request (or session) ends.
-    Closed { slots: u32 },
-    /// Sessions (requests) start at `rate_rps`, at most `max_concurrency` in flight.
-    Open {
-        rate_rps: f64,
-        arrival: Arrival,
-        max_concurrency: Option<u32>,
-    },
-    /// A trace's rows at their offsets, played `speed` times as fast, at most `max_concurrency`
-    /// in flight (waiting for a slot counts into latency, as open-loop).
-    Trace {
-        speed: f64,
-        max_concurrency: Option<u32>,
-    },
-}
-
-/// How much of a point is sent: sessions (requests without `--turns`), or sending time.
-#[derive(Debug, Clone, Copy)]
-pub enum Budget {
-    Requests(u64),
-    Time(Duration),
-}
 
 /// What the synthetic prompts share, as loadgen builds them.
 #[derive(Debug, Clone, Copy)]
@@ -67,13 +39,14 @@ pub enum Prompts {
 pub struct PointLoad {
     pub point: PointKey,
     pub labels: Labels,
-    pub pace: Pace,
+    /// The point's load (shared's, as loadgen's).
+    pub pace: Load,
     pub budget: Budget,
     pub input_len: u32,
     pub max_tokens: u32,
     pub prompts: Prompts,
     pub turns: Option<(Turns, Think)>,
-    /// `--trace`: the rows sent (with [`Pace::Trace`]); each row's lengths replace
+    /// `--trace`: the rows sent (with [`Load::Trace`]); each row's lengths replace
     /// `input_len` and `max_tokens`.
     pub trace: Option<Arc<Trace>>,
     pub seed: u64,
@@ -178,12 +151,12 @@ impl<'a> VirtualClock<'a> {
             load,
         };
         match clock.load.pace {
-            Pace::Closed { slots } => {
-                for _ in 0..slots.max(1) {
+            Load::Closed { concurrency } => {
+                for _ in 0..concurrency.max(1) {
                     clock.start_closed(start);
                 }
             }
-            Pace::Open { .. } | Pace::Trace { .. } => clock.next_open = clock.open_at(start),
+            Load::Open { .. } | Load::Trace { .. } => clock.next_open = clock.open_at(start),
         }
         clock
     }
@@ -193,14 +166,14 @@ impl<'a> VirtualClock<'a> {
     /// or the next trace row's offset at the played speed.
     fn open_at(&mut self, prev: Instant) -> Option<Instant> {
         let at = match self.load.pace {
-            Pace::Closed { .. } => return None,
-            Pace::Open {
+            Load::Closed { .. } => return None,
+            Load::Open {
                 rate_rps, arrival, ..
             } if self.opened > 0 => {
                 prev + Duration::from_secs_f64(arrival.draw(&mut self.rng) / rate_rps)
             }
-            Pace::Open { .. } => prev,
-            Pace::Trace { speed, .. } => {
+            Load::Open { .. } => prev,
+            Load::Trace { speed, .. } => {
                 let row = self.load.trace.as_ref()?.rows.get(self.opened as usize)?;
                 // A row beyond any duration at this speed never comes: the point ends there.
                 self.start + Duration::try_from_secs_f64(row.at_s / speed).ok()?
@@ -235,7 +208,7 @@ impl<'a> VirtualClock<'a> {
                 (n, gaps)
             }
         };
-        let row = matches!(self.load.pace, Pace::Trace { .. }).then_some(self.started as usize);
+        let row = matches!(self.load.pace, Load::Trace { .. }).then_some(self.started as usize);
         self.sessions.push(Session {
             index: self.started,
             turns,
@@ -266,11 +239,11 @@ impl<'a> VirtualClock<'a> {
     /// `--max-concurrency` is reached: their latency runs from their intended start).
     fn open_arrivals(&mut self, until: Instant) {
         let max_concurrency = match self.load.pace {
-            Pace::Closed { .. } => return,
-            Pace::Open {
+            Load::Closed { .. } => return,
+            Load::Open {
                 max_concurrency, ..
             }
-            | Pace::Trace {
+            | Load::Trace {
                 max_concurrency, ..
             } => max_concurrency,
         };
@@ -433,35 +406,13 @@ impl<'a> VirtualClock<'a> {
     }
 
     fn record(&self, id: u64, point: PointKey, intended: Instant, sent: Instant) -> RequestRecord {
-        RequestRecord {
-            v: servbench::record::SCHEMA_VERSION,
-            ts: now_ts(),
-            labels: self.load.labels.clone(),
+        RequestRecord::started(
+            self.load.labels.clone(),
             point,
             id,
-            intended_ms: ms(intended - self.start),
-            send_lag_ms: ms(sent - intended),
-            ttft_ms: None,
-            ttft_reasoning_ms: None,
-            ttfo_ms: None,
-            e2e_ms: None,
-            tpot_ms: None,
-            itl_ms: Vec::new(),
-            chunks: 0,
-            output_tokens: 0,
-            output_tokens_source: None,
-            output_tokens_chunks: None,
-            reasoning_tokens: None,
-            prompt_tokens: None,
-            prompt_tokens_target: None,
-            max_tokens: None,
-            error: None,
-            session: None,
-            turn: None,
-            cached_tokens: None,
-            server_timing: None,
-            extra: Default::default(),
-        }
+            ms(intended - self.start),
+            ms(sent - intended),
+        )
     }
 
     /// Reads every watched request's published tokens at `now`: a change is one chunk, as the
@@ -538,8 +489,8 @@ impl<'a> VirtualClock<'a> {
         }
         self.in_flight_sessions -= 1;
         match self.load.pace {
-            Pace::Closed { .. } => self.start_closed(at),
-            Pace::Open { .. } | Pace::Trace { .. } => {
+            Load::Closed { .. } => self.start_closed(at),
+            Load::Open { .. } | Load::Trace { .. } => {
                 if let Some(intended) = self.slot_queue.pop_front() {
                     let s = self.new_session();
                     self.send(intended, at, s);

@@ -12,12 +12,12 @@ use crate::cost::Roofline;
 use crate::engine::{ModelledConfig, Spec, run_modelled};
 use crate::metrics::Metrics;
 use crate::prefix::PrefixCache;
-use load::{Budget, Pace, PointLoad, Prompts, VirtualClock};
+use load::{PointLoad, Prompts, VirtualClock};
 use servbench::cli::{self, Exit};
 use servbench::jsonl::RecordWriter;
-use servbench::load::{Arrival, Think, Turns};
+use servbench::load::{Budget, Load, LoadArgs};
 use servbench::record::{Labels, PointKey};
-use servbench::stats::{PointStats, Slo};
+use servbench::stats::PointStats;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,11 +26,7 @@ use std::time::Duration;
 pub const SOURCE_LABEL: &str = "source";
 pub const PREDICTED: &str = "predicted";
 
-/// A whole list in one flag value (`1,2,4` or `1..256`); an alias so clap takes it as one value.
-type U32List = Vec<u32>;
-type F64List = Vec<f64>;
-
-/// `--predict` and the load it applies, under loadgen's flag names and meanings.
+/// `--predict` and the load it applies: loadgen's load flags, declared once in shared.
 #[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Predict a loadgen sweep in virtual time (--predict)")]
 pub struct PredictArgs {
@@ -38,71 +34,8 @@ pub struct PredictArgs {
     /// request and summary records (labelled source=predicted) instead of serving
     #[arg(long)]
     pub predict: bool,
-    /// Closed loop: requests in flight, a list or doubling range (1,4,16 or 1..256)
-    #[arg(short = 'c', long, value_parser = cli::u32_list, requires = "predict")]
-    pub concurrency: Option<U32List>,
-    /// Open loop: requests per second, a list (5,10,20)
-    #[arg(short = 'r', long, value_parser = cli::f64_list, conflicts_with = "concurrency", requires = "predict")]
-    pub rate: Option<F64List>,
-    /// Open-loop arrivals: poisson, constant or gamma:SHAPE
-    #[arg(long, default_value = "poisson", value_parser = Arrival::parse)]
-    pub arrival: Arrival,
-    /// Open loop or trace: at most this many requests in flight (waiting for a slot counts
-    /// into latency)
-    #[arg(long, requires = "predict")]
-    pub max_concurrency: Option<u32>,
-    /// Requests per point (default: max(100, 4 x concurrency), or 10 s of an open-loop rate;
-    /// with --turns, sessions)
-    #[arg(short = 'n', long, requires = "predict")]
-    pub requests: Option<u64>,
-    /// Time per point instead of a request count: sending stops then, in-flight requests finish
-    #[arg(long, value_parser = cli::parse_duration, conflicts_with = "requests", requires = "predict")]
-    pub duration: Option<Duration>,
-    /// Run each point K times
-    #[arg(long, default_value_t = 1)]
-    pub repeat: u32,
-    /// Prompt lengths in tokens, a list (default 256)
-    #[arg(long, value_parser = cli::u32_list, requires = "predict")]
-    pub input_len: Option<U32List>,
-    /// Output tokens per request, a list (default 256)
-    #[arg(long, value_parser = cli::u32_list, requires = "predict")]
-    pub max_tokens: Option<U32List>,
-    /// Prompts share their first N tokens (prefix caching); otherwise each is unique
-    #[arg(long, default_value_t = 0)]
-    pub shared_prefix: u32,
-    /// Prompts in G groups, each group sharing its own first --prefix-len tokens
-    #[arg(
-        long,
-        value_name = "G",
-        requires = "prefix_len",
-        conflicts_with = "shared_prefix"
-    )]
-    pub prefix_groups: Option<u32>,
-    /// Tokens of each group's prefix; the rest of --input-len is unique to each request
-    #[arg(long, value_name = "P", requires = "prefix_groups")]
-    pub prefix_len: Option<u32>,
-    /// Empty the prefix cache before each point
-    #[arg(long, requires = "predict")]
-    pub flush_cache: bool,
-    /// Conversations: turns per session, N or LO..HI
-    #[arg(long, value_parser = Turns::parse, requires = "predict")]
-    pub turns: Option<Turns>,
-    /// Conversations: the pause between a reply and the next turn (2s, or 500ms..3s)
-    #[arg(long, default_value = "0s", value_parser = Think::parse, requires = "turns")]
-    pub think_time: Think,
-    /// Service-level objectives for goodput (ttft_ms=500,tpot_ms=50)
-    #[arg(long, value_parser = Slo::parse, requires = "predict")]
-    pub slo: Option<Slo>,
-    /// Replay a trace (Mooncake-style JSON lines, or CSV with timestamp and lengths): each row
-    /// at its offset with its lengths, as loadgen --trace
-    #[arg(long, value_name = "FILE", requires = "predict")]
-    pub trace: Option<String>,
-    /// --trace: play it this many times as fast as recorded, a list (0.5,1,2)
-    #[arg(long, default_value = "1", value_parser = cli::f64_list, requires = "trace")]
-    pub trace_speed: F64List,
-    /// --trace: tokens per hash_ids block (Mooncake 512)
-    #[arg(long, default_value_t = 512, requires = "trace")]
-    pub trace_block: u32,
+    #[command(flatten)]
+    pub load: LoadArgs,
     /// Write the summaries only, no request records
     #[arg(long, requires = "predict")]
     pub no_requests: bool,
@@ -212,121 +145,29 @@ impl crate::Plan {
 }
 
 impl PredictArgs {
-    /// Flags that make no sense with --predict, and a load that is not complete.
+    /// The load's rules (loadgen's, from shared) and what --predict does not model.
     pub fn check(&self) -> anyhow::Result<()> {
-        if self.repeat == 0 {
-            return Err(cli::usage("--repeat must be at least 1"));
-        }
-        if self.concurrency.as_ref().is_some_and(|c| c.contains(&0)) {
-            return Err(cli::usage("-c: a concurrency must be at least 1"));
-        }
-        if let Some(r) = &self.rate
-            && let Some(bad) = r.iter().find(|r| !(r.is_finite() && **r > 0.0))
-        {
-            return Err(cli::usage(format!(
-                "-r {bad}: a rate must be a positive number of requests per second"
-            )));
-        }
-        if self.max_concurrency == Some(0) || self.requests == Some(0) {
+        self.load.check(None)?;
+        if self.load.ramp || self.load.find_max.is_some() {
             return Err(cli::usage(
-                "--max-concurrency and -n must be at least 1 where given",
+                "--predict sweeps the loads given: --ramp and --find-max are not predicted",
             ));
-        }
-        if self.prefix_groups == Some(0) {
-            return Err(cli::usage("--prefix-groups must be at least 1"));
-        }
-        if self.duration.is_some_and(|d| d.is_zero()) {
-            return Err(cli::usage("--duration must be above 0s"));
-        }
-        if self.max_concurrency.is_some() && self.rate.is_none() && self.trace.is_none() {
-            return Err(cli::usage(
-                "--max-concurrency caps an open loop (-r) or a trace (--trace): a closed loop's cap is -c",
-            ));
-        }
-        if self.trace.is_some() {
-            // loadgen's own refusals, in its words.
-            let clash = [
-                (self.input_len.is_some(), "--input-len"),
-                (self.max_tokens.is_some(), "--max-tokens"),
-                (self.turns.is_some(), "--turns"),
-                (self.concurrency.is_some(), "-c"),
-                (self.rate.is_some(), "-r"),
-            ];
-            if let Some((_, flag)) = clash.iter().find(|(given, _)| *given) {
-                return Err(cli::usage(format!(
-                    "--trace sets the times and lengths of every request; it cannot be combined with {flag}"
-                )));
-            }
-            if self.shared_prefix > 0 || self.prefix_groups.is_some() {
-                return Err(cli::usage(
-                    "--trace's hash_ids say which prompts share prefixes: drop --shared-prefix and --prefix-groups",
-                ));
-            }
-            if self
-                .trace_speed
-                .iter()
-                .any(|x| !(x.is_finite() && *x > 0.0))
-            {
-                return Err(cli::usage(
-                    "--trace-speed values must be positive (2: twice as fast)",
-                ));
-            }
-            if self.trace_block == 0 {
-                return Err(cli::usage("--trace-block must be at least 1 token"));
-            }
         }
         Ok(())
     }
 
     fn inputs(&self) -> Vec<u32> {
-        self.input_len.clone().unwrap_or_else(|| vec![256])
+        self.load.input_len.clone().unwrap_or_else(|| vec![256])
     }
 
     fn outputs(&self) -> Vec<u32> {
-        self.max_tokens.clone().unwrap_or_else(|| vec![256])
-    }
-
-    /// The load levels: closed-loop concurrencies or open-loop rates (default C=1).
-    fn paces(&self) -> Vec<Pace> {
-        match &self.rate {
-            Some(rates) => rates
-                .iter()
-                .map(|&rate_rps| Pace::Open {
-                    rate_rps,
-                    arrival: self.arrival,
-                    max_concurrency: self.max_concurrency,
-                })
-                .collect(),
-            None => self
-                .concurrency
-                .clone()
-                .unwrap_or_else(|| vec![1])
-                .into_iter()
-                .map(|slots| Pace::Closed { slots })
-                .collect(),
-        }
-    }
-
-    /// Requests (sessions with --turns) or sending time of a point, as loadgen's defaults.
-    fn budget(&self, pace: Pace) -> Budget {
-        if let Some(d) = self.duration {
-            return Budget::Time(d);
-        }
-        let conversations = self.turns.is_some();
-        Budget::Requests(self.requests.unwrap_or(match pace {
-            Pace::Closed { slots } => {
-                servbench::load::default_closed_requests(slots, conversations)
-            }
-            Pace::Open { rate_rps, .. } => servbench::load::default_open_requests(rate_rps),
-            // A trace's budget is its rows (`trace::run` counts them).
-            Pace::Trace { .. } => u64::MAX,
-        }))
+        self.load.max_tokens.clone().unwrap_or_else(|| vec![256])
     }
 
     fn prompts(&self) -> Prompts {
-        match (self.prefix_groups, self.prefix_len) {
+        match (self.load.prefix_groups, self.load.prefix_len) {
             (Some(groups), Some(len)) => Prompts::Groups { groups, len },
-            _ if self.shared_prefix > 0 => Prompts::Shared(self.shared_prefix),
+            _ if self.load.shared_prefix > 0 => Prompts::Shared(self.load.shared_prefix),
             _ => Prompts::Unique,
         }
     }
@@ -343,23 +184,23 @@ pub fn run(args: &PredictArgs, engine: Engine) -> anyhow::Result<Exit> {
     let mut cache = engine
         .prefix_caching
         .then(|| PrefixCache::new(engine.kv_cache_tokens));
-    if let Some(path) = &args.trace {
+    if let Some(path) = &args.load.trace {
         return trace::run(args, path, &engine, &labels, cache.as_mut(), &mut out);
     }
     let mut index = 0u32;
     for input_len in args.inputs() {
         for max_tokens in args.outputs() {
-            for pace in args.paces() {
-                for repeat in 0..args.repeat {
+            for pace in args.load.loads() {
+                for repeat in 0..args.load.repeat {
                     let point = PointKey {
                         index,
                         concurrency: match pace {
-                            Pace::Closed { slots } => Some(slots),
-                            Pace::Open { .. } | Pace::Trace { .. } => None,
+                            Load::Closed { concurrency } => Some(concurrency),
+                            Load::Open { .. } | Load::Trace { .. } => None,
                         },
                         rate_rps: match pace {
-                            Pace::Open { rate_rps, .. } => Some(rate_rps),
-                            Pace::Closed { .. } | Pace::Trace { .. } => None,
+                            Load::Open { rate_rps, .. } => Some(rate_rps),
+                            Load::Closed { .. } | Load::Trace { .. } => None,
                         },
                         input_len: Some(input_len),
                         max_tokens: Some(max_tokens),
@@ -367,7 +208,7 @@ pub fn run(args: &PredictArgs, engine: Engine) -> anyhow::Result<Exit> {
                         trace_speed: None,
                     };
                     index += 1;
-                    if args.flush_cache
+                    if args.load.flush_cache
                         && let Some(c) = cache.as_mut()
                     {
                         c.reset();
@@ -376,11 +217,15 @@ pub fn run(args: &PredictArgs, engine: Engine) -> anyhow::Result<Exit> {
                         point: point.clone(),
                         labels: labels.clone(),
                         pace,
-                        budget: args.budget(pace),
+                        // A trace's budget is its rows (`trace::run` counts them).
+                        budget: args
+                            .load
+                            .budget(&pace)
+                            .unwrap_or(Budget::Requests(u64::MAX)),
                         input_len,
                         max_tokens,
                         prompts: args.prompts(),
-                        turns: args.turns.map(|t| (t, args.think_time)),
+                        turns: args.load.turns.map(|t| (t, args.load.think_time)),
                         trace: None,
                         seed: engine.seed,
                         request_latency: engine.request_latency,
@@ -408,13 +253,13 @@ fn write_point(
     let records = predict_point(load, cache, engine, engine.log_steps);
     let mut stats = PointStats::new();
     for r in &records {
-        stats.add_request(r, args.slo.as_ref());
+        stats.add_request(r, args.load.slo.as_ref());
         if !args.no_requests {
             out.emit(r)?;
         }
     }
-    let mut summary = stats.to_summary(point, labels, false, args.slo.as_ref());
-    describe(args, pace, engine, &mut summary);
+    let mut summary = stats.to_summary(point, labels, false, args.load.slo.as_ref());
+    describe(args, &pace, engine, &mut summary);
     out.emit(&summary)?;
     Ok(())
 }
@@ -437,7 +282,7 @@ pub fn predict_closed(
     let load = PointLoad {
         point: point.clone(),
         labels: Labels::new(),
-        pace: Pace::Closed { slots: concurrency },
+        pace: Load::Closed { concurrency },
         budget: Budget::Requests(requests),
         input_len,
         max_tokens,
@@ -493,10 +338,11 @@ fn predict_point(
     records
 }
 
-/// The summary's description of the workload, as loadgen writes it.
+/// The summary's description of the workload, as loadgen writes it (the load's part from
+/// shared).
 fn describe(
     args: &PredictArgs,
-    pace: Pace,
+    pace: &Load,
     engine: &Engine,
     s: &mut servbench::record::SummaryRecord,
 ) {
@@ -505,34 +351,6 @@ fn describe(
     s.workload.seed = Some(engine.seed);
     s.workload.stream = Some(true);
     s.workload.temperature = Some(0.0);
-    if let Pace::Open {
-        arrival,
-        max_concurrency,
-        ..
-    } = pace
-    {
-        s.workload.arrival = Some(arrival.into());
-        s.workload.max_concurrency = max_concurrency;
-    }
-    if let Pace::Trace {
-        max_concurrency, ..
-    } = pace
-    {
-        s.workload.trace = args.trace.clone();
-        s.workload.trace_rows = Some(s.requests);
-        s.workload.max_concurrency = max_concurrency;
-    }
-    s.workload.prefix_groups = args.prefix_groups;
-    s.workload.prefix_len = args.prefix_len;
-    s.workload.cache_flushed = args.flush_cache.then_some(true);
-    if let Some(turns) = args.turns {
-        s.workload.turns = Some(turns.text());
-        s.workload.think_time = Some(args.think_time.text());
-        s.workload.sessions = Some(
-            s.by_turn
-                .iter()
-                .find(|t| t.turn == 1)
-                .map_or(0, |t| t.requests),
-        );
-    }
+    args.load.describe(pace, s);
+    s.workload.cache_flushed = args.load.flush_cache.then_some(true);
 }

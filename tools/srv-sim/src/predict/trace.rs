@@ -2,12 +2,12 @@
 //! time at their offsets with their lengths, one point per `--trace-speed`, as loadgen replays
 //! them against a server.
 
-use super::load::{Budget, Pace, PointLoad, Prompts};
+use super::load::{PointLoad, Prompts};
 use super::{Engine, PredictArgs, write_point};
 use crate::prefix::PrefixCache;
 use servbench::cli::{self, Exit};
 use servbench::jsonl::RecordWriter;
-use servbench::load::trace;
+use servbench::load::{Budget, Load, trace};
 use servbench::record::{Labels, PointKey};
 use std::sync::Arc;
 
@@ -22,7 +22,7 @@ pub(super) fn run(
     mut cache: Option<&mut PrefixCache>,
     out: &mut RecordWriter<std::io::Stdout>,
 ) -> anyhow::Result<Exit> {
-    let mut rows = trace::read(path, args.trace_block).map_err(cli::usage)?;
+    let mut rows = trace::read(path, args.load.trace_block).map_err(cli::usage)?;
     for note in &rows.notes {
         cli::warn(note);
     }
@@ -34,8 +34,8 @@ pub(super) fn run(
     }
     let rows = Arc::new(rows);
     let mut index = 0u32;
-    for &speed in &args.trace_speed {
-        for repeat in 0..args.repeat {
+    for &speed in &args.load.trace_speed {
+        for repeat in 0..args.load.repeat {
             let point = PointKey {
                 index,
                 repeat,
@@ -43,22 +43,22 @@ pub(super) fn run(
                 ..PointKey::default()
             };
             index += 1;
-            if args.flush_cache
+            if args.load.flush_cache
                 && let Some(c) = cache.as_deref_mut()
             {
                 c.reset();
             }
             // loadgen's budget of a trace point: its rows, -n the first ones, --duration the
             // ones due within it at this speed.
-            let due = rows.rows_within(args.duration.map(|d| d.as_secs_f64()), speed) as u64;
+            let due = rows.rows_within(args.load.duration.map(|d| d.as_secs_f64()), speed) as u64;
             let load = PointLoad {
                 point,
                 labels: labels.clone(),
-                pace: Pace::Trace {
+                pace: Load::Trace {
                     speed,
-                    max_concurrency: args.max_concurrency,
+                    max_concurrency: args.load.max_concurrency,
                 },
-                budget: Budget::Requests(args.requests.map_or(due, |n| n.min(due))),
+                budget: Budget::Requests(args.load.requests.map_or(due, |n| n.min(due))),
                 // Each row's own lengths are sent; these are not read.
                 input_len: 0,
                 max_tokens: 0,

@@ -1,8 +1,8 @@
 //! `--ramp`'s rules, as pure functions of the levels measured so far: when to stop doubling
 //! the concurrency, and which level was best. The run loop measures; this decides.
 
-use servbench::record::RampLevel;
-use servbench::stats::knee::KneeRule;
+use crate::record::RampLevel;
+use crate::stats::knee::KneeRule;
 
 /// The limits a ramp is held to (from the flags).
 #[derive(Debug, Clone, Copy, PartialEq)]

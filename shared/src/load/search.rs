@@ -11,7 +11,7 @@
 //! again (up to `--find-max-tries` in all) and judged on all its requests together, so one
 //! noisy point near the boundary does not send the bisection the wrong way.
 
-use servbench::record::SearchProbe;
+use crate::record::SearchProbe;
 
 /// What a search varies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
