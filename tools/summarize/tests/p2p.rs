@@ -233,3 +233,64 @@ fn p2_big_a_p2p_figure_past_any_link_is_skipped_by_its_line() {
     assert!(!table.contains("1000000000000"), "{table}");
     assert!(sane < servbench::record::MAX_P2P_GBPS, "{sane}");
 }
+
+/// The same pair twice in one input (two collbench runs appended to one file): the later figure
+/// silently replaced the first (999 GB/s over the measured one). It is warned at its line, as two
+/// loadgen runs in one input are, and kept apart as the second run's block (`--strict`: exit 2).
+#[test]
+fn the_same_p2p_pair_twice_in_one_input_is_warned_and_kept_apart() {
+    let collbench = testkit::run_ok(
+        "collbench",
+        &["p2p", "-np", "2", "--bytes", "16K", "-n", "2", "-w", "1"],
+    );
+    let first = testkit::json_lines(&collbench.output.stdout);
+    let mut lines = String::new();
+    for r in &first {
+        lines.push_str(&format!("{r}\n"));
+    }
+    for mut r in first.clone() {
+        r["uni_gbps"] = 999.0.into();
+        lines.push_str(&format!("{r}\n"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p2p.jsonl");
+    std::fs::write(&file, lines).unwrap();
+    let path = file.to_str().unwrap();
+    let out = testkit::run_ok("summarize", &["--format", "json", path]);
+    let warning = out.err();
+    assert!(
+        warning.contains("p2p.jsonl:3: ") && warning.contains("two runs in one input"),
+        "{warning}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.output.stdout).unwrap();
+    let uni = report["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["table"] == "p2p unidirectional GB/s")
+        .unwrap_or_else(|| panic!("no unidirectional matrix: {report}"))
+        .clone();
+    let rows: Vec<(&str, f64)> = uni["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let off = if r["src"] == 0 {
+                &r["to_1"]
+            } else {
+                &r["to_0"]
+            };
+            (r["backend"].as_str().unwrap(), off.as_f64().unwrap())
+        })
+        .collect();
+    let measured = first[0]["uni_gbps"].as_f64().unwrap();
+    assert_eq!(rows.len(), 4, "two blocks of two rows: {uni}");
+    assert_eq!(rows[0].0, "tcp", "{uni}");
+    assert!(
+        (rows[0].1 - measured).abs() <= 1e-5 * measured.max(1.0),
+        "{uni}"
+    );
+    assert_eq!(rows[2], ("tcp input_run=2", 999.0), "{uni}");
+    let strict = testkit::run("summarize", &["--strict", path]);
+    assert_eq!(strict.output.status.code(), Some(2), "{}", strict.err());
+}

@@ -17,7 +17,7 @@ pub fn section(facts: &Facts, _view: &View) -> Vec<Table> {
     }
 }
 
-/// One run's matrix: backend, ranks, message bytes.
+/// One run's matrix: backend (with its labels), ranks, message bytes.
 type RunKey = (String, u32, u64);
 
 /// Reads one figure of a pair.
@@ -56,11 +56,22 @@ fn how(p: &P2pRecord) -> String {
     }
 }
 
+/// The block's name: its method, and its labels where it has any (`tcp input_run=2`: a second
+/// run of the matrix in one input, kept apart by the reader).
+fn block(p: &P2pRecord) -> String {
+    let mut name = how(p);
+    for (k, v) in &p.labels {
+        name.push_str(&format!(" {k}={v}"));
+    }
+    name
+}
+
 fn matrix(title: &str, pairs: &[P2pRecord], get: Figure) -> Table {
-    // A run's pairs by (backend, ranks, bytes); a pair measured twice shows its last figure.
+    // A run's pairs by (method and labels, ranks, bytes); the reader keeps a pair given twice in
+    // one input apart as a later run (`input_run`).
     let mut runs: BTreeMap<RunKey, BTreeMap<(u32, u32), Cell>> = BTreeMap::new();
     for p in pairs {
-        runs.entry((how(p), p.ranks, p.bytes))
+        runs.entry((block(p), p.ranks, p.bytes))
             .or_default()
             .insert((p.src, p.dst), get(p));
     }
