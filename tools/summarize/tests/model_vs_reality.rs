@@ -76,3 +76,42 @@ fn a_prediction_against_a_measurement_reads_as_model_vs_reality_with_the_worst_p
     assert!(plain.starts_with("# comparison"), "{plain}");
     assert!(!plain.contains("model vs reality"), "{plain}");
 }
+
+/// Two predictions compared were headed "model vs reality" and scored by MAPE against the
+/// "measurement" (the other prediction): the header says two predictions are compared, and no
+/// line calls either one reality. A measurement as base and a prediction as new is reality
+/// against the model, and says so.
+#[test]
+fn the_compare_header_says_what_it_compares() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = predict(dir.path(), "a.jsonl", &[], false);
+    let b = predict(dir.path(), "b.jsonl", &["--step-overhead", "5ms"], false);
+    let compare = |base: &str, new: &str| -> String {
+        let out = Command::new(testkit::bin("summarize"))
+            .args(["--compare", base, new])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let two = compare(&a, &b);
+    assert!(two.starts_with("# two predictions"), "{two}");
+    assert!(!two.contains("reality"), "{two}");
+    assert!(!two.contains("measurement"), "{two}");
+    let real = predict(
+        dir.path(),
+        "measured.jsonl",
+        &["--step-overhead", "20ms"],
+        true,
+    );
+    let reversed = compare(&real, &a);
+    assert!(reversed.starts_with("# reality vs model"), "{reversed}");
+    assert!(
+        reversed.contains("the model is off the measurement by"),
+        "{reversed}"
+    );
+}

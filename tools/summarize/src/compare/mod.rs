@@ -348,9 +348,25 @@ pub fn compare_sides(
         metrics,
         false,
     );
-    if model_vs_reality::is_prediction(base) {
-        table.title = "model vs reality".into();
-        let pairs: Vec<(&Point, &Point)> = pairing.pairs.iter().map(|(_, b, n)| (*b, *n)).collect();
+    // The title says what is compared: a prediction against a measurement either way round
+    // (scored as the model's error), two predictions (nothing there is reality), or two runs.
+    let sides = (
+        model_vs_reality::is_prediction(base),
+        model_vs_reality::is_prediction(new),
+    );
+    let model_real: Option<Vec<(&Point, &Point)>> = match sides {
+        (true, false) => Some(pairing.pairs.iter().map(|(_, b, n)| (*b, *n)).collect()),
+        (false, true) => Some(pairing.pairs.iter().map(|(_, b, n)| (*n, *b)).collect()),
+        _ => None,
+    };
+    table.title = match sides {
+        (true, true) => "two predictions (srv-sim --predict on both sides)",
+        (true, false) => "model vs reality",
+        (false, true) => "reality vs model",
+        (false, false) => "comparison",
+    }
+    .into();
+    if let Some(pairs) = model_real {
         let notes = model_vs_reality::notes(&pairs, metrics);
         table.notes.splice(0..0, notes);
     }

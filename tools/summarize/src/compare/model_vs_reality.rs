@@ -1,8 +1,9 @@
-//! `--compare predicted.jsonl measured.jsonl` read as model against reality: when every base
-//! point is srv-sim's prediction (labelled `source=predicted`), the comparison says how far the
-//! model is off per figure (the mean absolute error over the points and the worst point, named)
-//! and notes a measured point whose throughput falls far below the prediction, where the engine
-//! lost what the model says the hardware has.
+//! `--compare predicted.jsonl measured.jsonl` read as model against reality: when every point of
+//! one side is srv-sim's prediction (labelled `source=predicted`) and the other side's are not,
+//! the comparison says how far the model is off per figure (the mean absolute error over the
+//! points and the worst point, named) and notes a measured point whose throughput falls far
+//! below the prediction, where the engine lost what the model says the hardware has. Two
+//! predictions compared are neither (`compare` titles them so).
 
 use crate::input::metrics::Metric;
 use crate::input::points::{Keys, Point, point_name};
