@@ -86,10 +86,9 @@ fn the_ttft_split_is_srv_sims_own_queue_and_prefill() {
     for header in ["eng queue ms", "eng prefill ms", "outside ms"] {
         assert!(table.contains(header), "{header} missing:\n{table}");
     }
-    assert!(
-        table.contains("ms in the engine's queue: the batch was full"),
-        "{table}"
-    );
+    // The cause is the server's gauges' to tell (a full batch where a scrape saw one waiting;
+    // this short point may fall between scrapes): the note is there either way.
+    assert!(table.contains("ms in the engine's queue at C=2"), "{table}");
 }
 
 #[test]

@@ -54,6 +54,11 @@ pub fn ttft_mostly_outside(facts: &Facts) -> Vec<String> {
     )]
 }
 
+/// Requests that waited in the engine's queue (its own per-request timing), with the cause the
+/// server's view gives: seen waiting behind a full batch, named with what ran and what waited;
+/// none where the engine took every request as it came (nothing waiting at any scrape while it
+/// ran, and at a closed-loop point the whole load in one batch): they waited for the step in
+/// flight when they arrived, as in any engine; said as unknown where the gauges saw too little.
 pub fn engine_queue_waits(facts: &Facts) -> Vec<String> {
     let (points, keys) = (facts.points, &facts.keys);
     points
@@ -61,16 +66,60 @@ pub fn engine_queue_waits(facts: &Facts) -> Vec<String> {
         .filter_map(|p| {
             let client = mean(p, |t| Some(t.client_ttft_ms))?;
             let queue = mean(p, |t| t.engine_queue_ms)?;
-            (queue >= QUEUE_MIN_MS && queue > QUEUE_SHARE * client).then(|| {
-                format!(
-                    "requests waited {} ms in the engine's queue: the batch was full, at {} (of a {} ms TTFT)",
-                    human(queue),
-                    point_name(p, &keys.varying),
-                    human(client)
-                )
-            })
+            if queue < QUEUE_MIN_MS || queue <= QUEUE_SHARE * client {
+                return None;
+            }
+            let waited = format!(
+                "requests waited {} ms in the engine's queue at {} (of a {} ms TTFT)",
+                human(queue),
+                point_name(p, &keys.varying),
+                human(client)
+            );
+            match queue_cause(p) {
+                QueueCause::FullBatch { running, waiting } => Some(format!(
+                    "{waited}: the batch was full: the server ran at most {running:.0} while up to {waiting:.0} waited"
+                )),
+                QueueCause::NothingWaited => None,
+                QueueCause::Unseen => Some(format!(
+                    "{waited}; the server's running and waiting gauges did not show why (a full batch, or a step in flight when they arrived)"
+                )),
+            }
         })
         .collect()
+}
+
+/// Why a point's requests waited, as the server's running and waiting gauges (and its step
+/// log's largest decode batch) tell it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum QueueCause {
+    /// Requests were seen waiting: the server ran at most `running` while up to `waiting` did.
+    FullBatch { running: f64, waiting: f64 },
+    /// The engine ran with nothing waiting at any scrape (and, at a closed-loop point, held the
+    /// whole load at once): no batch was full.
+    NothingWaited,
+    /// No gauges, or they saw too little to say.
+    Unseen,
+}
+
+fn queue_cause(p: &Point) -> QueueCause {
+    let most = |f: &dyn Fn(&servbench::record::SummaryRecord) -> Option<f64>| {
+        p.repeats.iter().filter_map(f).reduce(f64::max)
+    };
+    let waiting = most(&|s| Some(s.server.as_ref()?.waiting.as_ref()?.max));
+    let running = most(&|s| Some(s.server.as_ref()?.running.as_ref()?.max));
+    let batch = most(&|s| Some(f64::from(s.engine_steps.as_ref()?.decode_full_batch?)));
+    let held = running.into_iter().chain(batch).reduce(f64::max);
+    match (waiting, held) {
+        (Some(waiting), _) if waiting >= 1.0 => QueueCause::FullBatch {
+            running: running.unwrap_or(0.0),
+            waiting,
+        },
+        (Some(_), Some(held)) if held >= 1.0 => match p.params.concurrency {
+            Some(c) if held < f64::from(c) => QueueCause::Unseen,
+            _ => QueueCause::NothingWaited,
+        },
+        _ => QueueCause::Unseen,
+    }
 }
 
 pub fn server_ttft_over_client(facts: &Facts) -> Vec<String> {
