@@ -140,3 +140,81 @@ fn parts_that_fit_the_step_are_counted_and_leave_a_rest() {
     let verdict = &note[note.find(" TPOT: ").unwrap() + " TPOT: ".len()..];
     assert_eq!(after(&text, "judged at C=1: "), verdict, "{text}");
 }
+
+/// The decode table's `comm %` divided collbench's allreduces by the *modelled* step (81% here)
+/// while the note under it judged the measured TPOT (the issue's "93.5% above a note saying
+/// 26%"). With a run at that batch both use the measured step, and the header says so. The
+/// decode record is the real fixture's with the allreduce of a GPU box (60 us each, the card's
+/// dual-socket figure) in place of this CPU's tcp one.
+#[test]
+fn the_decode_tables_comm_share_divides_by_the_measured_step_its_note_judges() {
+    let dir = tempfile::tempdir().unwrap();
+    let real: serde_json::Value = std::fs::read_to_string(fixture("kimi_step_cpu.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["kind"] == "decode")
+        .unwrap();
+    let mut decode = real.clone();
+    let per_step = real["allreduces_per_step"].as_f64().unwrap();
+    let comm_us = per_step * 60.0;
+    let roofline_us = real["step_roofline_us"].as_f64().unwrap();
+    for stat in ["mean", "min", "p50", "p90", "p95", "p99", "p999", "max"] {
+        decode["allreduce_us"][stat] = 60.0.into();
+    }
+    decode["allreduce_us"]["stddev"] = 0.0.into();
+    decode["comm_us_per_token"] = comm_us.into();
+    decode["comm_us_per_token_p99"] = comm_us.into();
+    decode["comm_fraction"] = (comm_us / (comm_us + roofline_us)).into();
+    decode["backend"] = "nccl".into();
+    let step = dir.path().join("decode.jsonl");
+    std::fs::write(&step, format!("{decode}\n")).unwrap();
+    let run = dir.path().join("run.jsonl");
+    testkit::sh_ok(&format!(
+        "srv-launch sim --model kimi-k2-nvfp4 --tp 8 -- --hardware rtx-pro-6000 --step-overhead 23ms \
+         | loadgen -c 1 -n 2 --max-tokens 16 | srv-kill > {}",
+        run.display()
+    ));
+    let out = testkit::run_ok(
+        "summarize",
+        &[
+            run.to_str().unwrap(),
+            step.to_str().unwrap(),
+            "--roofline",
+            "kimi-k2-nvfp4@rtx-pro-6000",
+            "--format",
+            "json",
+        ],
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.output.stdout).unwrap();
+    let table = doc["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["table"] == "decode allreduce budget")
+        .unwrap_or_else(|| panic!("{doc}"));
+    assert!(
+        table["context"].to_string().contains("measured step"),
+        "the header names the denominator: {table}"
+    );
+    let note = table["notes"][0].as_str().unwrap();
+    let share = |text: &str| -> f64 {
+        let at = text
+            .find("allreduce is ")
+            .unwrap_or_else(|| panic!("{text}"))
+            + 13;
+        text[at..].split('%').next().unwrap().parse().unwrap()
+    };
+    let cell = table["rows"][0]["comm_pct"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{table}"));
+    assert_eq!(
+        cell.round(),
+        share(note),
+        "the table's share is the note's: {table}"
+    );
+    assert!(
+        cell < 50.0,
+        "of the ~32 ms measured step, not the modelled one: {table}"
+    );
+}
