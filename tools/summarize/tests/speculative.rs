@@ -92,3 +92,78 @@ fn a_plain_stream_keeps_the_one_token_per_step_limits() {
     let share = num(&table, "/rows/0/step_pct");
     assert!((90.0..=100.0).contains(&share), "{table}");
 }
+
+/// EAGLE-3 at C=1 read "over ... impossible": without a server view the tokens per verify step
+/// came from tokens per chunk, whose first chunk is the prefill's one token, which TPOT leaves
+/// out (2.17 against the 2.35 the stream's TPOT rests on), and one stream's TPOT p50 of a few
+/// requests moves a whole verify step with its luck. srv-sim's virtual-time prediction (no
+/// timing, the same every run) of Kimi-K2 at TP8 with `--spec-tokens 3 --spec-accept 0.7`,
+/// under several draws: never faster than its verify step allows.
+#[test]
+fn an_eagle3_stream_at_c1_is_never_over_its_verify_round() {
+    let dir = tempfile::tempdir().unwrap();
+    for seed in ["2", "3", "6", "7"] {
+        let out = Command::new(testkit::bin("srv-sim"))
+            .args(["--predict", "--model", "kimi-k2-nvfp4", "--tp", "8"])
+            .args(["--hardware", "rtx-pro-6000", "--spec-tokens", "3"])
+            .args(["--spec-accept", "0.7", "--seed", seed, "-c", "1", "-n", "8"])
+            .args(["--max-tokens", "16", "--input-len", "128"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run srv-sim --predict");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = dir.path().join(format!("seed{seed}.jsonl"));
+        std::fs::write(&path, &out.stdout).unwrap();
+        let text = testkit::call("summarize")
+            .arg(&path)
+            .args(["--roofline", "kimi-k2-nvfp4@rtx-pro-6000", "--tp", "8"])
+            .run_ok()
+            .out();
+        assert!(!text.contains("impossible"), "seed {seed}: {text}");
+        // The table's rows (they start with their C): no share cell reads `over`.
+        let over = text
+            .lines()
+            .filter(|l| {
+                l.split_whitespace()
+                    .next()
+                    .is_some_and(|w| w.parse::<u32>().is_ok())
+            })
+            .any(|l| l.split_whitespace().any(|w| w == "over"));
+        assert!(!over, "seed {seed}: {text}");
+        assert!(
+            text.contains("tokens per chunk after the first, no server view"),
+            "seed {seed}: {text}"
+        );
+        // Its single-stream note is per verify step: no part larger than its whole (a
+        // per-token step beside a per-step communication read "4.87 ms, of which
+        // communication 8.06 ms").
+        let note = text
+            .lines()
+            .find(|l| l.starts_with("note: single stream at C=1"))
+            .unwrap_or_else(|| panic!("seed {seed}: no single-stream note: {text}"));
+        assert!(note.contains("modelled verify step"), "{note}");
+        let (whole, part) = whole_and_part(note, "communication ");
+        assert!(part <= whole, "communication {part} of {whole} ms: {note}");
+    }
+}
+
+/// `(11.1 ms, of which communication 7.78 ms)`: the figure after the `(` before `marker`, and
+/// the one after `marker`.
+fn whole_and_part(note: &str, marker: &str) -> (f64, f64) {
+    let at = note.find(marker).unwrap_or_else(|| panic!("{note}"));
+    let open = note[..at].rfind('(').unwrap_or_else(|| panic!("{note}"));
+    let number = |s: &str| -> f64 {
+        s.split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no figure at {s:?}: {note}"))
+    };
+    (
+        number(&note[open + 1..]),
+        number(&note[at + marker.len()..]),
+    )
+}

@@ -8,7 +8,7 @@ use crate::input::points::point_name;
 use crate::notes::note::Facts;
 use crate::render::human;
 use crate::roofline::step::{PointStep, engine_step_lines, size};
-use crate::roofline::{share, stream};
+use crate::roofline::{row_share, stream};
 use servbench::presets::MeasuredCurve;
 use servbench::record::label;
 
@@ -22,8 +22,8 @@ pub fn measured_bandwidth(facts: &Facts) -> Vec<String> {
     facts.bandwidth.iter().cloned().collect()
 }
 
-/// Rows whose measured rate is above a limit beyond the noise: not a share, a sign that
-/// something fed to the comparison is wrong.
+/// Rows whose measured rate is above a limit beyond the noise (3% and the rate's own 95%
+/// interval): not a share, a sign that something fed to the comparison is wrong.
 pub fn over_limit_note(facts: &Facts) -> Vec<String> {
     let (points, keys) = (facts.points, &facts.keys);
     let Some(roof) = &facts.roofline else {
@@ -33,12 +33,12 @@ pub fn over_limit_note(facts: &Facts) -> Vec<String> {
     for p in points {
         let Some(rate) = stream(p) else { continue };
         let lim = roof.limits(p, keys);
-        let (which, limit) = if share(rate, lim.memory_tok_s).is_none() {
+        let (which, limit) = if row_share(p, rate, lim.memory_tok_s).is_none() {
             (
                 "memory-bound limit (weights + KV over bandwidth)",
                 lim.memory_tok_s,
             )
-        } else if share(rate, lim.step_tok_s).is_none() {
+        } else if row_share(p, rate, lim.step_tok_s).is_none() {
             ("modelled step's limit", lim.step_tok_s)
         } else {
             continue;
@@ -71,20 +71,31 @@ pub fn single_stream_note(facts: &Facts) -> Vec<String> {
         if mem_share >= SINGLE_STREAM_SHARE {
             continue;
         }
-        let step_ms = 1000.0 / lim.step_tok_s;
-        let measured_ms = 1000.0 / rate;
+        // A speculative stream's step is its verify step: the step, its communication and the
+        // time measured all per verify step (a per-token step beside a per-step communication
+        // read "4.87 ms, of which communication 8.06 ms").
+        let (tokens, step) = match &lim.spec {
+            Some(s) => (
+                s.per_step,
+                format!("verify step of {:.2} tokens", s.per_step),
+            ),
+            None => (1.0, "step".to_string()),
+        };
+        let step_ms = tokens * 1000.0 / lim.step_tok_s;
+        let measured_ms = tokens * 1000.0 / rate;
+        let comm_ms = lim.step.comm_s * 1e3;
         let why = if step_ms >= STEP_EXPLAINS * measured_ms {
             format!(
-                "the modelled step explains it ({} ms, of which communication {} ms): {}, not engine tuning",
+                "the modelled {step} explains it ({} ms, of which communication {} ms): {}, not engine tuning",
                 human(step_ms),
-                human(lim.step.comm_s * 1e3),
+                human(comm_ms),
                 roof.fewer_ranks_advice(lim.layout)
             )
         } else {
             format!(
-                "the modelled step ({} ms, communication {} ms) explains only {:.0}% of the {} ms measured: no concurrency tuning fixes that; look at the engine (CUDA graphs, kernels, host overhead, quantization)",
+                "the modelled {step} ({} ms, communication {} ms) explains only {:.0}% of the {} ms measured: no concurrency tuning fixes that; look at the engine (CUDA graphs, kernels, host overhead, quantization)",
                 human(step_ms),
-                human(lim.step.comm_s * 1e3),
+                human(comm_ms),
                 100.0 * step_ms / measured_ms,
                 human(measured_ms)
             )

@@ -8,8 +8,8 @@
 //!   (weights + KV per token over bandwidth) and the full modelled step (memory or compute,
 //!   communication over the card's topology or `--comm-from`'s measured curve, and the fixed
 //!   per-step overhead). The decode rate one stream sees (1000 / TPOT p50) is a share of each.
-//! - A rate above a limit is not a share: the cell says `over` and a note says the card, the
-//!   layout or the data is wrong.
+//! - A rate above a limit beyond 3% and its own 95% interval is not a share: the cell says
+//!   `over` and a note says the card, the layout or the data is wrong.
 //! - Each point's decode step, judged once against its parts: [`step`]; a speculative run's
 //!   tokens per verify step: [`spec`]; a bandwidth measured on the GPU in place of the card's:
 //!   [`measured`].
@@ -331,6 +331,15 @@ pub fn share(rate: f64, limit: f64) -> Option<f64> {
     } else {
         None
     }
+}
+
+/// A row's rate as a share of a limit ([`share`]), its own noise counted: a rate whose 95%
+/// interval reaches the limit is at it (100%), not over it. One stream's TPOT p50 over a few
+/// requests moves by a whole verify step with its drafts' luck (EAGLE-3 at C=1 of 8 requests:
+/// 4.88 or 5.69 ms), and a point of one or two waves knows its p50 only within them.
+pub fn row_share(p: &Point, rate: f64, limit: f64) -> Option<f64> {
+    let low = rate - p.noise(Metric::Scalar(Scalar::StreamTokS)).unwrap_or(0.0);
+    share(rate, limit).or_else(|| share(low.max(0.0), limit).map(|_| 1.0))
 }
 
 /// The decode rate one stream sees: 1000 / TPOT p50.

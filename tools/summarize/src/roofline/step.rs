@@ -72,15 +72,24 @@ pub fn engine_step(p: &Point, batch: u32) -> Option<EngineStep> {
 }
 
 impl EngineStep {
-    /// `engine step 27.4 ms at batch 8 (its step log: 120 decode steps of 128; TPOT p50 27.9 ms)`
-    fn words(&self, tpot_ms: f64) -> String {
+    /// `engine step 27.4 ms at batch 8 (its step log: 120 decode steps of 128; TPOT p50 27.9 ms)`;
+    /// a speculative point's step is a verify step, beside TPOT x its tokens per step.
+    fn words(&self, tpot_ms: f64, spec: Option<&SpecTokens>) -> String {
+        let client = match spec {
+            None => format!("TPOT p50 {} ms", human(tpot_ms)),
+            Some(s) => format!(
+                "TPOT p50 {} ms x {:.2} tokens per verify step = {} ms",
+                human(tpot_ms),
+                s.per_step,
+                human(tpot_ms * s.per_step)
+            ),
+        };
         format!(
-            "engine step {} ms at batch {} (its step log: {} decode steps of {}; TPOT p50 {} ms)",
+            "engine step {} ms at batch {} (its step log: {} decode steps of {}; {client})",
             human(self.ms),
             batch_words(self.batch),
             self.decode_steps,
             self.steps,
-            human(tpot_ms)
         )
     }
 }
@@ -107,23 +116,29 @@ pub fn engine_step_lines(points: &[Point], judged: &[String]) -> Vec<String> {
             }
             let tpot = p.mean(Metric::TPOT_P50).filter(|t| *t > 0.0)?;
             let e = engine_step(p, p.params.concurrency.unwrap_or(1).max(1))?;
+            // A verify step emits several tokens: the client's step is TPOT times them.
+            let spec = spec_tokens(p);
+            let (client, what) = match &spec {
+                None => (tpot, "the client's TPOT"),
+                Some(s) => (tpot * s.per_step, "the client's step (TPOT x tokens per step)"),
+            };
             // Judged on the figures as printed, so the note never reads "0 ms below".
-            let relation = if human(tpot) == human(e.ms) {
-                "the client's TPOT equals the engine's step".to_string()
-            } else if tpot > e.ms {
+            let relation = if human(client) == human(e.ms) {
+                format!("{what} equals the engine's step")
+            } else if client > e.ms {
                 format!(
-                    "the client's TPOT is {} ms above the engine's step (streaming, detokenization, the frontend)",
-                    human(tpot - e.ms)
+                    "{what} is {} ms above the engine's step (streaming, detokenization, the frontend)",
+                    human(client - e.ms)
                 )
             } else {
                 format!(
-                    "the client's TPOT is {} ms below the engine's step (the client's p50 against the steps' mean)",
-                    human(e.ms - tpot)
+                    "{what} is {} ms below the engine's step (the client's p50 against the steps' mean)",
+                    human(e.ms - client)
                 )
             };
             Some(format!(
                 "{name}: {}: {relation}; no allreduce or GEMM measurement to split the step (collbench decode or gemm_step records, with --roofline)",
-                e.words(tpot),
+                e.words(tpot, spec.as_ref()),
             ))
         })
         .collect()
@@ -393,7 +408,7 @@ impl PointStep {
         format!(
             "{}: {}: {}: {}",
             self.name,
-            e.words(self.tpot_ms),
+            e.words(self.tpot_ms, self.spec.as_ref()),
             parts.join(", "),
             v.text()
         )

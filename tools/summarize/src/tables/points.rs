@@ -6,7 +6,7 @@ use crate::input::param::{Param, is_load_key};
 use crate::input::points::{Keys, Point, point_name};
 use crate::notes::note::{Facts, Under};
 use crate::render::{Cell, Column, Table, human};
-use crate::roofline::{Roofline, share, stream};
+use crate::roofline::{Roofline, row_share, stream};
 use crate::tables::view::{Col, TEXT_WIDTH, View};
 use servbench::presets::{DEFAULT_STEP_OVERHEAD_US, Layout};
 
@@ -241,10 +241,10 @@ pub fn key_cell(key: &str, value: String) -> Cell {
     }
 }
 
-fn share_cell(rate: Option<f64>, limit: f64) -> Cell {
+fn share_cell(p: &Point, rate: Option<f64>, limit: f64) -> Cell {
     match rate {
         None => Cell::Empty,
-        Some(r) => match share(r, limit) {
+        Some(r) => match row_share(p, r, limit) {
             Some(s) => Cell::pct(Some(100.0 * s)),
             None => Cell::Text("over".into()),
         },
@@ -272,9 +272,9 @@ pub fn add_columns(table: &mut Table, points_in_order: &[&Point], keys: &Keys, r
         let lim = roof.limits(p, keys);
         row.push(Cell::num(rate));
         row.push(Cell::num(Some(lim.memory_tok_s)));
-        row.push(share_cell(rate, lim.memory_tok_s));
+        row.push(share_cell(p, rate, lim.memory_tok_s));
         row.push(Cell::num(Some(lim.step_tok_s)));
-        row.push(share_cell(rate, lim.step_tok_s));
+        row.push(share_cell(p, rate, lim.step_tok_s));
         if !layouts.contains(&lim.layout) {
             layouts.push(lim.layout);
         }
