@@ -164,3 +164,95 @@ fn ctrl_c_during_relaunch_and_rerun_kills_the_server_and_prints_what_was_measure
     ));
     assert_nothing_left_and_all_measured(&codes, &screen, &[130, 130]);
 }
+
+/// The README cookbook's "kill that, but rerun C=1" lines, as written, with the engine and the
+/// load made small for `sim`: the launch to a file, the sweep from it, the C=1 rerun, the kill.
+fn rerun_c1_lines() -> Vec<String> {
+    let readme = std::fs::read_to_string(
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
+    )
+    .unwrap();
+    let lines: Vec<&str> = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("# \"Kill that, but rerun C=1\""))
+        .skip_while(|l| l.starts_with('#'))
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(lines.len(), 4, "the README's four lines: {lines:?}");
+    lines
+        .iter()
+        .map(|l| {
+            l.replace(
+                "srv-launch vllm --model meta-llama/Llama-3.1-8B-Instruct",
+                "srv-launch sim",
+            )
+            .replace("--duration 60s", "--duration 2s")
+            .replace("--max-tokens 256", "--max-tokens 32")
+            .replace("-n 20", "-n 4")
+        })
+        .collect()
+}
+
+/// Types `line` into `tty` and returns its exit codes once it ended.
+fn step(tty: &Tty, line: &str) -> Vec<i32> {
+    let _ = std::fs::remove_file(tty.dir().join("exit-codes"));
+    tty.run_pipeline(line);
+    tty.exit_codes(Duration::from_secs(90))
+}
+
+/// Kills (by pid) a server the test launched, if a failed assertion left it running.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if testkit::alive(self.0) {
+            // SAFETY: the server this test launched, by the pid its record names.
+            unsafe {
+                libc::kill(self.0 as i32, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+#[test]
+fn kill_that_but_rerun_c1_keeps_the_server_through_ctrl_c_until_srv_kill() {
+    let lines = rerun_c1_lines();
+    let tty = Tty::start(&[]);
+    assert_eq!(step(&tty, &lines[0]), [0], "{}", tty.screen());
+    let server: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tty.dir().join("server.jsonl")).unwrap())
+            .unwrap();
+    let pid = server["pid"].as_u64().unwrap() as u32;
+    let _left = KillOnDrop(pid);
+
+    // The sweep, Ctrl-C during C=8: loadgen and summarize stop (130), tee -i keeps what came,
+    // and the server is still there.
+    let _ = std::fs::remove_file(tty.dir().join("exit-codes"));
+    tty.run_pipeline(&lines[1]);
+    tty.wait_for("c=8", Duration::from_secs(60));
+    tty.ctrl_c();
+    let codes = tty.exit_codes(Duration::from_secs(60));
+    assert_eq!(codes, [130, 0, 130], "{}", tty.screen());
+    assert!(testkit::alive(pid), "the server outlived the Ctrl-C");
+    let sweep = testkit::json_lines(&std::fs::read(tty.dir().join("sweep.jsonl")).unwrap());
+    let cut = testkit::of_kind(&sweep, "summary");
+    assert!(
+        cut.iter()
+            .any(|s| s["point"]["concurrency"] == 8 && s["partial"] == true),
+        "the cut C=8 point kept: {cut:?}"
+    );
+
+    // C=1 again against the same record: the same server answers.
+    assert_eq!(step(&tty, &lines[2]), [0, 0, 0], "{}", tty.screen());
+    let c1 = testkit::json_lines(&std::fs::read(tty.dir().join("c1.jsonl")).unwrap());
+    let s = testkit::of_kind(&c1, "summary");
+    assert_eq!(s.len(), 1, "{c1:?}");
+    assert_eq!(s[0]["point"]["concurrency"], 1, "{}", s[0]);
+    assert_eq!(s[0]["ok"], 4, "{}", s[0]);
+    assert_eq!(testkit::of_kind(&c1, "server")[0]["pid"], pid, "{c1:?}");
+    assert!(testkit::alive(pid));
+
+    // Then the kill, by the record.
+    assert_eq!(step(&tty, &lines[3]), [0], "{}", tty.screen());
+    assert!(!testkit::alive(pid), "srv-kill left the server");
+}
