@@ -85,7 +85,8 @@ fn vllm_pipeline_launch_sweep_builtin_prompts_kill_summarize_leaves_nothing_runn
         matched_pids(kill).len() >= 3,
         "API server, EngineCore, Worker: {kill}"
     );
-    assert!(wait_gone(&matched_pids(kill), Duration::from_secs(10)));
+    // Gone at the moment srv-kill said so (issue 39 item 6): no thread of any of them runs.
+    assert!(wait_gone(&matched_pids(kill), Duration::ZERO), "{kill}");
     assert!(of_launch(r).is_empty(), "{:?}", of_launch(r));
     assert!(port_free(u(&r["port"]) as u16));
 
