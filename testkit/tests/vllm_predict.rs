@@ -1,8 +1,9 @@
 //! srv-sim's published error against the real vLLM CPU build: scripts/predict-error-vllm.sh
 //! launches vLLM, measures a short sweep, calibrates srv-sim on two of its points, predicts the
 //! sweep and prints the error table. The test checks the script ran end to end and produced the
-//! table and the card; the error margins themselves are what the table reports (README), not
-//! something asserted.
+//! table and the card, or that the calibration ran and named the measurements it refused to fit
+//! (on a busy box the measured figures are noise; exit 3); the error margins themselves are what
+//! the table reports (README), not something asserted.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -36,6 +37,26 @@ fn the_vllm_prediction_error_script_prints_its_table() {
         std::thread::sleep(Duration::from_millis(500));
     };
     let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default();
+    // The sweep was measured either way: the two calibration points and the 20 of the sweep.
+    let measured = std::fs::read_to_string(dir.path().join("measured.jsonl")).unwrap_or_default();
+    let summaries = measured
+        .lines()
+        .filter(|l| l.contains(r#""kind":"summary""#));
+    assert_eq!(summaries.count(), 22, "{stderr}");
+    if status.code() == Some(3) {
+        // A busy box measures noise the cost model cannot fit: the calibration says which figure
+        // at which point it does not trust, and nothing is predicted from it. Accuracy is the
+        // script's figure (README), not this test's.
+        assert!(
+            stderr.contains("the fit leaves") && stderr.contains("no card written"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("predict-error-vllm: the calibration was refused"),
+            "{stderr}"
+        );
+        return;
+    }
     assert!(status.success(), "{stderr}");
     let table = std::fs::read_to_string(dir.path().join("table.md")).unwrap();
     assert!(table.starts_with("| in | out | C |"), "{table}");
