@@ -55,6 +55,8 @@ pub struct Config {
     pub strict: bool,
     /// `--wide`: every column, however wide the text table gets.
     pub wide: bool,
+    /// `--gpu-hour-cost`: dollars per GPU-hour (finite, above 0).
+    pub usd_per_gpu_hour: Option<f64>,
 }
 
 impl Default for Config {
@@ -75,6 +77,7 @@ impl Default for Config {
             link_hw: None,
             strict: false,
             wide: false,
+            usd_per_gpu_hour: None,
         }
     }
 }
@@ -111,6 +114,7 @@ pub fn tables_with(
         by: &config.by,
         notes: if config.notes { notes } else { &[] },
         fit: fits_width(config),
+        usd_per_gpu_hour: config.usd_per_gpu_hour,
     };
     tables::all(&facts, &view, sections)
 }
@@ -201,7 +205,13 @@ fn report(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
             text.push_str(&plot::terminal(&points, &inputs.coll, &config.by));
         }
         Some(path) => {
-            plot::write_file(path, &points, &inputs.coll, &config.by)?;
+            plot::write_file(
+                path,
+                &points,
+                &inputs.coll,
+                &config.by,
+                config.usd_per_gpu_hour,
+            )?;
             cli::info(format!("plot written to {}", path.display()));
         }
         None => {}

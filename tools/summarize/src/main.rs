@@ -85,6 +85,11 @@ struct Args {
     /// out their least needed columns to fit 120 characters (the header line names them)
     #[arg(long)]
     wide: bool,
+    /// Cost of one GPU for an hour, in dollars: adds each point's dollars per million output
+    /// tokens (`$/M out tok`: over the GPUs loadgen sampled, else the row's tp x pp) to the
+    /// table and to the plot's per-GPU panel
+    #[arg(long, value_name = "USD", value_parser = parse_usd)]
+    gpu_hour_cost: Option<f64>,
     /// Treat a malformed input line as an error (exit 2) instead of warning and skipping it
     #[arg(long)]
     strict: bool,
@@ -98,6 +103,14 @@ fn cols_help() -> String {
         "Columns of the load-points table, comma-separated: {}",
         Col::names()
     )
+}
+
+/// `--gpu-hour-cost`: a finite number of dollars above 0 (`2.49`, `$2.49`).
+fn parse_usd(s: &str) -> Result<f64, String> {
+    match s.trim().trim_start_matches('$').parse::<f64>() {
+        Ok(usd) if usd.is_finite() && usd > 0.0 => Ok(usd),
+        _ => Err(format!("'{s}' is not a cost in dollars above 0, e.g. 2.49")),
+    }
 }
 
 fn parse_metric(s: &str) -> Result<Metric, String> {
@@ -203,6 +216,7 @@ fn main() -> ExitCode {
             link_hw,
             strict: args.strict,
             wide: args.wide,
+            usd_per_gpu_hour: args.gpu_hour_cost,
         };
         summarize::run(&config, &mut std::io::stdout().lock())
     })

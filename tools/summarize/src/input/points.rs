@@ -6,6 +6,7 @@
 use crate::input::Inputs;
 use crate::input::metrics::Metric;
 use crate::input::param::{Param, Params, fmt_rate};
+use servbench::presets::Layout;
 use servbench::record::{GpuStats, Labels, ServerStats, SummaryRecord, label};
 use servbench::stats::{MeanCi, PointStats, Slo};
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,6 +49,22 @@ impl Point {
 
     pub fn mean(&self, m: Metric) -> Option<f64> {
         self.figure(m).map(|f| f.mean)
+    }
+
+    /// Output tokens/s per GPU: over the GPUs loadgen sampled, else over the tp x pp of the
+    /// point's labels (1 without them: srv-sim and hosts without nvidia-smi).
+    pub fn tok_s_per_gpu(&self) -> Option<f64> {
+        self.mean(Metric::TOK_S_PER_GPU).or_else(|| {
+            let gpus = Layout::from_labels(&self.labels).gpus();
+            Some(self.mean(Metric::TOK_S)? / f64::from(gpus))
+        })
+    }
+
+    /// Dollars per million output tokens at `usd_per_gpu_hour` for each GPU the point's
+    /// output was counted over ([`Point::tok_s_per_gpu`]).
+    pub fn usd_per_mtok(&self, usd_per_gpu_hour: f64) -> Option<f64> {
+        let per_gpu = self.tok_s_per_gpu().filter(|t| *t > 0.0)?;
+        Some(usd_per_gpu_hour / 3600.0 / per_gpu * 1e6)
     }
 
     /// Half-width of the 95% interval of the metric: from repeats when there are several,

@@ -23,8 +23,9 @@ pub fn write_file(
     points: &[Point],
     coll: &[CollRecord],
     by: &[String],
+    usd_per_gpu_hour: Option<f64>,
 ) -> anyhow::Result<()> {
-    let panels = panels(points, coll, by);
+    let panels = panels(points, coll, by, usd_per_gpu_hour);
     if panels.is_empty() {
         return Err(cli::usage(
             "--plot: nothing to plot: it needs load points (loadgen records) or coll records",
@@ -64,7 +65,7 @@ pub fn terminal(points: &[Point], coll: &[CollRecord], by: &[String]) -> String 
         }
         s
     };
-    for panel in panels(points, coll, by) {
+    for panel in panels(points, coll, by, None) {
         // Throughput and busbw are the panels that read well as bars.
         if !panel.title.starts_with("Output throughput")
             && !panel.title.starts_with("Bus bandwidth")

@@ -6,7 +6,6 @@ use crate::input::points::{Keys, Point, point_name};
 use crate::render::human;
 use crate::tables::points::{group_keys, ordered};
 use plotters::prelude::SeriesLabelPosition;
-use servbench::presets::Layout;
 use servbench::record::CollRecord;
 
 /// One series of a panel: a legend name, its (x, y) points and how they are drawn.
@@ -115,15 +114,6 @@ fn load_axis(points: &[Point]) -> &'static str {
     }
 }
 
-/// Output tokens/s per GPU: over the GPUs loadgen sampled, else over the tp x pp of the point's
-/// labels (1 without them: srv-sim and hosts without nvidia-smi).
-fn tok_s_per_gpu(p: &Point) -> Option<f64> {
-    p.mean(Metric::TOK_S_PER_GPU).or_else(|| {
-        let gpus = Layout::from_labels(&p.labels).gpus();
-        Some(p.mean(Metric::TOK_S)? / f64::from(gpus))
-    })
-}
-
 /// Output tokens/s one user (stream) sees: 1000 / TPOT p50.
 fn tok_s_per_user(p: &Point) -> Option<f64> {
     p.mean(Metric::Scalar(Scalar::StreamTokS))
@@ -151,8 +141,13 @@ pub fn pareto_front(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
 }
 
 /// Output tokens/s per GPU against tokens/s per user, each point labelled by its load and
-/// run (its varying keys), one colour per group, and the Pareto front over all of them.
-fn throughput_against_interactivity(points: &[Point], groups: &[(String, Vec<&Point>)]) -> Panel {
+/// run (its varying keys) and, with `--gpu-hour-cost`, its dollars per million output tokens;
+/// one colour per group, and the Pareto front over all of them.
+fn throughput_against_interactivity(
+    points: &[Point],
+    groups: &[(String, Vec<&Point>)],
+    usd_per_gpu_hour: Option<f64>,
+) -> Panel {
     let varying = Keys::of(points).varying;
     let mut series: Vec<Series> = groups
         .iter()
@@ -160,7 +155,7 @@ fn throughput_against_interactivity(points: &[Point], groups: &[(String, Vec<&Po
         .map(|(group, (name, ps))| {
             let placed: Vec<(&Point, (f64, f64))> = ps
                 .iter()
-                .filter_map(|p| Some((*p, (tok_s_per_user(p)?, tok_s_per_gpu(p)?))))
+                .filter_map(|p| Some((*p, (tok_s_per_user(p)?, p.tok_s_per_gpu()?))))
                 .collect();
             Series {
                 name: name.clone(),
@@ -168,7 +163,13 @@ fn throughput_against_interactivity(points: &[Point], groups: &[(String, Vec<&Po
                 look: Look::Scatter(
                     placed
                         .iter()
-                        .map(|(p, _)| point_name(p, &varying))
+                        .map(|(p, _)| {
+                            let name = point_name(p, &varying);
+                            match usd_per_gpu_hour.and_then(|usd| p.usd_per_mtok(usd)) {
+                                Some(cost) => format!("{name} ${}/M", human(cost)),
+                                None => name,
+                            }
+                        })
                         .collect(),
                 ),
                 group,
@@ -195,7 +196,12 @@ fn throughput_against_interactivity(points: &[Point], groups: &[(String, Vec<&Po
     }
 }
 
-pub fn panels(points: &[Point], coll: &[CollRecord], by: &[String]) -> Vec<Panel> {
+pub fn panels(
+    points: &[Point],
+    coll: &[CollRecord],
+    by: &[String],
+    usd_per_gpu_hour: Option<f64>,
+) -> Vec<Panel> {
     let mut out = Vec::new();
     let with_load: Vec<Point> = points
         .iter()
@@ -286,7 +292,11 @@ pub fn panels(points: &[Point], coll: &[CollRecord], by: &[String]) -> Vec<Panel
             legend: SeriesLabelPosition::UpperLeft,
             series: pct,
         });
-        out.push(throughput_against_interactivity(&with_load, &gs));
+        out.push(throughput_against_interactivity(
+            &with_load,
+            &gs,
+            usd_per_gpu_hour,
+        ));
     }
     if !coll.is_empty() {
         let mut by_op: std::collections::BTreeMap<String, Vec<(f64, f64)>> = Default::default();

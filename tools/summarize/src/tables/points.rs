@@ -34,7 +34,13 @@ pub fn section(facts: &Facts, view: &View) -> Vec<Table> {
         return Vec::new();
     }
     let roof = facts.roofline.as_ref();
-    let mut t = points_table(facts.points, view.cols, view.by, roof);
+    let mut t = points_table(
+        facts.points,
+        view.cols,
+        view.by,
+        roof,
+        view.usd_per_gpu_hour,
+    );
     if roof.is_some() && view.cols.is_none() && view.fit {
         let names: Vec<String> = DROPPABLE.iter().map(|s| s.to_string()).collect();
         t.fit_width(TEXT_WIDTH, &names);
@@ -140,6 +146,7 @@ pub fn points_table(
     cols: Option<&[Col]>,
     by: &[String],
     roof: Option<&Roofline>,
+    usd_per_gpu_hour: Option<f64>,
 ) -> Table {
     let keys = Keys::of(points);
     let groups = group_keys(&keys, by);
@@ -220,11 +227,33 @@ pub fn points_table(
             .collect();
         table.push(row, group);
     }
+    let in_order: Vec<&Point> = order.iter().map(|(_, p)| *p).collect();
     if let Some(roof) = roof {
-        let in_order: Vec<&Point> = order.iter().map(|(_, p)| *p).collect();
         add_columns(&mut table, &in_order, &keys, roof);
     }
+    if let Some(usd) = usd_per_gpu_hour {
+        add_cost_column(&mut table, &in_order, usd);
+    }
     table
+}
+
+/// Adds `$/M out tok` (`--gpu-hour-cost`): what a million output tokens cost at each row's
+/// throughput per GPU, and says how it was counted.
+fn add_cost_column(table: &mut Table, points_in_order: &[&Point], usd_per_gpu_hour: f64) {
+    table.columns.push(Column {
+        name: "usd_per_mtok".into(),
+        header: "$/M out tok".into(),
+    });
+    for (row, p) in table.rows.iter_mut().zip(points_in_order) {
+        row.push(Cell::num(p.usd_per_mtok(usd_per_gpu_hour)));
+    }
+    table.context.push((
+        "cost".into(),
+        format!(
+            "${} per GPU-hour over each row's GPUs (those loadgen sampled, else tp x pp)",
+            human(usd_per_gpu_hour)
+        ),
+    ));
 }
 
 /// A label or parameter value: parameters are numbers (integers but the rate).

@@ -20,6 +20,8 @@ pub struct View<'a> {
     pub notes: &'a [Note],
     /// Text tables are fitted to [`TEXT_WIDTH`] (aligned text without `--wide`).
     pub fit: bool,
+    /// `--gpu-hour-cost`: dollars per GPU-hour, for the points' cost per million tokens.
+    pub usd_per_gpu_hour: Option<f64>,
 }
 
 impl View<'_> {
