@@ -7,6 +7,7 @@ use crate::http::Faults;
 use crate::metrics::MetricNames;
 use crate::plan::{Action, Command, EnginePlan, FixedLatency, ModelPlan, Plan, ServerPlan};
 use crate::predict::PredictArgs;
+use crate::search::SearchArgs;
 use crate::selfreport::SelfReport;
 use servbench::cli;
 use servbench::presets::Layout;
@@ -143,6 +144,8 @@ pub struct Args {
     pub predict: PredictArgs,
     #[command(flatten)]
     pub calibration: CalibrateArgs,
+    #[command(flatten)]
+    pub search: SearchArgs,
     /// Turn prefix caching off (vLLM's spelling; on by default, as in vLLM)
     #[arg(long)]
     pub no_enable_prefix_caching: bool,
@@ -207,6 +210,8 @@ impl Args {
             Action::DryRun {
                 context: self.dry_run_context,
             }
+        } else if self.search.search {
+            Action::Search
         } else if self.predict.predict {
             Action::Predict
         } else if let Some(path) = &self.calibration.calibrate {
@@ -280,7 +285,16 @@ impl Args {
         prob("--fail-rate", self.faults.fail_rate)?;
         prob("--reset-rate", self.faults.reset_rate)?;
         prob("--spec-accept", self.spec_accept)?;
-        if !self.predict.predict
+        if self.search.search {
+            // The search sets the load itself: only the lengths and the SLO are its.
+            let mut rest = self.predict.load.clone();
+            (rest.input_len, rest.max_tokens, rest.slo) = (None, None, None);
+            if let Some(flag) = rest.first_given() {
+                return Err(cli::usage(format!(
+                    "{flag}: --search finds each layout's load itself; it takes --input-len, --max-tokens and --slo"
+                )));
+            }
+        } else if !self.predict.predict
             && let Some(flag) = self.predict.load.first_given()
         {
             return Err(cli::usage(format!(

@@ -11,7 +11,7 @@
 //! model), [`metrics`] (Prometheus text), [`selfreport`] (vLLM's self-report flags), [`step`]
 //! (the shapes those four share, below them all), [`prefix`] (the prefix cache), [`http`] (the
 //! server),
-//! [`predict`] and [`calibrate`] (virtual-time runs of the modelled engine), [`grid`] (the
+//! [`predict`] and [`calibrate`] (virtual-time runs of the modelled engine), [`search`] (the layout to launch), [`grid`] (the
 //! step cost fitted to a measured step grid), [`nelder`] (the fits' minimiser).
 
 pub mod api;
@@ -28,6 +28,7 @@ pub mod plan;
 pub mod predict;
 pub mod prefix;
 pub mod progress;
+pub mod search;
 pub mod selfreport;
 pub mod startup;
 pub mod step;
@@ -109,6 +110,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
             &roofline,
             plan.engine.max_step_tokens,
         ),
+        Action::Search => search::run(&plan),
         Action::Serve => serve(&plan, roofline),
     }
 }

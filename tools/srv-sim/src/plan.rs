@@ -38,6 +38,8 @@ pub enum Action {
     Calibrate(String),
     /// `--calibrate-from GRID.jsonl` alone: fit the step cost to a step grid, print the card.
     CalibrateFrom(String),
+    /// `--search`: every layout of --gpus ranked at its best load under the SLO.
+    Search,
     /// Serve until killed.
     Serve,
 }
