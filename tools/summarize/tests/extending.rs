@@ -171,3 +171,71 @@ fn the_real_sections_are_named_once_each() {
         );
     }
 }
+
+/// A list line as the lists and the README write it, `ctor("name", ARG, family::function),`:
+/// the constructor and its arguments.
+fn list_line(line: &str) -> Option<(&str, Vec<&str>)> {
+    let (ctor, rest) = line.trim().split_once('(')?;
+    let args = rest.strip_suffix("),")?;
+    Some((ctor, args.split(", ").collect()))
+}
+
+/// The README's "Adding a note" and "Adding a record kind" show the line to add as the real
+/// lists write theirs, and name the file that holds each list: a reader who copies the line
+/// into that file adds the note or the section this test file adds above.
+#[test]
+fn the_readmes_lines_to_add_are_written_as_the_real_lists_lines() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+    let readme = read("README.md");
+    for (heading, ctor, list_file) in [
+        ("### Adding a note", "note", "src/notes/mod.rs"),
+        ("### Adding a record kind", "section", "src/tables/mod.rs"),
+    ] {
+        let part = readme
+            .split_once(heading)
+            .unwrap_or_else(|| panic!("README has no {heading:?}"))
+            .1;
+        let part = part.split("\n#").next().unwrap();
+        assert!(
+            part.contains(&format!("`{list_file}`")),
+            "{heading}: names {list_file}"
+        );
+        let shown: Vec<Vec<&str>> = part
+            .lines()
+            .filter_map(list_line)
+            .filter(|(c, _)| *c == ctor)
+            .map(|(_, args)| args)
+            .collect();
+        assert_eq!(shown.len(), 1, "{heading}: one line to add: {shown:?}");
+        let source = read(list_file);
+        let real: Vec<Vec<&str>> = source
+            .lines()
+            .filter_map(list_line)
+            .filter(|(c, _)| *c == ctor)
+            .map(|(_, args)| args)
+            .collect();
+        assert!(real.len() >= 5, "{list_file}: {real:?}");
+        // Every line: a quoted name, what it is under or reads, a family::function.
+        let shaped = |args: &[&str]| {
+            args.len() == 3
+                && args[0].starts_with('"')
+                && args[0].ends_with('"')
+                && args[2].split("::").count() == 2
+        };
+        for args in real.iter().chain(&shown) {
+            assert!(shaped(args), "{list_file} or README: {args:?}");
+        }
+        // The middle argument as the real lines write it: a note's `Under::` place (one the
+        // list uses), a section's kinds `&[...::KIND]`.
+        let middle = shown[0][1];
+        match ctor {
+            "note" => assert!(real.iter().any(|a| a[1] == middle), "{middle}"),
+            _ => {
+                let kinds = |m: &str| m.starts_with("&[") && m.ends_with("::KIND]");
+                assert!(kinds(middle), "{middle}");
+                assert!(real.iter().any(|a| kinds(a[1])));
+            }
+        }
+    }
+}
