@@ -46,6 +46,7 @@ pub const NOTES: &[Note] = &[
         Under::Points,
         runs::spec_gain_collapses,
     ),
+    note("spec_gain_falls", Under::Points, runs::spec_gain_falls),
     note("across_runs", Under::Points, runs::across_runs),
     note(
         "spec_acceptance_falls",
