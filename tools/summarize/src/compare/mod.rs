@@ -267,7 +267,7 @@ fn table_for(
         ));
     }
     table.notes.push(
-        "better/worse: the change exceeds both runs' noise (95% intervals combined: repeats' CI, else the run's own time blocks (batch means) or spread) and 5% (2% with repeats on both sides); ~: within that; ?: too few samples to know the noise (a p99 needs 500+ requests or time blocks)".to_string(),
+        "better/worse: the change exceeds both runs' noise (95% intervals combined: repeats' CI, else the run's own time blocks (batch means) or its spread over its waves) and 5% (2% with repeats on both sides); ~: within that; ?: too few samples to know the noise (a p99 needs 500+ requests, or 100+ in time blocks)".to_string(),
     );
     if let Some(basis) = samples_note(pairing) {
         table.notes.push(basis);
@@ -295,7 +295,7 @@ fn table_for(
 }
 
 /// How many independent samples the verdicts rest on, by kind: repeats, a run's time blocks,
-/// or (points too short for blocks) its requests, whose noise is then understated.
+/// or (points too short for blocks) its waves.
 fn samples_note(pairing: &Pairing) -> Option<String> {
     let mut by_kind: BTreeMap<SampleKind, (usize, usize)> = BTreeMap::new();
     for (_, b, n) in &pairing.pairs {
@@ -316,8 +316,8 @@ fn samples_note(pairing: &Pairing) -> Option<String> {
                 "{} time blocks per run (batch means: each block two latencies or longer)",
                 range(r)
             ),
-            SampleKind::Requests => format!(
-                "{} requests per run without time blocks (points too short for them, or recorded without them): their noise is understated, requests of one wave are not independent",
+            SampleKind::Waves => format!(
+                "{} waves per run (points too short for time blocks, or recorded without them: the requests of one wave count once, its window over its mean latency)",
                 range(r)
             ),
         })

@@ -81,12 +81,15 @@ impl Point {
 
     /// How many independent samples this point's noise rests on, and what they are: its
     /// repeats when there are several, else its run's time blocks (batch means), else its
-    /// requests (a point too short for blocks: requests of one wave are not independent).
+    /// waves (a point too short for blocks: the requests of one wave are one sample).
     pub fn samples(&self) -> (usize, SampleKind) {
         match self.repeats.as_slice() {
             [one] => match &one.noise {
                 Some(n) => (n.blocks as usize, SampleKind::Blocks),
-                None => (one.ok as usize, SampleKind::Requests),
+                None => (
+                    crate::input::metrics::independent_requests(one) as usize,
+                    SampleKind::Waves,
+                ),
             },
             many => (many.len(), SampleKind::Repeats),
         }
@@ -114,7 +117,7 @@ impl Point {
 pub enum SampleKind {
     Repeats,
     Blocks,
-    Requests,
+    Waves,
 }
 
 /// Builds points from inputs, dropping the `merge_labels` (e.g. `host`) so the same point
