@@ -126,6 +126,19 @@ impl Exec for Local {
         }
     }
 
+    fn file_stat(&self, path: &str) -> Result<Option<super::FileStat>, ExecError> {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::metadata(path) {
+            Ok(m) => Ok(Some(super::FileStat {
+                len: m.len(),
+                regular: m.is_file(),
+                id: format!("{}:{}", m.dev(), m.ino()),
+            })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(ExecError::io(format!("cannot read {path}"), e)),
+        }
+    }
+
     fn read_from(
         &self,
         path: &str,

@@ -223,11 +223,55 @@ pub trait Exec: Send + Sync {
         Ok(Some(bytes))
     }
 
+    /// What a path is: its length, whether it is a regular file (a FIFO or a device is not,
+    /// and opening one may block or never end), and its identity (device and inode: a file
+    /// rotated into its place is another); `None` when it does not exist.
+    fn file_stat(&self, path: &str) -> Result<Option<FileStat>, ExecError> {
+        let q = shell_quote(path);
+        let out = self.run(
+            &format!("[ -e {q} ] || exit 44; stat -L -c '%s %F %d:%i' {q}"),
+            Bounds::QUERY,
+        )?;
+        if out.status == 44 {
+            return Ok(None);
+        }
+        let text = out.stdout_text();
+        parse_stat_line(text.trim()).map(Some).ok_or_else(|| {
+            ExecError::io(
+                format!("cannot read what {path} is"),
+                std::io::Error::other(format!(
+                    "stat printed `{}`",
+                    crate::jsonl::excerpt(text.trim(), 80)
+                )),
+            )
+        })
+    }
+
     /// The start time of `pid` (clock ticks since boot), `None` when it does not exist.
     fn start_ticks(&self, pid: u32) -> Result<Option<u64>, ExecError> {
         let stat = self.read_tail(&format!("/proc/{pid}/stat"), 4096)?;
         Ok(stat.and_then(|s| start_ticks_of(pid, &String::from_utf8_lossy(&s))))
     }
+}
+
+/// What [`Exec::file_stat`] says of a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileStat {
+    pub len: u64,
+    pub regular: bool,
+    /// `device:inode`.
+    pub id: String,
+}
+
+/// `stat -c '%s %F %d:%i'`'s line: `123 regular file 2049:1234` (`regular empty file` too).
+fn parse_stat_line(line: &str) -> Option<FileStat> {
+    let (len, rest) = line.split_once(' ')?;
+    let (kind, id) = rest.rsplit_once(' ')?;
+    Some(FileStat {
+        len: len.parse().ok()?,
+        regular: kind.starts_with("regular"),
+        id: id.to_string(),
+    })
 }
 
 /// Quotes `s` for a POSIX shell (single quotes; a bare word when that is safe).
@@ -326,6 +370,15 @@ mod tests {
         assert_eq!(launched_pid(&format!("motd{PID_MARK}7\n")), Some(7));
         assert_eq!(launched_pid("Welcome\n14256\n"), None);
         assert_eq!(launched_pid(&format!("{PID_MARK}\n")), None);
+    }
+
+    #[test]
+    fn stats_line_says_the_length_the_kind_and_the_identity() {
+        let f = parse_stat_line("123 regular file 2049:77").unwrap();
+        assert_eq!((f.len, f.regular, f.id.as_str()), (123, true, "2049:77"));
+        assert!(parse_stat_line("0 regular empty file 1:2").unwrap().regular);
+        assert!(!parse_stat_line("0 fifo 1:3").unwrap().regular);
+        assert_eq!(parse_stat_line("garbage"), None);
     }
 
     #[test]
