@@ -43,6 +43,8 @@ pub const VLLM: &[PhaseMarker] = &[
     marker(P::Weights, "Loading weights took ", Some("")),
     marker(P::ModelLoad, "Model loading took ", Some("memory and ")),
     marker(P::Compile, "torch.compile took ", Some("")),
+    // Older releases: "torch.compile takes %.2f s in total".
+    marker(P::Compile, "torch.compile takes ", Some("")),
     // The CPU build's compile warm-up (cpu_model_runner.py) prints no figure.
     marker(P::Compile, "Warming up done.", None),
     marker(P::GraphCapture, "Graph capturing finished in ", Some("")),
@@ -59,23 +61,32 @@ pub const VLLM: &[PhaseMarker] = &[
 ];
 
 /// SGLang (0.5.23): `srt/model_executor/model_runner.py` (`Load weight begin/end`),
-/// `srt/mem_cache/kv_cache_configurator.py` (`Memory pool end`),
-/// `srt/model_executor/model_runner_components/cuda_graph_setup.py` (`Capture target decode
-/// CUDA graph end. ... elapsed=...`, `CPU graph` on CPUs), `srt/entrypoints/http_server.py`.
+/// `srt/mem_cache/kv_cache_configurator.py` (`Memory pool end`; older: `KV Cache is
+/// allocated.`), `srt/model_executor/model_runner_components/cuda_graph_setup.py` (`Capture
+/// target decode CUDA graph end. ... elapsed=...`, `CPU graph` on CPUs; 0.5.10 and older:
+/// `Capture cuda graph end. Time elapsed: S s`), `srt/entrypoints/http_server.py`.
 pub const SGLANG: &[PhaseMarker] = &[
     marker(P::LoadStart, "Load weight begin.", None),
     marker(P::Weights, "Load weight end.", Some("elapsed=")),
     marker(P::KvCache, "Memory pool end.", None),
+    marker(P::KvCache, "KV Cache is allocated.", None),
+    marker(
+        P::GraphCapture,
+        "Capture cuda graph end. Time elapsed: ",
+        Some(""),
+    ),
     marker(P::GraphCapture, " graph end. ", Some("elapsed=")),
     marker(P::Listening, "Uvicorn running on ", None),
     marker(P::Ready, "The server is fired up and ready to roll!", None),
 ];
 
 /// llama-server: `load_model: loading model '...'`, `model loaded`, `listening on http://...`
-/// (older builds: `main: model loaded`, `main: server is listening on http://...`). It prints
-/// no durations, and its KV cache is allocated inside the model load.
+/// (older builds: `main: loading model`, `main: model loaded`, `main: server is listening on
+/// http://...`; older still printed `HTTP server is listening` before the load, not read). It
+/// prints no durations, and its KV cache is allocated inside the model load.
 pub const LLAMA_CPP: &[PhaseMarker] = &[
     marker(P::LoadStart, "load_model: loading model", None),
+    marker(P::LoadStart, "main: loading model", None),
     marker(P::Weights, ": model loaded", None),
     marker(P::Listening, "listening on http", None),
 ];
@@ -96,7 +107,13 @@ pub struct PhaseScan {
     /// Inside a line over [`MAX_LINE_BYTES`]: skipped up to its end.
     skipping: bool,
     phases: Vec<StartupPhase>,
+    /// Durations the log printed that cannot be (longer than the startup so far), each said.
+    refused: Vec<String>,
 }
+
+/// A printed duration may exceed the time since launch by this much: vLLM rounds some to the
+/// second (`Graph capturing finished in 7 secs`).
+const ROUNDING_S: f64 = 1.0;
 
 impl PhaseScan {
     pub fn new(markers: &'static [PhaseMarker]) -> PhaseScan {
@@ -105,7 +122,14 @@ impl PhaseScan {
             partial: Vec::new(),
             skipping: false,
             phases: Vec::new(),
+            refused: Vec::new(),
         }
+    }
+
+    /// What was refused so far: a phase's printed duration longer than the startup had lasted
+    /// when its line was read (the phase is kept, without the figure).
+    pub fn refused(&self) -> &[String] {
+        &self.refused
     }
 
     /// Log bytes read when `at_s` seconds had passed since launch: each complete line (ended
@@ -130,14 +154,14 @@ impl PhaseScan {
         }
     }
 
-    /// The phases found, in the order the log reported them; a last line without its newline
-    /// yet is matched too (seen at `at_s`).
-    pub fn finish(mut self, at_s: f64) -> Vec<StartupPhase> {
+    /// The phases found, in the order the log reported them, and what was refused; a last
+    /// line without its newline yet is matched too (seen at `at_s`).
+    pub fn finish(mut self, at_s: f64) -> (Vec<StartupPhase>, Vec<String>) {
         if !self.skipping {
             let line = std::mem::take(&mut self.partial);
             self.line(&line, at_s);
         }
-        self.phases
+        (self.phases, self.refused)
     }
 
     fn line(&mut self, line: &[u8], at_s: f64) {
@@ -160,6 +184,16 @@ impl PhaseScan {
             let at = rest.find(after)? + after.len();
             leading_seconds(&rest[at..])
         });
+        let took_s = match took_s {
+            Some(t) if t > at_s + ROUNDING_S => {
+                self.refused.push(format!(
+                    "the log says {} took {t} s, but the server had been starting for {at_s:.1} s when it said so: left out",
+                    m.phase
+                ));
+                None
+            }
+            t => t,
+        };
         self.phases.push(StartupPhase {
             name: m.phase.clone(),
             at_s,
@@ -168,11 +202,24 @@ impl PhaseScan {
     }
 }
 
-/// The number `text` starts with (`1.23 seconds`, `12 secs`), when finite and not negative.
+/// The number `text` starts with (`1.23 seconds`, `12 secs`, `1e3 s`), when finite and not
+/// negative: digits and a point, then an exponent where one follows (`e`, a sign, digits).
 fn leading_seconds(text: &str) -> Option<f64> {
-    let end = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
+    let b = text.as_bytes();
+    let mut end = b
+        .iter()
+        .position(|c| !(c.is_ascii_digit() || *c == b'.'))
+        .unwrap_or(b.len());
+    if matches!(b.get(end), Some(b'e' | b'E')) {
+        let sign = usize::from(matches!(b.get(end + 1), Some(b'+' | b'-')));
+        let digits = b[end + 1 + sign..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+        if digits > 0 {
+            end += 1 + sign + digits;
+        }
+    }
     text[..end]
         .parse::<f64>()
         .ok()
@@ -192,6 +239,7 @@ mod tests {
             s.feed(text.as_bytes(), *at);
         }
         s.finish(99.0)
+            .0
             .into_iter()
             .map(|p| (p.name.to_string(), p.at_s, p.took_s))
             .collect()
@@ -209,7 +257,7 @@ mod tests {
 (EngineCore pid=3961) INFO 12-02 01:58:04 [core.py:402] init engine (profile, create kv cache, warmup model) took 8.78 s\n\
 (APIServer pid=3948) INFO 12-02 01:58:05 [entry.py:140] Starting vLLM server on http://127.0.0.1:11383\n\
 INFO:     Application startup complete.\n";
-        let got = scan(VLLM, &[(log, 1.5)]);
+        let got = scan(VLLM, &[(log, 60.0)]);
         let want = [
             ("load_start", None),
             ("weights", Some(0.01)),
@@ -223,7 +271,7 @@ INFO:     Application startup complete.\n";
         ];
         assert_eq!(got.len(), want.len(), "{got:?}");
         for ((name, at, took), (wname, wtook)) in got.iter().zip(want) {
-            assert_eq!((name.as_str(), *at, *took), (wname, 1.5, wtook));
+            assert_eq!((name.as_str(), *at, *took), (wname, 60.0, wtook));
         }
     }
 
@@ -236,28 +284,93 @@ INFO:     Application startup complete.\n";
                     "[2026] Load weight begin. avail mem=70 GB\n[2026] Load weight en",
                     1.0,
                 ),
-                ("d. elapsed=3.25 s, type=LlamaForCausalLM\n", 2.0),
+                ("d. elapsed=3.25 s, type=LlamaForCausalLM\n", 5.0),
                 (
                     "Capture target decode CUDA graph end. bs=[1, 2], elapsed=41.50 s, mem usage=1 GB.\n",
-                    3.0,
+                    50.0,
                 ),
                 (
                     "Capture draft decode CUDA graph end. bs=[1], elapsed=9.00 s\n",
-                    4.0,
+                    60.0,
                 ),
-                ("The server is fired up and ready to roll!", 5.0),
+                ("The server is fired up and ready to roll!", 70.0),
             ],
         );
         assert_eq!(
             got,
             [
                 ("load_start".to_string(), 1.0, None),
-                ("weights".to_string(), 2.0, Some(3.25)),
-                ("graph_capture".to_string(), 3.0, Some(41.5)),
+                ("weights".to_string(), 5.0, Some(3.25)),
+                ("graph_capture".to_string(), 50.0, Some(41.5)),
                 // Unended when the scan finished: seen then.
                 ("ready".to_string(), 99.0, None),
             ]
         );
+    }
+
+    #[test]
+    fn sp_future_a_duration_longer_than_the_startup_is_refused_and_an_exponent_is_read() {
+        let mut s = PhaseScan::new(VLLM);
+        s.feed(b"Loading weights took 99999999.5 seconds\n", 0.3);
+        s.feed(b"torch.compile took 1e3 s in total\n", 0.4);
+        s.feed(
+            b"Graph capturing finished in 1.5e0 secs, took 0.1 GiB\n",
+            2.0,
+        );
+        assert_eq!(s.refused().len(), 2, "{:?}", s.refused());
+        assert!(
+            s.refused()[1].contains("compile took 1000 s"),
+            "{:?}",
+            s.refused()
+        );
+        let (phases, _) = s.finish(3.0);
+        let took: Vec<Option<f64>> = phases.iter().map(|p| p.took_s).collect();
+        assert_eq!(took, [None, None, Some(1.5)]);
+    }
+
+    #[test]
+    fn older_engines_lines_keep_their_durations() {
+        let got = scan(
+            SGLANG,
+            &[(
+                "[2025-03-08 12:29:28 TP0] Capture cuda graph end. Time elapsed: 7.23 s. avail mem=0.53 GB. mem usage=0.93 GB.\n",
+                9.0,
+            )],
+        );
+        assert_eq!(got, [("graph_capture".to_string(), 9.0, Some(7.23))]);
+        let got = scan(
+            VLLM,
+            &[("INFO torch.compile takes 12.50 s in total\n", 20.0)],
+        );
+        assert_eq!(got, [("compile".to_string(), 20.0, Some(12.5))]);
+        let got = scan(
+            LLAMA_CPP,
+            &[("main: loading model\nmain: model loaded\n", 2.0)],
+        );
+        assert_eq!(got.len(), 2, "{got:?}");
+    }
+
+    #[test]
+    fn the_verbatim_sglang_startup_sample_parses_as_sglang_means_it() {
+        let sample = include_str!("../tests/fixtures/engine-self-report/sglang_startup_lines.txt");
+        let real: String = sample
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with("v0.5") && !l.starts_with("nightly"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let got = scan(SGLANG, &[(real.as_str(), 60.0)]);
+        assert_eq!(
+            got,
+            [
+                ("graph_capture".to_string(), 60.0, Some(7.23)),
+                ("kv_cache".to_string(), 60.0, None),
+                ("weights".to_string(), 60.0, Some(8.01)),
+                ("ready".to_string(), 60.0, None),
+            ]
+        );
+        let nightly = sample.lines().find(|l| l.starts_with("nightly")).unwrap();
+        let got = scan(SGLANG, &[(nightly, 60.0)]);
+        assert_eq!(got, [("graph_capture".to_string(), 99.0, Some(16.4))]);
     }
 
     #[test]
@@ -282,6 +395,7 @@ INFO:     Application startup complete.\n";
         s.feed(b"\nllama_server: model loaded\n", 2.0);
         let got: Vec<_> = s
             .finish(3.0)
+            .0
             .into_iter()
             .map(|p| p.name.to_string())
             .collect();
