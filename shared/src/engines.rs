@@ -66,7 +66,37 @@ pub struct EnginePreset {
     /// What the engine reports without asking, or what it cannot report (for the record's
     /// readers and srv-launch's stderr).
     pub self_report_note: Option<&'static str>,
+    /// An options file `--self-report` writes beside the log and names with its flag, where
+    /// the engine takes its self-report there and not as flags (TensorRT-LLM).
+    pub self_report_options: Option<OptionsFile>,
 }
+
+/// A file of the engine's own options (TensorRT-LLM's LLM-API options YAML), named by `flag`.
+#[derive(Debug, Clone, Copy)]
+pub struct OptionsFile {
+    pub flag: &'static str,
+    pub text: &'static str,
+}
+
+/// The option that names TensorRT-LLM's LLM-API options file (`trtllm-serve
+/// --extra_llm_api_options FILE`).
+pub const TRTLLM_OPTIONS_FLAG: &str = "--extra_llm_api_options";
+
+/// TensorRT-LLM's self-report, in its LLM-API options (`llmapi/llm_args.py`): per-request
+/// timing at `GET /perf_metrics` (the last `perf_metrics_max_requests` requests, taken by each
+/// read), iteration stats at `GET /metrics`, and an iteration log line per step.
+pub const TRTLLM_SELF_REPORT: OptionsFile = OptionsFile {
+    flag: TRTLLM_OPTIONS_FLAG,
+    text: "# written by srv-launch --self-report: TensorRT-LLM's own report on itself\n\
+           return_perf_metrics: true\n\
+           perf_metrics_max_requests: 65536\n\
+           enable_iter_perf_stats: true\n\
+           print_iter_log: true\n",
+};
+
+/// SGLang's decode log interval under `--self-report`: one `Decode batch` line per this many
+/// decode steps (its default is 40; 1 is a line per step).
+pub const SGLANG_SELF_REPORT_DECODE_LOG_INTERVAL: &str = "10";
 
 /// Where a `--cmd` server may tell its version (vLLM's and srv-sim's shape).
 pub const CMD_VERSION: &[(&str, &str)] = &[("/version", "version")];
@@ -107,10 +137,13 @@ pub const ENGINES: &[EnginePreset] = &[
             "--enable-metrics",
             "--enable-mfu-metrics",
             "--enable-request-time-stats-logging",
+            "--decode-log-interval",
+            SGLANG_SELF_REPORT_DECODE_LOG_INTERVAL,
         ],
         self_report_note: Some(
-            "SGLang has no per-request timing in its OpenAI answers and no vLLM-format step log",
+            "SGLang tells each request's times in its log (--enable-request-time-stats-logging), not in its answers",
         ),
+        self_report_options: None,
     },
     EnginePreset {
         name: "vllm",
@@ -133,6 +166,7 @@ pub const ENGINES: &[EnginePreset] = &[
         version: &[("/version", "version")],
         self_report: VLLM_SELF_REPORT,
         self_report_note: None,
+        self_report_options: None,
     },
     EnginePreset {
         name: "llama-cpp",
@@ -157,6 +191,7 @@ pub const ENGINES: &[EnginePreset] = &[
         self_report_note: Some(
             "llama-server returns `timings` in every answer; it has no step log or FLOP counters",
         ),
+        self_report_options: None,
     },
     EnginePreset {
         name: "trtllm",
@@ -176,7 +211,10 @@ pub const ENGINES: &[EnginePreset] = &[
         cache_reset_hint: Some("restart the server, or turn its KV-cache block reuse off"),
         version: &[("/version", "version")],
         self_report: &[],
-        self_report_note: Some("no self-report flags known for trtllm-serve"),
+        self_report_note: Some(
+            "trtllm-serve takes its self-report in an LLM-API options file: srv-launch writes it beside the log",
+        ),
+        self_report_options: Some(TRTLLM_SELF_REPORT),
     },
     EnginePreset {
         name: "sim",
@@ -197,6 +235,7 @@ pub const ENGINES: &[EnginePreset] = &[
         version: &[("/version", "version")],
         self_report: VLLM_SELF_REPORT,
         self_report_note: Some("srv-sim takes vLLM's flags and reports from its cost model"),
+        self_report_options: None,
     },
 ];
 
@@ -234,6 +273,9 @@ pub struct LaunchParams {
     pub program: Option<String>,
     /// Adds the preset's [`EnginePreset::self_report`] flags (before `extra`).
     pub self_report: bool,
+    /// Where the preset's [`EnginePreset::self_report_options`] file is written (srv-launch:
+    /// beside the log), with `self_report`.
+    pub options_file: Option<String>,
     /// Appended as given (after `--`).
     pub extra: Vec<String>,
 }
@@ -272,6 +314,25 @@ impl EnginePreset {
         }
         if params.self_report {
             argv.extend(self.self_report.iter().map(|f| f.to_string()));
+            if let Some(o) = self.self_report_options {
+                if params
+                    .extra
+                    .iter()
+                    .any(|a| a.split('=').next() == Some(o.flag))
+                {
+                    return Err(format!(
+                        "--self-report writes {}'s own {} file: put your options in it after launch, or drop --self-report and add its keys to your file",
+                        self.name, o.flag
+                    ));
+                }
+                let path = params.options_file.clone().ok_or_else(|| {
+                    format!(
+                        "--self-report on {} needs its options file's path",
+                        self.name
+                    )
+                })?;
+                argv.extend([o.flag.to_string(), path]);
+            }
         }
         argv.extend(params.extra.iter().cloned());
         Ok(argv)
@@ -291,6 +352,7 @@ mod tests {
             port: 9000,
             program: None,
             self_report: false,
+            options_file: None,
             extra: vec!["--x".into()],
         }
     }
@@ -311,6 +373,35 @@ mod tests {
             l.join(" "),
             "/opt/llama-server -m m --host 127.0.0.1 --port 9000 --x"
         );
+    }
+
+    #[test]
+    fn tensorrt_llms_self_report_is_its_options_file_and_sglangs_sets_its_log_interval() {
+        let mut p = params();
+        p.tp = 1;
+        p.self_report = true;
+        p.extra.clear();
+        p.options_file = Some("/tmp/s.log.llm-api-options.yaml".into());
+        let t = engine("trtllm").unwrap();
+        assert_eq!(
+            t.argv(&p).unwrap().join(" "),
+            "trtllm-serve m --host 127.0.0.1 --port 9000 --extra_llm_api_options /tmp/s.log.llm-api-options.yaml"
+        );
+        let yaml = t.self_report_options.unwrap().text;
+        for key in [
+            "return_perf_metrics: true",
+            "perf_metrics_max_requests: ",
+            "enable_iter_perf_stats: true",
+            "print_iter_log: true",
+        ] {
+            assert!(yaml.contains(key), "{key} in {yaml}");
+        }
+        p.extra = vec!["--extra_llm_api_options".into(), "mine.yaml".into()];
+        let err = t.argv(&p).unwrap_err();
+        assert!(err.contains("own --extra_llm_api_options"), "{err}");
+        p.extra.clear();
+        let s = engine("sglang").unwrap().argv(&p).unwrap().join(" ");
+        assert!(s.ends_with("--decode-log-interval 10"), "{s}");
     }
 
     #[test]

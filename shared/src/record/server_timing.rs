@@ -1,6 +1,8 @@
-//! The engine's own timing of one request (the `server_timing` of a `request` record), as the
-//! engine sent it in its answer: vLLM's `metrics` (`--enable-per-request-metrics`; srv-sim's
-//! the same) or llama-server's `timings`. Milliseconds on the engine's clock.
+//! The engine's own timing of one request (the `server_timing` of a `request` record): as the
+//! engine sent it in its answer (vLLM's `metrics`, `--enable-per-request-metrics`, srv-sim's
+//! the same; llama-server's `timings`), or as it said it apart and loadgen joined it to the
+//! request by the id both sides see (SGLang's per-request time stats in its log, TensorRT-LLM's
+//! `GET /perf_metrics`). Milliseconds on the engine's clock.
 
 use super::TimingSource;
 use serde::{Deserialize, Serialize};
@@ -29,50 +31,179 @@ pub struct ServerTiming {
     /// `predicted_per_token_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mean_itl_ms: Option<f64>,
+    /// SGLang's `forward_duration`: from leaving its queue to the request's completion (the
+    /// prefill and the decode together; SGLang does not split them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_ms: Option<f64>,
+    /// TensorRT-LLM, disaggregated: the KV cache's transfer from the context server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_transfer_ms: Option<f64>,
+    /// Prompt tokens the engine reused from its cache (llama-server `cache_n`; its `prompt_n`
+    /// then counts only the tokens it evaluated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u32>,
+    /// Speculative decoding: draft tokens proposed, and those accepted (llama-server
+    /// `draft_n`, `draft_n_accepted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_accepted_tokens: Option<u32>,
+}
+
+/// Figures read from one JSON object, and the names of those that were not what they claim.
+struct Figures<'a> {
+    obj: &'a serde_json::Value,
+    bad: &'a mut Vec<String>,
+}
+
+impl Figures<'_> {
+    /// A time: a finite number of 0 ms or more, up to a year.
+    fn ms(&mut self, key: &str) -> Option<f64> {
+        let x = self.obj.get(key)?;
+        match x.as_f64() {
+            Some(f) if (0.0..=MAX_MS).contains(&f) => Some(f),
+            _ if x.is_null() => None,
+            _ => {
+                self.bad.push(format!("{key} {x}"));
+                None
+            }
+        }
+    }
+
+    /// A token count: a whole number no request exceeds.
+    fn tokens(&mut self, key: &str) -> Option<u32> {
+        let x = self.obj.get(key)?;
+        match x.as_u64() {
+            Some(n) if n <= super::MAX_REQUEST_TOKENS => Some(n as u32),
+            _ if x.is_null() => None,
+            _ => {
+                self.bad.push(format!("{key} {x}"));
+                None
+            }
+        }
+    }
+
+    /// A time in seconds on the engine's clock (TensorRT-LLM's steady clock): finite and not
+    /// negative.
+    fn seconds(&mut self, key: &str) -> Option<f64> {
+        let x = self.obj.get(key)?;
+        match x.as_f64() {
+            Some(f) if f.is_finite() && f >= 0.0 => Some(f),
+            _ if x.is_null() => None,
+            _ => {
+                self.bad.push(format!("{key} {x}"));
+                None
+            }
+        }
+    }
+}
+
+/// `later - earlier` in ms, when both are there and it is a time.
+fn between(earlier: Option<f64>, later: Option<f64>) -> Option<f64> {
+    let d = (later? - earlier?) * 1e3;
+    (0.0..=MAX_MS).contains(&d).then_some(d)
 }
 
 impl ServerTiming {
     /// Reads the `metrics` (vLLM) or `timings` (llama-server) object of an answer or chunk;
     /// None when it has neither. A figure that is not a finite number of 0 ms or more (up to a
-    /// year) is left out, and named in the second value.
+    /// year), or a count that is not one, is left out, and named in the second value.
     pub fn from_answer(v: &serde_json::Value) -> Option<(ServerTiming, Vec<String>)> {
         let mut bad = Vec::new();
-        let mut num = |obj: &serde_json::Value, key: &str| -> Option<f64> {
-            let x = obj.get(key)?;
-            match x.as_f64() {
-                Some(f) if (0.0..=MAX_MS).contains(&f) => Some(f),
-                _ if x.is_null() => None,
-                _ => {
-                    bad.push(format!("{key} {x}"));
-                    None
-                }
-            }
-        };
         let t = if let Some(m) = v.get("metrics").filter(|m| m.is_object()) {
-            let queue_ms = num(m, "queue_time_ms");
-            let prefill_ms = num(m, "time_to_first_token_ms");
+            let mut f = Figures {
+                obj: m,
+                bad: &mut bad,
+            };
+            let queue_ms = f.ms("queue_time_ms");
+            let prefill_ms = f.ms("time_to_first_token_ms");
             ServerTiming {
                 source: TimingSource::Vllm,
                 queue_ms,
                 prefill_ms,
                 ttft_ms: prefill_ms.map(|p| p + queue_ms.unwrap_or(0.0)),
-                generation_ms: num(m, "generation_time_ms"),
-                mean_itl_ms: num(m, "mean_itl_ms"),
+                generation_ms: f.ms("generation_time_ms"),
+                mean_itl_ms: f.ms("mean_itl_ms"),
+                ..ServerTiming::default()
             }
         } else if let Some(t) = v.get("timings").filter(|t| t.is_object()) {
-            let prefill_ms = num(t, "prompt_ms");
+            let mut f = Figures {
+                obj: t,
+                bad: &mut bad,
+            };
+            let prefill_ms = f.ms("prompt_ms");
             ServerTiming {
                 source: TimingSource::Llamacpp,
-                queue_ms: None,
                 prefill_ms,
                 ttft_ms: prefill_ms,
-                generation_ms: num(t, "predicted_ms"),
-                mean_itl_ms: num(t, "predicted_per_token_ms"),
+                generation_ms: f.ms("predicted_ms"),
+                mean_itl_ms: f.ms("predicted_per_token_ms"),
+                cached_tokens: f.tokens("cache_n"),
+                draft_tokens: f.tokens("draft_n"),
+                draft_accepted_tokens: f.tokens("draft_n_accepted"),
+                ..ServerTiming::default()
             }
         } else {
             return None;
         };
         Some((t, bad))
+    }
+
+    /// One record of TensorRT-LLM's `GET /perf_metrics` (`{"request_id": N, "perf_metrics":
+    /// {"timing_metrics": {"arrival_time", "first_scheduled_time", "first_token_time",
+    /// "last_token_time", "kv_cache_transfer_start"/"_end"}}}`, seconds on its steady clock):
+    /// its request id and timing. None for a record without a request id or timing.
+    pub fn from_trtllm_perf(v: &serde_json::Value) -> Option<(String, ServerTiming, Vec<String>)> {
+        let id = match v.get("request_id")? {
+            serde_json::Value::Number(n) => n.to_string(),
+            serde_json::Value::String(s) => s.chars().take(128).collect(),
+            _ => return None,
+        };
+        let tm = v.get("perf_metrics")?.get("timing_metrics")?;
+        let mut bad = Vec::new();
+        let mut f = Figures {
+            obj: tm,
+            bad: &mut bad,
+        };
+        let arrival = f.seconds("arrival_time");
+        let scheduled = f.seconds("first_scheduled_time");
+        let first = f.seconds("first_token_time");
+        let last = f.seconds("last_token_time");
+        let kv = between(
+            f.seconds("kv_cache_transfer_start"),
+            f.seconds("kv_cache_transfer_end"),
+        );
+        let t = ServerTiming {
+            source: TimingSource::Trtllm,
+            queue_ms: between(arrival, scheduled),
+            prefill_ms: between(scheduled, first),
+            ttft_ms: between(arrival, first),
+            generation_ms: between(first, last),
+            kv_transfer_ms: kv,
+            ..ServerTiming::default()
+        };
+        Some((id, t, bad))
+    }
+
+    /// SGLang's per-request time stats as its log line gives them (`queue_duration=1.23ms,
+    /// forward_duration=45.67ms`): the queue, and the forward (prefill and decode together).
+    pub fn sglang(queue_ms: Option<f64>, forward_ms: Option<f64>) -> ServerTiming {
+        ServerTiming {
+            source: TimingSource::Sglang,
+            queue_ms,
+            forward_ms,
+            ..ServerTiming::default()
+        }
+    }
+
+    /// Whether `answer_id` (the `id` of the answer the client got) is the request the engine
+    /// calls `engine_id`: the same, or the engine's id after the answer's prefix
+    /// (`chatcmpl-42` for TensorRT-LLM's request 42).
+    pub fn same_request(answer_id: &str, engine_id: &str) -> bool {
+        answer_id == engine_id
+            || answer_id
+                .strip_suffix(engine_id)
+                .is_some_and(|p| p.ends_with('-'))
     }
 }
 
@@ -137,6 +268,66 @@ mod tests {
         assert_eq!(t.source, "llamacpp");
         assert_eq!((t.queue_ms, t.ttft_ms), (None, Some(3.25)));
         assert!(ServerTiming::from_answer(&json!({"usage": {}})).is_none());
+    }
+
+    #[test]
+    fn llama_servers_cache_and_draft_counts_are_read() {
+        let l = json!({"timings": {"prompt_n": 12, "prompt_ms": 3.0, "cache_n": 1073,
+            "predicted_n": 20, "predicted_ms": 40.0, "draft_n": 24, "draft_n_accepted": 18}});
+        let (t, bad) = ServerTiming::from_answer(&l).unwrap();
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(
+            (t.cached_tokens, t.draft_tokens, t.draft_accepted_tokens),
+            (Some(1073), Some(24), Some(18))
+        );
+        let (_, bad) = ServerTiming::from_answer(&json!({"timings": {"cache_n": -1}})).unwrap();
+        assert_eq!(bad, ["cache_n -1"]);
+    }
+
+    #[test]
+    fn the_verbatim_llama_server_chunk_reads_as_llama_means_it() {
+        let sample = include_str!(
+            "../../tests/fixtures/engine-self-report/llamacpp_timings_and_startup.txt"
+        );
+        let chunk = sample.lines().find(|l| l.starts_with('{')).unwrap();
+        let (t, bad) = ServerTiming::from_answer(&serde_json::from_str(chunk).unwrap()).unwrap();
+        assert!(bad.is_empty());
+        assert_eq!(t.source, "llamacpp");
+        assert_eq!(
+            (t.prefill_ms, t.generation_ms),
+            (Some(203.378), Some(933.63))
+        );
+        assert_eq!(t.mean_itl_ms, Some(3.7798785425101213));
+        // No queue in llama-server's timings: its TTFT is its prompt time.
+        assert_eq!(
+            (t.queue_ms, t.ttft_ms, t.cached_tokens),
+            (None, Some(203.378), None)
+        );
+    }
+
+    #[test]
+    fn a_tensorrt_llm_perf_record_gives_queue_prefill_and_generation() {
+        let v = json!({"request_id": 42, "perf_metrics": {"first_iter": 3, "last_iter": 9,
+            "timing_metrics": {"arrival_time": 100.0, "first_scheduled_time": 100.002,
+            "first_token_time": 100.012, "last_token_time": 100.112,
+            "kv_cache_transfer_start": 100.003, "kv_cache_transfer_end": 100.0035}}});
+        let (id, t, bad) = ServerTiming::from_trtllm_perf(&v).unwrap();
+        assert!(bad.is_empty());
+        assert_eq!((id.as_str(), t.source.as_str()), ("42", "trtllm"));
+        let r = |x: Option<f64>| (x.unwrap() * 1e3).round() / 1e3;
+        assert_eq!(
+            (
+                r(t.queue_ms),
+                r(t.prefill_ms),
+                r(t.ttft_ms),
+                r(t.generation_ms)
+            ),
+            (2.0, 10.0, 12.0, 100.0)
+        );
+        assert_eq!(r(t.kv_transfer_ms), 0.5);
+        assert!(ServerTiming::same_request("chatcmpl-42", "42"));
+        assert!(!ServerTiming::same_request("chatcmpl-142", "42"));
+        assert!(ServerTiming::same_request("abc", "abc"));
     }
 
     #[test]

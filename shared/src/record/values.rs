@@ -415,6 +415,10 @@ wire_enum! {
         Vllm = "vllm",
         /// llama-server's `timings` object.
         Llamacpp = "llamacpp",
+        /// SGLang's per-request time stats in its log (`--enable-request-time-stats-logging`).
+        Sglang = "sglang",
+        /// TensorRT-LLM's `GET /perf_metrics` (`return_perf_metrics` in its LLM-API options).
+        Trtllm = "trtllm",
     }
 }
 

@@ -67,6 +67,9 @@ struct Launch {
     log: String,
     env: Vec<(String, String)>,
     launch_id: String,
+    /// The engine's options file to write before it starts (path, text): `--self-report` on
+    /// TensorRT-LLM.
+    options_file: Option<(String, &'static str)>,
 }
 
 /// Runs srv-launch on the flags given; upstream records on stdin are passed through while it
@@ -165,6 +168,18 @@ fn resolve(cfg: &Plan, exec: &dyn Exec) -> Result<Launch> {
         reach
     };
 
+    // The log's default path: /tmp/srv-launch/NAME-PORT-STAMP.log.
+    let stamp = now_ts().replace([':', '-'], "").replace('.', "");
+    let log_for = |engine: &str, port: u16| {
+        cfg.log.clone().unwrap_or_else(|| {
+            let name = cfg.name.as_deref().unwrap_or(engine);
+            format!(
+                "/tmp/srv-launch/{name}-{port}-{}.log",
+                &stamp[..15.min(stamp.len())]
+            )
+        })
+    };
+    let mut options_file = None;
     let (engine, argv, command, port, health_url, models_url, probe_url, url) = match &cfg.server {
         Server::Preset(preset) => {
             let name = preset.name;
@@ -172,6 +187,13 @@ fn resolve(cfg: &Plan, exec: &dyn Exec) -> Result<Launch> {
                 Some(p) => p,
                 None => exec.free_port()?,
             };
+            // The engine's own options file --self-report writes (TensorRT-LLM's), beside the log.
+            if let Some(o) = preset.self_report_options.filter(|_| cfg.self_report) {
+                options_file = Some((
+                    format!("{}.llm-api-options.yaml", log_for(name, port)),
+                    o.text,
+                ));
+            }
             let program = cfg
                 .bin
                 .clone()
@@ -185,6 +207,7 @@ fn resolve(cfg: &Plan, exec: &dyn Exec) -> Result<Launch> {
                     port,
                     program,
                     self_report: cfg.self_report,
+                    options_file: options_file.as_ref().map(|o| o.0.clone()),
                     extra: cfg.extra.clone(),
                 })
                 .map_err(|e| cli::usage(format!("{e} (srv-launch {name})")))?;
@@ -235,14 +258,7 @@ fn resolve(cfg: &Plan, exec: &dyn Exec) -> Result<Launch> {
         }
     };
 
-    let name = cfg.name.clone().unwrap_or_else(|| engine.to_string());
-    let log = cfg.log.clone().unwrap_or_else(|| {
-        let stamp = now_ts().replace([':', '-'], "").replace('.', "");
-        format!(
-            "/tmp/srv-launch/{name}-{port}-{}.log",
-            &stamp[..15.min(stamp.len())]
-        )
-    });
+    let log = log_for(&engine.to_string(), port);
     let launch_id = launch_id();
     let mut env = Vec::new();
     if let Some(g) = &cfg.gpus {
@@ -263,6 +279,7 @@ fn resolve(cfg: &Plan, exec: &dyn Exec) -> Result<Launch> {
         log,
         env,
         launch_id,
+        options_file,
     })
 }
 
@@ -324,6 +341,9 @@ fn launch_and_wait(cfg: &Plan, exec: &dyn Exec, plan: &Launch) -> Result<ServerR
             procs::redact_secrets(&plan.command),
             plan.log
         ));
+    }
+    if let Some((path, text)) = &plan.options_file {
+        write_options(exec, path, text)?;
     }
     let markers = cfg.preset().map_or(&[][..], |p| p.startup);
     let mut watch = startup::LogWatch::new(exec, &plan.log, markers);
@@ -411,7 +431,7 @@ fn launch_and_wait(cfg: &Plan, exec: &dyn Exec, plan: &Launch) -> Result<ServerR
         argv: procs::redact_argv(&plan.argv),
         env: Some(env),
         self_report: cfg.self_report,
-        self_report_flags: self_report_flags(cfg),
+        self_report_flags: self_report_flags(cfg, plan),
         startup: Some(startup),
         killed: false,
         extra: servbench::record::Extra::new(),
@@ -419,14 +439,35 @@ fn launch_and_wait(cfg: &Plan, exec: &dyn Exec, plan: &Launch) -> Result<ServerR
 }
 
 /// The flags `--self-report` added, said once on stderr with what the engine cannot report.
-fn self_report_flags(cfg: &Plan) -> Vec<String> {
+fn self_report_flags(cfg: &Plan, plan: &Launch) -> Vec<String> {
     let Some(preset) = cfg.preset().filter(|_| cfg.self_report) else {
         return Vec::new();
     };
     if let Some(note) = preset.self_report_note {
         cli::info(format!("--self-report on {}: {note}", preset.name));
     }
-    preset.self_report.iter().map(|f| f.to_string()).collect()
+    let mut flags: Vec<String> = preset.self_report.iter().map(|f| f.to_string()).collect();
+    if let (Some(o), Some((path, _))) = (preset.self_report_options, &plan.options_file) {
+        flags.extend([o.flag.to_string(), path.clone()]);
+    }
+    flags
+}
+
+/// Writes the engine's options file on its host (bounded, like every command there).
+fn write_options(exec: &dyn Exec, path: &str, text: &str) -> Result<()> {
+    let q = servbench::exec::shell_quote(path);
+    let script = format!(
+        "mkdir -p \"$(dirname {q})\" && cat > {q} <<'SERVBENCH_OPTIONS_END'\n{text}SERVBENCH_OPTIONS_END\n"
+    );
+    let out = exec.run(&script, servbench::exec::Bounds::QUERY)?;
+    if out.status != 0 {
+        return Err(cli::failure(format!(
+            "cannot write the engine's options file {path} on {}: {}",
+            exec.host(),
+            servbench::jsonl::excerpt(out.stderr_text().trim(), 200)
+        )));
+    }
+    Ok(())
 }
 
 /// The error for a server that exited before it was ready, with its log's tail on stderr.

@@ -216,6 +216,11 @@ pub(super) fn request() -> impl Strategy<Value = Record> {
                     ttft_ms: Some(5.5),
                     generation_ms: Some(40.0),
                     mean_itl_ms: Some(10.0),
+                    forward_ms: (id % 4 == 1).then_some(44.0),
+                    kv_transfer_ms: (id % 4 == 3).then_some(0.5),
+                    cached_tokens: (id % 4 == 1).then_some(16),
+                    draft_tokens: (id % 4 == 3).then_some(12),
+                    draft_accepted_tokens: (id % 4 == 3).then_some(9),
                 }),
                 extra,
             }))
