@@ -21,10 +21,12 @@
 //!   its flags, its points, arrival processes, conversation turns, think times, the ramp and
 //!   find-max rules.
 //! - [`startup`]: a server's startup phases, read from its engine's log.
+//! - [`steplog`]: the engines' step log lines (vLLM, SGLang, TensorRT-LLM) read into `engine_steps`.
 //!
 //! Modules use each other one way only (no circle; `.ci/run` checks it, test files aside). From
 //! the bottom: `record`, `files`, `diag`, `procs` and `rlimit` use none of the others; `stats`
-//! and `startup` use `record`; `engines` uses `startup`; `interrupt` and `ranks` use `diag`;
+//! and `startup` use `record`; `engines` uses `startup`; `steplog` uses `record`,
+//! `engines` and `jsonl`; `interrupt` and `ranks` use `diag`;
 //! `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`; `jsonl` uses `record`,
 //! `files`, `diag` and `interrupt`; `presets` uses `record`, `files`, `jsonl` (measured
 //! collective curves) and `diag`; `telemetry` uses `record` and `exec`; `host` uses `record`,
@@ -49,4 +51,5 @@ pub mod record;
 pub mod rlimit;
 pub mod startup;
 pub mod stats;
+pub mod steplog;
 pub mod telemetry;

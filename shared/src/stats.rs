@@ -4,6 +4,7 @@
 //! digits); histograms serialize as V2+deflate, base64, so summaries merge exactly.
 
 pub mod blocks;
+pub mod busy;
 pub mod knee;
 pub mod ttft_split;
 pub mod turns;

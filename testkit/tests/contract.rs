@@ -10,7 +10,7 @@ use testkit::{bash, json_lines, sh};
 /// A record of a kind no tool knows, with fields in an unusual order and non-ASCII text.
 const FUTURE_KIND: &str = r#"{"zeta":[1,{"b":2}],"kind":"gpu_trace","v":1,"ts":"2026-11-30T17:00:00.000Z","labels":{"who":"upstream"},"note":"μs → ok"}"#;
 /// A known kind from a newer schema version, with a field this build does not know.
-const NEWER_VERSION: &str = r#"{"kind":"coll_run","v":3,"ts":"2026-11-30T17:00:00.000Z","labels":{},"op":"allreduce","backend":"tcp","ranks":2,"sizes":1,"avg_busbw_gbps":1.5,"wrong":0,"new_field_in_v3":{"x":true}}"#;
+const NEWER_VERSION: &str = r#"{"kind":"coll_run","v":4,"ts":"2026-11-30T17:00:00.000Z","labels":{},"op":"allreduce","backend":"tcp","ranks":2,"sizes":1,"avg_busbw_gbps":1.5,"wrong":0,"new_field_in_v4":{"x":true}}"#;
 
 #[test]
 fn records_pass_through_the_whole_pipeline_unchanged_and_labels_are_inherited() {
@@ -31,7 +31,7 @@ fn records_pass_through_the_whole_pipeline_unchanged_and_labels_are_inherited() 
     assert_eq!(lines[0], FUTURE_KIND);
     assert_eq!(lines[1], NEWER_VERSION);
     assert!(
-        stderr(&out).contains("v3 is newer"),
+        stderr(&out).contains("v4 is newer"),
         "a newer schema version is warned about: {}",
         stderr(&out)
     );
@@ -429,7 +429,7 @@ fn the_readmes_example_records_are_in_the_schema() {
         for line in text.lines().filter(|l| l.starts_with(r#"{"kind":"#)) {
             let where_ = readme.display();
             let record = in_the_schema(line, &where_.to_string());
-            // Every kind's example as the tools write it now (the same fields in v1 and v2
+            // Every kind's example as the tools write it now (the same fields in v1, v2 and v3
             // but for the summary's; in_the_schema checks the summaries').
             let written: serde_json::Value = serde_json::from_str(line).unwrap();
             assert_eq!(

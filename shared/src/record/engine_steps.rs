@@ -1,119 +1,137 @@
-//! The engine's own steps during a point (the `engine_steps` of a `summary`), read from the
-//! server's log: vLLM's iteration details (`--enable-logging-iteration-details`; srv-sim's the
-//! same), one line per engine step, as `v1/metrics/loggers.py` writes it after its logger
-//! prefix:
+//! The engine's own steps during a point (the `engine_steps` of a `summary`), from the server's
+//! step log as each engine writes it (the lines are read by the step log reader, `steplog`): vLLM's
+//! iteration details (`--enable-logging-iteration-details`; srv-sim's the same), SGLang's
+//! `Decode batch` / `Prefill batch` lines, TensorRT-LLM's iteration log (`print_iter_log`).
 //!
-//! `Engine 000: Iteration(12): 1 context requests, 64 context tokens, 3 generation requests,
-//! 3 generation tokens, iteration elapsed time: 27.41 ms, GPU KV cache usage: 1.2%`
+//! **The step's length** is what the steps themselves say: a busy engine steps back to back,
+//! so its steps over the point's busy window (the wall time with a request in flight) give
+//! steps per second and the mean step (`step_ms_mean`). Where the lines carry each step's own
+//! length (SGLang's throughput window, TensorRT-LLM's device time, a log clock finer than a
+//! second) the spread (`step_ms_p50`/`_p90`/`_max`) and the decode-only steps' length come from
+//! those. vLLM's "iteration elapsed time" is not the step: the engine core opens that timer
+//! after it launched the step, around its wait for the result (`v1/engine/core.py`), so with
+//! async scheduling or a batch queue it is ~0.03 ms while steps take 5-30 ms. It is kept under
+//! its own name (`result_wait_ms`), and TensorRT-LLM's host time of an iteration likewise
+//! (`host_step_ms`). Only where an engine's waits add up to most of its busy time (a
+//! synchronous engine waits out each step: srv-sim, vLLM's CPU build) are they taken as its
+//! steps' own lengths as well (the step log reader decides, on those sums).
 //!
-//! A context request is one still in its prefill (no output token yet, chunks of a chunked
-//! prefill included); a generation request is decoding. vLLM logs a data-parallel padding step
-//! with ` (dummy)` after its time: such steps are counted apart, not in the figures.
+//! With data parallelism each engine writes its own lines into one log (vLLM's `Engine 00k:`,
+//! SGLang's `DPk`): each engine is read apart (`per_engine`), and the figures over all of them
+//! are sums (`steps`, `steps_per_s`, the token totals) or means per step, never a pool of
+//! different engines' steps passed off as one engine's.
 
 use super::{StepLogFormat, nearest_rank};
 use serde::{Deserialize, Serialize};
 
-/// One engine step as its log line says.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// One engine step, or a run of like steps (SGLang logs one decode line every
+/// `--decode-log-interval` steps), as its log line says.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Step {
+    /// The data-parallel engine that logged it (`Engine 001:`, `DP1`); `None` where the line
+    /// names none (one engine; vLLM before the prefix).
+    pub engine: Option<u32>,
+    /// Steps the line stands for (1, or SGLang's decode log interval).
+    pub count: u32,
     pub ctx_requests: u32,
     pub ctx_tokens: u32,
     pub gen_requests: u32,
     pub gen_tokens: u32,
-    pub elapsed_ms: f64,
+    /// The step's own length where the line carries it (SGLang: its running requests over its
+    /// generation throughput; TensorRT-LLM: the device time; a log clock finer than a second:
+    /// the time since the engine's previous line).
+    pub length_ms: Option<f64>,
+    /// vLLM's "iteration elapsed time": the engine core's wait for the step's result.
+    pub result_wait_ms: Option<f64>,
+    /// TensorRT-LLM's `host_step_time`: the executor's host time of the iteration.
+    pub host_step_ms: Option<f64>,
     /// A data-parallel padding step (` (dummy)`): no work of its own.
     pub dummy: bool,
 }
 
-/// What one log line is.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StepLine {
-    Step(Step),
-    /// An iteration line whose figures could not be read (the reason, for the note).
-    Malformed(String),
-    /// Any other line.
-    Other,
+/// A time the engine logged per step, under its own meaning: mean, nearest-rank p50 and p90,
+/// largest, and sum over the steps.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct LoggedMs {
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub max: f64,
+    pub sum: f64,
 }
 
-/// Reads one line of the server's log (its logger prefix, whatever it is, before `Engine NNN:
-/// Iteration(`). A figure that is not a whole number, or a time that is not finite and 0 ms or
-/// more (up to an hour), makes the line malformed, never an error.
-pub fn parse_step_line(line: &str) -> StepLine {
-    let Some(at) = line.find(": Iteration(") else {
-        return StepLine::Other;
-    };
-    let rest = &line[at + ": Iteration(".len()..];
-    match parse_figures(rest) {
-        Ok(s) => StepLine::Step(s),
-        Err(why) => StepLine::Malformed(why),
+impl LoggedMs {
+    fn of(mut times: Vec<f64>) -> Option<LoggedMs> {
+        if times.is_empty() {
+            return None;
+        }
+        times.sort_by(f64::total_cmp);
+        let sum: f64 = times.iter().sum();
+        Some(LoggedMs {
+            mean: sum / times.len() as f64,
+            p50: nearest_rank(&times, 0.5),
+            p90: nearest_rank(&times, 0.9),
+            max: *times.last().unwrap_or(&0.0),
+            sum,
+        })
     }
 }
 
-fn parse_figures(rest: &str) -> Result<Step, String> {
-    let (_index, rest) = rest
-        .split_once("): ")
-        .ok_or("no `): ` after the iteration index")?;
-    let count = |rest: &str, what: &str| -> Result<u32, String> {
-        let part = rest
-            .split(", ")
-            .find(|p| p.ends_with(what) && p.len() > what.len())
-            .ok_or_else(|| format!("no `N{what}`"))?;
-        let n = part[..part.len() - what.len()].trim();
-        n.parse::<u32>()
-            .map_err(|_| format!("`{n}{what}` is not a count"))
-    };
-    let ctx_requests = count(rest, " context requests")?;
-    let ctx_tokens = count(rest, " context tokens")?;
-    let gen_requests = count(rest, " generation requests")?;
-    let gen_tokens = count(rest, " generation tokens")?;
-    let time = rest
-        .split_once("iteration elapsed time: ")
-        .ok_or("no `iteration elapsed time: `")?
-        .1;
-    let (ms, after) = time
-        .split_once(" ms")
-        .ok_or("no ` ms` after the elapsed time")?;
-    let elapsed_ms = ms
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|t| (0.0..=MAX_STEP_MS).contains(t))
-        .ok_or_else(|| format!("elapsed time `{ms}` is not a time of 0 to 3600000 ms"))?;
-    Ok(Step {
-        ctx_requests,
-        ctx_tokens,
-        gen_requests,
-        gen_tokens,
-        elapsed_ms,
-        dummy: after.starts_with(" (dummy)"),
-    })
+/// One data-parallel engine's part of a point (with more than one engine).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct OneEngineSteps {
+    /// Its index (`Engine 001` is 1).
+    pub engine: u32,
+    pub steps: u64,
+    /// Its steps over the point's busy window.
+    pub steps_per_s: f64,
+    /// Its step's length: the busy window over its steps.
+    pub step_ms_mean: f64,
+    pub ctx_tokens_total: u64,
+    pub gen_tokens_total: u64,
+    /// Mean requests decoding per step.
+    pub gen_requests_mean: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_wait_ms_mean: Option<f64>,
 }
-
-/// An hour: no engine step takes longer.
-const MAX_STEP_MS: f64 = 3_600_000.0;
 
 /// The engine's steps over one point (`summary.engine_steps`): every step line the server's
 /// log gained between the point's start and its end.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct EngineSteps {
-    /// Whose log format: `vllm` (vLLM's iteration details; srv-sim's the same).
+    /// Whose log format: `vllm` (srv-sim's the same), `sglang`, `trtllm`.
     pub source: StepLogFormat,
-    /// Steps in the point's window (dummy steps not counted).
+    /// Engines whose lines the window holds (data parallelism: more than one).
+    #[serde(default = "one")]
+    pub engines: u32,
+    /// Steps in the window (dummy steps not counted); with several engines, their sum.
     pub steps: u64,
-    /// Steps over the window's wall time (from the start's read of the log to the end's).
+    /// Steps over the busy window; with several engines, their sum.
     pub steps_per_s: f64,
-    /// The window's wall time.
+    /// The window's wall time (from the start's read of the log to the end's).
     pub window_s: f64,
-    /// Step time, as the engine timed it: mean, nearest-rank p50 and p90, largest.
+    /// The point's busy window: wall time with at least one request in flight (the window's
+    /// wall time where loadgen did not measure it).
+    pub busy_s: f64,
+    /// The step's length: the busy window over the steps (each engine's, then their mean).
     pub step_ms_mean: f64,
-    pub step_ms_p50: f64,
-    pub step_ms_p90: f64,
-    pub step_ms_max: f64,
-    /// The steps' standard deviation (absent in summaries written before it was).
+    /// The spread of the steps' own lengths, where the lines carry them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_ms_p50: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_ms_p90: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_ms_max: Option<f64>,
+    /// The steps' own lengths' standard deviation, where the lines carry them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_ms_stddev: Option<f64>,
-    /// Sum of every step's time (the engine's busy time within the window).
-    pub busy_ms: f64,
+    /// vLLM's "iteration elapsed time" (the engine core's wait for each step's result: not
+    /// the step; ~0.03 ms with async scheduling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_wait_ms: Option<LoggedMs>,
+    /// TensorRT-LLM's `host_step_time` per iteration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_step_ms: Option<LoggedMs>,
     /// Means per step: requests in their prefill (`context`), their tokens, requests
     /// decoding (`generation`), their tokens.
     pub ctx_requests_mean: f64,
@@ -125,24 +143,31 @@ pub struct EngineSteps {
     pub gen_tokens_total: u64,
     /// Share of the steps with a prefill (a context request) in them.
     pub prefill_share: f64,
-    /// Steps with no prefill in them (decode only), their mean time and mean batch
-    /// (generation requests).
+    /// Steps with no prefill in them (decode only), and their mean batch (generation
+    /// requests).
     pub decode_steps: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decode_step_ms_mean: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_batch_mean: Option<f64>,
-    /// The largest batch of those decode-only steps, and their mean time at it.
+    /// The decode-only steps' own mean length, where the lines carry it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_step_ms_mean: Option<f64>,
+    /// The largest batch of those decode-only steps, and their own mean length at it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_full_batch: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_full_batch_ms_mean: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_full_batch_ms_stddev: Option<f64>,
+    /// The steps with a prefill in them: their own mean length, where the lines carry it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_step_ms_mean: Option<f64>,
+    /// Each engine apart, where the log holds more than one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_engine: Vec<OneEngineSteps>,
     /// Data-parallel padding steps (` (dummy)`), left out of the figures.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub dummy_steps: u64,
-    /// Iteration lines whose figures could not be read, left out (loadgen notes the first).
+    /// Step lines whose figures could not be read, left out (loadgen notes the first).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub malformed_lines: u64,
     /// Bytes of the log read for the window.
@@ -157,198 +182,328 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-impl EngineSteps {
-    /// The figures of the log text of one window (`window_s` of wall time); None when it has
-    /// no step line. The second value: the first malformed line's reason.
-    pub fn from_log(text: &str, window_s: f64) -> Option<(EngineSteps, Option<String>)> {
-        let mut steps = Vec::new();
-        let (mut dummy, mut malformed, mut first_bad) = (0u64, 0u64, None);
-        for line in text.lines() {
-            match parse_step_line(line) {
-                StepLine::Step(s) if s.dummy => dummy += 1,
-                StepLine::Step(s) => steps.push(s),
-                StepLine::Malformed(why) => {
-                    malformed += 1;
-                    first_bad.get_or_insert(why);
-                }
-                StepLine::Other => {}
-            }
-        }
-        if steps.is_empty() && dummy == 0 && malformed == 0 {
-            return None;
-        }
-        let mut e = EngineSteps::of_steps(&steps, window_s);
-        e.dummy_steps = dummy;
-        e.malformed_lines = malformed;
-        e.log_bytes = text.len() as u64;
-        Some((e, first_bad))
-    }
+fn one() -> u32 {
+    1
+}
 
-    /// The figures of `steps` over `window_s`.
-    pub fn of_steps(steps: &[Step], window_s: f64) -> EngineSteps {
-        let n = steps.len() as f64;
+/// The steps' own lengths (each weighted by the steps its line stands for), mean, when any.
+fn mean_length(steps: &[&Step]) -> Option<f64> {
+    let (sum, n) = steps
+        .iter()
+        .filter_map(|s| Some((s.length_ms? * f64::from(s.count), f64::from(s.count))))
+        .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+    (n > 0.0).then(|| sum / n)
+}
+
+/// The steps' own lengths' standard deviation (weighted likewise), when any.
+fn stddev_length(steps: &[&Step]) -> Option<f64> {
+    let m = mean_length(steps)?;
+    let (sum, n) = steps
+        .iter()
+        .filter_map(|s| {
+            let d = s.length_ms? - m;
+            Some((d * d * f64::from(s.count), f64::from(s.count)))
+        })
+        .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+    Some((sum / n).sqrt())
+}
+
+impl EngineSteps {
+    /// The figures of `steps` (no dummy among them) over a window of `window_s` wall time of
+    /// which `busy_s` had a request in flight (0 or less: the whole window).
+    pub fn of_steps(source: &str, steps: &[Step], window_s: f64, busy_s: f64) -> EngineSteps {
+        let busy_s = if busy_s > 0.0 { busy_s } else { window_s };
+        let count = |s: &Step| f64::from(s.count);
+        let n: f64 = steps.iter().map(count).sum();
         let mean = |f: &dyn Fn(&Step) -> f64| {
-            if steps.is_empty() {
-                0.0
+            if n > 0.0 {
+                steps.iter().map(|s| f(s) * count(s)).sum::<f64>() / n
             } else {
-                steps.iter().map(f).sum::<f64>() / n
+                0.0
             }
         };
-        let mut times: Vec<f64> = steps.iter().map(|s| s.elapsed_ms).collect();
-        times.sort_by(f64::total_cmp);
-        let decode: Vec<&Step> = steps.iter().filter(|s| s.ctx_requests == 0).collect();
-        let decode_mean = |f: &dyn Fn(&Step) -> f64, of: &[&Step]| {
-            (!of.is_empty()).then(|| of.iter().map(|s| f(s)).sum::<f64>() / of.len() as f64)
+        let mut engines: Vec<u32> = steps.iter().map(|s| s.engine.unwrap_or(0)).collect();
+        engines.sort_unstable();
+        engines.dedup();
+        let per_engine: Vec<OneEngineSteps> = engines
+            .iter()
+            .map(|&e| {
+                let mine: Vec<Step> = steps
+                    .iter()
+                    .filter(|s| s.engine.unwrap_or(0) == e)
+                    .copied()
+                    .collect();
+                one_engine(e, &mine, busy_s)
+            })
+            .collect();
+        let rate = |k: f64| if busy_s > 0.0 { k / busy_s } else { 0.0 };
+        let step_ms_mean = if per_engine.is_empty() {
+            0.0
+        } else {
+            per_engine.iter().map(|e| e.step_ms_mean).sum::<f64>() / per_engine.len() as f64
         };
+        let mut lengths: Vec<f64> = steps.iter().filter_map(|s| s.length_ms).collect();
+        lengths.sort_by(f64::total_cmp);
+        let at = |q: f64| (!lengths.is_empty()).then(|| nearest_rank(&lengths, q));
+        let decode: Vec<&Step> = steps.iter().filter(|s| s.ctx_requests == 0).collect();
+        let decode_n: f64 = decode.iter().map(|s| count(s)).sum();
         let full = decode.iter().map(|s| s.gen_requests).max();
         let at_full: Vec<&Step> = decode
             .iter()
             .copied()
             .filter(|s| Some(s.gen_requests) == full)
             .collect();
-        let busy_ms = times.iter().sum::<f64>();
-        let stddev = |of: &[f64]| {
-            (!of.is_empty()).then(|| {
-                let m = of.iter().sum::<f64>() / of.len() as f64;
-                (of.iter().map(|t| (t - m) * (t - m)).sum::<f64>() / of.len() as f64).sqrt()
-            })
-        };
-        let full_times: Vec<f64> = at_full.iter().map(|s| s.elapsed_ms).collect();
+        let logged =
+            |f: &dyn Fn(&Step) -> Option<f64>| LoggedMs::of(steps.iter().filter_map(f).collect());
         EngineSteps {
-            source: StepLogFormat::Vllm,
-            steps: steps.len() as u64,
-            steps_per_s: if window_s > 0.0 { n / window_s } else { 0.0 },
+            source: StepLogFormat::parse(source),
+            engines: per_engine.len().max(1) as u32,
+            steps: n as u64,
+            steps_per_s: rate(n),
             window_s,
-            step_ms_mean: mean(&|s| s.elapsed_ms),
-            step_ms_p50: if times.is_empty() {
-                0.0
-            } else {
-                nearest_rank(&times, 0.5)
-            },
-            step_ms_p90: if times.is_empty() {
-                0.0
-            } else {
-                nearest_rank(&times, 0.9)
-            },
-            step_ms_max: times.last().copied().unwrap_or(0.0),
-            step_ms_stddev: stddev(&times),
-            busy_ms,
+            busy_s,
+            step_ms_mean,
+            step_ms_p50: at(0.5),
+            step_ms_p90: at(0.9),
+            step_ms_max: lengths.last().copied(),
+            step_ms_stddev: stddev_length(&steps.iter().collect::<Vec<_>>()),
+            result_wait_ms: logged(&|s| s.result_wait_ms),
+            host_step_ms: logged(&|s| s.host_step_ms),
             ctx_requests_mean: mean(&|s| f64::from(s.ctx_requests)),
             ctx_tokens_mean: mean(&|s| f64::from(s.ctx_tokens)),
             gen_requests_mean: mean(&|s| f64::from(s.gen_requests)),
             gen_tokens_mean: mean(&|s| f64::from(s.gen_tokens)),
-            ctx_tokens_total: steps.iter().map(|s| u64::from(s.ctx_tokens)).sum(),
-            gen_tokens_total: steps.iter().map(|s| u64::from(s.gen_tokens)).sum(),
+            ctx_tokens_total: steps
+                .iter()
+                .map(|s| u64::from(s.ctx_tokens) * u64::from(s.count))
+                .sum(),
+            gen_tokens_total: steps
+                .iter()
+                .map(|s| u64::from(s.gen_tokens) * u64::from(s.count))
+                .sum(),
             prefill_share: mean(&|s| f64::from(u8::from(s.ctx_requests > 0))),
-            decode_steps: decode.len() as u64,
-            decode_step_ms_mean: decode_mean(&|s| s.elapsed_ms, &decode),
-            decode_batch_mean: decode_mean(&|s| f64::from(s.gen_requests), &decode),
+            decode_steps: decode_n as u64,
+            decode_batch_mean: (decode_n > 0.0).then(|| {
+                decode
+                    .iter()
+                    .map(|s| f64::from(s.gen_requests) * count(s))
+                    .sum::<f64>()
+                    / decode_n
+            }),
+            decode_step_ms_mean: mean_length(&decode),
             decode_full_batch: full,
-            decode_full_batch_ms_mean: decode_mean(&|s| s.elapsed_ms, &at_full),
-            decode_full_batch_ms_stddev: stddev(&full_times),
+            decode_full_batch_ms_mean: mean_length(&at_full),
+            decode_full_batch_ms_stddev: stddev_length(&at_full),
+            prefill_step_ms_mean: mean_length(
+                &steps
+                    .iter()
+                    .filter(|s| s.ctx_requests > 0)
+                    .collect::<Vec<_>>(),
+            ),
+            per_engine: if per_engine.len() > 1 {
+                per_engine
+            } else {
+                Vec::new()
+            },
             ..EngineSteps::default()
         }
     }
 
-    /// The engine's mean decode-only step time at `batch` requests, when its decode steps
-    /// reached that batch (their largest); else their mean at their mean batch. With the
-    /// batch the figure is at.
+    /// The engine's decode step at `batch` requests (per engine), with the batch it is at:
+    /// the decode-only steps' own length at that batch where it was their largest, else their
+    /// own mean length at their mean batch, else the mean step (all steps, from the busy
+    /// window) at the decode-only steps' mean batch.
     pub fn decode_step_at(&self, batch: u32) -> Option<(f64, f64)> {
         match (self.decode_full_batch, self.decode_full_batch_ms_mean) {
-            (Some(b), Some(ms)) if b == batch => Some((ms, f64::from(b))),
-            _ => Some((self.decode_step_ms_mean?, self.decode_batch_mean?)),
+            (Some(b), Some(ms)) if b == batch => return Some((ms, f64::from(b))),
+            _ => {}
         }
+        if let (Some(ms), Some(b)) = (self.decode_step_ms_mean, self.decode_batch_mean) {
+            return Some((ms, b));
+        }
+        (self.steps > 0 && self.step_ms_mean > 0.0).then_some((
+            self.step_ms_mean,
+            self.decode_batch_mean.unwrap_or(self.gen_requests_mean),
+        ))
     }
+
+    /// Whether the step figure is the busy window's mean over all steps (no step's own length
+    /// in the lines): what a reader says beside it.
+    pub fn step_from_window(&self) -> bool {
+        self.step_ms_p50.is_none()
+    }
+}
+
+fn one_engine(engine: u32, steps: &[Step], busy_s: f64) -> OneEngineSteps {
+    let n: u64 = steps.iter().map(|s| u64::from(s.count)).sum();
+    let waits: Vec<f64> = steps.iter().filter_map(|s| s.result_wait_ms).collect();
+    let gen_requests: f64 = steps
+        .iter()
+        .map(|s| f64::from(s.gen_requests) * f64::from(s.count))
+        .sum();
+    OneEngineSteps {
+        engine,
+        steps: n,
+        steps_per_s: if busy_s > 0.0 { n as f64 / busy_s } else { 0.0 },
+        step_ms_mean: if n > 0 { busy_s * 1e3 / n as f64 } else { 0.0 },
+        ctx_tokens_total: steps
+            .iter()
+            .map(|s| u64::from(s.ctx_tokens) * u64::from(s.count))
+            .sum(),
+        gen_tokens_total: steps
+            .iter()
+            .map(|s| u64::from(s.gen_tokens) * u64::from(s.count))
+            .sum(),
+        gen_requests_mean: if n > 0 { gen_requests / n as f64 } else { 0.0 },
+        result_wait_ms_mean: (!waits.is_empty())
+            .then(|| waits.iter().sum::<f64>() / waits.len() as f64),
+    }
+}
+
+/// A schema v2 summary's `engine_steps` in v3's shape: v2's `step_ms_*` and `busy_ms` were
+/// vLLM's iteration elapsed times (the result wait), and its `steps_per_s` was over the whole
+/// window, the only window it knew.
+pub(super) fn upgrade_v2(e: &mut serde_json::Map<String, serde_json::Value>) {
+    use serde_json::Value;
+    let num = |e: &serde_json::Map<String, Value>, k: &str| e.get(k).and_then(Value::as_f64);
+    if let (Some(mean), Some(p50), Some(p90), Some(max), Some(sum)) = (
+        num(e, "step_ms_mean"),
+        num(e, "step_ms_p50"),
+        num(e, "step_ms_p90"),
+        num(e, "step_ms_max"),
+        num(e, "busy_ms"),
+    ) && e.get("source").and_then(Value::as_str) == Some("vllm")
+    {
+        let wait = LoggedMs {
+            mean,
+            p50,
+            p90,
+            max,
+            sum,
+        };
+        e.insert(
+            "result_wait_ms".into(),
+            serde_json::to_value(wait).expect("plain numbers serialize"),
+        );
+    }
+    for k in [
+        "step_ms_p50",
+        "step_ms_p90",
+        "step_ms_max",
+        "step_ms_stddev",
+        "busy_ms",
+        "decode_step_ms_mean",
+        "decode_full_batch_ms_mean",
+        "decode_full_batch_ms_stddev",
+    ] {
+        e.remove(k);
+    }
+    let steps = num(e, "steps").unwrap_or(0.0);
+    let window = num(e, "window_s").unwrap_or(0.0);
+    e.insert("busy_s".into(), Value::from(window));
+    let step = if steps > 0.0 {
+        window * 1e3 / steps
+    } else {
+        0.0
+    };
+    e.insert("step_ms_mean".into(), Value::from(step));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const VLLM: &str = "(APIServer pid=7) INFO 12-01 23:30:00 [loggers.py:200] Engine 000: Iteration(12): 1 context requests, 64 context tokens, 3 generation requests, 3 generation tokens, iteration elapsed time: 27.41 ms, CPU KV cache usage: 1.2%";
-
-    #[test]
-    fn vllms_iteration_line_reads_whatever_its_logger_prefix() {
-        let want = Step {
-            ctx_requests: 1,
-            ctx_tokens: 64,
-            gen_requests: 3,
-            gen_tokens: 3,
-            elapsed_ms: 27.41,
-            dummy: false,
-        };
-        assert_eq!(parse_step_line(VLLM), StepLine::Step(want));
-        let bare = VLLM.split_once("] ").unwrap().1;
-        assert_eq!(parse_step_line(bare), StepLine::Step(want));
-        let dummy = "Engine 001: Iteration(3): 0 context requests, 0 context tokens, 0 generation requests, 0 generation tokens, iteration elapsed time: 0.00 ms (dummy), GPU KV cache usage: 0.0%";
-        assert!(matches!(parse_step_line(dummy), StepLine::Step(s) if s.dummy));
-        assert_eq!(
-            parse_step_line("INFO Avg prompt throughput: 1.0 tokens/s"),
-            StepLine::Other
-        );
-    }
-
-    #[test]
-    fn a_step_line_with_figures_that_are_not_counts_or_times_is_malformed_not_fatal() {
-        for (bad, why) in [
-            (VLLM.replace("27.41 ms", "NaN ms"), "elapsed time `NaN`"),
-            (VLLM.replace("27.41 ms", "-1.00 ms"), "elapsed time `-1.00`"),
-            (
-                VLLM.replace("64 context tokens", "x context tokens"),
-                "`x context tokens`",
-            ),
-            (
-                VLLM.replace(", iteration elapsed", "; iteration elapsed"),
-                "no `N generation tokens`",
-            ),
-        ] {
-            match parse_step_line(&bad) {
-                StepLine::Malformed(w) => assert!(w.contains(why), "{w} for {bad}"),
-                other => panic!("{other:?} for {bad}"),
-            }
-        }
-        let text = format!("{VLLM}\n{}\n", VLLM.replace("27.41", "inf"));
-        let (e, first) = EngineSteps::from_log(&text, 1.0).unwrap();
-        assert_eq!((e.steps, e.malformed_lines), (1, 1));
-        assert!(first.unwrap().contains("inf"));
-    }
-
-    #[test]
-    fn a_windows_figures_are_exact_over_its_steps() {
-        let step = |ctx: u32, decoding: u32, ms: f64| Step {
+    fn step(ctx: u32, decoding: u32) -> Step {
+        Step {
+            count: 1,
             ctx_requests: ctx,
             ctx_tokens: ctx * 64,
             gen_requests: decoding,
             gen_tokens: decoding,
-            elapsed_ms: ms,
-            dummy: false,
-        };
-        let steps = [
-            step(1, 0, 40.0),
-            step(0, 1, 10.0),
-            step(1, 1, 30.0),
-            step(0, 2, 20.0),
-            step(0, 2, 22.0),
-        ];
-        let e = EngineSteps::of_steps(&steps, 2.0);
+            ..Step::default()
+        }
+    }
+
+    #[test]
+    fn the_step_is_the_busy_window_over_the_steps_not_the_logged_wait() {
+        // 200 steps in one busy second, each logged as an async engine's 0.03 ms wait.
+        let steps: Vec<Step> = (0..200)
+            .map(|_| Step {
+                result_wait_ms: Some(0.03),
+                ..step(0, 4)
+            })
+            .collect();
+        let e = EngineSteps::of_steps("vllm", &steps, 1.5, 1.0);
+        assert_eq!((e.steps, e.steps_per_s, e.step_ms_mean), (200, 200.0, 5.0));
+        let wait = e.result_wait_ms.unwrap();
+        assert!((wait.mean - 0.03).abs() < 1e-12, "{wait:?}");
+        assert_eq!((wait.p50, wait.max), (0.03, 0.03));
+        assert!(e.step_from_window());
+        assert_eq!(e.decode_step_at(4), Some((5.0, 4.0)));
+    }
+
+    #[test]
+    fn a_windows_figures_are_exact_over_its_steps() {
+        let steps = [step(1, 0), step(0, 1), step(1, 1), step(0, 2), step(0, 2)];
+        let e = EngineSteps::of_steps("vllm", &steps, 2.5, 2.0);
         assert_eq!(e.steps, 5);
         assert_eq!(e.steps_per_s, 2.5);
-        assert_eq!(e.step_ms_mean, 24.4);
-        assert_eq!(
-            (e.step_ms_p50, e.step_ms_p90, e.step_ms_max),
-            (22.0, 40.0, 40.0)
-        );
+        assert_eq!(e.step_ms_mean, 400.0);
         assert_eq!((e.ctx_tokens_total, e.gen_tokens_total), (128, 6));
         assert_eq!(e.prefill_share, 0.4);
         assert_eq!(e.decode_steps, 3);
-        assert_eq!(e.decode_step_ms_mean, Some(52.0 / 3.0));
-        assert_eq!(
-            (e.decode_full_batch, e.decode_full_batch_ms_mean),
-            (Some(2), Some(21.0))
-        );
-        assert_eq!(e.decode_full_batch_ms_stddev, Some(1.0));
-        assert_eq!(e.decode_step_at(2), Some((21.0, 2.0)));
-        assert_eq!(e.decode_step_at(8), Some((52.0 / 3.0, 5.0 / 3.0)));
-        assert_eq!(EngineSteps::from_log("no steps here\n", 1.0), None);
+        assert_eq!(e.decode_batch_mean, Some(5.0 / 3.0));
+        assert_eq!(e.decode_full_batch, Some(2));
+        assert_eq!(e.decode_full_batch_ms_mean, None);
+        assert!(e.per_engine.is_empty());
+    }
+
+    #[test]
+    fn steps_with_their_own_lengths_give_the_spread_and_the_decode_step() {
+        let with = |s: Step, ms: f64, count: u32| Step {
+            length_ms: Some(ms),
+            count,
+            ..s
+        };
+        let steps = [
+            with(step(1, 0), 40.0, 1),
+            with(step(0, 2), 20.0, 40),
+            with(step(0, 1), 10.0, 40),
+        ];
+        let e = EngineSteps::of_steps("sglang", &steps, 2.0, 2.0);
+        assert_eq!(e.steps, 81);
+        assert_eq!((e.step_ms_p50, e.step_ms_max), (Some(20.0), Some(40.0)));
+        assert_eq!(e.decode_step_ms_mean, Some(15.0));
+        assert_eq!(e.decode_full_batch_ms_mean, Some(20.0));
+        assert_eq!(e.decode_full_batch_ms_stddev, Some(0.0));
+        assert_eq!(e.prefill_step_ms_mean, Some(40.0));
+        // 40 steps of 20 ms, 40 of 10 ms, one of 40 ms.
+        let m = (40.0 + 800.0 + 400.0) / 81.0;
+        let var =
+            ((40.0f64 - m).powi(2) + 40.0 * (20.0f64 - m).powi(2) + 40.0 * (10.0f64 - m).powi(2))
+                / 81.0;
+        assert!((e.step_ms_stddev.unwrap() - var.sqrt()).abs() < 1e-9);
+        assert_eq!(e.decode_step_at(2), Some((20.0, 2.0)));
+        assert_eq!(e.gen_tokens_total, 120);
+    }
+
+    #[test]
+    fn each_data_parallel_engine_is_read_apart_and_the_sums_are_sums() {
+        let on = |engine: u32, n: usize| {
+            (0..n).map(move |_| Step {
+                engine: Some(engine),
+                ..step(0, 2)
+            })
+        };
+        let steps: Vec<Step> = on(0, 100).chain(on(1, 50)).collect();
+        let e = EngineSteps::of_steps("vllm", &steps, 1.0, 1.0);
+        assert_eq!((e.engines, e.steps, e.steps_per_s), (2, 150, 150.0));
+        let rates: Vec<(u32, f64, f64)> = e
+            .per_engine
+            .iter()
+            .map(|p| (p.engine, p.steps_per_s, p.step_ms_mean))
+            .collect();
+        assert_eq!(rates, [(0, 100.0, 10.0), (1, 50.0, 20.0)]);
+        assert_eq!(e.step_ms_mean, 15.0);
     }
 }

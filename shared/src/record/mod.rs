@@ -38,7 +38,15 @@ use std::time::SystemTime;
 /// - v2: a summary's load fields (`api`, `seed`, `arrival`, ..., [`WORKLOAD_FIELDS`]) nested
 ///   under one `workload` object ([`Workload`]); every other kind is the same as in v1. A v1
 ///   summary is still read: [`Record::parse`] moves its flat fields in before the typed decode.
-pub const SCHEMA_VERSION: u32 = 2;
+/// - v3: a summary's `engine_steps` times the step by the steps themselves (the busy window
+///   over them, `step_ms_mean`), keeps vLLM's iteration elapsed time under its meaning
+///   (`result_wait_ms`: the engine core's wait for the result) and reads each data-parallel
+///   engine apart (`engines`, `per_engine`); v2's `step_ms_*`/`busy_ms` were that wait. A v2
+///   summary is still read, its figures moved to their names ([`Record::parse`]).
+pub const SCHEMA_VERSION: u32 = 3;
+
+/// The schema version whose `engine_steps` time the step by the steps themselves.
+const STEP_BY_STEPS_SINCE: u32 = 3;
 
 /// Free-form context that travels with records (`engine`, `model`, `tp`, `host`, ...).
 pub type Labels = BTreeMap<String, String>;
@@ -268,17 +276,23 @@ records! {
 }
 
 /// `json` rewritten in this schema's shape where it was written under an older one (None where
-/// it already is): a v1 summary's flat workload fields move under `workload`. Other kinds are
-/// the same in v1 and v2.
+/// it already is): a v1 summary's flat workload fields move under `workload`; a v2 summary's
+/// `engine_steps` figures move to their v3 names. Other kinds are the same in v1, v2 and v3.
 fn upgrade(kind: &str, v: Option<u64>, json: &[u8]) -> Result<Option<String>, RecordError> {
-    if kind != SummaryRecord::KIND || v.is_none_or(|v| v >= u64::from(workload::NESTED_SINCE)) {
+    if kind != SummaryRecord::KIND || v.is_none_or(|v| v >= u64::from(STEP_BY_STEPS_SINCE)) {
         return Ok(None);
     }
-    let fields: Extra = serde_json::from_slice(json).map_err(RecordError::NotJson)?;
-    let upgraded = workload::upgrade_v1_summary(fields);
+    let mut fields: Extra = serde_json::from_slice(json).map_err(RecordError::NotJson)?;
+    if v.is_some_and(|v| v < u64::from(workload::NESTED_SINCE)) {
+        fields = workload::upgrade_v1_summary(fields);
+    }
+    if let Some(Value::Object(steps)) = fields.get_mut("engine_steps") {
+        engine_steps::upgrade_v2(steps);
+    }
+    fields.insert("v".into(), Value::from(STEP_BY_STEPS_SINCE));
     // A map of JSON values serializes (string keys, no I/O).
     Ok(Some(
-        serde_json::to_string(&upgraded).expect("JSON values serialize"),
+        serde_json::to_string(&fields).expect("JSON values serialize"),
     ))
 }
 

@@ -427,6 +427,10 @@ wire_enum! {
     StepLogFormat {
         /// vLLM's iteration details (`--enable-logging-iteration-details`; srv-sim's the same).
         Vllm = "vllm",
+        /// SGLang's `Decode batch` / `Prefill batch` lines.
+        Sglang = "sglang",
+        /// TensorRT-LLM's iteration log (`print_iter_log`).
+        Trtllm = "trtllm",
     }
 }
 

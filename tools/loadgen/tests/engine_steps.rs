@@ -72,12 +72,18 @@ fn each_points_engine_steps_are_the_step_lines_srv_sim_logged_in_its_window() {
         at += e.steps as usize;
         let ms: Vec<f64> = mine.iter().map(|l| l.4).collect();
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
-        assert!(close(e.busy_ms, ms.iter().sum()), "{e:?}");
-        assert!(close(
-            e.step_ms_mean,
-            ms.iter().sum::<f64>() / ms.len() as f64
-        ));
-        assert_eq!(e.step_ms_max, ms.iter().copied().fold(0.0, f64::max));
+        // vLLM's elapsed times, kept as what they are: the engine core's wait for each result.
+        let wait = e.result_wait_ms.expect("the logged elapsed times");
+        assert!(close(wait.sum, ms.iter().sum()), "{e:?}");
+        assert!(close(wait.mean, ms.iter().sum::<f64>() / ms.len() as f64));
+        assert_eq!(wait.max, ms.iter().copied().fold(0.0, f64::max));
+        // The step: the point's busy window over its steps.
+        assert!(e.busy_s > 0.0 && e.busy_s <= e.window_s, "{e:?}");
+        assert!(
+            close(e.step_ms_mean * e.steps as f64, e.busy_s * 1e3),
+            "{e:?}"
+        );
+        assert!(close(e.steps_per_s * e.busy_s, e.steps as f64), "{e:?}");
         assert_eq!(e.ctx_tokens_total, mine.iter().map(|l| l.1).sum::<u64>());
         assert_eq!(e.gen_tokens_total, mine.iter().map(|l| l.3).sum::<u64>());
         // Each request's prefill makes its first token, each decode step one more.
@@ -179,9 +185,81 @@ fn a_remote_servers_step_log_is_read_over_ssh() {
         .expect("engine_steps over SSH");
     let lines = logged(&std::fs::read_to_string(&log).unwrap());
     assert_eq!((e.steps, lines.len() as u64), (3 * 4, 3 * 4), "{stderr}");
+    let wait = e.result_wait_ms.expect("the logged elapsed times");
     assert!(
-        (e.busy_ms - lines.iter().map(|l| l.4).sum::<f64>()).abs() < 1e-9,
+        (wait.sum - lines.iter().map(|l| l.4).sum::<f64>()).abs() < 1e-9,
         "{e:?}"
     );
     assert!(!stderr.contains("engine step log"), "{stderr}");
+}
+
+#[test]
+fn sl_dp2_each_data_parallel_engines_steps_are_read_apart() {
+    // srv-sim with two data-parallel replicas: each logs its own `Engine 00k:` lines into the
+    // one log, and each point gives each engine's steps and rate, their sum named as a sum.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let out = sh(&format!(
+        "srv-launch sim --self-report -- --gpus 2 > {d}/server.jsonl && \
+         loadgen -c 4 -n 16 --max-tokens 8 < {d}/server.jsonl > {d}/run.jsonl; \
+         rc=$?; srv-kill --from {d}/server.jsonl > /dev/null; exit $rc"
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let server: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("server.jsonl")).unwrap())
+            .unwrap();
+    let log = std::fs::read_to_string(server["log"].as_str().unwrap()).unwrap();
+    let points = summaries(&std::fs::read_to_string(dir.path().join("run.jsonl")).unwrap());
+    let e = points[0].engine_steps.as_ref().expect("engine_steps");
+    assert_eq!((e.engines, e.per_engine.len()), (2, 2), "{e:?}");
+    for p in &e.per_engine {
+        let mine = log
+            .lines()
+            .filter(|l| l.contains(&format!("Engine {:03}: Iteration(", p.engine)))
+            .count() as u64;
+        // Each engine's own lines, none of the other's.
+        assert_eq!(p.steps, mine, "engine {}: {e:?}", p.engine);
+        assert!((p.steps_per_s * e.busy_s - p.steps as f64).abs() < 1e-6);
+    }
+    assert_eq!(e.steps, e.per_engine.iter().map(|p| p.steps).sum::<u64>());
+    let sum: f64 = e.per_engine.iter().map(|p| p.steps_per_s).sum();
+    assert!((e.steps_per_s - sum).abs() < 1e-9, "{e:?}");
+    // The step is each engine's, not the pool's: about twice the pooled figure.
+    let pooled_ms = e.busy_s * 1e3 / e.steps as f64;
+    assert!(e.step_ms_mean > 1.5 * pooled_ms, "{e:?}");
+}
+
+#[test]
+fn steplog_fifo_a_server_log_that_is_a_fifo_does_not_hang_the_point() {
+    // A record whose log is a named pipe with no writer: opening it would block forever. The
+    // point ends on time, with one note and no engine_steps.
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = testkit::srv_sim(&[]);
+    let port = url.rsplit(':').next().unwrap();
+    let fifo = dir.path().join("slfifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let record = serde_json::json!({
+        "kind": "server", "v": 3, "ts": "2026-12-02T00:00:00.000Z", "engine": "sim",
+        "host": "localhost", "pid": 1, "pgid": 1, "start_ticks": 1, "port": port.parse::<u16>().unwrap(),
+        "url": url, "command": "srv-sim --enable-logging-iteration-details",
+        "log": fifo.to_str().unwrap(), "ready_s": 0.1,
+        "argv": ["srv-sim", "--enable-logging-iteration-details"]
+    });
+    let server = dir.path().join("server.jsonl");
+    std::fs::write(&server, format!("{record}\n")).unwrap();
+    let out = sh(&format!(
+        "timeout 60 loadgen -c 2 --duration 1s --max-tokens 4 --input-len 8 --no-requests < {}",
+        server.display()
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let points = summaries(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(points.len(), 1, "{stderr}");
+    assert!(points[0].engine_steps.is_none());
+    assert!(stderr.contains("not a regular file"), "{stderr}");
 }

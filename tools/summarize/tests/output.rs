@@ -129,18 +129,18 @@ fn unknown_kinds_are_counted_and_other_kinds_tabulated() {
 fn a_newer_schema_it_cannot_read_is_counted_by_kind_and_version() {
     let dir = tempfile::tempdir().unwrap();
     let newer = dir.path().join("newer.jsonl");
-    // A v3 summary whose `point` changed shape: not readable as a v2 summary.
+    // A v4 summary whose `point` changed shape: not readable as a v3 summary.
     std::fs::write(
         &newer,
-        "{\"kind\":\"summary\",\"v\":3,\"ts\":\"t\",\"labels\":{},\"point\":\"renamed\"}\n",
+        "{\"kind\":\"summary\",\"v\":4,\"ts\":\"t\",\"labels\":{},\"point\":\"renamed\"}\n",
     )
     .unwrap();
     let out = summarize(&["clean.jsonl", newer.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("v3 is newer"), "{err}");
+    assert!(err.contains("v4 is newer"), "{err}");
     assert!(
-        err.contains("ignored 1 record(s)") && err.contains("1 summary v3"),
+        err.contains("ignored 1 record(s)") && err.contains("1 summary v4"),
         "{err}"
     );
     assert!(ok(&out).contains("# load points"));

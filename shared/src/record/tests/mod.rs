@@ -60,26 +60,26 @@ fn unknown_fields_of_known_kinds_are_kept() {
 
 #[test]
 fn newer_version_parses() {
-    let line = r#"{"kind":"coll_run","v":3,"ts":"t","op":"allreduce","backend":"tcp","ranks":2,"sizes":3,"avg_busbw_gbps":1.0,"wrong":0,"hosts":1}"#;
-    assert_eq!(Record::parse(line).unwrap().version(), 3);
+    let line = r#"{"kind":"coll_run","v":4,"ts":"t","op":"allreduce","backend":"tcp","ranks":2,"sizes":3,"avg_busbw_gbps":1.0,"wrong":0,"hosts":1}"#;
+    assert_eq!(Record::parse(line).unwrap().version(), 4);
 }
 
 #[test]
 fn a_newer_version_this_build_cannot_read_is_kept_whole() {
-    // v3 dropped `hosts` and changed `sizes` to a list: not readable as a v2 coll_run.
-    let line = r#"{"kind":"coll_run","v":3,"ts":"t","labels":{},"op":"allreduce","backend":"tcp","ranks":2,"sizes":[8,16],"avg_busbw_gbps":1.0,"wrong":0}"#;
+    // v4 dropped `hosts` and changed `sizes` to a list: not readable as a v3 coll_run.
+    let line = r#"{"kind":"coll_run","v":4,"ts":"t","labels":{},"op":"allreduce","backend":"tcp","ranks":2,"sizes":[8,16],"avg_busbw_gbps":1.0,"wrong":0}"#;
     let rec = Record::parse(line).unwrap();
     assert!(matches!(rec, Record::Other(_)), "{rec:?}");
     assert_eq!(rec.kind(), "coll_run");
-    assert_eq!(rec.version(), 3);
+    assert_eq!(rec.version(), 4);
     let out: serde_json::Value = serde_json::from_str(&rec.to_line()).unwrap();
     assert_eq!(
         out,
         serde_json::from_str::<serde_json::Value>(line).unwrap()
     );
-    // The same line claiming v2 (or v1) is malformed: this build knows what they require.
-    for older in [r#""v":2"#, r#""v":1"#] {
-        let err = Record::parse(&line.replace(r#""v":3"#, older)).unwrap_err();
+    // The same line claiming v3 (or older) is malformed: this build knows what they require.
+    for older in [r#""v":3"#, r#""v":2"#, r#""v":1"#] {
+        let err = Record::parse(&line.replace(r#""v":4"#, older)).unwrap_err();
         assert!(err.to_string().contains("bad coll_run record"), "{err}");
     }
 }

@@ -317,15 +317,19 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                 }),
                 engine_steps: partial.then(|| {
                     let mut e = EngineSteps::of_steps(
+                        "vllm",
                         &[Step {
+                            engine: Some(1),
+                            count: 1,
                             ctx_requests: 1,
                             ctx_tokens: 64,
                             gen_requests: 3,
                             gen_tokens: 3,
-                            elapsed_ms: 27.5,
-                            dummy: false,
+                            result_wait_ms: Some(27.5),
+                            ..Step::default()
                         }],
                         0.5,
+                        0.25,
                     );
                     e.malformed_lines = 1;
                     e

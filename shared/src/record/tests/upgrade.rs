@@ -1,5 +1,6 @@
-//! Schema v1 lines read by this (v2) build: a summary's flat workload fields move under
-//! `workload` before the typed decode; other kinds, and newer summaries, are read as they are.
+//! Older schemas' lines read by this (v3) build: a v1 summary's flat workload fields move under
+//! `workload` and a v2 summary's `engine_steps` figures to their v3 names, before the typed
+//! decode; other kinds, and newer summaries, are read as they are.
 
 use super::super::*;
 use serde_json::{Value, json};
@@ -41,8 +42,8 @@ fn a_v1_summary_has_its_flat_workload_fields_moved_under_workload() {
     assert_eq!(s.by_turn.len(), 1);
     assert_eq!(s.requests, 24);
     assert_eq!(s.extra.keys().collect::<Vec<_>>(), ["zz_unknown"]);
-    // Now in v2's shape, and said so.
-    assert_eq!(s.v, 2);
+    // Now in this schema's shape, and said so.
+    assert_eq!(s.v, SCHEMA_VERSION);
 }
 
 #[test]
@@ -61,7 +62,7 @@ fn every_v1_workload_field_is_one_v2_writes_under_workload() {
             "{field} at the top level: {line}"
         );
     }
-    assert_eq!(line["v"], 2);
+    assert_eq!(line["v"], SCHEMA_VERSION);
 }
 
 #[test]
@@ -117,14 +118,14 @@ fn other_kinds_read_the_same_in_v1_and_v2() {
 
 #[test]
 fn a_newer_summary_is_not_upgraded() {
-    // v3 with flat fields: read as it is (nothing moved; v3's own `seed` is its business).
-    let v3 = V1_SUMMARY.replace(r#""v":1"#, r#""v":3"#);
-    let s = summary(&v3);
-    assert_eq!(s.v, 3);
+    // v4 with flat fields: read as it is (nothing moved; v4's own `seed` is its business).
+    let v4 = V1_SUMMARY.replace(r#""v":1"#, r#""v":4"#);
+    let s = summary(&v4);
+    assert_eq!(s.v, 4);
     assert_eq!(s.workload, Workload::default());
     assert_eq!(s.extra["seed"], 7);
-    // A v3 summary this build cannot read is kept whole, as any newer record.
-    let unreadable = v3.replace(r#""requests":24,"#, "");
+    // A v4 summary this build cannot read is kept whole, as any newer record.
+    let unreadable = v4.replace(r#""requests":24,"#, "");
     let rec = Record::parse(&unreadable).unwrap();
     assert!(matches!(rec, Record::Other(_)), "{rec:?}");
     assert_eq!(
@@ -143,4 +144,24 @@ fn a_v1_summary_without_its_kind_decodes_as_a_rank_part_of_v2() {
     assert_eq!(decode_kind::<SummaryRecord>(&v2_part).unwrap(), part);
     let err = decode_kind::<SummaryRecord>(br#"{"v":2,"ts":"t"}"#).unwrap_err();
     assert!(err.to_string().contains("bad summary record"), "{err}");
+}
+
+/// A v2 summary's `engine_steps` as loadgen wrote it (vLLM's elapsed times under `step_ms_*`).
+const V2_STEPS: &str = r#"{"kind":"summary","v":2,"ts":"2026-12-02T05:10:12.435Z","point":{"index":0,"concurrency":4},"requests":8,"ok":8,"errors":0,"duration_s":0.5,"output_tokens":128,"prompt_tokens":512,"req_s":16.0,"output_tok_s":256.0,"total_tok_s":1280.0,"engine_steps":{"source":"vllm","steps":100,"steps_per_s":200.0,"window_s":0.5,"step_ms_mean":0.03,"step_ms_p50":0.03,"step_ms_p90":0.04,"step_ms_max":0.05,"busy_ms":3.0,"ctx_requests_mean":0.1,"ctx_tokens_mean":6.4,"gen_requests_mean":3.9,"gen_tokens_mean":3.9,"ctx_tokens_total":640,"gen_tokens_total":390,"prefill_share":0.1,"decode_steps":90,"decode_step_ms_mean":0.03,"decode_batch_mean":4.0,"decode_full_batch":4,"decode_full_batch_ms_mean":0.03,"log_bytes":20000}}"#;
+
+#[test]
+fn a_v2_summarys_elapsed_times_are_read_as_the_wait_they_were_and_the_step_from_its_window() {
+    let s = summary(V2_STEPS);
+    let e = s.engine_steps.expect("engine_steps");
+    let wait = e.result_wait_ms.expect("the wait, under its name");
+    assert_eq!(
+        (wait.mean, wait.p90, wait.max, wait.sum),
+        (0.03, 0.04, 0.05, 3.0)
+    );
+    // v2 knew only the window: 100 steps in 0.5 s are 5 ms steps.
+    assert_eq!((e.busy_s, e.step_ms_mean), (0.5, 5.0));
+    assert_eq!((e.step_ms_p50, e.decode_step_ms_mean), (None, None));
+    assert_eq!(e.decode_full_batch, Some(4));
+    assert!(s.extra.is_empty(), "{:?}", s.extra);
+    assert_eq!(s.v, SCHEMA_VERSION);
 }

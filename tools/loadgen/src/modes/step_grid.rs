@@ -3,8 +3,9 @@
 //! holds B requests decoding at a context of L + M/2 on average; then (for the first
 //! `--max-tokens` only) one request at a time with one output token times L's prefill. Each is
 //! a normal point (its `request` and `summary` records are written as usual), followed by one
-//! `step_cell` record: from the engine's step log where the server keeps one (decode-only steps
-//! at the full batch; the prefill steps of each request), else from the client's TPOT or TTFT.
+//! `step_cell` record: from the engine's step log where its lines give each step's own length
+//! (decode-only steps at the full batch; the prefill steps of each request), else from the
+//! client's TPOT or TTFT.
 
 use crate::client::body::Bodies;
 use crate::pacing::Load;
@@ -108,10 +109,13 @@ pub(crate) fn cell(s: &SummaryRecord, phase: StepPhase, max_tokens: u32) -> Opti
     let finite = |v: f64| v.is_finite() && v > 0.0;
     if phase == StepPhase::Prefill {
         // Every step of a one-token request is its prefill (chunks of it included).
-        let engine = steps.filter(|e| e.steps > 0 && e.gen_requests_mean == 0.0 && s.ok > 0);
-        if let Some(e) = engine {
+        // From the steps' own lengths only (a wait of an async engine is not its step).
+        let engine = steps
+            .filter(|e| e.steps > 0 && e.gen_requests_mean == 0.0 && s.ok > 0)
+            .and_then(|e| Some((e, e.prefill_step_ms_mean?)));
+        if let Some((e, step_ms)) = engine {
             let chunks = (e.steps as f64 / s.ok as f64).round().max(1.0) as u32;
-            c.step_ms = e.busy_ms / s.ok as f64;
+            c.step_ms = step_ms * e.steps as f64 / s.ok as f64;
             c.step_ms_stddev = e.step_ms_stddev.unwrap_or(0.0) * f64::from(chunks).sqrt();
             c.samples = s.ok;
             c.chunks = Some(chunks);
@@ -170,14 +174,16 @@ mod tests {
         s
     }
 
+    /// A step whose line carries its own length.
     fn step(ctx: u32, decoding: u32, ms: f64) -> Step {
         Step {
+            count: 1,
             ctx_requests: u32::from(ctx > 0),
             ctx_tokens: ctx,
             gen_requests: decoding,
             gen_tokens: decoding,
-            elapsed_ms: ms,
-            dummy: false,
+            length_ms: Some(ms),
+            ..Step::default()
         }
     }
 
@@ -190,7 +196,7 @@ mod tests {
             step(0, 4, 11.0),
             step(0, 3, 5.0),
         ];
-        let e = EngineSteps::of_steps(&steps, 1.0);
+        let e = EngineSteps::of_steps("vllm", &steps, 1.0, 1.0);
         let c = cell(&summary(4, 8, Some(e)), StepPhase::Decode, 20).unwrap();
         assert_eq!((c.batch, c.step_ms, c.step_ms_stddev), (4, 10.0, 1.0));
         assert_eq!((c.context_tokens, c.samples), (110.0, 3));
@@ -203,7 +209,7 @@ mod tests {
     fn a_prefill_cell_sums_each_prompts_chunks_else_takes_the_clients_ttft() {
         // Two prompts of 100 tokens, each in two chunks of at most 50.
         let steps = [step(50, 0, 10.0), step(50, 0, 14.0)].repeat(2);
-        let e = EngineSteps::of_steps(&steps, 1.0);
+        let e = EngineSteps::of_steps("vllm", &steps, 1.0, 1.0);
         let c = cell(&summary(1, 2, Some(e)), StepPhase::Prefill, 1).unwrap();
         assert_eq!(
             (c.step_ms, c.chunks, c.chunk_tokens),
@@ -212,5 +218,22 @@ mod tests {
         assert_eq!((c.context_tokens, c.batch), (100.0, 1));
         let c = cell(&summary(1, 2, None), StepPhase::Prefill, 1).unwrap();
         assert_eq!((c.step_ms, c.source), (40.0, StepSource::ClientTtft));
+    }
+
+    #[test]
+    fn an_async_engines_logged_waits_are_not_a_cells_step() {
+        // Each step logged as a 0.03 ms wait, no step's own length: the client's figures.
+        let waits: Vec<Step> = (0..8)
+            .map(|_| Step {
+                length_ms: None,
+                result_wait_ms: Some(0.03),
+                ..step(0, 4, 0.0)
+            })
+            .collect();
+        let e = EngineSteps::of_steps("vllm", &waits, 1.0, 1.0);
+        let c = cell(&summary(4, 8, Some(e.clone())), StepPhase::Decode, 20).unwrap();
+        assert_eq!((c.step_ms, c.source), (12.0, StepSource::ClientTpot));
+        let c = cell(&summary(1, 2, Some(e)), StepPhase::Prefill, 1).unwrap();
+        assert_eq!(c.source, StepSource::ClientTtft);
     }
 }

@@ -23,6 +23,7 @@ use servbench::jsonl::RecordWriter;
 use servbench::load::Budget;
 use servbench::record::{ErrorClass, Labels, PointKey, PointStop, SummaryRecord};
 use servbench::stats::PointStats;
+use servbench::stats::busy::BusyWindow;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::sync::Arc;
@@ -242,6 +243,8 @@ impl<W: Write> Run<'_, W> {
         self.ranks.start_together(&total).await?;
         let cpu_before = cpu_seconds();
         let mut stats = PointStats::new();
+        // The wall time with a request in flight: the engine's steps are over it.
+        let mut busy = BusyWindow::new();
         let mut first_failure = None;
         let slo = self.plan.slo.clone();
         let labels = self.labels.clone();
@@ -263,6 +266,9 @@ impl<W: Write> Run<'_, W> {
                 turn: f.turn,
             };
             let rec = to_record(meta, f.outcome, &labels);
+            if let Some(e2e) = rec.e2e_ms {
+                busy.add(rec.intended_ms + rec.send_lag_ms, rec.intended_ms + e2e);
+            }
             stats.add_request(&rec, slo.as_ref());
             if let Some(e) = &rec.error {
                 if first_failure.is_none() {
@@ -306,10 +312,11 @@ impl<W: Write> Run<'_, W> {
             Some(t) if self.ranks.is_none() => t.end(stats.output_tokens).await,
             _ => PointTelemetry::default(),
         };
+        let busy_s = busy.total() / 1e3;
         let engine_steps = self
             .steplog
             .as_mut()
-            .and_then(|log| tokio::task::block_in_place(|| log.end(key.index)));
+            .and_then(|log| tokio::task::block_in_place(|| log.end(key.index, busy_s)));
         let cpu = cpu_seconds() - cpu_before - tele.cpu_s;
         let ended = self.ranks.failure().unwrap_or(ended);
         let mut summary = self.summary(&stats, key, &ended, cpu);

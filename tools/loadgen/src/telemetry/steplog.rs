@@ -1,18 +1,24 @@
 //! The engine's step log during each point (the summary's `engine_steps`): where the upstream
-//! `server` record says its server logs every step (vLLM's `--enable-logging-iteration-details`,
-//! which srv-launch `--self-report` adds; srv-sim's the same), loadgen notes the size of the
+//! `server` record says its server logs its steps (`servbench::steplog::logs_steps`: vLLM's
+//! `--enable-logging-iteration-details`, which srv-launch `--self-report` adds, and srv-sim's
+//! the same; SGLang's decode log; TensorRT-LLM's iteration log), loadgen notes the size of the
 //! server's log (`server.log`, on `server.host`: here, or over SSH) when the point starts and
-//! when it ends, and parses only the bytes between: no timestamps are trusted (vLLM's have
-//! second resolution and no date). Each edge waits for the log to be quiet (unchanged for
-//! [`QUIET`], at most [`SETTLE`]), so the lines of a step that ran before the edge are on the
-//! right side of it. Every read is bounded (`Exec::file_len` and `Exec::read_from`, shared with
-//! srv-launch's startup phases: a byte cap, and over SSH one command of at most 10 s); a
-//! failure, a log that shrank or one with no step line is a note (once), never fatal.
+//! when it ends, and parses only the bytes between. Each edge waits for the log to be quiet
+//! (unchanged for [`QUIET`], at most [`SETTLE`]), so the lines of a step that ran before the
+//! edge are on the right side of it. The steps' rate is over the point's busy window (the wall
+//! time with a request in flight), which the point measures.
+//!
+//! Every read is bounded (`Exec::file_stat` and `Exec::read_from`, shared with srv-launch's
+//! startup phases: a byte cap, and over SSH one command of at most 10 s). Only a regular file is
+//! read (a FIFO would block the read), and only the file the point started with (one rotated
+//! into its name is another); a failure, a log that shrank or one with no step line is a note
+//! (once), never fatal.
 
 use servbench::cli;
-use servbench::engines::STEP_LOG_FLAG;
-use servbench::exec::{self, Exec, SshOptions};
+use servbench::exec::{self, Exec, FileStat, SshOptions};
+use servbench::jsonl::excerpt;
 use servbench::record::{EngineSteps, ServerRecord};
+use servbench::steplog::{self, LogFormat};
 use std::time::{Duration, Instant};
 
 /// The most of a point's log read: a step line is ~200 bytes, so this is ~150,000 steps.
@@ -21,6 +27,8 @@ pub const MAX_STEP_LOG_BYTES: u64 = 32 << 20;
 const QUIET: Duration = Duration::from_millis(100);
 /// ... and an edge waits for that at most this long (a busy log from other clients).
 const SETTLE: Duration = Duration::from_secs(1);
+/// A reason quoted in a note is cut to this many characters.
+const REASON: usize = 160;
 
 /// The server's log, read at each point's edges.
 pub struct StepLog {
@@ -28,18 +36,27 @@ pub struct StepLog {
     /// `host:path`, for the notes.
     place: String,
     path: String,
-    start: Option<(u64, Instant)>,
-    noted: bool,
+    format: LogFormat,
+    start: Option<(FileStat, Instant)>,
+    /// The run's one note, once given.
+    noted: Option<String>,
 }
+
+/// Why a point has no `engine_steps`.
+const NO_STEPS: &str = "those summaries have no `engine_steps`";
 
 impl StepLog {
     /// For a server whose record says it logs its steps; `None` (with a note when it was meant
     /// to and cannot) otherwise.
     pub fn for_server(server: Option<&ServerRecord>, ssh: &SshOptions) -> Option<StepLog> {
         let s = server?;
-        let logs_steps = s.argv.iter().any(|a| a == STEP_LOG_FLAG)
-            || (s.argv.is_empty() && s.command.contains(STEP_LOG_FLAG));
-        if !logs_steps || s.log.is_empty() {
+        let argv: Vec<String> = if s.argv.is_empty() {
+            s.command.split_whitespace().map(str::to_string).collect()
+        } else {
+            s.argv.clone()
+        };
+        let format = steplog::logs_steps(&s.engine, &argv)?;
+        if s.log.is_empty() {
             return None;
         }
         let place = format!("{}:{}", s.host, s.log);
@@ -48,43 +65,56 @@ impl StepLog {
                 exec,
                 place,
                 path: s.log.clone(),
+                format,
                 start: None,
-                noted: false,
+                noted: None,
             }),
             Err(e) => {
                 cli::info(format!(
-                    "note: no engine step log: cannot reach {place}: {e}; summaries have no `engine_steps`"
+                    "note: no engine step log: cannot reach {place}: {e}; {NO_STEPS}"
                 ));
                 None
             }
         }
     }
 
-    fn note(&mut self, why: String) {
-        if !std::mem::replace(&mut self.noted, true) {
-            cli::info(format!(
-                "note: engine step log {}: {why}; those summaries have no `engine_steps`",
-                self.place
-            ));
+    /// One note per run: `why`, then what it costs (`then`).
+    fn note(&mut self, why: &str, then: &str) {
+        if self.noted.is_none() {
+            let note = format!(
+                "note: engine step log {}: {}{then}",
+                self.place,
+                excerpt(why, REASON)
+            );
+            cli::info(&note);
+            self.noted = Some(note);
         }
     }
 
-    /// The log's size now, in bytes.
-    fn size(&self) -> Result<u64, String> {
-        match self.exec.file_len(&self.path) {
-            Ok(Some(len)) => Ok(len),
+    fn no_steps(&mut self, why: &str) {
+        self.note(why, &format!("; {NO_STEPS}"));
+    }
+
+    /// What the log is now: a regular file that exists.
+    fn stat(&self) -> Result<FileStat, String> {
+        match self.exec.file_stat(&self.path) {
+            Ok(Some(f)) if f.regular => Ok(f),
+            Ok(Some(_)) => Err(
+                "it is not a regular file (a FIFO or a device: reading it could block), not read"
+                    .into(),
+            ),
             Ok(None) => Err("it does not exist".into()),
-            Err(e) => Err(format!("cannot read its size: {e}")),
+            Err(e) => Err(format!("cannot read what it is: {e}")),
         }
     }
 
-    /// The size once the log is quiet (or [`SETTLE`] has passed).
-    fn settled_size(&self) -> Result<u64, String> {
+    /// The log once quiet (or [`SETTLE`] has passed).
+    fn settled(&self) -> Result<FileStat, String> {
         let until = Instant::now() + SETTLE;
-        let mut last = self.size()?;
+        let mut last = self.stat()?;
         loop {
             std::thread::sleep(QUIET);
-            let now = self.size()?;
+            let now = self.stat()?;
             if now == last || Instant::now() >= until {
                 return Ok(now);
             }
@@ -94,6 +124,9 @@ impl StepLog {
 
     /// Bytes `from..to` of the log (at most [`MAX_STEP_LOG_BYTES`]), and whether they were cut.
     fn bytes(&self, from: u64, to: u64) -> Result<(Vec<u8>, bool), String> {
+        if to == from {
+            return Ok((Vec::new(), false));
+        }
         let len = (to - from).min(MAX_STEP_LOG_BYTES);
         match self.exec.read_from(&self.path, from, len) {
             Ok(Some(bytes)) => Ok((bytes, to - from > MAX_STEP_LOG_BYTES)),
@@ -104,37 +137,45 @@ impl StepLog {
 
     /// The point starts: its window opens at the log's (quiet) size now. Blocking (bounded).
     pub fn begin(&mut self) {
-        self.start = match self.settled_size() {
-            Ok(n) => Some((n, Instant::now())),
+        self.start = match self.settled() {
+            Ok(f) => Some((f, Instant::now())),
             Err(why) => {
-                self.note(why);
+                self.no_steps(&why);
                 None
             }
         };
     }
 
-    /// The point ends: the steps the log gained since [`StepLog::begin`]. Blocking (bounded).
-    pub fn end(&mut self, point: u32) -> Option<EngineSteps> {
-        let (from, started) = self.start.take()?;
+    /// The point ends: the steps the log gained since [`StepLog::begin`], their rate over
+    /// `busy_s` (the point's busy window; 0: not measured). Blocking (bounded).
+    pub fn end(&mut self, point: u32, busy_s: f64) -> Option<EngineSteps> {
+        let (first, started) = self.start.take()?;
         // The window is the point's, not the wait for a quiet log after it.
         let window_s = started.elapsed().as_secs_f64();
-        let to = match self.settled_size() {
-            Ok(n) => n,
+        let now = match self.settled() {
+            Ok(f) => f,
             Err(why) => {
-                self.note(why);
+                self.no_steps(&why);
                 return None;
             }
         };
+        let (from, to) = (first.len, now.len);
+        if now.id != first.id {
+            self.no_steps(&format!(
+                "it was rotated during point {point} (another file now has its name), so its steps are not all in it"
+            ));
+            return None;
+        }
         if to < from {
-            self.note(format!(
-                "it shrank during point {point} ({from} to {to} bytes: rotated or truncated)"
+            self.no_steps(&format!(
+                "it shrank during point {point} ({from} to {to} bytes: truncated)"
             ));
             return None;
         }
         let (bytes, cut) = match self.bytes(from, to) {
             Ok(b) => b,
             Err(why) => {
-                self.note(why);
+                self.no_steps(&why);
                 return None;
             }
         };
@@ -144,113 +185,53 @@ impl StepLog {
             Some(i) => &text[..=i],
             None => "",
         };
-        match EngineSteps::from_log(whole, window_s) {
+        let busy_s = busy_s.min(window_s);
+        let Some(w) = steplog::read_window(whole, window_s, busy_s, &self.format) else {
+            self.no_steps(&format!(
+                "no step line during point {point}, though the server was started to log them"
+            ));
+            return None;
+        };
+        let mut steps = w.steps;
+        if steps.steps == 0 {
             // Only padding or unreadable lines: no step to report, not a summary of zeros.
-            Some((e, bad)) if e.steps == 0 => {
-                let first = bad.map_or(String::new(), |why| format!(" (first: {why})"));
-                self.note(format!(
-                    "no readable step line during point {point}: {} padding (dummy) and {} malformed{first}",
-                    e.dummy_steps, e.malformed_lines
-                ));
-                None
-            }
-            Some((mut steps, bad)) => {
-                if let Some(why) = bad {
-                    cli::info(format!(
-                        "note: engine step log {}: {} step lines of point {point} could not be read (first: {why}); left out",
-                        self.place, steps.malformed_lines
-                    ));
-                }
-                steps.log_bytes = to - from;
-                steps.log_cut = cut;
-                if cut {
-                    self.note(format!(
-                        "point {point} wrote {} bytes to it, more than the {} read: its `engine_steps` cover the first part only (`log_cut`)",
-                        to - from,
-                        MAX_STEP_LOG_BYTES
-                    ));
-                }
-                Some(steps)
-            }
-            None => {
-                self.note(format!(
-                    "no step line (`Engine NNN: Iteration(N): ...`) during point {point}, though the server was started with {STEP_LOG_FLAG}"
-                ));
-                None
-            }
+            let first = w
+                .first_malformed
+                .map_or(String::new(), |why| format!(" (first: {why})"));
+            self.no_steps(&format!(
+                "no readable step line during point {point}: {} padding (dummy) and {} malformed{first}",
+                steps.dummy_steps, steps.malformed_lines
+            ));
+            return None;
         }
+        if let Some(why) = w.first_malformed {
+            cli::info(format!(
+                "note: engine step log {}: {} step lines of point {point} could not be read (first: {}); left out",
+                self.place,
+                steps.malformed_lines,
+                excerpt(&why, REASON)
+            ));
+        }
+        for why in w.implausible {
+            cli::info(format!(
+                "note: engine step log {}: point {point}: {why}",
+                self.place
+            ));
+        }
+        steps.log_bytes = to - from;
+        steps.log_cut = cut;
+        if cut {
+            self.note(
+                &format!(
+                    "point {point} wrote {} bytes to it, more than the {MAX_STEP_LOG_BYTES} read",
+                    to - from
+                ),
+                ": its `engine_steps` cover the first part only (`log_cut`)",
+            );
+        }
+        Some(steps)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Write as _;
-
-    const STEP: &str = "INFO [loggers.py:200] Engine 000: Iteration(4): 0 context requests, 0 context tokens, 2 generation requests, 2 generation tokens, iteration elapsed time: 5.25 ms, GPU KV cache usage: 0.1%\n";
-
-    fn log_of(path: &std::path::Path) -> StepLog {
-        let record: ServerRecord = serde_json::from_value(serde_json::json!({
-            "kind": "server", "v": 1, "ts": "2026-12-02T00:00:00.000Z", "engine": "vllm",
-            "host": "localhost", "pid": 1, "pgid": 1, "start_ticks": 1, "port": 8000,
-            "url": "http://127.0.0.1:8000", "command": "vllm serve m",
-            "log": path.to_str().unwrap(), "ready_s": 1.0,
-            "argv": ["vllm", "serve", "m", STEP_LOG_FLAG]
-        }))
-        .unwrap();
-        StepLog::for_server(Some(&record), &SshOptions::default()).expect("a step log")
-    }
-
-    fn append(path: &std::path::Path, text: &str) {
-        let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
-        f.write_all(text.as_bytes()).unwrap();
-    }
-
-    #[test]
-    fn only_the_whole_lines_written_inside_the_window_are_the_points_steps() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("server.log");
-        std::fs::write(&path, STEP.repeat(3)).unwrap();
-        let mut log = log_of(&path);
-        log.begin();
-        // Two whole steps, then the first half of a third still being written.
-        append(&path, &format!("{STEP}{STEP}{}", &STEP[..60]));
-        let e = log.end(0).expect("the window's steps");
-        assert_eq!((e.steps, e.gen_tokens_total), (2, 4));
-        assert_eq!(e.log_bytes, (2 * STEP.len() + 60) as u64);
-        assert!(!log.noted);
-    }
-
-    #[test]
-    fn a_log_that_shrank_during_a_point_gives_no_steps_and_a_note() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("server.log");
-        std::fs::write(&path, STEP.repeat(3)).unwrap();
-        let mut log = log_of(&path);
-        log.begin();
-        std::fs::write(&path, STEP).unwrap();
-        assert_eq!(log.end(0), None);
-        assert!(log.noted);
-    }
-
-    #[test]
-    fn a_window_of_only_unreadable_step_lines_gives_no_steps_and_a_note() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("server.log");
-        std::fs::write(&path, STEP).unwrap();
-        let mut log = log_of(&path);
-        log.begin();
-        append(&path, &STEP.replace("5.25 ms", "NaN ms").repeat(2));
-        assert_eq!(log.end(0), None);
-        assert!(log.noted);
-    }
-
-    #[test]
-    fn a_missing_log_gives_no_steps_and_a_note_not_a_failure() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut log = log_of(&dir.path().join("gone.log"));
-        log.begin();
-        assert_eq!(log.end(0), None);
-        assert!(log.noted);
-    }
-}
+mod tests;
