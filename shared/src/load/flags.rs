@@ -35,10 +35,10 @@ pub struct LoadArgs {
     #[arg(long, conflicts_with = "rate")]
     pub ramp: bool,
     /// --ramp: stop when the error rate passes this fraction
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, value_parser = parse_share)]
     pub max_error_rate: f64,
     /// --ramp: stop when output throughput gains less than this fraction over the previous level
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, value_parser = parse_finite)]
     pub min_gain: f64,
     /// --ramp: the highest concurrency tried
     #[arg(long, default_value_t = 16384)]
@@ -115,6 +115,22 @@ pub struct LoadArgs {
     /// Goodput objectives: ttft_ms=500,tpot_ms=50 (also itl_ms, e2e_ms)
     #[arg(long, value_parser = Slo::parse)]
     pub slo: Option<Slo>,
+}
+
+/// A share from 0 to 1 (`--max-error-rate`): NaN or 5 would make every level fail or none.
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}': a share from 0 to 1 (0.01: 1%)")),
+    }
+}
+
+/// A finite number (`--min-gain`): NaN would never call a level saturated.
+fn parse_finite(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        _ => Err(format!("'{s}': a finite number (0.05: 5%)")),
+    }
 }
 
 /// The finest `--find-max-precision`: two loads 0.1% apart give the same measurement within

@@ -219,6 +219,46 @@ fn usage_errors_exit_2() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("Examples:"));
 }
 
+/// RAMP-NAN (round 4): `--max-error-rate NaN` made every ramp level fail (best concurrency
+/// none, exit 0) and `--min-gain NaN` never saturated (climbing to --ramp-max); 5 was taken as
+/// an error rate. The flag parser refuses each in one line naming the flag, before any load.
+#[test]
+fn ramp_nan_error_rate_and_gain_are_refused_by_the_flag_parser() {
+    for (flag, value) in [
+        ("--max-error-rate", "NaN"),
+        ("--max-error-rate", "5"),
+        ("--max-error-rate", "-0.1"),
+        ("--min-gain", "NaN"),
+        ("--min-gain", "inf"),
+    ] {
+        let given = format!("{flag}={value}");
+        let out = loadgen(&["--url", "http://127.0.0.1:9", "--ramp", &given]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(
+            err.contains(flag) && err.contains(value),
+            "{flag} {value}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{flag} {value}: {err}");
+        assert!(out.stdout.is_empty(), "{flag} {value}");
+    }
+    for ok in [["--max-error-rate=0"], ["--min-gain=-0.5"]] {
+        let out = loadgen(
+            &[
+                &["--url", "http://127.0.0.1:9", "--ramp", "-n", "1"][..],
+                &ok,
+            ]
+            .concat(),
+        );
+        assert_ne!(
+            out.status.code(),
+            Some(2),
+            "{ok:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn second_ctrl_c_exits_at_once() {
     let srv = server::start(Behavior {
