@@ -165,3 +165,92 @@ fn a_measured_client_refuses_an_explicit_request_latency() {
         "{stderr}"
     );
 }
+
+/// A real loadgen run on srv-sim answering with its per-request metrics: its records.
+fn served_run() -> Vec<serde_json::Value> {
+    let sim = start(&[&PRESET[..], &["--enable-per-request-metrics"]].concat());
+    let out = Command::new(testkit::bin("loadgen"))
+        .args(["--url", &format!("http://127.0.0.1:{}", sim.port)])
+        .args(["--no-metrics", "--seed", "3"])
+        .args(LOAD)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    testkit::json_lines(&out.stdout)
+}
+
+/// `records` edited by `edit` (each request and its id), predicted from: its stderr.
+fn predicted_from_edited(
+    records: &[serde_json::Value],
+    edit: impl Fn(&mut serde_json::Value, u64),
+) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run.jsonl");
+    let mut text = String::new();
+    for r in records {
+        let mut r = r.clone();
+        if r["kind"] == "request" {
+            let id = r["id"].as_u64().unwrap();
+            edit(&mut r, id);
+        }
+        text.push_str(&format!("{r}\n"));
+    }
+    std::fs::write(&run, text).unwrap();
+    let out = predict_from(&run);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
+/// CG-bad (round 4): requests whose engine TTFT exceeds the client's gave a request latency of
+/// 0 us, unsaid. They are left out, and a warning says how many.
+#[test]
+fn cg_bad_requests_whose_engine_ttft_exceeds_the_clients_are_left_out_and_counted() {
+    let records = served_run();
+    let stderr = predicted_from_edited(&records, |r, id| {
+        if id % 2 == 0 {
+            r["server_timing"]["ttft_ms"] = serde_json::json!(1e9);
+        }
+    });
+    assert!(
+        stderr.contains("16 request(s) whose engine TTFT exceeds the client's left out"),
+        "{stderr}"
+    );
+    let (_, latency_us, _, resent) = measured_line(&stderr);
+    assert!(latency_us > 0, "{stderr}");
+    // Of the 24 re-sent (ids 8..32), the odd ones are left.
+    assert_eq!(resent, 12, "{stderr}");
+}
+
+/// CG-slow (round 4): client TTFTs of 2.8 hours were taken as a request latency of 10^10 us
+/// (a predicted TTFT p50 of 10,003 s). A latency longer than the run's median request time is
+/// bounded to it, with a warning.
+#[test]
+fn cg_slow_an_implausible_request_latency_is_bounded_with_a_warning() {
+    let records = served_run();
+    let mut e2e: Vec<f64> = records
+        .iter()
+        .filter(|r| r["kind"] == "request")
+        .map(|r| r["e2e_ms"].as_f64().unwrap())
+        .collect();
+    e2e.sort_by(f64::total_cmp);
+    let stderr = predicted_from_edited(&records, |r, _| {
+        r["ttft_ms"] = serde_json::json!(1e7);
+    });
+    assert!(
+        stderr.contains("is longer than the run's median request time")
+            && stderr.contains("bounded"),
+        "{stderr}"
+    );
+    let (_, latency_us, _, _) = measured_line(&stderr);
+    assert!(
+        latency_us as f64 <= e2e[15] * 1e3 + 1.0,
+        "{latency_us} us against a median request time of {} ms",
+        e2e[15]
+    );
+}

@@ -45,6 +45,8 @@ pub fn measure(path: &str) -> anyhow::Result<MeasuredGap> {
     let mut points: BTreeMap<(u32, u32, u32, u32, u32), Point> = BTreeMap::new();
     let mut untimed = 0usize;
     let mut overheads_ms = Vec::new();
+    let mut e2e_ms = Vec::new();
+    let mut ahead = 0usize;
     for line in reader {
         let line = line.map_err(|e| cli::usage(format!("{flag}: {e}")))?;
         let Record::Request(ref r) = line.record else {
@@ -69,7 +71,14 @@ pub fn measure(path: &str) -> anyhow::Result<MeasuredGap> {
                 line.location()
             )));
         }
-        overheads_ms.push(overhead.max(0.0));
+        // The engine's first token cannot reach the client before the engine made it: such a
+        // request's timing is not this client's (another clock, an edited file).
+        if overhead < 0.0 {
+            ahead += 1;
+            continue;
+        }
+        overheads_ms.push(overhead);
+        e2e_ms.extend(r.e2e_ms.filter(|e| e.is_finite()));
         if r.id < u64::from(c) {
             continue;
         }
@@ -84,9 +93,16 @@ pub fn measure(path: &str) -> anyhow::Result<MeasuredGap> {
         p.arrivals_ms.push(arrival);
         p.itl_ms.extend_from_slice(&r.itl_ms);
     }
+    if ahead > 0 {
+        cli::warn(format!(
+            "{flag} {path}: {ahead} request(s) whose engine TTFT exceeds the client's left out (their server_timing is not this client's)"
+        ));
+    }
     let resent: usize = points.values().map(|p| p.arrivals_ms.len()).sum();
     if resent == 0 {
-        let why = if untimed > 0 {
+        let why = if ahead > 0 && untimed == 0 {
+            "every usable request's engine TTFT exceeds the client's: its server_timing is not this run's"
+        } else if untimed > 0 {
             "its requests carry no server_timing: serve with --enable-per-request-metrics (srv-sim, vLLM)"
         } else {
             "it holds no successful closed-loop request past a point's first C: run loadgen -c C -n N with N > C"
@@ -113,9 +129,20 @@ pub fn measure(path: &str) -> anyhow::Result<MeasuredGap> {
     } else {
         spacings.iter().sum::<f64>() / spacings.len() as f64
     };
+    // A request's latency is part of its time from send to end: above the run's median request
+    // time it is not a latency but a broken record (TTFTs of hours), and is bounded there.
+    let mut latency_ms = median(&mut overheads_ms).unwrap_or(0.0);
+    if let Some(bound) = median(&mut e2e_ms)
+        && latency_ms > bound
+    {
+        cli::warn(format!(
+            "{flag} {path}: a request latency of {latency_ms:.1} ms (TTFT less the engine's) is longer than the run's median request time, {bound:.1} ms: bounded to it (are the file's TTFTs right?)"
+        ));
+        latency_ms = bound;
+    }
     Ok(MeasuredGap {
         gap: Duration::from_secs_f64(gap_ms.max(0.0) / 1e3),
-        request_latency: Duration::from_secs_f64(median(&mut overheads_ms).unwrap_or(0.0) / 1e3),
+        request_latency: Duration::from_secs_f64(latency_ms / 1e3),
         spacings: spacings.len(),
         resent,
     })
