@@ -117,7 +117,13 @@ pub struct VirtualClock<'a> {
     /// When the client can send its next request: it sends one at a time.
     client_free: Instant,
     pub records: Vec<RequestRecord>,
+    /// Output tokens asked for by the requests sent so far.
+    held_tokens: u64,
 }
+
+/// The most output tokens one predicted point asks for: its records (and their inter-token
+/// gaps) are held until it ends, so a point stops sending there (about 40 bytes a token).
+pub const MAX_POINT_TOKENS: u64 = 20_000_000;
 
 /// The client sends one request at a time, this far apart: a closed loop's first requests
 /// reach an idle engine one after another, and the first starts a step alone, as against a
@@ -148,6 +154,7 @@ impl<'a> VirtualClock<'a> {
             next_id: 0,
             client_free: start,
             records: Vec::new(),
+            held_tokens: 0,
             load,
         };
         match clock.load.pace {
@@ -182,16 +189,28 @@ impl<'a> VirtualClock<'a> {
         self.budget_allows(self.opened, at).then_some(at)
     }
 
-    /// Whether the budget lets a session start at `at` after `count` others.
+    /// Whether the budget lets a session start at `at` after `count` others (and the point
+    /// holds fewer than [`MAX_POINT_TOKENS`]).
     fn budget_allows(&self, count: u64, at: Instant) -> bool {
+        if self.capped() {
+            return false;
+        }
         match self.load.budget {
             Budget::Requests(n) => count < n,
             Budget::Time(d) => at - self.start < d,
         }
     }
 
+    /// Whether the point reached [`MAX_POINT_TOKENS`]: it sends no more.
+    pub fn capped(&self) -> bool {
+        self.held_tokens >= MAX_POINT_TOKENS
+    }
+
     /// Whether a later turn may still be sent at `at` (no turn after `--duration`).
     fn may_send(&self, at: Instant) -> bool {
+        if self.capped() {
+            return false;
+        }
         match self.load.budget {
             Budget::Requests(_) => true,
             Budget::Time(d) => at - self.start < d,
@@ -326,6 +345,7 @@ impl<'a> VirtualClock<'a> {
         };
         tokens.extend((from..input_len).map(|i| splitmix64(user ^ u64::from(i))));
         let prompt_tokens = tokens.len() as u32;
+        self.held_tokens += u64::from(max_tokens);
         let target = (session.turn == 1).then_some(input_len);
         let is_conversation = load.turns.is_some();
         let point = load.point.clone();

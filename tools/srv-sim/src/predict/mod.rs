@@ -148,6 +148,26 @@ impl PredictArgs {
     /// The load's rules (loadgen's, from shared) and what --predict does not model.
     pub fn check(&self) -> anyhow::Result<()> {
         self.load.check(None)?;
+        // A point's records are held until it ends: a budget beyond memory is refused at once
+        // (a --duration's is stopped at the same bound as it runs).
+        let most_tokens = self.outputs().into_iter().max().unwrap_or(256);
+        for pace in self.load.loads() {
+            if let Some(Budget::Requests(n)) = self.load.budget(&pace)
+                && n.saturating_mul(u64::from(most_tokens)) > load::MAX_POINT_TOKENS
+            {
+                let asked = match (self.load.requests, pace) {
+                    (Some(_), _) => format!("-n {n}"),
+                    (None, Load::Closed { concurrency }) => {
+                        format!("{n} requests (the default of -c {concurrency})")
+                    }
+                    (None, _) => format!("{n} requests (the default of the rate)"),
+                };
+                return Err(cli::usage(format!(
+                    "{asked} of {most_tokens} output tokens: a predicted point holds its records until it ends, at most {} output tokens: lower -n",
+                    load::MAX_POINT_TOKENS
+                )));
+            }
+        }
         if self.load.ramp || self.load.find_max.is_some() {
             return Err(cli::usage(
                 "--predict sweeps the loads given: --ramp and --find-max are not predicted",
@@ -313,6 +333,7 @@ fn predict_point(
     engine: &Engine,
     log_steps: bool,
 ) -> Vec<servbench::record::RequestRecord> {
+    let clock_index = load.point.index;
     let mut clock = VirtualClock::new(load, cache);
     let metrics = Arc::new(Mutex::new(Metrics::new(crate::metrics::MetricNames::Vllm)));
     run_modelled(
@@ -333,6 +354,13 @@ fn predict_point(
             .for_engine(0),
         },
     );
+    if clock.capped() {
+        cli::warn(format!(
+            "point {}: stopped sending at {} output tokens, the most a predicted point holds in memory: a shorter --duration or a lower load",
+            clock_index,
+            load::MAX_POINT_TOKENS
+        ));
+    }
     let mut records = clock.records;
     records.sort_by_key(|r| r.id);
     records
