@@ -253,12 +253,15 @@ fn with_the_h200s_measured_gemms_a_c64_prefill_step_costs_more_than_a_decode_ste
     );
     let steps: Vec<(u32, u32, f64)> = err
         .lines()
-        .filter_map(|l| match servbench::record::parse_step_line(l) {
-            servbench::record::StepLine::Step(s) => {
-                Some((s.ctx_tokens, s.gen_requests, s.elapsed_ms))
-            }
-            _ => None,
-        })
+        .filter_map(
+            |l| match servbench::steplog::parse_step_line(l, &Default::default()).0 {
+                // srv-sim runs its steps synchronously: its logged wait is the whole step.
+                servbench::steplog::StepLine::Step(s) => {
+                    Some((s.ctx_tokens, s.gen_requests, s.result_wait_ms?))
+                }
+                _ => None,
+            },
+        )
         .collect();
     let longest_prefill = steps
         .iter()
