@@ -56,8 +56,9 @@ fn the_decode_budget_shows_every_part_and_sums_to_the_measured_tpot() {
     for kind in ["decode", "gemm", "gemm_step"] {
         assert!(kinds.iter().any(|k| k == kind), "no {kind}: {kinds:?}");
     }
-    // A step of 40 ms per token: far above what the tiny step's parts take.
-    let (_sim, url) = testkit::srv_sim(&["--ttft", "1ms", "--itl", "40ms"]);
+    // A step of 400 ms per token: far above what the tiny step's parts take, even on a busy
+    // 2-core box where a tcp allreduce between two ranks has taken 40-63 ms.
+    let (_sim, url) = testkit::srv_sim(&["--ttft", "1ms", "--itl", "400ms"]);
     let load = run(testkit::cmd("loadgen").args([
         "--url",
         &url,
@@ -97,7 +98,7 @@ fn the_decode_budget_shows_every_part_and_sums_to_the_measured_tpot() {
     let p = parts(line);
     assert_eq!(p.len(), 5, "{line}");
     let (sum, tpot) = (p[0] + p[1] + p[2] + p[3], p[4]);
-    assert!(tpot > 30.0, "{line}");
+    assert!(tpot > 300.0, "{line}");
     // Each part is printed to three significant digits.
     assert!((sum - tpot).abs() <= 0.01 * tpot, "{sum} vs {tpot}: {line}");
 }
