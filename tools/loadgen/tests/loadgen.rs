@@ -202,7 +202,10 @@ fn usage_in_the_final_chunk_moves_neither_ttft_nor_e2e() {
         // The usage chunk comes 150 ms after the last token: counted, it would put e2e at
         // least 150 ms past the first token. Bounds a busy box's lateness cannot reach.
         assert!((29.0..150.0).contains(&ttft), "ttft {ttft}");
-        assert!(e2e - ttft < 150.0, "e2e moved by the usage chunk: {ttft} {e2e}");
+        assert!(
+            e2e - ttft < 150.0,
+            "e2e moved by the usage chunk: {ttft} {e2e}"
+        );
         assert_eq!(r.output_tokens, 4);
         assert_eq!(r.output_tokens_source, Some(TokenSource::Usage));
         assert!(r.output_tokens_chunks.is_none());

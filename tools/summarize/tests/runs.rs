@@ -76,6 +76,36 @@ fn speculative_gain_collapsing_with_load_is_noted_and_a_steady_one_is_not() {
 }
 
 #[test]
+fn batched_chunks_from_a_server_that_reports_no_speculation_are_no_collapsing_gain() {
+    // The collapsing fixture's chunks, from a server whose view has no speculative figures:
+    // its tokens came several to a chunk because the stream was batched, not speculated.
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/spec_gain_collapses.jsonl");
+    let server = r#""server":{"engine":"sim","scrapes":12,"gauge_samples":10,"preemptions":0,"#;
+    let text: String = std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| match l.starts_with(r#"{"kind":"summary""#) {
+            true => format!(
+                "{},{}}}}}\n",
+                &l[..l.len() - 1],
+                &server[..server.len() - 1]
+            ),
+            false => format!("{l}\n"),
+        })
+        .collect();
+    let mut inputs = input::Inputs::default();
+    input::load_one("batched.jsonl", text.as_bytes(), true, None, &mut inputs).unwrap();
+    let ps = points::build(&inputs, &["host".to_string()], None);
+    assert!(
+        ps.iter()
+            .all(|p| p.repeats.iter().all(|r| r.server.is_some()))
+    );
+    let fired = runs::spec_gain_collapses(&Facts::of_points(&ps));
+    assert!(fired.is_empty(), "{fired:?}");
+}
+
+#[test]
 fn runs_labelled_apart_get_a_mean_and_interval_per_point() {
     let fired = run(runs::across_runs, "across_runs.jsonl");
     assert_eq!(fired.len(), 1, "{fired:?}");

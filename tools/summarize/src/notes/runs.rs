@@ -40,11 +40,19 @@ pub fn too_few_requests(facts: &Facts) -> Vec<String> {
 
 /// Speculative decoding (several tokens per chunk) that gains at light load and stops gaining
 /// as the load rises: the engine verifies fewer drafts per step under load, or turns
-/// speculation off.
+/// speculation off. A series whose server view shows no speculation at any load is not
+/// speculating, whatever its chunks carry (srv-sim and engines batch a stream's tokens into one
+/// chunk when the client or the box falls behind), as [`spec_tokens`] reads it.
 pub fn spec_gain_collapses(facts: &Facts) -> Vec<String> {
     let (points, keys) = (facts.points, &facts.keys);
     let mut out = Vec::new();
     for s in series(points) {
+        let server_seen = s
+            .iter()
+            .any(|p| p.repeats.iter().any(|r| r.server.is_some()));
+        if server_seen && s.iter().all(|p| spec_tokens(p).is_none()) {
+            continue;
+        }
         let tpc: Vec<Option<f64>> = s.iter().map(|p| p.mean(Metric::TPC)).collect();
         let (Some(first), Some((last_i, last))) = (
             tpc[0],
