@@ -6,7 +6,9 @@
 //!   `generation_time_ms` = last token − first token, `mean_itl_ms` = generation time over
 //!   tokens − 1, `tokens_per_second` = tokens over last token − scheduled.
 //! - `--enable-logging-iteration-details`: one line per engine step on stderr (the server's
-//!   log) in vLLM's format (`v1/metrics/loggers.py`), the step time the cost model gave.
+//!   log) in vLLM's format (`v1/metrics/loggers.py`), the step time the cost model gave; with
+//!   `--async-scheduling`, what an async vLLM logs there instead: its engine core's wait for a
+//!   result launched a step earlier ([`ASYNC_RESULT_WAIT`]), not the step.
 //! - `--enable-mfu-metrics`: `vllm:estimated_flops_per_gpu_total` and
 //!   `vllm:estimated_{read,write}_bytes_per_gpu_total`, each step's FLOPs and bytes per GPU from
 //!   the cost model (its compute and memory times at the card's rates; the roofline counts
@@ -30,7 +32,16 @@ pub struct SelfReport {
     /// FLOP and byte counters from the cost model in /metrics under vLLM's names
     #[arg(long)]
     pub enable_mfu_metrics: bool,
+    /// As vLLM's flag: the step log's "iteration elapsed time" becomes the engine core's wait
+    /// for a step launched earlier (0.03 ms), not the step (the steps run as modelled)
+    #[arg(long)]
+    pub async_scheduling: bool,
 }
+
+/// What an async-scheduling vLLM logs as a step's "iteration elapsed time": its engine core
+/// opens that timer after launching the next step, so it waits only for a result that is
+/// already (nearly) there (`v1/engine/core.py`).
+pub const ASYNC_RESULT_WAIT: Duration = Duration::from_micros(30);
 
 impl SelfReport {
     pub fn for_engine(self, index: u32) -> EngineReport {
@@ -107,7 +118,11 @@ impl EngineReport {
                 ctx_tokens: shape.work.prefill_tokens.saturating_sub(verify),
                 gen_requests,
                 gen_tokens: gen_requests.saturating_add(verify),
-                elapsed,
+                elapsed: if self.flags.async_scheduling {
+                    ASYNC_RESULT_WAIT
+                } else {
+                    elapsed
+                },
                 kv_usage: m.kv_usage,
             };
             log_line(&line.to_string());

@@ -73,20 +73,20 @@ fn the_engine_step_columns_note_and_mbu_are_srv_sims_own_figures() {
     for s in of_kind(&records, "summary") {
         let c = s["point"]["concurrency"].as_u64().unwrap();
         let e = &s["engine_steps"];
-        // The note puts the engine's decode step at the point's batch beside the TPOT.
+        // The note puts the engine's step at the point's batch beside the TPOT: the step's
+        // length from the busy window over the steps (vLLM's logged time is only its wait).
         let note = text
             .lines()
             .find(|l| l.starts_with(&format!("note: C={c}: engine step")))
             .unwrap_or_else(|| panic!("no engine step note at C={c}:\n{text}"));
         assert_eq!(e["decode_full_batch"], c, "{e}");
         let step = number_before(note, "engine step", " ms at batch");
-        assert!(
-            printed_as(step, num(e, "decode_full_batch_ms_mean")),
-            "{note} vs {e}"
-        );
+        assert!(printed_as(step, num(e, "step_ms_mean")), "{note} vs {e}");
+        // No step's own length in vLLM's lines: the steps' rate times the step, and the logged
+        // time is named for what it is.
         assert!(
             note.contains(&format!(
-                "at batch {c} (its step log: {} decode steps of {};",
+                "(its step log: {} decode steps of {}, the step from their rate over the busy time; the engine core's wait for a step's result ",
                 e["decode_steps"], e["steps"]
             )),
             "{note}"
@@ -111,7 +111,7 @@ fn the_engine_step_columns_note_and_mbu_are_srv_sims_own_figures() {
         let srv = &s["server"];
         let bytes = srv["est_read_bytes_per_gpu"].as_f64().unwrap();
         let flops = srv["est_flops_per_gpu"].as_f64().unwrap();
-        let memory_ms = num(e, "busy_ms") - num(e, "steps") * overhead_ms;
+        let memory_ms = num(&e["result_wait_ms"], "sum") - num(e, "steps") * overhead_ms;
         let logged_rounding = num(e, "steps") * 0.005;
         assert!(
             (bytes / 3350e9 * 1e3 - memory_ms).abs() <= logged_rounding + 1e-6,
@@ -212,12 +212,7 @@ fn the_decode_budget_splits_the_engines_own_step_into_the_measured_parts() {
         .unwrap_or_else(|| panic!("no budget line at C=1:\n{text}"));
     let step = number_before(line, "engine step", " ms at batch");
     assert!(
-        printed_as(
-            step,
-            c1["engine_steps"]["decode_full_batch_ms_mean"]
-                .as_f64()
-                .unwrap()
-        ),
+        printed_as(step, num(&c1["engine_steps"], "step_ms_mean")),
         "{line}"
     );
     for part in [
@@ -234,4 +229,52 @@ fn the_decode_budget_splits_the_engines_own_step_into_the_measured_parts() {
     // One line per point: no TPOT-only line beside the one with the parts.
     assert_eq!(text.matches("C=1: engine step").count(), 1, "{text}");
     assert!(!line.contains("no allreduce or GEMM measurement"), "{line}");
+}
+
+/// srv-sim's steps at a known length: a tiny card whose GEMMs take microseconds, and a fixed
+/// per-step overhead of this much.
+const STEP_MS: f64 = 20.0;
+
+#[test]
+fn an_async_engines_logged_wait_is_not_taken_for_its_step() {
+    // srv-sim with vLLM's --async-scheduling logs each step's elapsed time as an async engine
+    // does (its core's wait for a result launched earlier, 0.03 ms) while its steps take 20 ms.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    std::fs::write(dir.path().join("tiny.json"), TINY).unwrap();
+    let out = sh(&format!(
+        "srv-launch sim --self-report -- --model-card {d}/tiny.json --step-overhead {STEP_MS}ms --async-scheduling > {d}/server.jsonl && \
+         loadgen -c 4 -n 16 --max-tokens 8 --input-len 16 < {d}/server.jsonl > {d}/run.jsonl; \
+         rc=$?; srv-kill --from {d}/server.jsonl > /dev/null; [ $rc = 0 ] && summarize {d}/run.jsonl"
+    ));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let records = json_lines(&std::fs::read(dir.path().join("run.jsonl")).unwrap());
+    let summary = of_kind(&records, "summary")[0].clone();
+    let e = &summary["engine_steps"];
+    // The wait, under its own name, exactly as logged.
+    assert!(
+        (num(&e["result_wait_ms"], "mean") - 0.03).abs() < 1e-12,
+        "{e}"
+    );
+    assert_eq!(num(&e["result_wait_ms"], "max"), 0.03, "{e}");
+    // The step: the busy time over the steps, srv-sim's 20 ms within 10%.
+    let step = num(e, "step_ms_mean");
+    assert!((step - STEP_MS).abs() <= STEP_MS * 0.1, "{e}");
+    // The note and the column say the step, and name the wait apart.
+    let note = text
+        .lines()
+        .find(|l| l.starts_with("note: C=4: engine step"))
+        .unwrap_or_else(|| panic!("no engine step note:\n{text}"));
+    assert!(
+        printed_as(number_before(note, "engine step", " ms at batch"), step),
+        "{note}"
+    );
+    let wait = number_before(note, "wait for a step's result", " ms, not the step");
+    assert!(printed_as(wait, 0.03), "{note}");
+    assert!(!note.contains("engine step 0.03"), "{note}");
 }

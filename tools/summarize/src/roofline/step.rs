@@ -9,7 +9,9 @@
 //! from the `gemm_step` of the model at the point's TP nearest its batch.
 //!
 //! Where the engine logged its steps (the summaries' `engine_steps`), the step judged is the
-//! engine's own mean decode-only step at the point's batch, beside the client's TPOT; a point
+//! engine's own decode step at the point's batch (its length from the steps: their own lengths
+//! where logged, else their rate over the busy time; never vLLM's logged elapsed time, which is
+//! the engine core's wait for a result), beside the client's TPOT; a point
 //! with no parts measured gets the engine's step beside the TPOT alone ([`engine_step_lines`]).
 
 use crate::input::Inputs;
@@ -34,11 +36,13 @@ pub enum AllreduceFrom {
     None,
 }
 
-/// A point's decode step as the engine timed it (its step log), mean over the repeats that
-/// logged steps.
+/// A point's decode step as the engine's step log gives it, mean over the repeats that logged
+/// steps.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineStep {
-    /// Mean decode-only step time at `batch`.
+    /// The decode step's length at `batch`: the decode-only steps' own lengths where the lines
+    /// carry them, else the busy window over the steps (the step's length as the steps' rate
+    /// gives it).
     pub ms: f64,
     /// The batch it is at: the point's, where the engine's decode steps reached it, else their
     /// mean batch.
@@ -46,6 +50,11 @@ pub struct EngineStep {
     /// Decode-only steps, and all steps, of the repeats.
     pub decode_steps: u64,
     pub steps: u64,
+    /// The step timed by the steps' rate over the busy window (no step's own length logged).
+    pub from_rate: bool,
+    /// vLLM's logged "iteration elapsed time", mean: the engine core's wait for the step's
+    /// result, said under that name and never as the step.
+    pub result_wait_ms: Option<f64>,
 }
 
 /// The engine's decode step of `p` at `batch` requests, from its step log.
@@ -55,24 +64,34 @@ pub fn engine_step(p: &Point, batch: u32) -> Option<EngineStep> {
         .iter()
         .filter_map(|s| s.engine_steps.as_ref())
         .collect();
-    let at: Vec<(f64, f64)> = logs
+    let at: Vec<(f64, f64, bool)> = logs
         .iter()
-        .filter_map(|e| e.decode_step_at(batch))
+        .filter_map(|e| {
+            let (ms, b) = e.decode_step_at(batch)?;
+            Some((ms, b, e.step_from_window()))
+        })
         .collect();
     if at.is_empty() {
         return None;
     }
     let n = at.len() as f64;
+    let waits: Vec<f64> = logs
+        .iter()
+        .filter_map(|e| Some(e.result_wait_ms?.mean))
+        .collect();
     Some(EngineStep {
         ms: at.iter().map(|x| x.0).sum::<f64>() / n,
         batch: at.iter().map(|x| x.1).sum::<f64>() / n,
         decode_steps: logs.iter().map(|e| e.decode_steps).sum(),
         steps: logs.iter().map(|e| e.steps).sum(),
+        from_rate: at.iter().any(|x| x.2),
+        result_wait_ms: (!waits.is_empty()).then(|| waits.iter().sum::<f64>() / waits.len() as f64),
     })
 }
 
 impl EngineStep {
-    /// `engine step 27.4 ms at batch 8 (its step log: 120 decode steps of 128; TPOT p50 27.9 ms)`;
+    /// `engine step 5 ms at batch 8 (its step log: 120 decode steps of 128, the step from
+    /// their rate; the engine core's wait for a result 0.03 ms, not the step; TPOT p50 5.2 ms)`;
     /// a speculative point's step is a verify step, beside TPOT x its tokens per step.
     fn words(&self, tpot_ms: f64, spec: Option<&SpecTokens>) -> String {
         let client = match spec {
@@ -84,8 +103,19 @@ impl EngineStep {
                 human(tpot_ms * s.per_step)
             ),
         };
+        let timed = if self.from_rate {
+            ", the step from their rate over the busy time"
+        } else {
+            ""
+        };
+        let wait = self.result_wait_ms.map_or(String::new(), |w| {
+            format!(
+                "; the engine core's wait for a step's result {} ms, not the step",
+                human(w)
+            )
+        });
         format!(
-            "engine step {} ms at batch {} (its step log: {} decode steps of {}; {client})",
+            "engine step {} ms at batch {} (its step log: {} decode steps of {}{timed}{wait}; {client})",
             human(self.ms),
             batch_words(self.batch),
             self.decode_steps,
