@@ -89,3 +89,34 @@ fn nvml_without_a_driver_and_no_nvidia_smi_is_one_note() {
     );
     assert_eq!(err.matches("NVML").count(), 1, "{err}");
 }
+
+/// NVML's library is there but the driver is not, and driver 580's nvidia-smi is on PATH:
+/// nvidia-smi answers in NVML's place, with one line saying why and that the energy is the
+/// sampled power's.
+#[test]
+fn nvml_without_a_driver_falls_back_to_nvidia_smi_on_path_with_one_line() {
+    let nvml = NvmlStandIn::new();
+    let (_sim, url) = testkit::srv_sim(&[]);
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(NVIDIA_SMI_580, bin.path().join("nvidia-smi")).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.path().display());
+    let (code, recs, err) = call("loadgen")
+        .args(["--url", &url, "--duration", "1s", "--max-tokens", "16"])
+        .args(["--no-requests", "--scrape-interval", "100ms", "-c", "1"])
+        .args(["--gpu-host", "localhost", "--gpus", "0"])
+        .env("PATH", path)
+        .envs(nvml.env(NvmlMode::NoDriver))
+        .run()
+        .parts();
+    assert_eq!(code, Some(0), "{err}");
+    let s = &of_kind(&recs, "summary")[0];
+    assert_h200(s);
+    assert_eq!(s["gpus"][0]["energy_source"], "sampled_power", "{s}");
+    assert_eq!(err.matches("NVML").count(), 1, "{err}");
+    assert!(
+        err.contains("GPU telemetry through nvidia-smi")
+            && err.contains("NVML (libnvidia-ml.so.1) did not start"),
+        "{err}"
+    );
+    assert!(!err.contains("no GPU telemetry"), "{err}");
+}
