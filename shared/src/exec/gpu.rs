@@ -155,12 +155,12 @@ pub struct GpuReading {
     /// `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`; NVML's comes apart, [`CounterRow`]).
     pub energy_mj: Option<f64>,
     /// The clocks-event (formerly throttle) reasons active now, NVML's bitmask
-    /// ([`crate::host::smi::CLOCKS_EVENT_REASONS`] names the bits).
+    /// (`host::smi::CLOCKS_EVENT_REASONS`, a layer above, names the bits).
     pub clocks_event_reasons: Option<u64>,
 }
 
 /// One GPU's energy counter: (index, millijoules since the driver loaded), `None` where it
-/// gives none. Read through NVML ([`super::nvml`]) or a DCGM exporter: nvidia-smi has no such
+/// gives none. Read through NVML (`exec::nvml`, which builds on this module) or a DCGM exporter: nvidia-smi has no such
 /// query field (driver 580 answers `Field "total_energy_consumption" is not a valid field to
 /// query.`, exit 2).
 pub type CounterRow = (u32, Option<f64>);
