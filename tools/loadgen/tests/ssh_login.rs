@@ -95,7 +95,7 @@ fn a_step_log_on_a_host_that_ends_the_session_could_not_be_read() {
         .find(|l| l.contains("note: engine step log"))
         .unwrap_or_else(|| panic!("no note: {stderr}"));
     assert!(
-        note.contains("cannot read its size") && note.contains("ran none of the command"),
+        note.contains("cannot read what it is") && note.contains("ran none of the command"),
         "{note}"
     );
     assert!(!note.contains("does not exist"), "{note}");
