@@ -141,7 +141,10 @@ mod tests {
             f.write_all(line.as_bytes()).unwrap();
         }
         f.write_all(PHASES.as_bytes()).unwrap();
-        watch.poll(Instant::now());
+        // The launch began 5 s ago (it is ready at 5 s): a 1.5 s phase fits in it however
+        // fast this machine wrote the chatter.
+        let started = Instant::now() - std::time::Duration::from_secs(5);
+        watch.poll(started);
         watch.finish(5.0)
     }
 
