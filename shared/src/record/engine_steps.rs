@@ -187,6 +187,15 @@ fn one() -> u32 {
 }
 
 /// The steps' own lengths (each weighted by the steps its line stands for), mean, when any.
+/// A token count over the steps, each line counted for the steps it stands for (SGLang's
+/// decode line stands for its log interval's).
+fn tokens_total(steps: &[Step], tokens: impl Fn(&Step) -> u32) -> u64 {
+    steps
+        .iter()
+        .map(|s| u64::from(tokens(s)) * u64::from(s.count))
+        .sum()
+}
+
 fn mean_length(steps: &[&Step]) -> Option<f64> {
     let (sum, n) = steps
         .iter()
@@ -273,14 +282,8 @@ impl EngineSteps {
             ctx_tokens_mean: mean(&|s| f64::from(s.ctx_tokens)),
             gen_requests_mean: mean(&|s| f64::from(s.gen_requests)),
             gen_tokens_mean: mean(&|s| f64::from(s.gen_tokens)),
-            ctx_tokens_total: steps
-                .iter()
-                .map(|s| u64::from(s.ctx_tokens) * u64::from(s.count))
-                .sum(),
-            gen_tokens_total: steps
-                .iter()
-                .map(|s| u64::from(s.gen_tokens) * u64::from(s.count))
-                .sum(),
+            ctx_tokens_total: tokens_total(steps, |s| s.ctx_tokens),
+            gen_tokens_total: tokens_total(steps, |s| s.gen_tokens),
             prefill_share: mean(&|s| f64::from(u8::from(s.ctx_requests > 0))),
             decode_steps: decode_n as u64,
             decode_batch_mean: (decode_n > 0.0).then(|| {
@@ -346,14 +349,8 @@ fn one_engine(engine: u32, steps: &[Step], busy_s: f64) -> OneEngineSteps {
         steps: n,
         steps_per_s: if busy_s > 0.0 { n as f64 / busy_s } else { 0.0 },
         step_ms_mean: if n > 0 { busy_s * 1e3 / n as f64 } else { 0.0 },
-        ctx_tokens_total: steps
-            .iter()
-            .map(|s| u64::from(s.ctx_tokens) * u64::from(s.count))
-            .sum(),
-        gen_tokens_total: steps
-            .iter()
-            .map(|s| u64::from(s.gen_tokens) * u64::from(s.count))
-            .sum(),
+        ctx_tokens_total: tokens_total(steps, |s| s.ctx_tokens),
+        gen_tokens_total: tokens_total(steps, |s| s.gen_tokens),
         gen_requests_mean: if n > 0 { gen_requests / n as f64 } else { 0.0 },
         result_wait_ms_mean: (!waits.is_empty())
             .then(|| waits.iter().sum::<f64>() / waits.len() as f64),
