@@ -11,6 +11,7 @@
 mod compound;
 mod engine_steps;
 mod host;
+mod pd;
 mod plausible;
 mod server_timing;
 mod telemetry;
@@ -20,6 +21,7 @@ mod workload;
 pub use compound::*;
 pub use engine_steps::*;
 pub use host::*;
+pub use pd::*;
 pub use plausible::{MAX_P2P_GBPS, MAX_P2P_RANKS, MAX_REQUEST_TOKENS};
 pub use server_timing::*;
 pub use telemetry::*;
@@ -43,6 +45,9 @@ use std::time::SystemTime;
 ///   (`result_wait_ms`: the engine core's wait for the result) and reads each data-parallel
 ///   engine apart (`engines`, `per_engine`); v2's `step_ms_*`/`busy_ms` were that wait. A v2
 ///   summary is still read, its figures moved to their names ([`Record::parse`]).
+///
+/// A field added where absence keeps its old meaning (a `server` record's `pd`) needs no new
+/// version: a build that does not know it keeps it in `extra` and passes it on unchanged.
 pub const SCHEMA_VERSION: u32 = 3;
 
 /// The schema version whose `engine_steps` time the step by the steps themselves.
@@ -69,6 +74,11 @@ pub mod label {
     pub const RANK: &str = "rank";
     /// Which run a record belongs to (`summarize --compare`'s sides, `--label run=base`).
     pub const RUN: &str = "run";
+    /// A disaggregated group's layout, `2p1d` (srv-launch `--pd`, on every member's record):
+    /// what a P:D comparison across runs groups by.
+    pub const PD: &str = "pd";
+    /// The role of a P/D group's member (`prefill`, `decode`, `proxy`), on its record.
+    pub const PD_ROLE: &str = "pd_role";
 }
 
 /// Fields a record carries that this build does not know: kept and written back unchanged.

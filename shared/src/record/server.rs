@@ -1,4 +1,4 @@
-use super::{Engine, Extra, Labels, ServerEnv, StartupPhaseName, current_version};
+use super::{Engine, Extra, Labels, PdMember, ServerEnv, StartupPhaseName, current_version};
 use serde::{Deserialize, Serialize};
 
 /// A running server, written by `srv-launch` once it is ready; `loadgen` targets it and
@@ -66,6 +66,10 @@ pub struct ServerRecord {
     /// ran; no tool takes it as a target.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub killed: bool,
+    /// The member of a disaggregated prefill/decode group this server is (`srv-launch --pd`);
+    /// absent for a server launched alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pd: Option<PdMember>,
     #[serde(flatten)]
     pub extra: Extra,
 }

@@ -434,6 +434,7 @@ fn launch_and_wait(cfg: &Plan, exec: &dyn Exec, plan: &Launch) -> Result<ServerR
         self_report_flags: self_report_flags(cfg, plan),
         startup: Some(startup),
         killed: false,
+        pd: None,
         extra: servbench::record::Extra::new(),
     })
 }

@@ -130,6 +130,15 @@ pub(super) fn server() -> impl Strategy<Value = Record> {
                     log_cut: port % 11 == 0,
                 }),
                 killed: port % 2 == 0,
+                pd: (port % 4 == 1).then(|| PdMember {
+                    group: format!("{pid}-g"),
+                    layout: PdLayout {
+                        prefill: 1 + u32::from(port % 3),
+                        decode: 1,
+                    },
+                    role: [PdRole::Prefill, PdRole::Decode, PdRole::Proxy][usize::from(port % 3)],
+                    index: 0,
+                }),
                 extra,
             })
         },

@@ -541,6 +541,7 @@ pub fn lifecycle_lines(labels: &Labels) -> Vec<String> {
         self_report_flags: Vec::new(),
         startup: None,
         killed: false,
+        pd: None,
         extra: Default::default(),
     };
     let kill = KillRecord {
