@@ -103,7 +103,8 @@ pub struct Args {
     /// KV-cache capacity in tokens (default: what fits beside the weights at 90% of memory)
     #[arg(long, value_name = "N")]
     pub kv_cache_tokens: Option<u64>,
-    /// Token budget of one engine step: decode tokens first, chunked prefill in the rest
+    /// Token budget of one engine step (of each micro-batch of a --pp round): decode tokens
+    /// first, chunked prefill in the rest
     #[arg(long, value_name = "N", default_value_t = 8192)]
     pub max_prefill_tokens: u32,
     /// Longest prompt + completion accepted (longer requests get a 400)

@@ -207,6 +207,10 @@ impl CostModel for Roofline {
             write_bytes_per_gpu: 0.0,
         }
     }
+
+    fn micro_batches(&self) -> u32 {
+        self.dep.layout.pp.max(1)
+    }
 }
 
 #[cfg(test)]

@@ -7,8 +7,9 @@
 //!
 //! Two timings:
 //! - [`Timing::Modelled`]: a step loop with continuous batching. Each step admits waiting requests
-//!   (FCFS) while the running limit and the KV-token budget allow, spends the per-step token budget
-//!   on decode tokens first and chunked prefill after, and lasts what the [`CostModel`] says. KV is
+//!   (FCFS) while the running limit and the KV-token budget allow, spends the token budget (one
+//!   per pipeline micro-batch) on decode tokens first and chunked prefill after, and lasts what
+//!   the [`CostModel`] says. KV is
 //!   taken as tokens are computed; when a decode step finds no room, the most recently admitted
 //!   request is preempted as vLLM does (its KV dropped, back to the head of the queue, its prompt
 //!   and tokens so far prefilled again when it resumes).
@@ -555,11 +556,18 @@ impl<C: Clock> StepLoop<C> {
     }
 
     /// Decides the step's work: decode for every request past prefill, then prefill chunks in
-    /// admission order within what is left of the step's token budget.
+    /// admission order within what is left of the step's token budget. A pipelined step is a
+    /// round of up to pp micro-batches, each with the whole budget (vLLM schedules each batch
+    /// of its PP batch queue, SGLang each PP micro-batch, with its own `max_num_batched_tokens`
+    /// / chunked-prefill size): the decode tokens spread over them as the cost model's round
+    /// splits them, and each prompt chunk goes into the micro-batch with the most room, at most
+    /// its budget (one request is in one micro-batch of a round).
     fn plan(&mut self) -> (Vec<(usize, Work)>, StepShape) {
         let mut plan = Vec::with_capacity(self.running.len());
         let mut shape = StepShape::default();
         let drafts = self.spec.map_or(0, |s| s.tokens);
+        let lanes = self.cost.micro_batches().max(1) as usize;
+        let mut budgets = vec![self.max_step_tokens; lanes];
         for i in 0..self.running.len() {
             let r = &self.running[i];
             if !r.decoding() {
@@ -577,13 +585,14 @@ impl<C: Clock> StepLoop<C> {
                     1 + accepted
                 }
             };
+            let lane = shape.work.decode_seqs as usize % lanes;
+            budgets[lane] = budgets[lane].saturating_sub(1 + drafts);
             shape.seqs += 1;
             shape.work.decode_seqs += 1;
             shape.work.prefill_tokens += drafts;
             shape.work.kv_tokens += context;
             plan.push((i, Work::Decode(emitted.min(remaining))));
         }
-        let mut budget = self.max_step_tokens.saturating_sub(shape.tokens());
         // Prefill takes only the KV left after this step's decode tokens.
         let decode_kv: u64 = plan
             .iter()
@@ -596,6 +605,13 @@ impl<C: Clock> StepLoop<C> {
             .kv_cache_tokens
             .saturating_sub(self.kv_used() + decode_kv);
         for (i, r) in self.running.iter().enumerate() {
+            // The micro-batch with the most room (the first of equals).
+            let (lane, &budget) = budgets
+                .iter()
+                .enumerate()
+                .rev()
+                .max_by_key(|&(_, b)| *b)
+                .unwrap_or((0, &0));
             if budget == 0 || kv_free == 0 {
                 break;
             }
@@ -606,7 +622,7 @@ impl<C: Clock> StepLoop<C> {
                 .min(budget)
                 .min(u32::try_from(kv_free).unwrap_or(u32::MAX));
             kv_free -= u64::from(chunk);
-            budget -= chunk;
+            budgets[lane] -= chunk;
             shape.seqs += 1;
             shape.work.prefill_tokens += chunk;
             shape.work.kv_tokens += u64::from(r.prefilled);

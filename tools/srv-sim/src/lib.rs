@@ -68,6 +68,10 @@ impl CostModel for PanicAfter {
     fn step_counts(&self, shape: &step::StepShape) -> step::StepCounts {
         self.cost.step_counts(shape)
     }
+
+    fn micro_batches(&self) -> u32 {
+        self.cost.micro_batches()
+    }
 }
 
 /// Runs srv-sim: `--dry-run` prints the cost model's figures; otherwise it serves until killed.

@@ -54,6 +54,12 @@ pub trait CostModel: Send {
     fn step_counts(&self, _shape: &StepShape) -> StepCounts {
         StepCounts::default()
     }
+    /// Micro-batches one step (a pipelined round) holds at most: the pipeline's stages (1
+    /// without PP). Each has the engine's whole token budget, as each of vLLM's in-flight
+    /// batches and each of SGLang's PP micro-batches is scheduled with its own.
+    fn micro_batches(&self) -> u32 {
+        1
+    }
 }
 
 /// The counters `/metrics` shows with `--enable-mfu-metrics`: the steps' [`StepCounts`] so far.

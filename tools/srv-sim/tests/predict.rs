@@ -316,3 +316,66 @@ fn predict_n_a_point_beyond_what_memory_holds_is_refused_in_one_line() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
+
+/// Each micro-batch of a pipelined round has the whole token budget, as vLLM's PP batches and
+/// SGLang's PP micro-batches each do: at PP8 a wave of 63 prompts of 512 tokens (32256 tokens,
+/// four times one micro-batch's 8192, within eight) is prefilled in one round, not four, and
+/// its TTFT is the rounds the step log shows (the wave's first request, sent alone, had a round
+/// of its own).
+#[test]
+fn pp_micro_batches_each_prefill_a_whole_budget_in_one_round() {
+    let out = predict_on(
+        &[
+            "--model",
+            "llama-3.1-70b",
+            "--hardware",
+            "h200",
+            "--pp",
+            "8",
+        ],
+        &[
+            "-c",
+            "64",
+            "-n",
+            "64",
+            "--input-len",
+            "512",
+            "--max-tokens",
+            "2",
+            "--enable-logging-iteration-details",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // (context requests, context tokens, elapsed ms) of each step with prefill.
+    let field = |line: &str, after: &str, upto: &str| -> f64 {
+        let rest = &line[line.find(after).unwrap_or_else(|| panic!("{line}")) + after.len()..];
+        rest[..rest.find(upto).unwrap()].trim().parse().unwrap()
+    };
+    let prefills: Vec<(f64, f64, f64)> = err
+        .lines()
+        .filter(|l| l.contains("Iteration("))
+        .map(|l| {
+            (
+                field(l, "): ", " context requests"),
+                field(l, "requests, ", " context tokens"),
+                field(l, "elapsed time: ", " ms"),
+            )
+        })
+        .filter(|p| p.1 > 0.0)
+        .collect();
+    let shape: Vec<(f64, f64)> = prefills.iter().map(|p| (p.0, p.1)).collect();
+    assert_eq!(shape, [(1.0, 512.0), (63.0, 32256.0)], "{err}");
+    let recs = json_lines(&out.stdout);
+    let mut ttft: Vec<f64> = of_kind(&recs, "request")
+        .iter()
+        .map(|r| num(r, "/ttft_ms"))
+        .collect();
+    ttft.sort_by(f64::total_cmp);
+    // From the point's start: the modelled request latency (200 us), then the rounds.
+    let (first, wave) = (0.2 + prefills[0].2, 0.2 + prefills[0].2 + prefills[1].2);
+    assert!((ttft[0] - first).abs() < 0.02, "{ttft:?} vs {first}");
+    for t in &ttft[1..] {
+        assert!((t - wave).abs() < 0.02, "{t} vs {wave}");
+    }
+}
