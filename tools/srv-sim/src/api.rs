@@ -450,6 +450,22 @@ impl Formatter {
         }
     }
 
+    /// The answer's id as trtllm-serve gives its request `n` (`cmpl-N`, `chatcmpl-N`), so a
+    /// client finds the request in `/perf_metrics` (`--self-report-as trtllm`).
+    pub fn with_trtllm_id(mut self, n: u64) -> Formatter {
+        let id = match self.endpoint {
+            Endpoint::Completions => format!("cmpl-{n}"),
+            Endpoint::Chat => format!("chatcmpl-{n}"),
+        };
+        let (old, new) = (
+            format!("\"id\":\"{}\"", self.id),
+            format!("\"id\":\"{id}\""),
+        );
+        self.head = self.head.replacen(&old, &new, 1);
+        self.id = id;
+        self
+    }
+
     /// Usage reports `cached` prompt tokens from now on, as vLLM with
     /// `--enable-prompt-tokens-details` does.
     pub fn report_cached(&mut self, cached: u32) {

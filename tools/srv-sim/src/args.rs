@@ -8,7 +8,8 @@ use crate::metrics::MetricNames;
 use crate::plan::{Action, Command, EnginePlan, FixedLatency, ModelPlan, Plan, ServerPlan};
 use crate::predict::PredictArgs;
 use crate::search::SearchArgs;
-use crate::selfreport::SelfReport;
+use crate::selfreport::{SelfReport, SelfReportAs};
+use crate::trtllm;
 use servbench::cli;
 use servbench::presets::Layout;
 use std::time::Duration;
@@ -141,6 +142,11 @@ pub struct Args {
     pub faults: Faults,
     #[command(flatten)]
     pub self_report: SelfReport,
+    /// TensorRT-LLM's LLM-API options file, read for its self-report keys
+    /// (`return_perf_metrics`, `perf_metrics_max_requests`, `enable_iter_perf_stats`,
+    /// `print_iter_log`), with --self-report-as trtllm
+    #[arg(long = "extra_llm_api_options", value_name = "FILE")]
+    pub extra_llm_api_options: Option<String>,
     #[command(flatten)]
     pub predict: PredictArgs,
     #[command(flatten)]
@@ -200,6 +206,13 @@ impl Args {
             return Ok(Command::PrintCard(name));
         }
         self.check()?;
+        let trtllm = match (self.self_report.self_report_as, &self.extra_llm_api_options) {
+            (SelfReportAs::Vllm, _) => None,
+            (SelfReportAs::Trtllm, None) => Some(trtllm::Options::default()),
+            (SelfReportAs::Trtllm, Some(path)) => {
+                Some(trtllm::Options::read(path).map_err(cli::usage)?)
+            }
+        };
         let fixed = self.fixed_latency().then(|| FixedLatency {
             ttft: self.ttft.unwrap_or_default(),
             itl: self.itl.unwrap_or_default(),
@@ -268,6 +281,7 @@ impl Args {
                 faults: self.faults,
             },
             self_report: self.self_report,
+            trtllm,
             predict: self.predict,
             calibration: self.calibration,
             labels: self.labels.into_iter().collect(),
@@ -354,6 +368,22 @@ impl Args {
         if self.faults.engine_panic_after.is_some() && self.fixed_latency() {
             return Err(cli::usage(
                 "--engine-panic-after injects a panic into the modelled engine: drop --ttft/--itl",
+            ));
+        }
+        let r = &self.self_report;
+        if r.self_report_as == SelfReportAs::Trtllm
+            && (r.enable_per_request_metrics
+                || r.enable_logging_iteration_details
+                || r.enable_mfu_metrics
+                || r.async_scheduling)
+        {
+            return Err(cli::usage(
+                "--self-report-as trtllm takes TensorRT-LLM's self-report in --extra_llm_api_options FILE, not vLLM's --enable-* flags",
+            ));
+        }
+        if self.extra_llm_api_options.is_some() && r.self_report_as != SelfReportAs::Trtllm {
+            return Err(cli::usage(
+                "--extra_llm_api_options is TensorRT-LLM's: give --self-report-as trtllm",
             ));
         }
         if self.spec_tokens > 0 && self.fixed_latency() {

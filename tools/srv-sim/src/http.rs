@@ -73,6 +73,8 @@ pub struct App {
     pub prompt_tokens_details: bool,
     /// `--enable-per-request-metrics`: answers carry the request's `metrics`.
     pub per_request_metrics: bool,
+    /// `--self-report-as trtllm`: TensorRT-LLM's self-report; set after [`App::new`].
+    pub trtllm: Option<Arc<crate::trtllm::Report>>,
     /// HTTPS (`--ssl-certfile`): connections are served behind this acceptor; set after [`App::new`].
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     pub generation_requests: AtomicU64,
@@ -109,6 +111,7 @@ impl App {
             body_timeout: None,
             prompt_tokens_details: false,
             per_request_metrics: false,
+            trtllm: None,
             prefix: Vec::new(),
             tls: None,
             generation_requests: AtomicU64::new(0),
@@ -313,6 +316,14 @@ async fn handle(app: &Arc<App>, fd: RawFd, req: Request<Incoming>) -> Response<S
             }
         }
         "/v1/models" if get => json_response(200, models(app)),
+        // trtllm-serve's: its JSON iteration stats at /metrics, request timing at /perf_metrics.
+        "/metrics" | "/perf_metrics" if get && let Some(t) = &app.trtllm => json_response(
+            200,
+            match path.as_str() {
+                "/metrics" => t.iteration_stats(),
+                _ => t.perf_metrics(),
+            },
+        ),
         "/metrics" if get => {
             let snapshots: Vec<_> = app
                 .engines
@@ -358,14 +369,14 @@ async fn handle(app: &Arc<App>, fd: RawFd, req: Request<Incoming>) -> Response<S
         "/v1/completions" if post => generate(app, fd, Endpoint::Completions, req).await,
         "/v1/chat/completions" if post => generate(app, fd, Endpoint::Chat, req).await,
         "/tokenize" | "/v1/tokenize" if post => match read_body(app, req).await {
-            Ok(body) => match tokenize(app, &body) {
+            Ok(body) => match crate::textapi::tokenize(app.limits.max_model_len, &body) {
                 Ok(json) => json_response(200, json),
                 Err(e) => error_response(&e),
             },
             Err(e) => error_response(&e),
         },
         "/detokenize" | "/v1/detokenize" if post => match read_body(app, req).await {
-            Ok(body) => match detokenize(&body) {
+            Ok(body) => match crate::textapi::detokenize(&body) {
                 Ok(json) => json_response(200, json),
                 Err(e) => error_response(&e),
             },
@@ -404,45 +415,6 @@ fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// `/tokenize` in vLLM's shape: `{"prompt": ...}` or `{"messages": [...]}`.
-fn tokenize(app: &App, body: &[u8]) -> Result<String, ApiError> {
-    let obj = api::parse_object(body)?;
-    let text = match (obj.get("prompt"), obj.get("messages")) {
-        (Some(Value::String(s)), _) => s.clone(),
-        (Some(Value::Array(ids)), _) if ids.iter().all(Value::is_u64) => {
-            let ids: Vec<u64> = ids.iter().filter_map(Value::as_u64).collect();
-            tokens::detokenize(&ids)
-        }
-        (Some(_), _) => return Err(ApiError::bad_request("'prompt' must be a string")),
-        (None, Some(m)) => api::messages_text(m)?,
-        (None, None) => {
-            return Err(ApiError::bad_request(
-                "give 'prompt' (a string) or 'messages' (a chat)",
-            ));
-        }
-    };
-    let ids = tokens::tokenize(&text);
-    let strs = match obj.get("return_token_strs") {
-        Some(Value::Bool(true)) => json!(tokens::token_strs(&text)),
-        _ => Value::Null,
-    };
-    Ok(json!({"count": ids.len(), "max_model_len": app.limits.max_model_len, "tokens": ids, "token_strs": strs}).to_string())
-}
-
-fn detokenize(body: &[u8]) -> Result<String, ApiError> {
-    let obj = api::parse_object(body)?;
-    let Some(ids) = obj
-        .get("tokens")
-        .and_then(Value::as_array)
-        .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>())
-    else {
-        return Err(ApiError::bad_request(
-            "'tokens' must be a list of non-negative integers",
-        ));
-    };
-    Ok(json!({"prompt": tokens::detokenize(&ids)}).to_string())
 }
 
 /// Where a faulty stream stops behaving.
@@ -513,6 +485,9 @@ async fn generate(
         arrival,
     });
     let mut fmt = Formatter::new(endpoint, n, unix_now(), &app.model_json, &request);
+    if app.trtllm.is_some() {
+        fmt = fmt.with_trtllm_id(n);
+    }
     if app.prompt_tokens_details {
         fmt.report_cached(cached);
     }
@@ -533,6 +508,7 @@ async fn generate(
         fd,
         words: Vec::new(),
         app: app.clone(),
+        request_no: n,
     };
     if request.stream {
         let mut r = Response::new(SimBody::Stream(Box::new(stream)));
@@ -568,7 +544,7 @@ async fn whole(mut stream: TokenStream) -> Response<SimBody> {
         }
         None => {}
     }
-    stream.finished = true;
+    stream.done();
     let text: String = (0..total)
         .map(|p| tokens::generated(stream.text_seed, p))
         .collect();
@@ -594,12 +570,21 @@ pub struct TokenStream {
     fd: RawFd,
     words: Vec<&'static str>,
     app: Arc<App>,
+    request_no: u64,
 }
 
 /// A poll writes events until the buffer passes this size, so hyper sends large frames.
 const FRAME_BYTES: usize = 32 << 10;
 
 impl TokenStream {
+    /// Every token is out: the request is finished (TensorRT-LLM keeps its timing then).
+    fn done(&mut self) {
+        self.finished = true;
+        if let Some(t) = &self.app.trtllm {
+            t.finished(self.request_no, &self.progress.read_times());
+        }
+    }
+
     fn crash(&self) {
         if self.app.crashing.swap(true, Ordering::SeqCst) {
             return;
@@ -662,7 +647,7 @@ impl TokenStream {
                 self.fmt.usage_chunk(&mut buf, total, &self.progress);
             }
             Formatter::done(&mut buf);
-            self.finished = true;
+            self.done();
         } else if let Some((at, kind)) = self.cut
             && self.sent >= at
         {

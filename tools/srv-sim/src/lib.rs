@@ -8,7 +8,8 @@
 //! Modules: [`args`] (the command line, read there only) and [`plan`] (what it asks for,
 //! validated once), [`tokens`] (the tokenization rule and generated text), [`api`] (wire format),
 //! [`engine`] (the step loop and the fixed schedule) on a [`clock`], [`cost`] (the step cost
-//! model), [`metrics`] (Prometheus text), [`selfreport`] (vLLM's self-report flags), [`step`]
+//! model), [`metrics`] (Prometheus text), [`selfreport`] (vLLM's self-report flags; [`trtllm`]
+//! TensorRT-LLM's), [`step`]
 //! (the shapes those four share, below them all), [`prefix`] (the prefix cache), [`http`] (the
 //! server),
 //! [`predict`] and [`calibrate`] (virtual-time runs of the modelled engine), [`search`] (the layout to launch), [`grid`] (the
@@ -32,8 +33,10 @@ pub mod search;
 pub mod selfreport;
 pub mod startup;
 pub mod step;
+pub mod textapi;
 pub mod tls;
 pub mod tokens;
+pub mod trtllm;
 
 pub use args::Args;
 pub use plan::Plan;
@@ -139,6 +142,12 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
         .clone()
         .unwrap_or_else(|| roofline.dep.model.name.clone());
     let kv_cache_tokens = plan.kv_budget(&roofline)?;
+    let started = Instant::now();
+    let trtllm = plan.trtllm.map(|o| {
+        let kv = kv_cache_tokens.unwrap_or(u64::from(engine.max_model_len));
+        let running = engine.max_running.map_or(0, u64::from);
+        Arc::new(trtllm::Report::new(o, started, kv, running))
+    });
     let engines: Vec<Engine> = (0..engine.replicas)
         .map(|replica| {
             let timing = match engine.fixed {
@@ -168,11 +177,13 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
                 max_running: engine.max_running,
                 seed: engine.seed ^ u64::from(replica),
                 names: engine.metrics_names,
-                report: plan.self_report.for_engine(replica),
+                report: plan
+                    .self_report
+                    .for_engine(replica)
+                    .with_trtllm(trtllm.clone()),
             })
         })
         .collect();
-    let started = Instant::now();
     let mut app = App::new(AppConfig {
         engines,
         limits: api::Limits {
@@ -191,6 +202,7 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
     app.body_timeout = idle;
     app.prompt_tokens_details = server.prompt_tokens_details;
     app.per_request_metrics = plan.self_report.enable_per_request_metrics;
+    app.trtllm = trtllm;
     if engine.prefix_caching {
         let tokens = kv_cache_tokens.unwrap_or(prefix::UNBOUNDED_TOKENS);
         app.prefix = (0..engine.replicas)

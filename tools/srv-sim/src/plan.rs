@@ -52,6 +52,8 @@ pub struct Plan {
     pub engine: EnginePlan,
     pub server: ServerPlan,
     pub self_report: SelfReport,
+    /// `--self-report-as trtllm`: the self-report keys of its options file.
+    pub trtllm: Option<crate::trtllm::Options>,
     pub predict: PredictArgs,
     pub calibration: CalibrateArgs,
     /// `--label`s for the `--dry-run` and `--predict` records.

@@ -13,12 +13,27 @@
 //!   `vllm:estimated_{read,write}_bytes_per_gpu_total`, each step's FLOPs and bytes per GPU from
 //!   the cost model (its compute and memory times at the card's rates; the roofline counts
 //!   bytes read, so written bytes stay 0).
+//!
+//! `--self-report-as trtllm` speaks TensorRT-LLM's self-report instead ([`crate::trtllm`]).
 
 use crate::metrics::Metrics;
 use crate::progress::ReqTimes;
 use crate::step::{EstCounters, StepCounts, StepShape};
+use crate::trtllm;
 use std::io::Write as _;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Whose self-report srv-sim speaks: one file (vLLM's is this one) and one line here each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SelfReportAs {
+    /// vLLM's flags (`--enable-per-request-metrics`, ...): metrics in the answers, its step log
+    #[default]
+    Vllm,
+    /// TensorRT-LLM's LLM-API options (`--extra_llm_api_options FILE`): `GET /perf_metrics`,
+    /// iteration stats at `GET /metrics`, its iteration log
+    Trtllm,
+}
 
 /// vLLM's self-report flags, taken by srv-sim under the same names.
 #[derive(Debug, Clone, Copy, Default, clap::Args)]
@@ -36,6 +51,9 @@ pub struct SelfReport {
     /// for a step launched earlier (0.03 ms), not the step (the steps run as modelled)
     #[arg(long)]
     pub async_scheduling: bool,
+    /// Whose self-report to speak (the reports' shapes, log lines and endpoints)
+    #[arg(long, value_enum, value_name = "ENGINE", default_value = "vllm")]
+    pub self_report_as: SelfReportAs,
 }
 
 /// What an async-scheduling vLLM logs as a step's "iteration elapsed time": its engine core
@@ -49,16 +67,24 @@ impl SelfReport {
             flags: self,
             index,
             iteration: 0,
+            trtllm: None,
+            prev_step: None,
+            completed: 0,
         }
     }
 }
 
 /// One engine's self-report state.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct EngineReport {
     pub flags: SelfReport,
     index: u32,
     iteration: u64,
+    /// TensorRT-LLM's self-report, the server's (`--self-report-as trtllm`).
+    trtllm: Option<Arc<trtllm::Report>>,
+    /// The step before's time, and the requests finished by then.
+    prev_step: Option<Duration>,
+    completed: u64,
 }
 
 /// What vLLM logs about one step (`Engine 000: Iteration(N): ...`, after its logger prefix):
@@ -95,6 +121,12 @@ impl std::fmt::Display for IterationLine {
 }
 
 impl EngineReport {
+    /// This engine speaks TensorRT-LLM's self-report into the server's `report`.
+    pub fn with_trtllm(mut self, report: Option<Arc<trtllm::Report>>) -> EngineReport {
+        self.trtllm = report;
+        self
+    }
+
     /// After a step of `shape` (with `drafts` speculative tokens per decoding request) that the
     /// cost model timed at `elapsed`: logs it and counts its work, as asked.
     pub fn step(
@@ -126,6 +158,19 @@ impl EngineReport {
                 kv_usage: m.kv_usage,
             };
             log_line(&line.to_string());
+        }
+        if let Some(t) = &self.trtllm {
+            let completed = m.finished_length + m.aborted;
+            let step = trtllm::IterStep {
+                iter: self.iteration,
+                shape,
+                verify_tokens: shape.work.decode_seqs.saturating_mul(drafts),
+                elapsed,
+                prev: self.prev_step,
+                completed: completed.saturating_sub(self.completed),
+            };
+            t.step(&step, m);
+            (self.prev_step, self.completed) = (Some(elapsed), completed);
         }
         self.iteration += 1;
     }
