@@ -8,11 +8,13 @@
 //!   of a step on it;
 //! - [`comm`]: what one allreduce costs, modelled from the topology the way NCCL picks its
 //!   algorithm, or read off a curve collbench measured;
+//! - [`pd`]: disaggregated prefill/decode layouts and the KV hand-off between them;
 //! - [`verdict`]: the one answer to "communication or compute?" for a decode step.
 
 pub mod cards;
 pub mod comm;
 pub mod gemm;
+pub mod pd;
 pub mod roofline;
 pub mod verdict;
 
@@ -22,6 +24,7 @@ pub use cards::{
 };
 pub use comm::{Algo, AllreduceCost, MeasuredCurve};
 pub use gemm::GemmCurve;
+pub use pd::{KvTransfer, PdLayout, kv_transfer};
 pub use roofline::{Comm, Deployment, Gemm, Layout, MEMORY_UTILIZATION, Rates, StepCost, StepWork};
 pub use verdict::{Bound, ComputeParts, StepBasis, StepParts, StepVerdict};
 

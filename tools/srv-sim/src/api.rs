@@ -67,6 +67,8 @@ pub struct GenRequest {
     pub stream: bool,
     pub include_usage: bool,
     pub continuous_usage: bool,
+    /// vLLM's disaggregated-serving hand-off (`kv_transfer_params`), as sent ([`crate::pd`]).
+    pub kv_transfer_params: Option<Value>,
 }
 
 /// What the server knows when validating.
@@ -397,6 +399,7 @@ pub fn parse_generate(
         stream,
         include_usage,
         continuous_usage: include_usage && continuous_usage,
+        kv_transfer_params: field(&obj, "kv_transfer_params").cloned(),
     })
 }
 
@@ -415,6 +418,10 @@ pub struct Formatter {
     continuous_usage: bool,
     /// The final usage chunk and the whole answer carry vLLM's per-request `metrics`.
     pub per_request_metrics: bool,
+    /// A decode server's wait for the request's KV cache ([`crate::pd`]): reported in `metrics`.
+    pub kv_transfer_ms: Option<f64>,
+    /// A prefill server's hand-off to the decode side: the whole answer's `kv_transfer_params`.
+    pub kv_transfer_params: Option<Value>,
     /// `data: {"id":..,"object":..,"created":..,"model":..,"choices":[{"index":0,` for this request.
     head: String,
 }
@@ -446,6 +453,8 @@ impl Formatter {
             cached_tokens: None,
             continuous_usage: req.continuous_usage,
             per_request_metrics: false,
+            kv_transfer_ms: None,
+            kv_transfer_params: None,
             head,
         }
     }
@@ -544,8 +553,13 @@ impl Formatter {
     }
 
     fn metrics(&self, progress: &Progress, completion: u32) -> Option<Value> {
-        self.per_request_metrics
-            .then(|| crate::selfreport::metrics_json(&progress.read_times(), completion))
+        self.per_request_metrics.then(|| {
+            let mut m = crate::selfreport::metrics_json(&progress.read_times(), completion);
+            if let Some(kv) = self.kv_transfer_ms {
+                m["kv_transfer_ms"] = kv.into();
+            }
+            m
+        })
     }
 
     pub fn done(out: &mut Vec<u8>) {
@@ -577,6 +591,9 @@ impl Formatter {
         };
         if let Some(m) = self.metrics(progress, completion) {
             v["metrics"] = m;
+        }
+        if let Some(p) = &self.kv_transfer_params {
+            v["kv_transfer_params"] = p.clone();
         }
         v.to_string()
     }

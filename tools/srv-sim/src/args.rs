@@ -5,6 +5,7 @@ use crate::calibrate::CalibrateArgs;
 use crate::engine::Spec;
 use crate::http::Faults;
 use crate::metrics::MetricNames;
+use crate::pd::PdArgs;
 use crate::plan::{Action, Command, EnginePlan, FixedLatency, ModelPlan, Plan, ServerPlan};
 use crate::predict::PredictArgs;
 use crate::search::SearchArgs;
@@ -23,6 +24,9 @@ Examples:
   srv-sim --port 0 --ttft 200ms --itl 10ms             # exact latencies (ground truth)
   srv-sim --itl 0 & loadgen --url http://127.0.0.1:8000 -c 1..256 --max-tokens 256 | summarize
   srv-sim --fail-rate 0.05 --reset-rate 0.01 --stall-after 100
+  srv-sim --port 8100 --pd-role prefill --enable-per-request-metrics &
+  srv-sim --port 8200 --pd-role decode --enable-per-request-metrics &
+  srv-sim --port 8000 --pd-role proxy --prefill-url http://127.0.0.1:8100 --decode-url http://127.0.0.1:8200
 
 Tokens: a token is a whitespace-separated word; a prompt of N words is N tokens.
 stderr says `srv-sim: listening on http://HOST:PORT` (https:// with --ssl-certfile) once bound; poll GET /health for readiness.";
@@ -153,6 +157,8 @@ pub struct Args {
     pub calibration: CalibrateArgs,
     #[command(flatten)]
     pub search: SearchArgs,
+    #[command(flatten)]
+    pub pd: PdArgs,
     /// Turn prefix caching off (vLLM's spelling; on by default, as in vLLM)
     #[arg(long)]
     pub no_enable_prefix_caching: bool,
@@ -218,6 +224,7 @@ impl Args {
             itl: self.itl.unwrap_or_default(),
             tokens_per_chunk: self.tokens_per_chunk,
         });
+        let pd = self.pd.plan()?;
         let max_running = self.max_running();
         let replicas = self.gpus.map_or(1, |g| g / (self.tp * self.pp));
         let action = if self.dry_run {
@@ -282,6 +289,7 @@ impl Args {
             },
             self_report: self.self_report,
             trtllm,
+            pd,
             predict: self.predict,
             calibration: self.calibration,
             labels: self.labels.into_iter().collect(),

@@ -80,6 +80,8 @@ pub struct App {
     pub generation_requests: AtomicU64,
     /// False until `--startup`'s log lines are all written (startup.rs); set after [`App::new`].
     pub startup_logged: Arc<AtomicBool>,
+    /// The part of a disaggregated layout this server plays; set after [`App::new`].
+    pub pd: crate::pd::Side,
     crashing: AtomicBool,
 }
 
@@ -116,6 +118,7 @@ impl App {
             tls: None,
             generation_requests: AtomicU64::new(0),
             startup_logged: Arc::new(AtomicBool::new(true)),
+            pd: crate::pd::Side::default(),
             crashing: AtomicBool::new(false),
         }
     }
@@ -431,7 +434,7 @@ async fn generate(
     endpoint: Endpoint,
     req: Request<Incoming>,
 ) -> Response<SimBody> {
-    let arrival = Instant::now();
+    let mut arrival = Instant::now();
     if app.loading() {
         return error_response(&ApiError::new(503, "Loading model"));
     }
@@ -443,6 +446,9 @@ async fn generate(
         Ok(g) => g,
         Err(e) => return error_response(&e),
     };
+    if let Err(e) = crate::pd::check_params(&request) {
+        return error_response(&e);
+    }
     if let Some(kv) = app.kv_cache_tokens {
         let need = u64::from(request.prompt_tokens) + u64::from(request.max_tokens);
         if need > kv {
@@ -475,9 +481,20 @@ async fn generate(
     // Half the tokens (at least one) go out before a faulty stream misbehaves.
     let cut = cut.map(|kind| (request.max_tokens.div_ceil(2).max(1), kind));
 
+    // A decode server's request from a prefill server queues once its KV has arrived.
+    let kv_wait = app.pd.receive_kv(&request, arrival).await;
+    if let Some(waited) = kv_wait {
+        arrival += waited;
+    }
     let progress = Progress::new(request.max_tokens);
     let engine = (n % app.engines.len() as u64) as usize;
-    let cached = prefix::admit(&app.prefix, engine, &request.blocks, request.prompt_tokens);
+    let hit = prefix::admit(&app.prefix, engine, &request.blocks, request.prompt_tokens);
+    // Transferred KV is the whole prompt's: the first step computes only its last token.
+    let cached = if kv_wait.is_some() {
+        request.prompt_tokens
+    } else {
+        hit
+    };
     app.engines[engine].submit(Submit {
         progress: progress.clone(),
         prompt_tokens: request.prompt_tokens,
@@ -492,6 +509,8 @@ async fn generate(
         fmt.report_cached(cached);
     }
     fmt.per_request_metrics = app.per_request_metrics;
+    fmt.kv_transfer_ms = kv_wait.map(|d| d.as_nanos() as f64 / 1e6);
+    fmt.kv_transfer_params = app.pd.answer_params(&request);
     let text_seed = request.text_seed ^ app.seed;
     let stream = TokenStream {
         progress,

@@ -11,7 +11,7 @@
 //! model), [`metrics`] (Prometheus text), [`selfreport`] (vLLM's self-report flags; [`trtllm`]
 //! TensorRT-LLM's), [`step`]
 //! (the shapes those four share, below them all), [`prefix`] (the prefix cache), [`http`] (the
-//! server),
+//! server), [`pd`] (one role of a disaggregated prefill/decode layout) and [`proxy`] (its front),
 //! [`predict`] and [`calibrate`] (virtual-time runs of the modelled engine), [`search`] (the layout to launch), [`grid`] (the
 //! step cost fitted to a measured step grid), [`nelder`] (the fits' minimiser).
 
@@ -25,10 +25,12 @@ pub mod grid;
 pub mod http;
 pub mod metrics;
 pub mod nelder;
+pub mod pd;
 pub mod plan;
 pub mod predict;
 pub mod prefix;
 pub mod progress;
+pub mod proxy;
 pub mod search;
 pub mod selfreport;
 pub mod startup;
@@ -118,6 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
             plan.engine.max_step_tokens,
         ),
         Action::Search => search::run(&plan),
+        Action::Serve if plan.pd.role == Some(pd::PdRole::Proxy) => proxy::run(&plan),
         Action::Serve => serve(&plan, roofline),
     }
 }
@@ -209,6 +212,14 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
             .map(|_| std::sync::Mutex::new(prefix::PrefixCache::new(tokens)))
             .collect();
     }
+    app.pd = pd::Side {
+        role: plan.pd.role,
+        link: (plan.pd.role == Some(pd::PdRole::Decode))
+            .then(|| pd::KvLink::new(roofline.dep.clone())),
+        engine_id: format!("srv-sim-{}", app.limits.served_model),
+        tp: plan.model.layout.tp,
+        listening: std::sync::OnceLock::new(),
+    };
     if let Some((cert, key)) = &server.tls {
         app.tls = Some(tls::acceptor(cert, key).map_err(cli::usage)?);
     }
@@ -237,6 +248,7 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
             .await
             .map_err(|e| cli::failure(format!("cannot listen on {addr}: {e}")))?;
         let local = listener.local_addr()?;
+        let _ = app.pd.listening.set((local.ip().to_string(), local.port()));
         // The one line launchers may read; readiness itself is GET /health.
         cli::info(format!("listening on {scheme}://{local}"));
         if !server.startup.is_zero() {

@@ -54,6 +54,8 @@ pub struct Plan {
     pub self_report: SelfReport,
     /// `--self-report-as trtllm`: the self-report keys of its options file.
     pub trtllm: Option<crate::trtllm::Options>,
+    /// `--pd-role` and the proxy's members.
+    pub pd: crate::pd::PdPlan,
     pub predict: PredictArgs,
     pub calibration: CalibrateArgs,
     /// `--label`s for the `--dry-run` and `--predict` records.

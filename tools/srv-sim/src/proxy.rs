@@ -1,0 +1,494 @@
+//! `--pd-role proxy`: the front of a disaggregated layout, speaking vLLM's disaggregated-proxy
+//! protocol. Each generation request goes to a prefill server (round-robin) as a
+//! non-streaming request for one token with `kv_transfer_params: {"do_remote_decode": true}`;
+//! the answer's `kv_transfer_params` then go with the original request to a decode server
+//! (round-robin), whose answer streams back to the client as it comes. The prefill side's
+//! per-request `metrics` ride along: the event (or the whole answer) that carries the decode
+//! side's `metrics` gets the prefill's as `prefill_metrics`, so the client sees both.
+//!
+//! A member's error answer is passed to the client as it was; a member that cannot be reached,
+//! answers with something that is not its part, or overruns `--upstream-timeout` is answered
+//! 502 or 504 naming it. `GET /health` is 200 only while every member's is.
+
+use crate::api::ApiError;
+use crate::pd::Upstream;
+use crate::plan::Plan;
+use anyhow::Context as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full, Limited};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{Map, Value, json};
+use servbench::cli::{self, Exit};
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::{Instant, timeout_at};
+
+/// The largest request or member answer read whole.
+const MAX_BODY: usize = 64 << 20;
+
+/// How long `/health` waits for each member's.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+
+struct Proxy {
+    prefill: Vec<Upstream>,
+    decode: Vec<Upstream>,
+    next: AtomicU64,
+    timeout: Duration,
+    body_timeout: Option<Duration>,
+}
+
+/// Serves the proxy until killed.
+pub fn run(plan: &Plan) -> anyhow::Result<Exit> {
+    let server = &plan.server;
+    let proxy = Arc::new(Proxy {
+        prefill: plan.pd.prefill.clone(),
+        decode: plan.pd.decode.clone(),
+        next: AtomicU64::new(0),
+        timeout: plan.pd.upstream_timeout,
+        body_timeout: server.idle_timeout,
+    });
+    let runtime = if server.threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(server.threads)
+            .enable_all()
+            .build()
+    }
+    .context("start the async runtime")?;
+    let addr = format!("{}:{}", server.host, server.port);
+    let idle = server.idle_timeout;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|e| cli::failure(format!("cannot listen on {addr}: {e}")))?;
+        let local = listener.local_addr()?;
+        let names = |u: &[Upstream]| {
+            u.iter()
+                .map(|u| u.url.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        cli::info(format!("listening on http://{local}"));
+        cli::info(format!(
+            "P/D proxy: prefill {}; decode {}",
+            names(&proxy.prefill),
+            names(&proxy.decode)
+        ));
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let proxy = proxy.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let proxy = proxy.clone();
+                    async move { Ok::<_, Infallible>(handle(&proxy, req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(idle)
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    })
+}
+
+/// A proxy answer: whole, or the decode side's stream as it comes.
+enum ProxyBody {
+    Full(Option<Bytes>),
+    Stream(tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>),
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        match self.get_mut() {
+            ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            ProxyBody::Stream(rx) => rx.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, ProxyBody::Full(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ProxyBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            ProxyBody::Full(None) => SizeHint::with_exact(0),
+            ProxyBody::Stream(_) => SizeHint::default(),
+        }
+    }
+}
+
+fn answer(status: u16, content_type: &'static str, body: impl Into<Bytes>) -> Response<ProxyBody> {
+    let mut r = Response::new(ProxyBody::Full(Some(body.into())));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn error(status: u16, message: String) -> Response<ProxyBody> {
+    answer(
+        status,
+        "application/json",
+        ApiError::new(status, message).body(),
+    )
+}
+
+async fn handle(p: &Arc<Proxy>, req: Request<Incoming>) -> Response<ProxyBody> {
+    let path = req.uri().path().to_string();
+    let (get, post) = (req.method() == Method::GET, req.method() == Method::POST);
+    match path.as_str() {
+        "/health" | "/v1/health" if get => health(p).await,
+        "/v1/models" if get => {
+            let d = &p.decode[0];
+            match timeout_at(Instant::now() + HEALTH_TIMEOUT, get_body(d, "/v1/models")).await {
+                Ok(Ok((status, body))) => answer(status, "application/json", body),
+                Ok(Err(e)) => error(502, format!("decode {}: {e}", d.url)),
+                Err(_) => error(504, format!("decode {}: no answer to /v1/models", d.url)),
+            }
+        }
+        "/v1/completions" | "/v1/chat/completions" if post => disaggregated(p, &path, req).await,
+        "/metrics" => error(
+            404,
+            "the P/D proxy keeps no metrics: scrape its prefill and decode servers".into(),
+        ),
+        _ => error(
+            404,
+            format!("no route {} {path} on the P/D proxy", req.method()),
+        ),
+    }
+}
+
+/// 200 while every member answers its `/health` 200.
+async fn health(p: &Proxy) -> Response<ProxyBody> {
+    let members = p
+        .prefill
+        .iter()
+        .map(|u| ("prefill", u))
+        .chain(p.decode.iter().map(|u| ("decode", u)));
+    for (role, u) in members {
+        let why = match timeout_at(Instant::now() + HEALTH_TIMEOUT, get_body(u, "/health")).await {
+            Ok(Ok((200, _))) => continue,
+            Ok(Ok((status, _))) => format!("answers /health {status}"),
+            Ok(Err(e)) => e,
+            Err(_) => format!("no /health answer within {} s", HEALTH_TIMEOUT.as_secs()),
+        };
+        return error(503, format!("{role} {}: {why}", u.url));
+    }
+    answer(200, "application/json", Bytes::new())
+}
+
+/// Opens a connection to `u` and sends `req` on it; the connection lives as long as the answer.
+async fn send<B>(u: &Upstream, req: Request<B>) -> Result<Response<Incoming>, String>
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = tokio::net::TcpStream::connect(&u.authority)
+        .await
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("HTTP handshake: {e}"))?;
+    tokio::spawn(conn);
+    sender
+        .send_request(req)
+        .await
+        .map_err(|e| format!("no answer: {e}"))
+}
+
+/// An answer's body, whole (at most [`MAX_BODY`]).
+async fn whole(r: Response<Incoming>) -> Result<(u16, Bytes), String> {
+    let status = r.status().as_u16();
+    let body = Limited::new(r.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| format!("reading its answer: {e}"))?;
+    Ok((status, body.to_bytes()))
+}
+
+async fn get_body(u: &Upstream, path: &str) -> Result<(u16, Bytes), String> {
+    let req = Request::get(path)
+        .header(HOST, &u.authority)
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    whole(send(u, req).await?).await
+}
+
+async fn post(
+    u: &Upstream,
+    path: &str,
+    body: &Map<String, Value>,
+) -> Result<Response<Incoming>, String> {
+    let bytes = Bytes::from(Value::Object(body.clone()).to_string());
+    let req = Request::post(path)
+        .header(HOST, &u.authority)
+        .header(CONTENT_TYPE, "application/json")
+        .body(Full::new(bytes))
+        .map_err(|e| e.to_string())?;
+    send(u, req).await
+}
+
+/// The request for the prefill side: one token, not streamed, asking for a remote decode.
+fn prefill_request(original: &Map<String, Value>) -> Map<String, Value> {
+    let mut body = original.clone();
+    body.insert("max_tokens".into(), 1.into());
+    if body.contains_key("max_completion_tokens") {
+        body.insert("max_completion_tokens".into(), 1.into());
+    }
+    body.insert("stream".into(), false.into());
+    body.remove("stream_options");
+    body.insert(
+        "kv_transfer_params".into(),
+        json!({"do_remote_decode": true, "do_remote_prefill": false, "remote_engine_id": null,
+               "remote_block_ids": null, "remote_host": null, "remote_port": null}),
+    );
+    body
+}
+
+async fn disaggregated(p: &Arc<Proxy>, path: &str, req: Request<Incoming>) -> Response<ProxyBody> {
+    let read = Limited::new(req.into_body(), MAX_BODY).collect();
+    let body = match p.body_timeout {
+        Some(limit) => match tokio::time::timeout(limit, read).await {
+            Ok(r) => r,
+            Err(_) => return error(408, "the request body stalled (--idle-timeout)".into()),
+        },
+        None => read.await,
+    };
+    let body = match body {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return error(
+                413,
+                format!("cannot read the request body (at most 64 MiB): {e}"),
+            );
+        }
+    };
+    let original = match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Object(m)) => m,
+        Ok(_) => return error(400, "the request body must be a JSON object".into()),
+        Err(e) => return error(400, format!("invalid JSON body: {e}")),
+    };
+    let n = p.next.fetch_add(1, Ordering::Relaxed) as usize;
+    let (pre, dec) = (
+        &p.prefill[n % p.prefill.len()],
+        &p.decode[n % p.decode.len()],
+    );
+    let deadline = Instant::now() + p.timeout;
+    let late = |role: &str, u: &Upstream| {
+        error(
+            504,
+            format!(
+                "{role} {}: no answer within {} s (--upstream-timeout)",
+                u.url,
+                p.timeout.as_secs_f64()
+            ),
+        )
+    };
+
+    let prefilled = timeout_at(deadline, async {
+        whole(post(pre, path, &prefill_request(&original)).await?).await
+    })
+    .await;
+    let (status, answer_bytes) = match prefilled {
+        Err(_) => return late("prefill", pre),
+        Ok(Err(e)) => return error(502, format!("prefill {}: {e}", pre.url)),
+        Ok(Ok(a)) => a,
+    };
+    if status != 200 {
+        return answer(status, "application/json", answer_bytes);
+    }
+    let prefill_answer: Value = match serde_json::from_slice(&answer_bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            return error(
+                502,
+                format!("prefill {}: its answer is not JSON: {e}", pre.url),
+            );
+        }
+    };
+    let Some(params) = prefill_answer
+        .get("kv_transfer_params")
+        .filter(|v| v.is_object())
+    else {
+        return error(
+            502,
+            format!(
+                "prefill {}: its answer has no kv_transfer_params object (is it a prefill server, srv-sim --pd-role prefill or vLLM with a KV connector as kv_producer?)",
+                pre.url
+            ),
+        );
+    };
+    let prefill_metrics = prefill_answer.get("metrics").cloned();
+    let mut decode_body = original;
+    decode_body.insert("kv_transfer_params".into(), params.clone());
+
+    let decoded = match timeout_at(deadline, post(dec, path, &decode_body)).await {
+        Err(_) => return late("decode", dec),
+        Ok(Err(e)) => return error(502, format!("decode {}: {e}", dec.url)),
+        Ok(Ok(r)) => r,
+    };
+    let streaming = decoded
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if decoded.status() != StatusCode::OK || !streaming {
+        return match timeout_at(deadline, whole(decoded)).await {
+            Err(_) => late("decode", dec),
+            Ok(Err(e)) => error(502, format!("decode {}: {e}", dec.url)),
+            Ok(Ok((status, bytes))) => {
+                let bytes = match (&prefill_metrics, status) {
+                    (Some(m), 200) => with_prefill_metrics(&bytes, m).unwrap_or(bytes),
+                    _ => bytes,
+                };
+                answer(status, "application/json", bytes)
+            }
+        };
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let upstream = decoded.into_body();
+    let url = dec.url.clone();
+    tokio::spawn(forward(upstream, tx, prefill_metrics, deadline, url));
+    let mut r = Response::new(ProxyBody::Stream(rx));
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    r
+}
+
+/// A whole answer (or one SSE event's JSON) with `prefill_metrics` beside its `metrics`; None
+/// when it has no `metrics` or is not a JSON object.
+fn with_prefill_metrics(json: &[u8], prefill: &Value) -> Option<Bytes> {
+    let mut v: Value = serde_json::from_slice(json).ok()?;
+    v.get("metrics")?;
+    v.as_object_mut()?
+        .insert("prefill_metrics".into(), prefill.clone());
+    Some(Bytes::from(v.to_string()))
+}
+
+/// The complete SSE events at the front of `pending` (taken out), the one with the decode
+/// side's `metrics` given `prefill_metrics` beside them.
+fn take_events(pending: &mut Vec<u8>, prefill: Option<&Value>) -> Vec<u8> {
+    let Some(end) = pending.windows(2).rposition(|w| w == b"\n\n") else {
+        return Vec::new();
+    };
+    let rest = pending.split_off(end + 2);
+    let events = std::mem::replace(pending, rest);
+    let Some(prefill) = prefill else {
+        return events;
+    };
+    let mut out = Vec::with_capacity(events.len() + 256);
+    for event in events.split_inclusive(|&b| b == b'\n') {
+        let changed = event
+            .strip_prefix(b"data: ")
+            .filter(|e| e.windows(10).any(|w| w == b"\"metrics\":"))
+            .and_then(|e| with_prefill_metrics(e.trim_ascii_end(), prefill));
+        match changed {
+            Some(json) => {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(&json);
+                out.push(b'\n');
+            }
+            None => out.extend_from_slice(event),
+        }
+    }
+    out
+}
+
+/// Passes the decode side's stream to the client, event by event, until it ends, the client
+/// goes (the member's connection is then closed, which cancels its request) or the deadline.
+async fn forward(
+    mut upstream: Incoming,
+    tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    prefill: Option<Value>,
+    deadline: Instant,
+    url: String,
+) {
+    let mut pending = Vec::new();
+    loop {
+        let frame = match timeout_at(deadline, upstream.frame()).await {
+            Ok(None) => break,
+            Ok(Some(Ok(f))) => f,
+            Ok(Some(Err(e))) => {
+                let _ = tx
+                    .send(Err(std::io::Error::other(format!("decode {url}: {e}"))))
+                    .await;
+                return;
+            }
+            Err(_) => {
+                let _ = tx
+                    .send(Err(std::io::Error::other(format!(
+                        "decode {url}: the stream overran --upstream-timeout"
+                    ))))
+                    .await;
+                return;
+            }
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        pending.extend_from_slice(&data);
+        let out = take_events(&mut pending, prefill.as_ref());
+        if !out.is_empty() && tx.send(Ok(Bytes::from(out))).await.is_err() {
+            return;
+        }
+    }
+    if !pending.is_empty() {
+        let _ = tx.send(Ok(Bytes::from(pending))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefill_asks_one_token_for_a_remote_decode() {
+        let orig: Map<String, Value> = serde_json::from_value(json!({"prompt": "a b",
+            "max_tokens": 50, "stream": true, "stream_options": {"include_usage": true}}))
+        .unwrap();
+        let p = prefill_request(&orig);
+        assert_eq!(p["max_tokens"], 1);
+        assert_eq!(p["stream"], false);
+        assert!(!p.contains_key("stream_options"));
+        assert_eq!(p["kv_transfer_params"]["do_remote_decode"], true);
+    }
+
+    #[test]
+    fn the_event_with_metrics_gets_the_prefills_beside_them() {
+        let pm = json!({"queue_time_ms": 1.0});
+        let mut pending = b"data: {\"choices\":[]}\n\ndata: {\"choices\":[],\"metrics\":{\"queue_time_ms\":2.0}}\n\ndata: [DO".to_vec();
+        let out = String::from_utf8(take_events(&mut pending, Some(&pm))).unwrap();
+        assert_eq!(pending, b"data: [DO");
+        let events: Vec<&str> = out.split("\n\n").filter(|e| !e.is_empty()).collect();
+        assert_eq!(events[0], "data: {\"choices\":[]}");
+        let v: Value = serde_json::from_str(events[1].strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(v["prefill_metrics"]["queue_time_ms"], 1.0);
+        assert_eq!(v["metrics"]["queue_time_ms"], 2.0);
+    }
+}
