@@ -376,6 +376,14 @@ pub fn parse_generate(
         )));
     }
 
+    let kv_transfer_params = match field(&obj, "kv_transfer_params") {
+        Some(p) if !p.is_object() => {
+            return Err(ApiError::bad_request(format!(
+                "'kv_transfer_params' must be an object, got {p}"
+            )));
+        }
+        p => p.cloned(),
+    };
     let stream = as_bool(&obj, "stream")?;
     let (mut include_usage, mut continuous_usage) = (false, false);
     if let Some(opts) = field(&obj, "stream_options") {
@@ -399,7 +407,7 @@ pub fn parse_generate(
         stream,
         include_usage,
         continuous_usage: include_usage && continuous_usage,
-        kv_transfer_params: field(&obj, "kv_transfer_params").cloned(),
+        kv_transfer_params,
     })
 }
 

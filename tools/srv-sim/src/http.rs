@@ -446,9 +446,6 @@ async fn generate(
         Ok(g) => g,
         Err(e) => return error_response(&e),
     };
-    if let Err(e) = crate::pd::check_params(&request) {
-        return error_response(&e);
-    }
     if let Some(kv) = app.kv_cache_tokens {
         let need = u64::from(request.prompt_tokens) + u64::from(request.max_tokens);
         if need > kv {
@@ -483,18 +480,12 @@ async fn generate(
 
     // A decode server's request from a prefill server queues once its KV has arrived.
     let kv_wait = app.pd.receive_kv(&request, arrival).await;
-    if let Some(waited) = kv_wait {
-        arrival += waited;
-    }
+    arrival += kv_wait.unwrap_or_default();
     let progress = Progress::new(request.max_tokens);
     let engine = (n % app.engines.len() as u64) as usize;
     let hit = prefix::admit(&app.prefix, engine, &request.blocks, request.prompt_tokens);
     // Transferred KV is the whole prompt's: the first step computes only its last token.
-    let cached = if kv_wait.is_some() {
-        request.prompt_tokens
-    } else {
-        hit
-    };
+    let cached = kv_wait.map_or(hit, |_| request.prompt_tokens);
     app.engines[engine].submit(Submit {
         progress: progress.clone(),
         prompt_tokens: request.prompt_tokens,
@@ -509,8 +500,7 @@ async fn generate(
         fmt.report_cached(cached);
     }
     fmt.per_request_metrics = app.per_request_metrics;
-    fmt.kv_transfer_ms = kv_wait.map(|d| d.as_nanos() as f64 / 1e6);
-    fmt.kv_transfer_params = app.pd.answer_params(&request);
+    app.pd.report(&mut fmt, &request, kv_wait);
     let text_seed = request.text_seed ^ app.seed;
     let stream = TokenStream {
         progress,

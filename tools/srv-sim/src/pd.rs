@@ -16,7 +16,7 @@
 //! - `--pd-role proxy` ([`crate::proxy`]): the front that sends each request to a prefill
 //!   server and then to a decode server.
 
-use crate::api::{ApiError, GenRequest};
+use crate::api::{Formatter, GenRequest};
 use servbench::cli;
 use servbench::presets::{self, Deployment, KvTransfer};
 use std::sync::Mutex;
@@ -145,6 +145,13 @@ impl Side {
         prefill_answer_params(self.role, req, &self.engine_id, &host, port, self.tp)
     }
 
+    /// What the answer to `req` tells of its part: the decode side's wait for its KV, the
+    /// prefill side's hand-off.
+    pub fn report(&self, fmt: &mut Formatter, req: &GenRequest, kv_wait: Option<Duration>) {
+        fmt.kv_transfer_ms = kv_wait.map(|d| d.as_nanos() as f64 / 1e6);
+        fmt.kv_transfer_params = self.answer_params(req);
+    }
+
     /// The decode side's wait for `req`'s KV (see [`receive_kv`]).
     pub async fn receive_kv(&self, req: &GenRequest, arrival: Instant) -> Option<Duration> {
         receive_kv(self.role, self.link.as_ref(), req, arrival).await
@@ -158,16 +165,6 @@ fn flag(req: &GenRequest, key: &str) -> bool {
         .and_then(|p| p.get(key))
         .and_then(serde_json::Value::as_bool)
         == Some(true)
-}
-
-/// A request's `kv_transfer_params`, when given, must be an object.
-pub fn check_params(req: &GenRequest) -> Result<(), ApiError> {
-    match &req.kv_transfer_params {
-        Some(p) if !p.is_object() => Err(ApiError::bad_request(format!(
-            "'kv_transfer_params' must be an object, got {p}"
-        ))),
-        _ => Ok(()),
-    }
 }
 
 /// The prefill side: the `kv_transfer_params` of the answer to a request that asked for a
