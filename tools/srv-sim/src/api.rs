@@ -67,7 +67,7 @@ pub struct GenRequest {
     pub stream: bool,
     pub include_usage: bool,
     pub continuous_usage: bool,
-    /// vLLM's disaggregated-serving hand-off (`kv_transfer_params`), as sent ([`crate::pd`]).
+    /// vLLM's disaggregated-serving hand-off (`kv_transfer_params`), as sent (pd.rs).
     pub kv_transfer_params: Option<Value>,
 }
 
@@ -426,7 +426,7 @@ pub struct Formatter {
     continuous_usage: bool,
     /// The final usage chunk and the whole answer carry vLLM's per-request `metrics`.
     pub per_request_metrics: bool,
-    /// A decode server's wait for the request's KV cache ([`crate::pd`]): reported in `metrics`.
+    /// A decode server's wait for the request's KV cache (pd.rs): reported in `metrics`.
     pub kv_transfer_ms: Option<f64>,
     /// A prefill server's hand-off to the decode side: the whole answer's `kv_transfer_params`.
     pub kv_transfer_params: Option<Value>,

@@ -13,7 +13,7 @@
 //!   its first step computes the last prompt token and samples the first token. Its answer's
 //!   `metrics` add `kv_transfer_ms`: from the request's arrival to the KV's (the link's queue
 //!   included); `queue_time_ms` then counts from the KV's arrival;
-//! - `--pd-role proxy` ([`crate::proxy`]): the front that sends each request to a prefill
+//! - `--pd-role proxy` (proxy.rs): the front that sends each request to a prefill
 //!   server and then to a decode server.
 
 use crate::api::{Formatter, GenRequest};
