@@ -3,7 +3,8 @@
 //! ([`LoadArgs::check`]); a summary describes the load by [`LoadArgs::describe`].
 
 use super::points::{Budget, Load};
-use super::search::Var;
+use super::ramp;
+use super::search::{self, RATE_LIMIT, Var};
 use super::{Arrival, Think, Turns};
 use crate::cli;
 use crate::record::SummaryRecord;
@@ -385,6 +386,42 @@ impl LoadArgs {
 }
 
 impl LoadArgs {
+    /// `--ramp`'s first concurrency (the first `-c`, else 1) and its rules from the flags.
+    pub fn ramp_rules(&self) -> (u32, ramp::Rules) {
+        let first = self.concurrency.as_ref().and_then(|c| c.first().copied());
+        let rules = ramp::Rules {
+            max_error_rate: self.max_error_rate,
+            slo_attainment: self.slo_attainment,
+            min_gain: self.min_gain,
+            max_concurrency: self.ramp_max,
+        };
+        (first.unwrap_or(1), rules)
+    }
+
+    /// `--find-max VAR`'s rules from the flags: it starts at the first `-r`/`-c` (else 1) and
+    /// goes up to `--find-max-limit` (default `--ramp-max` for concurrency, [`RATE_LIMIT`]).
+    pub fn search_rules(&self, var: Var) -> search::Rules {
+        let start = match var {
+            Var::Rate => self.rate.as_ref().and_then(|r| r.first().copied()),
+            Var::Concurrency => self
+                .concurrency
+                .as_ref()
+                .and_then(|c| c.first().copied())
+                .map(f64::from),
+        };
+        search::Rules {
+            var,
+            target: self.slo_attainment,
+            precision: self.find_max_precision,
+            max_tries: self.find_max_tries,
+            start: start.unwrap_or(1.0),
+            limit: self.find_max_limit.unwrap_or(match var {
+                Var::Rate => RATE_LIMIT,
+                Var::Concurrency => f64::from(self.ramp_max),
+            }),
+        }
+    }
+
     /// A sweep's loads: each `-r` rate (open loop), each `--trace-speed`, or each `-c`
     /// (default: one request in flight).
     pub fn loads(&self) -> Vec<Load> {

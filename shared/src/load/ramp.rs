@@ -1,7 +1,8 @@
 //! `--ramp`'s rules, as pure functions of the levels measured so far: when to stop doubling
 //! the concurrency, and which level was best. The run loop measures; this decides.
 
-use crate::record::RampLevel;
+use super::search::Tally;
+use crate::record::{Labels, PointKey, RampLevel, RampRecord, SCHEMA_VERSION, now_ts};
 use crate::stats::knee::KneeRule;
 
 /// The limits a ramp is held to (from the flags).
@@ -111,6 +112,57 @@ impl Rules {
         let passing: Vec<&RampLevel> = levels.iter().filter(|l| self.passes(l)).collect();
         let curve: Vec<Option<f64>> = passing.iter().map(|l| Some(l.output_tok_s)).collect();
         self.knee_rule().best(&curve).map(|i| passing[i])
+    }
+}
+
+/// A level as the rules judge it: its mean throughput over its repeats, and its errors and SLO
+/// attainment over all their requests (`slo`: whether an `--slo` was given).
+pub fn level(
+    concurrency: u32,
+    output_tok_s: f64,
+    req_s: f64,
+    tries: &[Tally],
+    slo: bool,
+) -> RampLevel {
+    let all = Tally::sum(tries);
+    RampLevel {
+        concurrency,
+        output_tok_s,
+        req_s,
+        error_rate: if all.requests > 0 {
+            all.errors as f64 / all.requests as f64
+        } else {
+            0.0
+        },
+        slo_attainment: slo.then(|| all.attainment().min(1.0)),
+    }
+}
+
+impl Rules {
+    /// The `ramp` record of `levels`, stopped by `stopped_by` (a rule of [`Verdict::Stop`], or
+    /// how the run ended it) for `reason`, with the best level by [`Rules::best`].
+    pub fn record(
+        &self,
+        labels: Labels,
+        point: PointKey,
+        levels: Vec<RampLevel>,
+        stopped_by: &str,
+        reason: String,
+    ) -> RampRecord {
+        let best = self.best(&levels);
+        RampRecord {
+            v: SCHEMA_VERSION,
+            ts: now_ts(),
+            labels,
+            point,
+            best_concurrency: best.map(|l| l.concurrency),
+            best_output_tok_s: best.map(|l| l.output_tok_s),
+            min_gain: Some(self.min_gain),
+            levels,
+            stopped_by: stopped_by.into(),
+            reason,
+            extra: Default::default(),
+        }
     }
 }
 

@@ -11,7 +11,10 @@
 //! again (up to `--find-max-tries` in all) and judged on all its requests together, so one
 //! noisy point near the boundary does not send the bisection the wrong way.
 
-use crate::record::SearchProbe;
+use crate::record::{
+    Labels, PointKey, SCHEMA_VERSION, SearchProbe, SearchRecord, SummaryRecord, now_ts,
+};
+use crate::stats::Slo;
 
 /// What a search varies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -69,6 +72,16 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// A point's level: its summary's requests and errors, and `good` of them (succeeded and
+    /// met every objective, as `PointStats` counts them).
+    pub fn of(summary: &SummaryRecord, good: u64) -> Tally {
+        Tally {
+            requests: summary.requests,
+            good,
+            errors: summary.errors,
+        }
+    }
+
     pub fn sum(tries: &[Tally]) -> Tally {
         tries.iter().fold(Tally::default(), |a, t| Tally {
             requests: a.requests + t.requests,
@@ -241,6 +254,38 @@ impl Rules {
             return false;
         };
         at_lo < at_hi && decided[at_hi].slo_attainment < self.target * CLIFF_SHARE
+    }
+}
+
+impl Rules {
+    /// The `search` record of `probes` for one workload (`point`, its load cleared: the search
+    /// varies it), ended as `outcome` says.
+    pub fn record(
+        &self,
+        labels: Labels,
+        mut point: PointKey,
+        slo: Option<&Slo>,
+        probes: Vec<SearchProbe>,
+        outcome: Outcome,
+    ) -> SearchRecord {
+        point.concurrency = None;
+        point.rate_rps = None;
+        SearchRecord {
+            v: SCHEMA_VERSION,
+            ts: now_ts(),
+            labels,
+            point,
+            var: self.var.field().into(),
+            slo: slo.map(|s| s.to_text()).unwrap_or_default(),
+            slo_attainment: self.target,
+            precision: self.precision,
+            probes,
+            max_passing: outcome.max_passing,
+            first_failing: outcome.first_failing,
+            stopped_by: outcome.stopped_by.into(),
+            reason: outcome.reason,
+            extra: Default::default(),
+        }
     }
 }
 

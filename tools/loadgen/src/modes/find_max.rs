@@ -10,7 +10,7 @@ use crate::run::point::{Run, Work};
 use crate::stop::Ended;
 use servbench::cli;
 use servbench::load::search::{self, Decision, Rules, Step, Var};
-use servbench::record::{ErrorClass, PointKey, SearchProbe, SearchRecord, now_ts};
+use servbench::record::{ErrorClass, PointKey, SearchProbe};
 use std::io::Write;
 
 impl<W: Write> Run<'_, W> {
@@ -89,52 +89,29 @@ impl<W: Write> Run<'_, W> {
             ));
             probes.push(probe);
         };
-        let (stopped_by, reason, max_passing, first_failing) = match &cut {
-            None => (
-                outcome.stopped_by.to_string(),
-                outcome.reason,
-                outcome.max_passing,
-                outcome.first_failing,
-            ),
+        let outcome = match &cut {
+            None => outcome,
             Some(p) => {
                 // What the probes decided so far stands.
-                let so_far = search::bracket(&probes);
-                let (by, why) = match &p.ended {
+                let (max_passing, first_failing) = search::bracket(&probes);
+                let (stopped_by, reason) = match &p.ended {
                     Ended::ServerDown(why) => ("server_down", why.clone()),
                     Ended::RankFailed(why) => ("rank_failed", why.clone()),
                     _ => ("interrupted", "interrupted during a probe".to_string()),
                 };
-                (by.to_string(), why, so_far.0, so_far.1)
+                search::Outcome {
+                    stopped_by,
+                    reason,
+                    max_passing,
+                    first_failing,
+                }
             }
         };
         // One search for the whole job: every rank decided on the same merged figures.
         let Some(labels) = self.job_labels() else {
             return cut.map_or(Ok(()), |p| self.check_point(&p));
         };
-        let mut point = key;
-        point.concurrency = None;
-        point.rate_rps = None;
-        let record = SearchRecord {
-            v: servbench::record::SCHEMA_VERSION,
-            ts: now_ts(),
-            labels,
-            point,
-            var: var.field().into(),
-            slo: self
-                .plan
-                .slo
-                .as_ref()
-                .map(|s| s.to_text())
-                .unwrap_or_default(),
-            slo_attainment: rules.target,
-            precision: rules.precision,
-            probes,
-            max_passing,
-            first_failing,
-            stopped_by: stopped_by.into(),
-            reason,
-            extra: Default::default(),
-        };
+        let record = rules.record(labels, key, self.plan.slo.as_ref(), probes, outcome);
         cli::info(format!(
             "find-max stopped ({}): {}",
             record.stopped_by, record.reason

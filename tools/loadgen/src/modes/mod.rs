@@ -22,11 +22,7 @@ use std::sync::Arc;
 
 /// A point's level as ramp and find-max judge it.
 pub(crate) fn tally(p: &PointOutcome) -> Tally {
-    Tally {
-        requests: p.summary.requests,
-        good: p.good,
-        errors: p.summary.errors,
-    }
+    Tally::of(&p.summary, p.good)
 }
 
 impl<W: Write> Run<'_, W> {

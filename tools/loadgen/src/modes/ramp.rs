@@ -6,9 +6,9 @@ use crate::pacing::Load;
 use crate::run::point::{PointOutcome, Run, Work};
 use crate::stop::Ended;
 use servbench::cli;
-use servbench::load::ramp::{Rules, Verdict};
+use servbench::load::ramp::{self, Rules, Verdict};
 use servbench::load::search::Tally;
-use servbench::record::{PointKey, RampLevel, RampRecord, now_ts};
+use servbench::record::{PointKey, RampLevel};
 use std::io::Write;
 
 impl<W: Write> Run<'_, W> {
@@ -47,20 +47,8 @@ impl<W: Write> Run<'_, W> {
                     break;
                 }
             }
-            let level = Tally::sum(&tries);
-            let error_rate = if level.requests > 0 {
-                level.errors as f64 / level.requests as f64
-            } else {
-                0.0
-            };
-            let slo_attainment = self.plan.slo.as_ref().map(|_| level.attainment().min(1.0));
-            levels.push(RampLevel {
-                concurrency,
-                output_tok_s: tok_s,
-                req_s,
-                error_rate,
-                slo_attainment,
-            });
+            let slo = self.plan.slo.is_some();
+            levels.push(ramp::level(concurrency, tok_s, req_s, &tries, slo));
             match cut.as_ref().map(|p| &p.ended) {
                 Some(Ended::ServerDown(why)) => {
                     break ("server_down".to_string(), why.clone(), cut);
@@ -82,24 +70,11 @@ impl<W: Write> Run<'_, W> {
                 Verdict::Stop { rule, reason } => break (rule.to_string(), reason, None),
             }
         };
-        let best = rules.best(&levels);
         // One decision for the whole job: every rank judged the same merged figures, rank 0 writes it.
         let Some(labels) = self.job_labels() else {
             return cut.map_or(Ok(()), |p| self.check_point(&p));
         };
-        let record = RampRecord {
-            v: servbench::record::SCHEMA_VERSION,
-            ts: now_ts(),
-            labels,
-            point: key,
-            best_concurrency: best.map(|l| l.concurrency),
-            best_output_tok_s: best.map(|l| l.output_tok_s),
-            min_gain: Some(rules.min_gain),
-            levels,
-            stopped_by: stopped_by.into(),
-            reason,
-            extra: Default::default(),
-        };
+        let record = rules.record(labels, key, levels, &stopped_by, reason);
         cli::info(format!(
             "ramp stopped ({}): {}; best concurrency {}",
             record.stopped_by,

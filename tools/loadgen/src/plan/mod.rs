@@ -15,7 +15,7 @@ use crate::workload::Asked;
 use crate::workload::registry::Spec;
 use crate::{Args, Warmup};
 use servbench::engines::EnginePreset;
-use servbench::load::search::{self, RATE_LIMIT, Var};
+use servbench::load::search;
 use servbench::load::{LoadArgs, ramp};
 use servbench::record::Labels;
 use servbench::stats::Slo;
@@ -129,34 +129,12 @@ impl Args {
         // 53 bits, so that every JSON reader (jq, JavaScript) gives the recorded seed back
         // exactly for `--seed`.
         let seed = a.seed.unwrap_or_else(|| rand::random::<u64>() >> 11);
-        let first_c = a.load.concurrency.as_ref().and_then(|c| c.first().copied());
         let mode = if a.load.ramp {
-            Mode::Ramp {
-                first: first_c.unwrap_or(1),
-                rules: ramp::Rules {
-                    max_error_rate: a.load.max_error_rate,
-                    slo_attainment: a.load.slo_attainment,
-                    min_gain: a.load.min_gain,
-                    max_concurrency: a.load.ramp_max,
-                },
-            }
+            let (first, rules) = a.load.ramp_rules();
+            Mode::Ramp { first, rules }
         } else if let Some(var) = a.load.find_max {
-            let start = match var {
-                Var::Rate => a.load.rate.as_ref().and_then(|r| r.first().copied()),
-                Var::Concurrency => first_c.map(f64::from),
-            };
             Mode::FindMax {
-                rules: search::Rules {
-                    var,
-                    target: a.load.slo_attainment,
-                    precision: a.load.find_max_precision,
-                    max_tries: a.load.find_max_tries,
-                    start: start.unwrap_or(1.0),
-                    limit: a.load.find_max_limit.unwrap_or(match var {
-                        Var::Rate => RATE_LIMIT,
-                        Var::Concurrency => f64::from(a.load.ramp_max),
-                    }),
-                },
+                rules: a.load.search_rules(var),
                 arrival: a.load.arrival,
                 max_concurrency: a.load.max_concurrency,
             }

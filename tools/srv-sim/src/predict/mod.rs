@@ -6,6 +6,7 @@
 
 mod gap;
 pub mod load;
+mod modes;
 mod trace;
 
 use crate::cost::Roofline;
@@ -15,6 +16,7 @@ use crate::prefix::PrefixCache;
 use load::{PointLoad, Prompts, VirtualClock};
 use servbench::cli::{self, Exit};
 use servbench::jsonl::RecordWriter;
+use servbench::load::search::Tally;
 use servbench::load::{Budget, Load, LoadArgs};
 use servbench::record::{Labels, PointKey};
 use servbench::stats::PointStats;
@@ -168,11 +170,6 @@ impl PredictArgs {
                 )));
             }
         }
-        if self.load.ramp || self.load.find_max.is_some() {
-            return Err(cli::usage(
-                "--predict sweeps the loads given: --ramp and --find-max are not predicted",
-            ));
-        }
         Ok(())
     }
 
@@ -210,50 +207,72 @@ pub fn run(args: &PredictArgs, engine: Engine) -> anyhow::Result<Exit> {
     let mut index = 0u32;
     for input_len in args.inputs() {
         for max_tokens in args.outputs() {
-            for pace in args.load.loads() {
-                for repeat in 0..args.load.repeat {
-                    let point = PointKey {
-                        index,
-                        concurrency: match pace {
-                            Load::Closed { concurrency } => Some(concurrency),
-                            Load::Open { .. } | Load::Trace { .. } => None,
-                        },
-                        rate_rps: match pace {
-                            Load::Open { rate_rps, .. } => Some(rate_rps),
-                            Load::Closed { .. } | Load::Trace { .. } => None,
-                        },
-                        input_len: Some(input_len),
-                        max_tokens: Some(max_tokens),
-                        repeat,
-                        trace_speed: None,
-                    };
-                    index += 1;
-                    if args.load.flush_cache
-                        && let Some(c) = cache.as_mut()
-                    {
-                        c.reset();
+            let key = PointKey {
+                input_len: Some(input_len),
+                max_tokens: Some(max_tokens),
+                ..PointKey::default()
+            };
+            // Each point in loadgen's order: the next index, on a fresh engine.
+            let mut measure = |pace: Load, repeat: u32| {
+                let point = PointKey {
+                    index,
+                    concurrency: match pace {
+                        Load::Closed { concurrency } => Some(concurrency),
+                        Load::Open { .. } | Load::Trace { .. } => None,
+                    },
+                    rate_rps: match pace {
+                        Load::Open { rate_rps, .. } => Some(rate_rps),
+                        Load::Closed { .. } | Load::Trace { .. } => None,
+                    },
+                    repeat,
+                    ..key.clone()
+                };
+                index += 1;
+                if args.load.flush_cache
+                    && let Some(c) = cache.as_mut()
+                {
+                    c.reset();
+                }
+                let load = PointLoad {
+                    point,
+                    labels: labels.clone(),
+                    pace,
+                    // A trace's budget is its rows (`trace::run` counts them).
+                    budget: args
+                        .load
+                        .budget(&pace)
+                        .unwrap_or(Budget::Requests(u64::MAX)),
+                    input_len,
+                    max_tokens,
+                    prompts: args.prompts(),
+                    turns: args.load.turns.map(|t| (t, args.load.think_time)),
+                    trace: None,
+                    seed: engine.seed,
+                    request_latency: engine.request_latency,
+                    client_gap: engine.client_gap,
+                    max_model_len: engine.max_model_len,
+                    kv_cache_tokens: engine.kv_cache_tokens,
+                };
+                write_point(args, load, cache.as_mut(), &engine, &mut out)
+            };
+            if args.load.ramp {
+                let (first, rules) = args.load.ramp_rules();
+                let slo = args.load.slo.is_some();
+                let (levels, rule, reason) =
+                    modes::ramp(first, &rules, args.load.repeat, slo, &mut measure)?;
+                let record = rules.record(labels.clone(), key, levels, rule, reason);
+                out.emit(&record)?;
+            } else if let Some(var) = args.load.find_max {
+                let rules = args.load.search_rules(var);
+                let open = (args.load.arrival, args.load.max_concurrency);
+                let (probes, outcome) = modes::find_max(&rules, open, &mut measure)?;
+                let slo = args.load.slo.as_ref();
+                out.emit(&rules.record(labels.clone(), key, slo, probes, outcome))?;
+            } else {
+                for pace in args.load.loads() {
+                    for repeat in 0..args.load.repeat {
+                        measure(pace, repeat)?;
                     }
-                    let load = PointLoad {
-                        point: point.clone(),
-                        labels: labels.clone(),
-                        pace,
-                        // A trace's budget is its rows (`trace::run` counts them).
-                        budget: args
-                            .load
-                            .budget(&pace)
-                            .unwrap_or(Budget::Requests(u64::MAX)),
-                        input_len,
-                        max_tokens,
-                        prompts: args.prompts(),
-                        turns: args.load.turns.map(|t| (t, args.load.think_time)),
-                        trace: None,
-                        seed: engine.seed,
-                        request_latency: engine.request_latency,
-                        client_gap: engine.client_gap,
-                        max_model_len: engine.max_model_len,
-                        kv_cache_tokens: engine.kv_cache_tokens,
-                    };
-                    write_point(args, load, cache.as_mut(), &engine, &mut out)?;
                 }
             }
         }
@@ -261,14 +280,15 @@ pub fn run(args: &PredictArgs, engine: Engine) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// Predicts one point and writes its request records (unless --no-requests) and summary.
+/// Predicts one point and writes its request records (unless --no-requests) and summary;
+/// returns the summary and the point's level as `--ramp` and `--find-max` judge it.
 fn write_point(
     args: &PredictArgs,
     load: PointLoad,
     cache: Option<&mut PrefixCache>,
     engine: &Engine,
     out: &mut RecordWriter<std::io::Stdout>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<(servbench::record::SummaryRecord, Tally)> {
     let (point, labels, pace) = (load.point.clone(), load.labels.clone(), load.pace);
     let records = predict_point(load, cache, engine, engine.log_steps);
     let mut stats = PointStats::new();
@@ -281,7 +301,8 @@ fn write_point(
     let mut summary = stats.to_summary(point, labels, false, args.load.slo.as_ref());
     describe(args, &pace, engine, &mut summary);
     out.emit(&summary)?;
-    Ok(())
+    let tally = Tally::of(&summary, stats.good);
+    Ok((summary, tally))
 }
 
 /// The summary of one closed-loop point of `requests` requests, predicted on a fresh engine
