@@ -277,6 +277,43 @@ mod tests {
         }
     }
 
+    /// A level's errors and SLO attainment pool its repeats' requests (not a mean of shares),
+    /// and its record names the best level by the same rules (a broken level never).
+    #[test]
+    fn a_level_pools_its_repeats_and_the_record_names_the_best() {
+        let tries = [
+            Tally {
+                requests: 10,
+                good: 9,
+                errors: 1,
+            },
+            Tally {
+                requests: 30,
+                good: 30,
+                errors: 0,
+            },
+        ];
+        let l = super::level(8, 800.0, 8.0, &tries, true);
+        assert_eq!((l.error_rate, l.slo_attainment), (0.025, Some(0.975)));
+        assert_eq!(
+            super::level(8, 800.0, 8.0, &tries, false).slo_attainment,
+            None
+        );
+        assert_eq!(super::level(8, 0.0, 0.0, &[], true).error_rate, 0.0);
+        // 2.5% errors break --max-error-rate 1%: the level below is best.
+        let clean = super::level(4, 400.0, 4.0, &tries[1..], true);
+        let levels = vec![clean, l];
+        let r = RULES.record(
+            Labels::new(),
+            PointKey::default(),
+            levels,
+            "saturated",
+            "why".into(),
+        );
+        assert_eq!((r.best_concurrency, r.min_gain), (Some(4), Some(0.05)));
+        assert_eq!(r.stopped_by, "saturated");
+    }
+
     #[test]
     fn reasons_carry_the_figures() {
         let levels = [level(16, 2644.0, 0.0, None), level(32, 2649.0, 0.0, None)];
