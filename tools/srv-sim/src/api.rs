@@ -435,6 +435,11 @@ pub struct Formatter {
 }
 
 impl Formatter {
+    /// The answer's `id`.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     pub fn new(
         endpoint: Endpoint,
         request_no: u64,

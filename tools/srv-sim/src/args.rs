@@ -139,9 +139,9 @@ pub struct Args {
     /// Speculative decoding: probability each draft token is accepted (the chain stops at the first rejection)
     #[arg(long, value_name = "A", default_value_t = 0.7)]
     pub spec_accept: f64,
-    /// Whose names /metrics uses: vllm (vllm:..., counters) or sglang (sglang:..., its buckets, spec figures as gauges)
-    #[arg(long, value_enum, value_name = "ENGINE", default_value = "vllm")]
-    pub metrics_names: MetricNames,
+    /// Whose names /metrics uses: vllm (vllm:..., counters) or sglang (sglang:..., its buckets, spec figures as gauges); default: --self-report-as's
+    #[arg(long, value_enum, value_name = "ENGINE")]
+    pub metrics_names: Option<MetricNames>,
     #[command(flatten)]
     pub faults: Faults,
     #[command(flatten)]
@@ -213,7 +213,7 @@ impl Args {
         }
         self.check()?;
         let trtllm = match (self.self_report.self_report_as, &self.extra_llm_api_options) {
-            (SelfReportAs::Vllm, _) => None,
+            (SelfReportAs::Vllm | SelfReportAs::Sglang | SelfReportAs::Sglang0510, _) => None,
             (SelfReportAs::Trtllm, None) => Some(trtllm::Options::default()),
             (SelfReportAs::Trtllm, Some(path)) => {
                 Some(trtllm::Options::read(path).map_err(cli::usage)?)
@@ -271,7 +271,9 @@ impl Args {
                 replicas,
                 pp_max_micro_batch: self.pp_max_micro_batch,
                 prefix_caching: !self.no_enable_prefix_caching,
-                metrics_names: self.metrics_names,
+                metrics_names: self
+                    .metrics_names
+                    .unwrap_or(self.self_report.self_report_as.metric_names()),
                 seed: self.seed,
             },
             server: ServerPlan {
@@ -392,6 +394,26 @@ impl Args {
         if self.extra_llm_api_options.is_some() && r.self_report_as != SelfReportAs::Trtllm {
             return Err(cli::usage(
                 "--extra_llm_api_options is TensorRT-LLM's: give --self-report-as trtllm",
+            ));
+        }
+        if let Some(why) = self.self_report.misspoken() {
+            return Err(cli::usage(why));
+        }
+        let speaks = self.self_report.self_report_as;
+        if let Some(names) = self.metrics_names
+            && names != speaks.metric_names()
+            && speaks.sglang().is_some()
+        {
+            return Err(cli::usage(format!(
+                "--metrics-names {names:?} with --self-report-as sglang: SGLang's /metrics uses its own names (drop --metrics-names)"
+            )));
+        }
+        if self.fixed_latency()
+            && (self.self_report.decode_log_interval.is_some()
+                || self.self_report.enable_request_time_stats_logging)
+        {
+            return Err(cli::usage(
+                "--decode-log-interval and --enable-request-time-stats-logging log the modelled engine's steps and requests: drop --ttft/--itl",
             ));
         }
         if self.spec_tokens > 0 && self.fixed_latency() {

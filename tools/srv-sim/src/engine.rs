@@ -65,6 +65,8 @@ pub struct EngineConfig {
     pub seed: u64,
     /// Whose metric names (and histogram buckets) `/metrics` shows.
     pub names: MetricNames,
+    /// TP ranks, for the counters SGLang exports once per rank.
+    pub tp_ranks: u32,
     pub report: EngineReport,
 }
 
@@ -79,7 +81,9 @@ impl Engine {
     /// Starts the engine thread; it ends when every handle is dropped.
     pub fn start(config: EngineConfig) -> Engine {
         let (tx, rx) = std::sync::mpsc::channel();
-        let metrics = Arc::new(Mutex::new(Metrics::new(config.names)));
+        let mut first = Metrics::new(config.names);
+        first.tp_ranks = config.tp_ranks;
+        let metrics = Arc::new(Mutex::new(first));
         let m = metrics.clone();
         std::thread::Builder::new()
             .name("srv-sim-engine".into())
@@ -654,6 +658,15 @@ impl<C: Clock> StepLoop<C> {
                     r.req.publish(n, now, m);
                     r.kv += u64::from(n);
                 }
+            }
+            if r.req.published >= r.req.total() {
+                let sub = &r.req.sub;
+                self.report.finished(
+                    sub.rid.as_deref(),
+                    sub.prompt_tokens,
+                    r.req.published,
+                    &sub.progress.read_times(),
+                );
             }
         }
         self.running.retain(|r| r.req.published < r.req.total());

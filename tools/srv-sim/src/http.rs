@@ -75,6 +75,8 @@ pub struct App {
     pub per_request_metrics: bool,
     /// `--self-report-as trtllm`: TensorRT-LLM's self-report; set after [`App::new`].
     pub trtllm: Option<Arc<crate::trtllm::Report>>,
+    /// The engine logs each request by the answer's id (SGLang's time stats).
+    pub log_rids: bool,
     /// HTTPS (`--ssl-certfile`): connections are served behind this acceptor; set after [`App::new`].
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     pub generation_requests: AtomicU64,
@@ -114,6 +116,7 @@ impl App {
             prompt_tokens_details: false,
             per_request_metrics: false,
             trtllm: None,
+            log_rids: false,
             prefix: Vec::new(),
             tls: None,
             generation_requests: AtomicU64::new(0),
@@ -486,16 +489,17 @@ async fn generate(
     let hit = prefix::admit(&app.prefix, engine, &request.blocks, request.prompt_tokens);
     // Transferred KV is the whole prompt's: the first step computes only its last token.
     let cached = kv_wait.map_or(hit, |_| request.prompt_tokens);
+    let mut fmt = Formatter::new(endpoint, n, unix_now(), &app.model_json, &request);
+    if app.trtllm.is_some() {
+        fmt = fmt.with_trtllm_id(n);
+    }
     app.engines[engine].submit(Submit {
         progress: progress.clone(),
         prompt_tokens: request.prompt_tokens,
         cached,
         arrival,
+        rid: app.log_rids.then(|| fmt.id().to_string()),
     });
-    let mut fmt = Formatter::new(endpoint, n, unix_now(), &app.model_json, &request);
-    if app.trtllm.is_some() {
-        fmt = fmt.with_trtllm_id(n);
-    }
     if app.prompt_tokens_details {
         fmt.report_cached(cached);
     }

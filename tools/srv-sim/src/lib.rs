@@ -33,6 +33,7 @@ pub mod progress;
 pub mod proxy;
 pub mod search;
 pub mod selfreport;
+pub mod sglang;
 pub mod startup;
 pub mod step;
 pub mod textapi;
@@ -180,9 +181,14 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
                 max_running: engine.max_running,
                 seed: engine.seed ^ u64::from(replica),
                 names: engine.metrics_names,
+                tp_ranks: plan.model.layout.tp,
                 report: plan
                     .self_report
-                    .for_engine(replica)
+                    .for_engine(sglang::Ranks {
+                        engine: replica,
+                        engines: engine.replicas,
+                        tp: plan.model.layout.tp,
+                    })
                     .with_trtllm(trtllm.clone()),
             })
         })
@@ -206,6 +212,7 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
     app.prompt_tokens_details = server.prompt_tokens_details;
     app.per_request_metrics = plan.self_report.enable_per_request_metrics;
     app.trtllm = trtllm;
+    app.log_rids = plan.self_report.wants_rid();
     if engine.prefix_caching {
         let tokens = kv_cache_tokens.unwrap_or(prefix::UNBOUNDED_TOKENS);
         app.prefix = (0..engine.replicas)
@@ -261,6 +268,14 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
                     kv_cache_tokens: kv_cache_tokens.unwrap_or(u64::from(engine.max_model_len)),
                     max_model_len: engine.max_model_len,
                 },
+                plan.self_report.self_report_as.sglang().map(|w| {
+                    let ranks = sglang::Ranks {
+                        engine: 0,
+                        engines: engine.replicas,
+                        tp: plan.model.layout.tp,
+                    };
+                    (w, ranks)
+                }),
                 logged,
             );
         }

@@ -143,6 +143,8 @@ pub struct Metrics {
     pub max_lateness_s: f64,
     /// `--enable-mfu-metrics`: the cost model's FLOPs and bytes per GPU so far.
     pub est: Option<crate::step::EstCounters>,
+    /// The engine's TP ranks: SGLang exports its FLOP counters once per rank (`tp_rank`).
+    pub tp_ranks: u32,
 }
 
 /// The speculative figures of the decode steps since the gauges were last set.
@@ -201,6 +203,7 @@ impl Metrics {
             lateness: Histogram::new(LATENESS_BUCKETS),
             max_lateness_s: 0.0,
             est: None,
+            tp_ranks: 1,
         }
     }
 
@@ -272,6 +275,17 @@ impl Families<'_> {
         }
     }
 
+    /// A counter family with one sample per engine and TP rank (`tp_rank`), each the same
+    /// per-GPU figure: SGLang's schedulers each export their own.
+    fn per_rank(&mut self, name: &str, help: &str, value: &dyn Fn(&Metrics) -> String) {
+        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (m, l) in self.engines.iter().zip(&self.labels) {
+            for rank in 0..m.tp_ranks.max(1) {
+                let _ = writeln!(self.out, "{name}{{{l},tp_rank=\"{rank}\"}} {}", value(m));
+            }
+        }
+    }
+
     fn histogram(&mut self, name: &str, help: &str, get: fn(&Metrics) -> &Histogram) {
         let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} histogram");
         for (m, l) in self.engines.iter().zip(&self.labels) {
@@ -327,23 +341,31 @@ pub fn render(engines: &[Metrics], model: &str, spec_decoding: bool) -> String {
     f.out
 }
 
-fn vllm(f: &mut Families, spec_decoding: bool) {
-    if f.engines.iter().any(|m| m.est.is_some()) {
-        type Get = fn(&crate::step::EstCounters) -> f64;
-        let rows: [(&str, &str, Get); 3] = [
-            ("flops", "floating point operations", |c| c.flops),
-            ("read_bytes", "bytes read from memory", |c| c.read_bytes),
-            ("write_bytes", "bytes written to memory", |c| c.write_bytes),
-        ];
-        for (name, what, get) in rows {
-            f.family(
-                &format!("vllm:estimated_{name}_per_gpu_total"),
-                "counter",
-                &format!("Estimated number of {what} per GPU (srv-sim's cost model)."),
-                &|m| format!("{:?}", m.est.as_ref().map_or(0.0, get)),
-            );
+/// `--enable-mfu-metrics`: the cost model's FLOPs and bytes per GPU, under `prefix`'s
+/// `estimated_*_per_gpu_total` (vLLM's once per engine, SGLang's once per TP rank).
+fn estimated(f: &mut Families, prefix: &str) {
+    if !f.engines.iter().any(|m| m.est.is_some()) {
+        return;
+    }
+    type Get = fn(&crate::step::EstCounters) -> f64;
+    let rows: [(&str, &str, Get); 3] = [
+        ("flops", "floating point operations", |c| c.flops),
+        ("read_bytes", "bytes read from memory", |c| c.read_bytes),
+        ("write_bytes", "bytes written to memory", |c| c.write_bytes),
+    ];
+    for (name, what, get) in rows {
+        let name = format!("{prefix}estimated_{name}_per_gpu_total");
+        let help = format!("Estimated number of {what} per GPU (srv-sim's cost model).");
+        let value = |m: &Metrics| format!("{:?}", m.est.as_ref().map_or(0.0, get));
+        match f.engines.first().map(|m| m.names) {
+            Some(MetricNames::Sglang) => f.per_rank(&name, &help, &value),
+            _ => f.family(&name, "counter", &help, &value),
         }
     }
+}
+
+fn vllm(f: &mut Families, spec_decoding: bool) {
+    estimated(f, "vllm:");
     f.family(
         "vllm:num_requests_running",
         "gauge",
@@ -452,6 +474,7 @@ fn vllm(f: &mut Families, spec_decoding: bool) {
 }
 
 fn sglang(f: &mut Families, spec_decoding: bool) {
+    estimated(f, "sglang:");
     f.family(
         "sglang:num_running_reqs",
         "gauge",

@@ -14,10 +14,14 @@
 //!   the cost model (its compute and memory times at the card's rates; the roofline counts
 //!   bytes read, so written bytes stay 0).
 //!
-//! `--self-report-as trtllm` speaks TensorRT-LLM's self-report instead ([`crate::trtllm`]).
+//! With `--self-report-as sglang` it speaks SGLang's instead (the `sglang` module): its decode
+//! log (`--decode-log-interval`), its per-request time stats
+//! (`--enable-request-time-stats-logging`), its FLOP counters per TP rank and its startup lines.
+//! With `--self-report-as trtllm`, TensorRT-LLM's ([`crate::trtllm`]).
 
-use crate::metrics::Metrics;
+use crate::metrics::{MetricNames, Metrics};
 use crate::progress::ReqTimes;
+use crate::sglang::{self, DecodeLog, Ranks, StepFacts, Wording};
 use crate::step::{EstCounters, StepCounts, StepShape};
 use crate::trtllm;
 use std::io::Write as _;
@@ -25,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Whose self-report srv-sim speaks: one file (vLLM's is this one) and one line here each.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum SelfReportAs {
     /// vLLM's flags (`--enable-per-request-metrics`, ...): metrics in the answers, its step log
     #[default]
@@ -33,11 +37,46 @@ pub enum SelfReportAs {
     /// TensorRT-LLM's LLM-API options (`--extra_llm_api_options FILE`): `GET /perf_metrics`,
     /// iteration stats at `GET /metrics`, its iteration log
     Trtllm,
+    /// SGLang's (recent): its decode log, time stats, counters and startup lines.
+    Sglang,
+    /// SGLang 0.5.10 and older: `Decode batch.` and `Capture cuda graph end. Time elapsed`.
+    #[value(name = "sglang-0.5.10")]
+    Sglang0510,
 }
 
-/// vLLM's self-report flags, taken by srv-sim under the same names.
+impl SelfReportAs {
+    /// SGLang's wording, where it speaks SGLang's.
+    pub fn sglang(self) -> Option<Wording> {
+        match self {
+            SelfReportAs::Vllm | SelfReportAs::Trtllm => None,
+            SelfReportAs::Sglang => Some(Wording::Current),
+            SelfReportAs::Sglang0510 => Some(Wording::Old),
+        }
+    }
+
+    /// The metric names it implies (TensorRT-LLM's /metrics is its own, `crate::trtllm`).
+    pub fn metric_names(self) -> MetricNames {
+        match self.sglang() {
+            None => MetricNames::Vllm,
+            Some(_) => MetricNames::Sglang,
+        }
+    }
+}
+
+/// The engines' self-report flags, taken by srv-sim under their own names: vLLM's, or with
+/// `--self-report-as sglang` SGLang's.
 #[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct SelfReport {
+    /// Whose self-report srv-sim speaks: vllm; trtllm (its options file); sglang (its step log,
+    /// time stats, counters, startup lines and /metrics names; sglang-0.5.10: its older wording)
+    #[arg(long, value_enum, value_name = "ENGINE", default_value = "vllm")]
+    pub self_report_as: SelfReportAs,
+    /// SGLang's: a `Decode batch` log line every N decode-only steps (SGLang's default 40)
+    #[arg(long, value_name = "N")]
+    pub decode_log_interval: Option<u32>,
+    /// SGLang's: a `Req Time Stats` log line per finished request, its rid the answer's id
+    #[arg(long)]
+    pub enable_request_time_stats_logging: bool,
     /// A `metrics` object (queue, TTFT, generation time, mean ITL) in each answer, as vLLM's flag
     #[arg(long)]
     pub enable_per_request_metrics: bool,
@@ -51,9 +90,6 @@ pub struct SelfReport {
     /// for a step launched earlier (0.03 ms), not the step (the steps run as modelled)
     #[arg(long)]
     pub async_scheduling: bool,
-    /// Whose self-report to speak (the reports' shapes, log lines and endpoints)
-    #[arg(long, value_enum, value_name = "ENGINE", default_value = "vllm")]
-    pub self_report_as: SelfReportAs,
 }
 
 /// What an async-scheduling vLLM logs as a step's "iteration elapsed time": its engine core
@@ -62,15 +98,67 @@ pub struct SelfReport {
 pub const ASYNC_RESULT_WAIT: Duration = Duration::from_micros(30);
 
 impl SelfReport {
-    pub fn for_engine(self, index: u32) -> EngineReport {
+    /// The state of the engine at `ranks` (its index among the data-parallel engines).
+    pub fn for_engine(self, ranks: Ranks) -> EngineReport {
+        let decode_log = self.self_report_as.sglang().map(|w| {
+            DecodeLog::new(
+                self.decode_log_interval
+                    .unwrap_or(servbench::steplog::sglang::DEFAULT_DECODE_LOG_INTERVAL),
+                w,
+                self.enable_mfu_metrics,
+            )
+        });
         EngineReport {
             flags: self,
-            index,
+            ranks,
             iteration: 0,
             trtllm: None,
             prev_step: None,
             completed: 0,
+            decode_log,
+            generated: 0,
         }
+    }
+
+    /// Whether the engine needs each request's rid (the answer's id): for SGLang's time stats.
+    pub fn wants_rid(&self) -> bool {
+        self.self_report_as.sglang().is_some() && self.enable_request_time_stats_logging
+    }
+
+    /// A flag of the other engine's given: which, and what to give instead.
+    pub fn misspoken(&self) -> Option<String> {
+        let vllm_only = [
+            (
+                self.enable_per_request_metrics,
+                "--enable-per-request-metrics",
+            ),
+            (
+                self.enable_logging_iteration_details,
+                "--enable-logging-iteration-details",
+            ),
+            (self.async_scheduling, "--async-scheduling"),
+        ];
+        let sglang_only = [
+            (self.decode_log_interval.is_some(), "--decode-log-interval"),
+            (
+                self.enable_request_time_stats_logging,
+                "--enable-request-time-stats-logging",
+            ),
+        ];
+        match self.self_report_as.sglang() {
+            Some(_) => vllm_only.iter().find(|f| f.0).map(|(_, flag)| {
+                format!(
+                    "{flag} is vLLM's; SGLang (--self-report-as sglang) logs its steps with --decode-log-interval N and each request's times with --enable-request-time-stats-logging"
+                )
+            }),
+            None => sglang_only.iter().find(|f| f.0).map(|(_, flag)| {
+                format!("{flag} is SGLang's: give --self-report-as sglang")
+            }),
+        }
+        .or_else(|| {
+            (self.decode_log_interval == Some(0))
+                .then(|| "--decode-log-interval must be at least 1".to_string())
+        })
     }
 }
 
@@ -78,13 +166,17 @@ impl SelfReport {
 #[derive(Debug, Clone)]
 pub struct EngineReport {
     pub flags: SelfReport,
-    index: u32,
+    ranks: Ranks,
     iteration: u64,
     /// TensorRT-LLM's self-report, the server's (`--self-report-as trtllm`).
     trtllm: Option<Arc<trtllm::Report>>,
     /// The step before's time, and the requests finished by then.
     prev_step: Option<Duration>,
     completed: u64,
+    /// Speaking SGLang: its decode log.
+    decode_log: Option<DecodeLog>,
+    /// Tokens the engine had made available after its previous step.
+    generated: u64,
 }
 
 /// What vLLM logs about one step (`Engine 000: Iteration(N): ...`, after its logger prefix):
@@ -140,11 +232,30 @@ impl EngineReport {
         if self.flags.enable_mfu_metrics {
             m.est.get_or_insert_with(EstCounters::default).add(counts);
         }
+        let generated = m.generation_tokens - self.generated.min(m.generation_tokens);
+        self.generated = m.generation_tokens;
+        if let Some(log) = &mut self.decode_log {
+            let verify = shape.work.decode_seqs.saturating_mul(drafts);
+            let facts = StepFacts {
+                new_seqs: shape.seqs.saturating_sub(shape.work.decode_seqs),
+                new_tokens: shape.work.prefill_tokens.saturating_sub(verify),
+                decoding: shape.work.decode_seqs,
+                generated,
+                kv_used_tokens: m.kv_used_tokens,
+                kv_usage: m.kv_usage,
+                waiting: m.waiting,
+                counts,
+                elapsed,
+            };
+            if let Some(line) = log.step(&facts, Instant::now()) {
+                sglang::log_line(self.ranks, &line);
+            }
+        }
         if self.flags.enable_logging_iteration_details {
             let gen_requests = shape.work.decode_seqs;
             let verify = gen_requests.saturating_mul(drafts);
             let line = IterationLine {
-                engine: self.index,
+                engine: self.ranks.engine,
                 iteration: self.iteration,
                 ctx_requests: shape.seqs.saturating_sub(gen_requests),
                 ctx_tokens: shape.work.prefill_tokens.saturating_sub(verify),
@@ -173,6 +284,16 @@ impl EngineReport {
             (self.prev_step, self.completed) = (Some(elapsed), completed);
         }
         self.iteration += 1;
+    }
+
+    /// A request finished: speaking SGLang with its time stats on, its line.
+    pub fn finished(&self, rid: Option<&str>, input: u32, output: u32, times: &ReqTimes) {
+        if !self.flags.wants_rid() {
+            return;
+        }
+        if let Some(line) = rid.and_then(|rid| sglang::time_stats(rid, input, output, times)) {
+            sglang::log_line(self.ranks, &line);
+        }
     }
 }
 

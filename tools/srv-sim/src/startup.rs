@@ -1,9 +1,10 @@
 //! `--startup DUR`: while /health still answers 503, the lines vLLM logs as it starts, in its
-//! format, at fixed shares of DUR ([`PHASES`]), so that srv-launch's startup phases (read back
-//! with `servbench::startup::VLLM`) are tested exactly. /health turns 200 only once the last
+//! format, at fixed shares of DUR ([`PHASES`]; speaking SGLang, SGLang's), so that srv-launch's
+//! startup phases (read back with `servbench::startup::VLLM` or `SGLANG`) are tested exactly. /health turns 200 only once the last
 //! line is written, so a launcher that sees the server ready can read every line.
 
 use crate::selfreport::vllm_log_line;
+use crate::sglang;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -100,20 +101,54 @@ pub const PHASES: &[PhaseLine] = &[
 ];
 
 /// Writes [`PHASES`] on stderr at their times after `started` on a thread of its own, then
-/// uvicorn's `Application startup complete.`, then sets `logged`.
-pub fn log_phases(started: Instant, facts: Facts, logged: Arc<AtomicBool>) {
-    let lines: Vec<(Duration, &PhaseLine, String)> = PHASES
-        .iter()
-        .map(|p| (facts.startup.mul_f64(p.at), p, (p.text)(&facts)))
-        .collect();
+/// uvicorn's `Application startup complete.`, then sets `logged`; speaking SGLang (`sglang`:
+/// its wording, rank 0 of the first engine), SGLang's lines instead (`sglang::STARTUP`).
+pub fn log_phases(
+    started: Instant,
+    facts: Facts,
+    sglang: Option<(sglang::Wording, sglang::Ranks)>,
+    logged: Arc<AtomicBool>,
+) {
+    let lines: Vec<(Duration, Box<dyn Fn() + Send>)> = match sglang {
+        None => PHASES
+            .iter()
+            .map(|p| {
+                let text = (p.text)(&facts);
+                let write: Box<dyn Fn() + Send> =
+                    Box::new(move || vllm_log_line(p.process, p.source, &text));
+                (facts.startup.mul_f64(p.at), write)
+            })
+            .chain(std::iter::once((
+                facts.startup,
+                Box::new(|| eprintln!("INFO:     Application startup complete."))
+                    as Box<dyn Fn() + Send>,
+            )))
+            .collect(),
+        Some((wording, ranks)) => {
+            let f = sglang::Facts {
+                startup_s: facts.startup.as_secs_f64(),
+                model: facts.model,
+                kv_cache_tokens: facts.kv_cache_tokens,
+                url: facts.url,
+            };
+            sglang::STARTUP
+                .iter()
+                .map(|p| {
+                    let text = (p.text)(&f, wording);
+                    let write: Box<dyn Fn() + Send> =
+                        Box::new(move || sglang::log_line(ranks, &text));
+                    (facts.startup.mul_f64(p.at), write)
+                })
+                .collect()
+        }
+    };
     let startup = facts.startup;
     std::thread::spawn(move || {
-        for (at, phase, text) in lines {
+        for (at, write) in lines {
             sleep_until(started + at);
-            vllm_log_line(phase.process, phase.source, &text);
+            write();
         }
         sleep_until(started + startup);
-        eprintln!("INFO:     Application startup complete.");
         logged.store(true, Ordering::SeqCst);
     });
 }

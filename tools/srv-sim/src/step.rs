@@ -17,6 +17,9 @@ pub struct Submit {
     /// Leading prompt tokens found in the prefix cache (the `prefix` module): no prefill for them.
     pub cached: u32,
     pub arrival: Instant,
+    /// The request's id as the client sees it (the answer's `id`), where the engine logs it
+    /// (SGLang's time stats).
+    pub rid: Option<String>,
 }
 
 /// The work in one engine step, as the cost model sees it.

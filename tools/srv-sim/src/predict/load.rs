@@ -405,6 +405,7 @@ impl<'a> VirtualClock<'a> {
                 prompt_tokens,
                 cached,
                 arrival: arrive,
+                rid: None,
             },
         );
         self.watching.push(InFlight {

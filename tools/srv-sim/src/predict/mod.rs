@@ -372,7 +372,7 @@ fn predict_point(
                 enable_logging_iteration_details: log_steps,
                 ..Default::default()
             }
-            .for_engine(0),
+            .for_engine(crate::sglang::Ranks::default()),
         },
     );
     if clock.capped() {
