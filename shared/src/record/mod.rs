@@ -46,8 +46,9 @@ use std::time::SystemTime;
 ///   engine apart (`engines`, `per_engine`); v2's `step_ms_*`/`busy_ms` were that wait. A v2
 ///   summary is still read, its figures moved to their names ([`Record::parse`]).
 ///
-/// A field added where absence keeps its old meaning (a `server` record's `pd`) needs no new
-/// version: a build that does not know it keeps it in `extra` and passes it on unchanged.
+/// A field added where absence keeps its old meaning (a `server` record's `pd`; a `request`'s
+/// `server_timing.decode_queue_ms` and `first_decode_ms`, a `summary`'s `ttft_split` P/D means)
+/// needs no new version: a build that does not know it keeps it in `extra` and passes it on unchanged.
 pub const SCHEMA_VERSION: u32 = 3;
 
 /// The schema version whose `engine_steps` time the step by the steps themselves.

@@ -3,6 +3,12 @@
 //! the same; llama-server's `timings`), or as it said it apart and loadgen joined it to the
 //! request by the id both sides see (SGLang's per-request time stats in its log, TensorRT-LLM's
 //! `GET /perf_metrics`). Milliseconds on the engine's clock.
+//!
+//! A disaggregated (P/D) request's TTFT has five parts: the prefill server's queue
+//! (`queue_ms`) and prefill (`prefill_ms`), the KV cache's transfer (`kv_transfer_ms`), the
+//! decode server's queue (`decode_queue_ms`) and its first step (`first_decode_ms`); `ttft_ms`
+//! is their sum. They come from the decode server's `metrics` and the prefill server's, which
+//! the proxy attaches as `prefill_metrics` (srv-sim's proxy does).
 
 use super::TimingSource;
 use serde::{Deserialize, Serialize};
@@ -35,9 +41,20 @@ pub struct ServerTiming {
     /// prefill and the decode together; SGLang does not split them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forward_ms: Option<f64>,
-    /// TensorRT-LLM, disaggregated: the KV cache's transfer from the context server.
+    /// Disaggregated: the KV cache's transfer from the prefill (context) server to the decode
+    /// (generation) server (TensorRT-LLM's `kv_cache_transfer_start`/`_end`; srv-sim's decode
+    /// `kv_transfer_ms`: from the request's arrival there to its KV's, the link's queue
+    /// included).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_transfer_ms: Option<f64>,
+    /// Disaggregated: in the decode server's queue once the KV had arrived (the decode side's
+    /// `queue_time_ms`; where the engine does not tell the transfer apart, the transfer too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_queue_ms: Option<f64>,
+    /// Disaggregated: the decode server's first step, from first scheduled to the first token
+    /// (the decode side's `time_to_first_token_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_decode_ms: Option<f64>,
     /// Prompt tokens the engine reused from its cache (llama-server `cache_n`; its `prompt_n`
     /// then counts only the tokens it evaluated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -110,7 +127,40 @@ impl ServerTiming {
     /// year), or a count that is not one, is left out, and named in the second value.
     pub fn from_answer(v: &serde_json::Value) -> Option<(ServerTiming, Vec<String>)> {
         let mut bad = Vec::new();
-        let t = if let Some(m) = v.get("metrics").filter(|m| m.is_object()) {
+        let prefill_side = v.get("prefill_metrics").filter(|m| m.is_object());
+        let t = if let (Some(d), Some(p)) =
+            (v.get("metrics").filter(|m| m.is_object()), prefill_side)
+        {
+            let mut f = Figures {
+                obj: p,
+                bad: &mut bad,
+            };
+            let (queue_ms, prefill_ms) = (f.ms("queue_time_ms"), f.ms("time_to_first_token_ms"));
+            let mut f = Figures {
+                obj: d,
+                bad: &mut bad,
+            };
+            let (kv_transfer_ms, decode_queue_ms, first_decode_ms) = (
+                f.ms("kv_transfer_ms"),
+                f.ms("queue_time_ms"),
+                f.ms("time_to_first_token_ms"),
+            );
+            let parts = [queue_ms, kv_transfer_ms, decode_queue_ms];
+            ServerTiming {
+                source: TimingSource::Vllm,
+                queue_ms,
+                prefill_ms,
+                ttft_ms: prefill_ms
+                    .zip(first_decode_ms)
+                    .map(|(p, d)| p + d + parts.iter().flatten().sum::<f64>()),
+                generation_ms: f.ms("generation_time_ms"),
+                mean_itl_ms: f.ms("mean_itl_ms"),
+                kv_transfer_ms,
+                decode_queue_ms,
+                first_decode_ms,
+                ..ServerTiming::default()
+            }
+        } else if let Some(m) = v.get("metrics").filter(|m| m.is_object()) {
             let mut f = Figures {
                 obj: m,
                 bad: &mut bad,
@@ -231,6 +281,15 @@ pub struct TtftSplit {
     /// Mean server generation time (first token to last).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_generation_ms: Option<f64>,
+    /// Disaggregated (P/D): the means of the KV transfer, the decode server's queue and its
+    /// first step, over the requests that told each; `engine_queue_ms` and
+    /// `engine_prefill_ms` are then the prefill server's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_transfer_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_queue_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_decode_ms: Option<f64>,
     /// Requests whose server TTFT exceeded their client TTFT, or whose server generation time
     /// exceeded their client end-to-end time, and by how much at most.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -328,6 +387,31 @@ mod tests {
         assert!(ServerTiming::same_request("chatcmpl-42", "42"));
         assert!(!ServerTiming::same_request("chatcmpl-142", "42"));
         assert!(ServerTiming::same_request("abc", "abc"));
+    }
+
+    #[test]
+    fn a_disaggregated_answer_splits_its_ttft_in_five() {
+        let v = json!({"metrics": {"queue_time_ms": 0.5, "time_to_first_token_ms": 9.0,
+            "kv_transfer_ms": 14.0, "generation_time_ms": 30.0, "mean_itl_ms": 10.0},
+            "prefill_metrics": {"queue_time_ms": 2.0, "time_to_first_token_ms": 100.0,
+            "generation_time_ms": 0.0}});
+        let (t, bad) = ServerTiming::from_answer(&v).unwrap();
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(
+            (t.queue_ms, t.prefill_ms, t.kv_transfer_ms),
+            (Some(2.0), Some(100.0), Some(14.0))
+        );
+        assert_eq!(
+            (t.decode_queue_ms, t.first_decode_ms),
+            (Some(0.5), Some(9.0))
+        );
+        assert_eq!(t.ttft_ms, Some(2.0 + 100.0 + 14.0 + 0.5 + 9.0));
+        assert_eq!((t.generation_ms, t.mean_itl_ms), (Some(30.0), Some(10.0)));
+        // A colocated answer has none of the decode side's parts.
+        let (c, _) = ServerTiming::from_answer(&json!({"metrics": {"queue_time_ms": 1.0,
+            "time_to_first_token_ms": 5.0}}))
+        .unwrap();
+        assert_eq!((c.kv_transfer_ms, c.first_decode_ms), (None, None));
     }
 
     #[test]

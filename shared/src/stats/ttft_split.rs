@@ -14,6 +14,8 @@ pub struct SplitAcc {
     outside: f64,
     generation_n: u64,
     generation: f64,
+    /// The P/D parts: (count, sum) of the KV transfer, the decode queue, the first decode step.
+    pd: [(u64, f64); 3],
     over: u64,
     over_max: Option<f64>,
 }
@@ -51,6 +53,15 @@ impl SplitAcc {
             self.generation_n += 1;
             self.generation += g;
         }
+        for (acc, part) in
+            self.pd
+                .iter_mut()
+                .zip([t.kv_transfer_ms, t.decode_queue_ms, t.first_decode_ms])
+        {
+            if let Some(x) = part {
+                *acc = (acc.0 + 1, acc.1 + x);
+            }
+        }
     }
 
     pub fn merge(&mut self, o: &SplitAcc) {
@@ -65,6 +76,9 @@ impl SplitAcc {
         self.outside += o.outside;
         self.generation_n += o.generation_n;
         self.generation += o.generation;
+        for (a, b) in self.pd.iter_mut().zip(o.pd) {
+            *a = (a.0 + b.0, a.1 + b.1);
+        }
         self.over += o.over;
         self.over_max = match (self.over_max, o.over_max) {
             (Some(a), Some(b)) => Some(a.max(b)),
@@ -96,6 +110,8 @@ impl SplitAcc {
                 0
             },
             generation: s.engine_generation_ms.unwrap_or(0.0) * n,
+            pd: [s.kv_transfer_ms, s.decode_queue_ms, s.first_decode_ms]
+                .map(|m| m.map_or((0, 0.0), |m| (s.requests, m * n))),
             over: s.server_over_client,
             over_max: s.server_over_client_max_ms,
         }
@@ -114,6 +130,9 @@ impl SplitAcc {
             engine_prefill_ms: self.prefill / n,
             outside_ms: self.outside / n,
             engine_generation_ms: mean(self.generation_n, self.generation),
+            kv_transfer_ms: mean(self.pd[0].0, self.pd[0].1),
+            decode_queue_ms: mean(self.pd[1].0, self.pd[1].1),
+            first_decode_ms: mean(self.pd[2].0, self.pd[2].1),
             server_over_client: self.over,
             server_over_client_max_ms: self.over_max,
         })

@@ -15,16 +15,17 @@ use crate::pd::Upstream;
 use crate::plan::Plan;
 use anyhow::Context as _;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Full, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Map, Value, json};
 use servbench::cli::{self, Exit};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::{Instant, timeout_at};
@@ -41,6 +42,66 @@ struct Proxy {
     next: AtomicU64,
     timeout: Duration,
     body_timeout: Option<Duration>,
+    /// Idle keep-alive connections to each member (by `HOST:PORT`), so a request does not pay
+    /// for a connection on each hop.
+    idle: Mutex<HashMap<String, Vec<Sender>>>,
+}
+
+/// One HTTP/1.1 connection to a member.
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+/// Idle connections kept per member.
+const IDLE_PER_MEMBER: usize = 256;
+
+impl Proxy {
+    /// An idle connection to `u` that is still open, else a new one.
+    async fn connection(&self, u: &Upstream) -> Result<Sender, String> {
+        loop {
+            let idle = self
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_mut(&u.authority)
+                .and_then(Vec::pop);
+            let Some(mut s) = idle else {
+                return connect(u).await;
+            };
+            if s.ready().await.is_ok() {
+                return Ok(s);
+            }
+        }
+    }
+
+    /// A connection whose answer was read to its end, for the next request.
+    fn keep(&self, u: &Upstream, s: Sender) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.entry(u.authority.clone()).or_default();
+        if list.len() < IDLE_PER_MEMBER {
+            list.push(s);
+        }
+    }
+
+    /// POSTs `body` to `u`'s `path`: the answer's head, and the connection to keep once its
+    /// body is read.
+    async fn post(
+        &self,
+        u: &Upstream,
+        path: &str,
+        body: &Map<String, Value>,
+    ) -> Result<(Response<Incoming>, Sender), String> {
+        let bytes = Bytes::from(Value::Object(body.clone()).to_string());
+        let req = Request::post(path)
+            .header(HOST, &u.authority)
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(bytes))
+            .map_err(|e| e.to_string())?;
+        let mut s = self.connection(u).await?;
+        let r = s
+            .send_request(req)
+            .await
+            .map_err(|e| format!("no answer: {e}"))?;
+        Ok((r, s))
+    }
 }
 
 /// Serves the proxy until killed.
@@ -52,6 +113,7 @@ pub fn run(plan: &Plan) -> anyhow::Result<Exit> {
         next: AtomicU64::new(0),
         timeout: plan.pd.upstream_timeout,
         body_timeout: server.idle_timeout,
+        idle: Mutex::new(HashMap::new()),
     });
     let runtime = if server.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -198,26 +260,18 @@ async fn health(p: &Proxy) -> Response<ProxyBody> {
     answer(200, "application/json", Bytes::new())
 }
 
-/// Opens a connection to `u` and sends `req` on it; the connection lives as long as the answer.
-async fn send<B>(u: &Upstream, req: Request<B>) -> Result<Response<Incoming>, String>
-where
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+/// A new connection to `u`.
+async fn connect(u: &Upstream) -> Result<Sender, String> {
     let stream = tokio::net::TcpStream::connect(&u.authority)
         .await
         .map_err(|e| format!("cannot connect: {e}"))?;
     let _ = stream.set_nodelay(true);
-    let (mut sender, conn) =
+    let (sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await
             .map_err(|e| format!("HTTP handshake: {e}"))?;
     tokio::spawn(conn);
-    sender
-        .send_request(req)
-        .await
-        .map_err(|e| format!("no answer: {e}"))
+    Ok(sender)
 }
 
 /// An answer's body, whole (at most [`MAX_BODY`]).
@@ -233,26 +287,18 @@ async fn whole(r: Response<Incoming>) -> Result<(u16, Bytes), String> {
 async fn get_body(u: &Upstream, path: &str) -> Result<(u16, Bytes), String> {
     let req = Request::get(path)
         .header(HOST, &u.authority)
-        .body(Empty::<Bytes>::new())
+        .body(Full::new(Bytes::new()))
         .map_err(|e| e.to_string())?;
-    whole(send(u, req).await?).await
+    let answer = connect(u)
+        .await?
+        .send_request(req)
+        .await
+        .map_err(|e| format!("no answer: {e}"))?;
+    whole(answer).await
 }
 
-async fn post(
-    u: &Upstream,
-    path: &str,
-    body: &Map<String, Value>,
-) -> Result<Response<Incoming>, String> {
-    let bytes = Bytes::from(Value::Object(body.clone()).to_string());
-    let req = Request::post(path)
-        .header(HOST, &u.authority)
-        .header(CONTENT_TYPE, "application/json")
-        .body(Full::new(bytes))
-        .map_err(|e| e.to_string())?;
-    send(u, req).await
-}
-
-/// The request for the prefill side: one token, not streamed, asking for a remote decode.
+/// The request for the prefill side: one token, not streamed, asking for a remote decode
+/// (`min_tokens` dropped: loadgen's `min_tokens = max_tokens` would refuse one token).
 fn prefill_request(original: &Map<String, Value>) -> Map<String, Value> {
     let mut body = original.clone();
     body.insert("max_tokens".into(), 1.into());
@@ -261,6 +307,7 @@ fn prefill_request(original: &Map<String, Value>) -> Map<String, Value> {
     }
     body.insert("stream".into(), false.into());
     body.remove("stream_options");
+    body.remove("min_tokens");
     body.insert(
         "kv_transfer_params".into(),
         json!({"do_remote_decode": true, "do_remote_prefill": false, "remote_engine_id": null,
@@ -310,7 +357,10 @@ async fn disaggregated(p: &Arc<Proxy>, path: &str, req: Request<Incoming>) -> Re
     };
 
     let prefilled = timeout_at(deadline, async {
-        whole(post(pre, path, &prefill_request(&original)).await?).await
+        let (answer, conn) = p.post(pre, path, &prefill_request(&original)).await?;
+        let read = whole(answer).await?;
+        p.keep(pre, conn);
+        Ok::<_, String>(read)
     })
     .await;
     let (status, answer_bytes) = match prefilled {
@@ -346,7 +396,7 @@ async fn disaggregated(p: &Arc<Proxy>, path: &str, req: Request<Incoming>) -> Re
     let mut decode_body = original;
     decode_body.insert("kv_transfer_params".into(), params.clone());
 
-    let decoded = match timeout_at(deadline, post(dec, path, &decode_body)).await {
+    let (decoded, conn) = match timeout_at(deadline, p.post(dec, path, &decode_body)).await {
         Err(_) => return late("decode", dec),
         Ok(Err(e)) => return error(502, format!("decode {}: {e}", dec.url)),
         Ok(Ok(r)) => r,
@@ -361,6 +411,7 @@ async fn disaggregated(p: &Arc<Proxy>, path: &str, req: Request<Incoming>) -> Re
             Err(_) => late("decode", dec),
             Ok(Err(e)) => error(502, format!("decode {}: {e}", dec.url)),
             Ok(Ok((status, bytes))) => {
+                p.keep(dec, conn);
                 let bytes = match (&prefill_metrics, status) {
                     (Some(m), 200) => with_prefill_metrics(&bytes, m).unwrap_or(bytes),
                     _ => bytes,
@@ -371,8 +422,14 @@ async fn disaggregated(p: &Arc<Proxy>, path: &str, req: Request<Incoming>) -> Re
     }
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     let upstream = decoded.into_body();
-    let url = dec.url.clone();
-    tokio::spawn(forward(upstream, tx, prefill_metrics, deadline, url));
+    let (proxy, member) = (p.clone(), dec.clone());
+    tokio::spawn(async move {
+        // Kept only when the stream ended: a client that left has its member's connection
+        // closed, which cancels the request there.
+        if forward(upstream, tx, prefill_metrics, deadline, &member.url).await {
+            proxy.keep(&member, conn);
+        }
+    });
     let mut r = Response::new(ProxyBody::Stream(rx));
     r.headers_mut().insert(
         CONTENT_TYPE,
@@ -427,8 +484,8 @@ async fn forward(
     tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
     prefill: Option<Value>,
     deadline: Instant,
-    url: String,
-) {
+    url: &str,
+) -> bool {
     let mut pending = Vec::new();
     loop {
         let frame = match timeout_at(deadline, upstream.frame()).await {
@@ -438,7 +495,7 @@ async fn forward(
                 let _ = tx
                     .send(Err(std::io::Error::other(format!("decode {url}: {e}"))))
                     .await;
-                return;
+                return false;
             }
             Err(_) => {
                 let _ = tx
@@ -446,7 +503,7 @@ async fn forward(
                         "decode {url}: the stream overran --upstream-timeout"
                     ))))
                     .await;
-                return;
+                return false;
             }
         };
         let Ok(data) = frame.into_data() else {
@@ -455,12 +512,10 @@ async fn forward(
         pending.extend_from_slice(&data);
         let out = take_events(&mut pending, prefill.as_ref());
         if !out.is_empty() && tx.send(Ok(Bytes::from(out))).await.is_err() {
-            return;
+            return false;
         }
     }
-    if !pending.is_empty() {
-        let _ = tx.send(Ok(Bytes::from(pending))).await;
-    }
+    pending.is_empty() || tx.send(Ok(Bytes::from(pending))).await.is_ok()
 }
 
 #[cfg(test)]
@@ -468,14 +523,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_prefill_asks_one_token_for_a_remote_decode() {
+    fn the_prefill_asks_one_token_for_a_remote_decode_even_with_min_tokens() {
         let orig: Map<String, Value> = serde_json::from_value(json!({"prompt": "a b",
-            "max_tokens": 50, "stream": true, "stream_options": {"include_usage": true}}))
+            "max_tokens": 50, "min_tokens": 50, "stream": true,
+            "stream_options": {"include_usage": true}}))
         .unwrap();
         let p = prefill_request(&orig);
         assert_eq!(p["max_tokens"], 1);
         assert_eq!(p["stream"], false);
-        assert!(!p.contains_key("stream_options"));
+        assert!(!p.contains_key("stream_options") && !p.contains_key("min_tokens"));
         assert_eq!(p["kv_transfer_params"]["do_remote_decode"], true);
     }
 
