@@ -7,7 +7,7 @@
 //! machine is scripts/bench-pd-split.sh's); the point's `ttft_split` holds their means.
 
 use servbench::record::{RequestRecord, SummaryRecord};
-use testkit::{loadgen, run_ok};
+use testkit::loadgen;
 
 #[test]
 fn the_five_parts_of_a_disaggregated_ttft_lie_inside_the_clients() {
