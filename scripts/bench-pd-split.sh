@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 cargo build --release -q -p srv-sim -p loadgen >&2
 sim=target/release/srv-sim
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+stop() { local p; for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap stop EXIT
 start() { # port role [args]
   "$sim" --port "$1" --pd-role "$2" "${@:3}" 2>/dev/null &
   pids+=($!)
