@@ -6,6 +6,9 @@
 
 use crate::startup::{self, PhaseMarker};
 
+pub mod pd;
+pub use pd::PdRecipe;
+
 /// How the model is passed on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelArg {
@@ -69,6 +72,9 @@ pub struct EnginePreset {
     /// An options file `--self-report` writes beside the log and names with its flag, where
     /// the engine takes its self-report there and not as flags (TensorRT-LLM).
     pub self_report_options: Option<OptionsFile>,
+    /// How it runs as a disaggregated prefill/decode group (srv-launch `--pd`); `None`: it
+    /// has no such mode.
+    pub pd: Option<&'static PdRecipe>,
 }
 
 /// A file of the engine's own options (TensorRT-LLM's LLM-API options YAML), named by `flag`.
@@ -144,6 +150,7 @@ pub const ENGINES: &[EnginePreset] = &[
             "SGLang tells each request's times in its log (--enable-request-time-stats-logging), not in its answers",
         ),
         self_report_options: None,
+        pd: Some(&pd::SGLANG),
     },
     EnginePreset {
         name: "vllm",
@@ -167,6 +174,7 @@ pub const ENGINES: &[EnginePreset] = &[
         self_report: VLLM_SELF_REPORT,
         self_report_note: None,
         self_report_options: None,
+        pd: Some(&pd::VLLM),
     },
     EnginePreset {
         name: "llama-cpp",
@@ -192,6 +200,7 @@ pub const ENGINES: &[EnginePreset] = &[
             "llama-server returns `timings` in every answer; it has no step log or FLOP counters",
         ),
         self_report_options: None,
+        pd: None,
     },
     EnginePreset {
         name: "trtllm",
@@ -215,6 +224,7 @@ pub const ENGINES: &[EnginePreset] = &[
             "trtllm-serve takes its self-report in an LLM-API options file: srv-launch writes it beside the log",
         ),
         self_report_options: Some(TRTLLM_SELF_REPORT),
+        pd: None,
     },
     EnginePreset {
         name: "sim",
@@ -236,6 +246,7 @@ pub const ENGINES: &[EnginePreset] = &[
         self_report: VLLM_SELF_REPORT,
         self_report_note: Some("srv-sim takes vLLM's flags and reports from its cost model"),
         self_report_options: None,
+        pd: Some(&pd::SIM),
     },
 ];
 

@@ -25,7 +25,7 @@
 //!
 //! Modules use each other one way only (no circle; `.ci/run` checks it, test files aside). From
 //! the bottom: `record`, `files`, `diag`, `procs` and `rlimit` use none of the others; `stats`
-//! and `startup` use `record`; `engines` uses `startup`; `steplog` uses `record`,
+//! and `startup` use `record`; `engines` uses `startup` and `record`; `steplog` uses `record`,
 //! `engines` and `jsonl`; `interrupt` and `ranks` use `diag`;
 //! `exec` uses `procs` and `diag`; `kill` uses `exec` and `procs`; `jsonl` uses `record`,
 //! `files`, `diag` and `interrupt`; `presets` uses `record`, `files`, `jsonl` (measured

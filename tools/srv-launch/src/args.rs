@@ -15,6 +15,8 @@ Examples:
   srv-launch sglang --host gpu1 --model Qwen/Qwen3-32B --tp 8 --timeout 20m -- --mem-fraction-static 0.85
   srv-launch llama-cpp --bin ./llama-server --model tiny.gguf -- -t 1
   srv-launch --cmd 'python3 -m http.server {port}' --ready-url 'http://127.0.0.1:{port}/'
+  srv-launch sim --pd 1p1d | loadgen -c 1,4,16 | srv-kill | summarize   # a P/D group as one
+  srv-launch vllm --model M --pd 2p1d --gpus 0,1,2 > group.jsonl           # 3 servers + proxy
   srv-kill --from server.jsonl
 
 The server runs detached in its own session (stdin /dev/null, output to --log), so it outlives
@@ -50,6 +52,11 @@ pub struct Args {
     /// Pipeline-parallel degree
     #[arg(long, default_value_t = 1)]
     pub pp: u32,
+    /// Launch a disaggregated prefill/decode group as one unit: x prefill servers, y decode
+    /// servers (each with --tp/--pp, GPUs split from --gpus in that order) and the engine's
+    /// proxy in front; one `server` record per member, the proxy's URL the one to load
+    #[arg(long, value_name = "xPyD", conflicts_with = "cmd")]
+    pub pd: Option<servbench::record::PdLayout>,
     /// Port to listen on (default: a free one)
     #[arg(long)]
     pub port: Option<u16>,
@@ -155,6 +162,7 @@ impl Args {
             model: self.model.clone(),
             tp: self.tp,
             pp: self.pp,
+            pd: self.pd,
             port: self.port,
             bind: self.bind.clone(),
             gpus: self.gpus.clone(),

@@ -7,6 +7,7 @@
 
 mod args;
 mod env;
+mod group;
 mod plan;
 mod port;
 mod preflight;
@@ -83,6 +84,9 @@ pub fn run_plan(cfg: &Plan) -> Result<Exit> {
     let forwarder = BackgroundPassThrough::start(cfg.strict_input);
 
     let exec = exec::connect(cfg.host.as_deref(), &cfg.ssh)?;
+    if let Some(layout) = cfg.pd {
+        return group::run(cfg, exec.as_ref(), layout, forwarder);
+    }
     let plan = resolve(cfg, exec.as_ref())?;
     if cfg.dry_run {
         println!(

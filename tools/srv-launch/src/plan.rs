@@ -3,7 +3,7 @@
 
 use servbench::engines::EnginePreset;
 use servbench::exec::SshOptions;
-use servbench::record::Labels;
+use servbench::record::{Labels, PdLayout};
 use std::time::Duration;
 
 /// The server to start.
@@ -23,6 +23,8 @@ pub struct Plan {
     pub model: Option<String>,
     pub tp: u32,
     pub pp: u32,
+    /// `--pd`: a disaggregated prefill/decode group of this layout, not one server.
+    pub pd: Option<PdLayout>,
     /// `--port`; a free one is picked on the server's host when absent.
     pub port: Option<u16>,
     pub bind: Option<String>,
