@@ -10,7 +10,7 @@ use crate::stop::Stop;
 use servbench::cli::{self, Exit};
 use servbench::engines::EnginePreset;
 use servbench::jsonl::{self, BackgroundPassThrough, Disposition, RecordWriter};
-use servbench::record::{Labels, Record, ServerRecord, inherit_labels};
+use servbench::record::{Labels, PdRole, Record, ServerRecord, inherit_labels};
 
 /// Where the target comes from, found before the run.
 pub(crate) struct Upstream {
@@ -47,6 +47,8 @@ pub(crate) fn upstream<W: std::io::Write>(
     // Upstream records go through first, unchanged; a `server` record names the target.
     let mut found: Option<ServerRecord> = None;
     let mut servers = 0;
+    // A P/D group's prefill and decode servers (their proxy is the target).
+    let mut members: Vec<ServerRecord> = Vec::new();
     // With --url, upstream records still pass on, on a thread of their own: loadgen does not
     // wait for an upstream that may never close (an SSH session's stdin).
     let background = match plan.target.url {
@@ -59,9 +61,13 @@ pub(crate) fn upstream<W: std::io::Write>(
             if let Record::Server(s) = &line.record
                 && !s.killed
             {
-                servers += 1;
-                if found.is_none() {
-                    found = Some(s.clone());
+                // A P/D group is one target, its proxy: its other members are not counted.
+                match s.pd.as_ref().map(|pd| pd.role) {
+                    Some(PdRole::Prefill | PdRole::Decode) => members.push(s.clone()),
+                    _ => {
+                        servers += 1;
+                        found.get_or_insert_with(|| s.clone());
+                    }
                 }
             }
             Disposition::Forward
@@ -70,6 +76,12 @@ pub(crate) fn upstream<W: std::io::Write>(
             cli::warn(format!(
                 "{servers} server records on stdin: loading the first only"
             ));
+        }
+        if found.is_none() && !members.is_empty() {
+            return Err(cli::failure(format!(
+                "{} server records of a P/D group on stdin but not its proxy, the one to load: did its launch fail upstream?",
+                members.len()
+            )));
         }
     }
     let mut engine = plan.engine();
