@@ -551,6 +551,7 @@ impl PointStats {
             ranks: None,
             ttft_split: self.ttft_split.record(),
             engine_steps: None,
+            pd_members: Vec::new(),
             noise: self.batch_noise(),
             hist,
             extra: Default::default(),

@@ -138,6 +138,19 @@ pub struct PdMember {
     pub index: u32,
 }
 
+/// One member of a P/D group over a load point, from its own `/metrics` (loadgen loads the
+/// proxy and scrapes every member too): a summary's `pd_members`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PdMemberStats {
+    pub role: PdRole,
+    pub index: u32,
+    /// The member's base URL, as its `server` record names it.
+    pub url: String,
+    /// Its own view of the point; absent where its `/metrics` did not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<super::ServerStats>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

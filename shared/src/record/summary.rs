@@ -84,6 +84,10 @@ pub struct SummaryRecord {
     /// The server's GPUs during the point, one entry per GPU it uses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<GpuStats>,
+    /// Loaded through a P/D group's proxy: each prefill and decode server's own view of the
+    /// point, from its `/metrics` (the proxy's own is `server`), in the group's start order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pd_members: Vec<super::PdMemberStats>,
     /// Model the requests named (`loadgen --model`, or the server's first). Not in `workload`:
     /// it names the system under test (what readers pick a roofline and group points by).
     #[serde(default, skip_serializing_if = "Option::is_none")]

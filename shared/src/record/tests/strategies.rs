@@ -281,6 +281,14 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                 } else {
                     vec![telemetry_tests::gpu_stats()]
                 },
+                pd_members: (partial.then_some(PdMemberStats {
+                    role: PdRole::Decode,
+                    index: 0,
+                    url: "http://127.0.0.1:8200".into(),
+                    server: Some(telemetry_tests::server_stats()),
+                }))
+                .into_iter()
+                .collect(),
                 model: Some("llama".into()),
                 workload: Workload {
                     api: Some("chat".into()),

@@ -41,6 +41,7 @@ pub fn main(args: Args) -> anyhow::Result<Exit> {
         upstream: up.background,
         ranks: None,
         server: up.server,
+        pd_members: up.pd_members,
     };
     run_plan(plan, setup, &mut out)
 }
@@ -113,6 +114,8 @@ fn rank_main(plan: Plan, mut ranks: Ranks) -> anyhow::Result<Exit> {
         upstream: background,
         ranks: Some(ranks),
         server,
+        // One view of the server, rank 0's merged one: the members are not read apart.
+        pd_members: Vec::new(),
     };
     match gathered {
         Some(link) => run_plan(plan, setup, &mut RecordWriter::new(Sink::new(link))),

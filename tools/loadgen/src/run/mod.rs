@@ -69,6 +69,10 @@ pub fn run_plan<W: Write>(
         )?),
         false => None,
     };
+    let pd_members = match first {
+        true => telemetry::members::Members::start(&plan.telemetry, &setup.pd_members)?,
+        false => telemetry::members::Members::default(),
+    };
     // One server, one view of its steps: a single process's run only (ranks: not read).
     let steplog = match setup.ranks.is_none() {
         true => StepLog::for_server(setup.server.as_ref(), &plan.telemetry.ssh),
@@ -127,6 +131,7 @@ pub fn run_plan<W: Write>(
             max_model_len,
             ranks: setup.ranks,
             telemetry,
+            pd_members,
             steplog,
         };
         let exit = run.all().await;

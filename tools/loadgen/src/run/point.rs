@@ -40,6 +40,8 @@ pub(crate) struct Run<'a, W: Write> {
     pub(crate) flusher: Option<Flusher>,
     /// The server's metrics and GPUs, read on a thread of their own.
     pub(crate) telemetry: Option<Telemetry>,
+    /// A P/D group's prefill and decode servers behind the target, each one's metrics read too.
+    pub(crate) pd_members: crate::telemetry::members::Members,
     /// The server's step log, read at each point's edges.
     pub(crate) steplog: Option<StepLog>,
     /// Warnings already given (each once per run).
@@ -236,6 +238,12 @@ impl<W: Write> Run<'_, W> {
                 _ = ctx.stop.wait() => {}
             }
         }
+        if !self.pd_members.is_empty() {
+            tokio::select! {
+                _ = self.pd_members.begin() => {}
+                _ = ctx.stop.wait() => {}
+            }
+        }
         if let Some(log) = &mut self.steplog {
             // Bounded reads (the log's size), before any request of the point is sent.
             tokio::task::block_in_place(|| log.begin());
@@ -312,12 +320,16 @@ impl<W: Write> Run<'_, W> {
             Some(t) if self.ranks.is_none() => t.end(stats.output_tokens).await,
             _ => PointTelemetry::default(),
         };
+        let (pd_members, members_cpu_s) = match self.ranks.is_none() {
+            true => self.pd_members.end().await,
+            false => (Vec::new(), 0.0),
+        };
         let busy_s = busy.total() / 1e3;
         let engine_steps = self
             .steplog
             .as_mut()
             .and_then(|log| tokio::task::block_in_place(|| log.end(key.index, busy_s)));
-        let cpu = cpu_seconds() - cpu_before - tele.cpu_s;
+        let cpu = cpu_seconds() - cpu_before - tele.cpu_s - members_cpu_s;
         let ended = self.ranks.failure().unwrap_or(ended);
         let mut summary = self.summary(&stats, key, &ended, cpu);
         self.describe(&mut summary, work, &total);
@@ -326,8 +338,9 @@ impl<W: Write> Run<'_, W> {
         summary.workload.prefix_hit_rate_expected =
             work.workload.expected_hit_rate(stats.requests, cold);
         if self.telemetry.is_some() && self.ranks.is_none() {
-            summary.telemetry_cpu_s = Some(tele.cpu_s);
+            summary.telemetry_cpu_s = Some(tele.cpu_s + members_cpu_s);
         }
+        summary.pd_members = pd_members;
         (summary.server, summary.gpus) = (tele.server, tele.gpus);
         summary.engine_steps = engine_steps;
         self.finish_point(summary, ended, first_failure, stats.good, &load)

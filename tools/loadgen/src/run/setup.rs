@@ -25,6 +25,9 @@ pub(crate) struct Upstream {
     pub background: Option<BackgroundPassThrough>,
     /// The `server` record that named the target: where its GPUs are, for telemetry.
     pub server: Option<ServerRecord>,
+    /// The target is a P/D group's proxy: the group's prefill and decode servers, whose
+    /// `/metrics` are read too.
+    pub pd_members: Vec<ServerRecord>,
 }
 
 impl Upstream {
@@ -105,13 +108,21 @@ pub(crate) fn upstream<W: std::io::Write>(
         }
         (None, None) => return Err(no_target()),
     };
+    let server = found.filter(|_| plan.target.url.is_none());
+    // The members of the proxy's own group (another group's, or a stray one's, are not it).
+    let group = server
+        .as_ref()
+        .and_then(|s| s.pd.as_ref())
+        .map(|pd| &pd.group);
+    members.retain(|m| m.pd.as_ref().map(|pd| &pd.group) == group && group.is_some());
     Ok(Upstream {
         url,
         server_labels,
         from,
         engine,
         background,
-        server: found.filter(|_| plan.target.url.is_none()),
+        server,
+        pd_members: members,
     })
 }
 
@@ -180,6 +191,9 @@ pub struct Setup {
     pub ranks: Option<crate::ranks::Ranks>,
     /// The `server` record loaded: where its GPUs are, for telemetry.
     pub server: Option<ServerRecord>,
+    /// A P/D group's prefill and decode servers behind the loaded proxy: each one's
+    /// `/metrics` is read over every point too (a summary's `pd_members`).
+    pub pd_members: Vec<ServerRecord>,
 }
 
 impl Setup {
@@ -195,6 +209,7 @@ impl Setup {
             upstream: None,
             ranks: None,
             server: None,
+            pd_members: Vec::new(),
         }
     }
 }

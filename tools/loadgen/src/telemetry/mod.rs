@@ -7,6 +7,7 @@
 //! CPU time is measured and kept out of `client_cpu_s`.
 
 pub mod gpu_sampler;
+pub mod members;
 pub mod steplog;
 
 use crate::client::http::{Pool, Target};
