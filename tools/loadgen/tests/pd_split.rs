@@ -86,6 +86,16 @@ fn the_five_parts_of_a_disaggregated_ttft_lie_inside_the_clients() {
                 "{split:?}"
             );
         }
+        // summarize splits it by role: at 1,500 tokens over PCIe the prefill, not the link.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.jsonl");
+        std::fs::write(&path, &run.output.stdout).unwrap();
+        let out = testkit::run_ok("summarize", &[path.to_str().unwrap()])
+            .output
+            .stdout;
+        let table = String::from_utf8(out).unwrap();
+        assert!(table.contains("P/D TTFT at C=1: "), "{table}");
+        assert!(table.contains("prefill limits, not the link"), "{table}");
         let worst = worst_at_one;
         testkit::check(
             "client TTFT beyond the parts at C=1, worst (ms)",

@@ -10,6 +10,7 @@ pub mod distrusted;
 pub mod energy;
 pub mod host;
 pub mod note;
+pub mod pd;
 pub mod roofline;
 pub mod runs;
 pub mod self_report;
@@ -98,6 +99,7 @@ pub const NOTES: &[Note] = &[
         Under::Points,
         self_report::engine_queue_waits,
     ),
+    note("pd_ttft_by_role", Under::Points, pd::ttft_by_role),
     note(
         "server_ttft_over_client",
         Under::Points,
