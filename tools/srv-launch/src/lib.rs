@@ -443,15 +443,25 @@ fn launch_and_wait(cfg: &Plan, exec: &dyn Exec, plan: &Launch) -> Result<ServerR
     })
 }
 
-/// The flags `--self-report` added, said once on stderr with what the engine cannot report.
+/// The self-report flags srv-launch gave the engine: the preset's default ones (measured free)
+/// and, with `--self-report`, the ones it adds, said once on stderr with what the engine cannot
+/// report.
 fn self_report_flags(cfg: &Plan, plan: &Launch) -> Vec<String> {
-    let Some(preset) = cfg.preset().filter(|_| cfg.self_report) else {
+    let Some(preset) = cfg.preset() else {
         return Vec::new();
     };
+    let mut flags: Vec<String> = preset
+        .self_report_default
+        .iter()
+        .map(|f| f.to_string())
+        .collect();
+    if !cfg.self_report {
+        return flags;
+    }
     if let Some(note) = preset.self_report_note {
         cli::info(format!("--self-report on {}: {note}", preset.name));
     }
-    let mut flags: Vec<String> = preset.self_report.iter().map(|f| f.to_string()).collect();
+    flags.extend(preset.self_report.iter().map(|f| f.to_string()));
     if let (Some(o), Some((path, _))) = (preset.self_report_options, &plan.options_file) {
         flags.extend([o.flag.to_string(), path.clone()]);
     }

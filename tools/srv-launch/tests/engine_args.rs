@@ -178,7 +178,15 @@ fn every_vllm_preset_command_is_accepted_by_vllms_own_parser() {
                 ("host", json!("127.0.0.1")),
                 ("port", json!(30000)),
                 ("tensor_parallel_size", json!(1)),
+                // Measured free (scripts/bench-self-report-cost.sh): on in every launch.
+                ("enable_per_request_metrics", json!(true)),
+                ("enable_logging_iteration_details", json!(false)),
+                ("enable_mfu_metrics", json!(false)),
             ],
+        ),
+        (
+            &["--", "--no-enable-per-request-metrics"],
+            vec![("enable_per_request_metrics", json!(false))],
         ),
         (
             &["--tp", "4", "--", "--max-num-seqs", "256"],
