@@ -2,6 +2,7 @@ use super::*;
 use proptest::prelude::*;
 
 mod strategies;
+mod strategies_compute;
 mod upgrade;
 use strategies::*;
 
