@@ -5,6 +5,7 @@ mod strategies;
 mod strategies_compute;
 mod upgrade;
 use strategies::*;
+use strategies_compute::*;
 
 proptest! {
     /// Every kind survives writer -> reader unchanged, unknown fields included, and the
@@ -115,4 +116,24 @@ fn a_p2p_record_claiming_more_ranks_than_a_matrix_can_have_is_implausible() {
     assert_eq!(p2p(MAX_P2P_RANKS).implausible(), None);
     let why = p2p(400_000_000).implausible().expect("implausible");
     assert!(why.contains("ranks 400000000"), "{why}");
+}
+
+/// Any record kind, each from its generator.
+fn any_record() -> impl Strategy<Value = Record> {
+    prop_oneof![
+        server(),
+        kill(),
+        request(),
+        summary(),
+        coll(),
+        coll_run(),
+        decode(),
+        ramp(),
+        sim_plan(),
+        gemm(),
+        gemm_step(),
+        device_limits(),
+        search(),
+        other()
+    ]
 }

@@ -2,7 +2,6 @@
 //! records, unknown fields included (prefix `zz_`, never colliding with known ones).
 
 use super::super::*;
-pub(super) use super::strategies_compute::{device_limits, gemm, gemm_step};
 use proptest::prelude::*;
 use serde_json::json;
 pub(super) fn labels() -> impl Strategy<Value = Labels> {
@@ -589,23 +588,4 @@ pub(super) fn other() -> impl Strategy<Value = Record> {
         extra.insert("labels".into(), json!(labels));
         Record::Other(extra)
     })
-}
-
-pub(super) fn any_record() -> impl Strategy<Value = Record> {
-    prop_oneof![
-        server(),
-        kill(),
-        request(),
-        summary(),
-        coll(),
-        coll_run(),
-        decode(),
-        ramp(),
-        sim_plan(),
-        gemm(),
-        gemm_step(),
-        device_limits(),
-        search(),
-        other()
-    ]
 }
