@@ -219,6 +219,10 @@ pub struct RequestRecord {
     /// `metrics`, llama-server's `timings`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_timing: Option<super::ServerTiming>,
+    /// The answer's `id` as the server gave it (`chatcmpl-42`): the name the engine's own
+    /// reports know the request by (TensorRT-LLM's `/perf_metrics`), cut to 128 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_id: Option<String>,
 }
 }
 
@@ -264,6 +268,7 @@ impl RequestRecord {
             turn: None,
             cached_tokens: None,
             server_timing: None,
+            response_id: None,
             extra: Default::default(),
         }
     }

@@ -30,6 +30,7 @@ fn req(id: u64, intended: f64, ttft: f64, itl: &[f64], tokens: u32) -> RequestRe
         turn: None,
         cached_tokens: None,
         server_timing: None,
+        response_id: None,
         extra: Default::default(),
     }
 }

@@ -215,6 +215,58 @@ fn tensorrt_llms_iteration_log_is_its_step_log() {
 }
 
 #[test]
+fn tensorrt_llms_iteration_stats_are_its_steps_and_a_hostile_one_is_named() {
+    // The shape of trtllm-serve's docs' example, with the batch stats TRT-LLM's own test asserts.
+    let v = serde_json::json!({"gpuMemUsage": 76665782272u64, "iter": 154,
+        "iterLatencyMS": 7.00688362121582, "gpuForwardTimeMS": 6.5,
+        "kvCacheStats": {"maxNumBlocks": 101256, "freeNumBlocks": 101253, "usedNumBlocks": 3,
+            "tokensPerBlock": 32, "cacheHitRate": 0.00128},
+        "inflightBatchingStats": {"numContextRequests": 1, "numCtxTokens": 64,
+            "numGenRequests": 3, "numPausedRequests": 0, "numScheduledRequests": 4,
+            "avgNumDecodedTokensPerIter": 1.0},
+        "numActiveRequests": 4});
+    let s = trtllm::iteration_stats(&v).unwrap();
+    assert_eq!(
+        (s.ctx_requests, s.ctx_tokens, s.gen_requests, s.gen_tokens),
+        (1, 64, 3, 3)
+    );
+    assert_eq!(
+        (s.length_ms, s.host_step_ms),
+        (Some(6.5), Some(7.00688362121582))
+    );
+    let older = serde_json::json!({"iterLatencyMS": 5.0, "inflightBatchingStats":
+        {"numContextRequests": 0, "numCtxTokens": 0, "numGenRequests": 8}});
+    assert_eq!(trtllm::iteration_stats(&older).unwrap().length_ms, None);
+    for (bad, why) in [
+        (
+            serde_json::json!({"iter": 1}),
+            "no `inflightBatchingStats` object",
+        ),
+        (
+            serde_json::json!({"inflightBatchingStats": {"numContextRequests": -1,
+                "numCtxTokens": 0, "numGenRequests": 1}}),
+            "`-1` is not a count of numContextRequests",
+        ),
+        (
+            serde_json::json!({"iterLatencyMS": "NaN", "inflightBatchingStats":
+                {"numContextRequests": 0, "numCtxTokens": 0, "numGenRequests": 1}}),
+            "iterLatencyMS `\"NaN\"` is not a time of 0 to 3600000 ms",
+        ),
+    ] {
+        assert_eq!(trtllm::iteration_stats(&bad).unwrap_err(), why);
+    }
+    // A point's list: the good ones are its steps, the bad one counted.
+    let list = vec![v.clone(), older, serde_json::json!([])];
+    let w = trtllm::stats_window(&list, 1.0, 0.5).unwrap();
+    assert_eq!((w.steps.steps, w.steps.malformed_lines), (2, 1));
+    assert_eq!(w.steps.steps_per_s, 4.0);
+    assert!(trtllm::stats_window(&[], 1.0, 0.5).is_none());
+    let argv = ["trtllm-serve", "m", "--extra_llm_api_options=o.yaml"].map(String::from);
+    assert!(trtllm::self_reports(&argv));
+    assert!(!trtllm::self_reports(&argv[..2]));
+}
+
+#[test]
 fn an_async_engines_logged_wait_is_kept_as_the_wait_and_the_step_is_its_rate() {
     // vLLM with async scheduling: 200 steps in one busy second, each logged at 0.03 ms.
     let line = VLLM.replace("27.41 ms", "0.03 ms");

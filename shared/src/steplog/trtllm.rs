@@ -86,3 +86,92 @@ fn figures(rest: &str) -> Result<Step, String> {
         ..Step::default()
     })
 }
+
+/// Whether a server started as `argv` takes TensorRT-LLM's LLM-API options file, where its
+/// self-report is switched on (`GET /perf_metrics`, iteration stats at `GET /metrics`): a
+/// trtllm-serve, or srv-sim speaking it.
+pub fn self_reports(argv: &[String]) -> bool {
+    let flag = crate::engines::TRTLLM_OPTIONS_FLAG;
+    argv.iter()
+        .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|r| r.starts_with('=')))
+}
+
+/// One object of TensorRT-LLM's iteration stats (`GET /metrics` with `enable_iter_perf_stats`:
+/// `iter`, `iterLatencyMS`, `gpuForwardTimeMS` in newer builds, `inflightBatchingStats{
+/// numContextRequests, numCtxTokens, numGenRequests, avgNumDecodedTokensPerIter}`): the step.
+/// `gpuForwardTimeMS`, the GPU's time of the step, is its length where given; `iterLatencyMS`,
+/// the executor's time of the iteration, is kept as the host step time.
+pub fn iteration_stats(v: &serde_json::Value) -> Result<Step, String> {
+    let ib = v
+        .get("inflightBatchingStats")
+        .filter(|b| b.is_object())
+        .ok_or("no `inflightBatchingStats` object")?;
+    let whole = |key: &str, max: u32| -> Result<u32, String> {
+        match ib.get(key) {
+            None | Some(serde_json::Value::Null) => Err(format!("no `{key}`")),
+            Some(x) => count(&x.to_string(), key, max),
+        }
+    };
+    let ms = |key: &str| -> Result<Option<f64>, String> {
+        match v.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(x) => millis(&x.to_string(), key).map(Some),
+        }
+    };
+    let gen_requests = whole("numGenRequests", MAX_STEP_REQUESTS)?;
+    // Speculative decoding decodes more than one token per generation request.
+    let per_request = match ib
+        .get("avgNumDecodedTokensPerIter")
+        .and_then(|x| x.as_f64())
+    {
+        Some(a) if a.is_finite() && (1.0..=1e3).contains(&a) => a,
+        _ => 1.0,
+    };
+    let gen_tokens = (f64::from(gen_requests) * per_request).round();
+    if gen_tokens > f64::from(MAX_STEP_TOKENS) {
+        return Err(format!(
+            "{gen_tokens} generation tokens is more than one step holds"
+        ));
+    }
+    Ok(Step {
+        count: 1,
+        ctx_requests: whole("numContextRequests", MAX_STEP_REQUESTS)?,
+        ctx_tokens: whole("numCtxTokens", MAX_STEP_TOKENS)?,
+        gen_requests,
+        gen_tokens: gen_tokens as u32,
+        length_ms: ms("gpuForwardTimeMS")?,
+        host_step_ms: ms("iterLatencyMS")?,
+        ..Step::default()
+    })
+}
+
+/// A point's iteration stats (the list `GET /metrics` gave at its end) as its steps, as
+/// [`super::read_window`] makes a window of log lines; `None` for an empty list.
+pub fn stats_window(
+    list: &[serde_json::Value],
+    window_s: f64,
+    busy_s: f64,
+) -> Option<super::Window> {
+    if list.is_empty() {
+        return None;
+    }
+    let (mut steps, mut malformed, mut first_bad) = (Vec::new(), 0u64, None);
+    for v in list {
+        match iteration_stats(v) {
+            Ok(s) => steps.push(s),
+            Err(why) => {
+                malformed += 1;
+                first_bad.get_or_insert(why);
+            }
+        }
+    }
+    let mut implausible = Vec::new();
+    super::check_sums(&mut steps, window_s * 1e3, &mut implausible);
+    let mut e = crate::record::EngineSteps::of_steps(SOURCE, &steps, window_s, busy_s);
+    e.malformed_lines = malformed;
+    Some(super::Window {
+        steps: e,
+        first_malformed: first_bad,
+        implausible,
+    })
+}

@@ -233,6 +233,7 @@ pub(super) fn request() -> impl Strategy<Value = Record> {
                     draft_tokens: (id % 4 == 3).then_some(12),
                     draft_accepted_tokens: (id % 4 == 3).then_some(9),
                 }),
+                response_id: (id % 3 == 1).then(|| format!("chatcmpl-{id}")),
                 extra,
             }))
         })

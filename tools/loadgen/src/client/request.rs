@@ -29,6 +29,8 @@ pub struct Outcome {
     pub cached_tokens: Option<u32>,
     /// The engine's own timing, from the answer or the stream's chunk that carried it.
     pub server_timing: Option<servbench::record::ServerTiming>,
+    /// The answer's `id`, from the whole answer or the stream's first chunk.
+    pub answer_id: Option<String>,
     /// The reply's text, collected only when this starts as `Some` (conversations resend it).
     pub reply: Option<String>,
     pub end: Instant,
@@ -65,6 +67,7 @@ impl Default for Outcome {
             usage_prompt: None,
             cached_tokens: None,
             server_timing: None,
+            answer_id: None,
             reply: None,
             end: Instant::now(),
             failure: None,
@@ -164,6 +167,7 @@ async fn whole_inner(pool: &Pool, path: &str, body: Bytes, o: &mut Outcome) -> R
     o.usage_prompt = usage.prompt_tokens;
     o.cached_tokens = usage.cached_tokens;
     o.server_timing = crate::client::server_timing::of_answer(&v);
+    o.answer_id = crate::client::server_timing::answer_id(&v);
     // A conversation resends the reply: the answer's content (chat) or text (completions),
     // as the stream's content chunks would have given it.
     if let Some(reply) = o.reply.as_mut() {
@@ -245,6 +249,10 @@ async fn stream_inner(
             if ev.done {
                 done = true;
                 return false;
+            }
+            if o.answer_id.is_none() {
+                // Once a request: the engine's own reports name the request by it.
+                o.answer_id = crate::client::server_timing::answer_id_of_chunk(payload);
             }
             finished |= ev.finished;
             if ev.error {
@@ -421,6 +429,7 @@ pub fn to_record(
         turn: meta.turn.map(|t| t.1),
         cached_tokens: o.cached_tokens,
         server_timing: o.server_timing,
+        response_id: o.answer_id,
         ..started
     }
 }

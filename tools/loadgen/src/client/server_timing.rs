@@ -25,3 +25,22 @@ pub fn of_chunk(payload: &[u8]) -> Option<ServerTiming> {
     let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
     of_answer(&v)
 }
+
+/// The most of an answer's `id` kept.
+const MAX_ID_CHARS: usize = 128;
+
+/// A whole answer's `id`, where it is a string.
+pub fn answer_id(v: &serde_json::Value) -> Option<String> {
+    Some(v.get("id")?.as_str()?.chars().take(MAX_ID_CHARS).collect())
+}
+
+/// The `id` of one SSE `data:` payload (a stream's first chunk): only that field is kept.
+pub fn answer_id_of_chunk(payload: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Id<'a> {
+        #[serde(borrow)]
+        id: Option<std::borrow::Cow<'a, str>>,
+    }
+    let chunk: Id = serde_json::from_slice(payload).ok()?;
+    Some(chunk.id?.chars().take(MAX_ID_CHARS).collect())
+}

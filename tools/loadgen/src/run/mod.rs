@@ -35,6 +35,7 @@ use crate::run::point::Run;
 use crate::run::probe::Model;
 use crate::stop::until_stopped;
 use crate::telemetry::steplog::StepLog;
+use crate::telemetry::trtllm::TrtllmReport;
 use crate::telemetry::{self, Telemetry};
 use crate::workload::align::Aligner;
 use anyhow::Context as _;
@@ -76,6 +77,11 @@ pub fn run_plan<W: Write>(
     // One server, one view of its steps: a single process's run only (ranks: not read).
     let steplog = match setup.ranks.is_none() {
         true => StepLog::for_server(setup.server.as_ref(), &plan.telemetry.ssh),
+        false => None,
+    };
+    // TensorRT-LLM's report is emptied by each read: one reader, as for the step log.
+    let trtllm = match setup.ranks.is_none() {
+        true => TrtllmReport::for_server(setup.server.as_ref()),
         false => None,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -133,6 +139,7 @@ pub fn run_plan<W: Write>(
             telemetry,
             pd_members,
             steplog,
+            trtllm,
         };
         let exit = run.all().await;
         // Upstream records still on their way pass on, after a Ctrl-C too (then bounded by

@@ -15,19 +15,27 @@ use crate::run::flush::Flusher;
 use crate::run::progress::{Progress, cpu_seconds};
 use crate::stop::{Ended, stopped, until_stopped};
 use crate::telemetry::steplog::StepLog;
+use crate::telemetry::trtllm::{PointReport, TrtllmReport};
 use crate::telemetry::{PointTelemetry, Telemetry};
 use crate::workload::Workload;
 use crate::workload::align::Aligner;
 use servbench::cli;
 use servbench::jsonl::RecordWriter;
 use servbench::load::Budget;
-use servbench::record::{ErrorClass, Labels, PointKey, PointStop, SummaryRecord};
+use servbench::record::{ErrorClass, Labels, PointKey, PointStop, RequestRecord, SummaryRecord};
 use servbench::stats::PointStats;
 use servbench::stats::busy::BusyWindow;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// The most request records of a point held for the engine's report (TensorRT-LLM's
+/// `/perf_metrics` keeps as many at most under srv-launch `--self-report`); later ones are
+/// written as they finish, without it.
+const MAX_HELD: usize = 65_536;
+/// The longest one read of the engine's report may take.
+const REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub(crate) struct Run<'a, W: Write> {
     pub(crate) plan: Plan,
@@ -44,6 +52,8 @@ pub(crate) struct Run<'a, W: Write> {
     pub(crate) pd_members: crate::telemetry::members::Members,
     /// The server's step log, read at each point's edges.
     pub(crate) steplog: Option<StepLog>,
+    /// TensorRT-LLM's `/perf_metrics` and iteration stats, read at each point's edges.
+    pub(crate) trtllm: Option<TrtllmReport>,
     /// Warnings already given (each once per run).
     pub(crate) warned: BTreeSet<String>,
     /// Prefix groups sent since the cache was last emptied, by (group, prefix words).
@@ -248,6 +258,13 @@ impl<W: Write> Run<'_, W> {
             // Bounded reads (the log's size), before any request of the point is sent.
             tokio::task::block_in_place(|| log.begin());
         }
+        if let Some(t) = &mut self.trtllm {
+            // Bounded (the scrape timeout), and given up at a stop.
+            tokio::select! {
+                _ = t.begin(&ctx.pool, REPORT_TIMEOUT.min(self.plan.timeout)) => {}
+                _ = ctx.stop.wait() => {}
+            }
+        }
         self.ranks.start_together(&total).await?;
         let cpu_before = cpu_seconds();
         let mut stats = PointStats::new();
@@ -262,6 +279,8 @@ impl<W: Write> Run<'_, W> {
         let first_errors = &mut self.first_errors;
         let stop = ctx.stop.clone();
         let mut write_error: Option<anyhow::Error> = None;
+        // Records the engine's report is joined to at the point's end, held until then.
+        let mut held: Option<Vec<RequestRecord>> = self.trtllm.as_ref().map(|_| Vec::new());
         let mut on_done = |f: Finished, point_start: Instant| {
             let meta = RequestMeta {
                 point: key.clone(),
@@ -290,6 +309,10 @@ impl<W: Write> Run<'_, W> {
                 }
             }
             progress.tick(&stats);
+            if let Some(h) = held.as_mut().filter(|h| h.len() < MAX_HELD) {
+                h.push(rec);
+                return;
+            }
             if write_requests
                 && write_error.is_none()
                 && let Err(e) = out.emit(&rec)
@@ -308,6 +331,41 @@ impl<W: Write> Run<'_, W> {
         };
         let ended = ctx.phase(measured, &mut on_done).await;
         progress.finish();
+        let mut report = PointReport::default();
+        if let Some(held) = held {
+            // Joined, then written: after a stop too (without the read then).
+            if let Some(t) = self.trtllm.as_mut().filter(|_| !ctx.stop.is_aborted()) {
+                tokio::select! {
+                    r = t.end(&ctx.pool, REPORT_TIMEOUT.min(self.plan.timeout)) => report = r,
+                    _ = ctx.stop.wait() => {}
+                }
+            }
+            let mut missing = 0;
+            let n = held.len() as u64;
+            for mut rec in held {
+                let found = rec
+                    .response_id
+                    .as_deref()
+                    .and_then(|id| report.timing_of(id));
+                match found {
+                    Some(t) if rec.server_timing.is_none() => {
+                        rec.server_timing = Some(t.clone());
+                        stats.ttft_split.add(&rec);
+                    }
+                    Some(_) => {}
+                    None => missing += u64::from(rec.is_ok()),
+                }
+                if write_requests
+                    && write_error.is_none()
+                    && let Err(e) = out.emit(&rec)
+                {
+                    write_error = Some(e.into());
+                }
+            }
+            if let Some(t) = self.trtllm.as_mut().filter(|_| !ctx.stop.is_aborted()) {
+                t.unjoined(missing, n);
+            }
+        }
         if let Some(e) = write_error {
             return Err(e);
         }
@@ -325,10 +383,16 @@ impl<W: Write> Run<'_, W> {
             false => (Vec::new(), 0.0),
         };
         let busy_s = busy.total() / 1e3;
-        let engine_steps = self
+        let logged = self
             .steplog
             .as_mut()
             .and_then(|log| tokio::task::block_in_place(|| log.end(key.index, busy_s)));
+        // TensorRT-LLM's iteration stats where it gave them, else its log.
+        let engine_steps = self
+            .trtllm
+            .as_mut()
+            .and_then(|t| t.steps(&report, key.index, busy_s))
+            .or(logged);
         let cpu = cpu_seconds() - cpu_before - tele.cpu_s - members_cpu_s;
         let ended = self.ranks.failure().unwrap_or(ended);
         let mut summary = self.summary(&stats, key, &ended, cpu);

@@ -9,6 +9,7 @@
 pub mod gpu_sampler;
 pub mod members;
 pub mod steplog;
+pub mod trtllm;
 
 use crate::client::http::{Pool, Target};
 use bytes::Bytes;

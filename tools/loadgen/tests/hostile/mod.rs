@@ -34,17 +34,25 @@ impl Hostile {
 /// Serves on a free loopback port until the test process ends; `answer` gets each POST's path
 /// and JSON body.
 pub fn start(answer: fn(&str, &serde_json::Value) -> Answer) -> Hostile {
+    start_with_gets(answer, |_| None)
+}
+
+/// A GET's answer by its path (status, JSON body); `None`: 404 (`/v1/models` aside).
+pub type Gets = fn(&str) -> Option<(u16, String)>;
+
+/// [`start`], with GETs answered by `gets` too.
+pub fn start_with_gets(answer: fn(&str, &serde_json::Value) -> Answer, gets: Gets) -> Hostile {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
         for conn in listener.incoming().flatten() {
-            std::thread::spawn(move || serve(conn, answer));
+            std::thread::spawn(move || serve(conn, answer, gets));
         }
     });
     Hostile { port }
 }
 
-fn serve(conn: TcpStream, answer: fn(&str, &serde_json::Value) -> Answer) {
+fn serve(conn: TcpStream, answer: fn(&str, &serde_json::Value) -> Answer, gets: Gets) {
     let mut out = conn.try_clone().unwrap();
     let mut r = BufReader::new(conn);
     let mut first = String::new();
@@ -76,6 +84,8 @@ fn serve(conn: TcpStream, answer: fn(&str, &serde_json::Value) -> Answer) {
     if method != "POST" {
         let reply = if path == "/v1/models" {
             json(200, r#"{"data":[{"id":"m","max_model_len":131072}]}"#)
+        } else if let Some((status, body)) = gets(path) {
+            json(status, &body)
         } else {
             json(404, "{}")
         };

@@ -338,6 +338,7 @@ pub fn simulate_point(
             turn: None,
             cached_tokens: None,
             server_timing: None,
+            response_id: None,
             extra: Default::default(),
         };
         if nth(model.error_every) {
