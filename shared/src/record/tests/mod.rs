@@ -7,26 +7,6 @@ mod upgrade;
 use strategies::*;
 use strategies_compute::*;
 
-/// A record of any kind, a future one included.
-fn any_record() -> impl Strategy<Value = Record> {
-    prop_oneof![
-        server(),
-        kill(),
-        request(),
-        summary(),
-        coll(),
-        coll_run(),
-        decode(),
-        ramp(),
-        sim_plan(),
-        gemm(),
-        gemm_step(),
-        device_limits(),
-        search(),
-        other()
-    ]
-}
-
 proptest! {
     /// Every kind survives writer -> reader unchanged, unknown fields included, and the
     /// written line is stable (a second trip writes the same bytes).
