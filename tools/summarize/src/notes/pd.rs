@@ -100,12 +100,12 @@ pub fn ttft_by_role(facts: &Facts) -> Vec<String> {
                     pct(share)
                 ),
                 PdPart::Prefill => format!(
-                    "the prefill servers are {} of TTFT at {at}: prefill limits, not the link (KV transfer {}); more prefill servers would shorten it",
+                    "The prefill servers are {} of TTFT at {at}: prefill limits, not the link (KV transfer {}); more prefill servers would shorten it",
                     pct(share),
                     pct(s.transfer / s.client.max(f64::MIN_POSITIVE))
                 ),
                 PdPart::Decode => format!(
-                    "the decode servers' queue and first step are {} of TTFT at {at}: the decode side limits; more decode servers would shorten it",
+                    "The decode servers' queue and first step are {} of TTFT at {at}: the decode side limits; more decode servers would shorten it",
                     pct(share)
                 ),
             };
