@@ -594,7 +594,8 @@ impl TokenStream {
     fn done(&mut self) {
         self.finished = true;
         if let Some(t) = &self.app.trtllm {
-            t.finished(self.request_no, &self.progress.read_times());
+            let times = self.progress.read_times();
+            t.finished(self.request_no, &times, self.fmt.kv_transfer_ms);
         }
     }
 

@@ -8,9 +8,11 @@
 //!   "first_token_time", "last_token_time", "server_arrival_time", "server_first_token_time"}}}`,
 //!   seconds on the engine's steady clock (here: since srv-sim started). The answers' ids are
 //!   trtllm-serve's (`cmpl-N`, `chatcmpl-N`: `api::Formatter::with_trtllm_id`), so a client
-//!   finds its request by id. srv-sim has no
-//!   disaggregated serving, so no `kv_cache_transfer_start`/`_end`; it counts no iterations or
-//!   KV blocks per request, so `first_iter`/`last_iter` and `kv_cache_metrics` are left out.
+//!   finds its request by id. A decode server's request (`--pd-role decode`) adds
+//!   `kv_cache_transfer_start`/`_end`: its arrival and its KV's (the link's queue included, as
+//!   its vLLM-shaped `kv_transfer_ms`); `kv_cache_size` is left out, and so are
+//!   `first_iter`/`last_iter` and `kv_cache_metrics` (srv-sim counts no iterations or KV
+//!   blocks per request).
 //! - `enable_iter_perf_stats: true`: one iteration-stats object per engine step, kept (the last
 //!   [`MAX_ITER_STATS`], as the executor's `iter_stats_max_iterations`) and served once at `GET
 //!   /metrics` as a JSON list (TensorRT-LLM's keys: `iter`, `iterLatencyMS`,
@@ -149,20 +151,30 @@ impl Report {
         })
     }
 
-    /// Request `n` finished with `times`: its record for `/perf_metrics`, where kept.
-    pub fn finished(&self, n: u64, times: &ReqTimes) {
+    /// Request `n` finished with `times`: its record for `/perf_metrics`, where kept. A decode
+    /// server's request (`--pd-role decode`) waited `kv_ms` for its KV from the prefill side
+    /// before it was queued: it arrived that much earlier, and the wait is its KV transfer.
+    pub fn finished(&self, n: u64, times: &ReqTimes, kv_ms: Option<f64>) {
         let o = self.options;
         if !o.return_perf_metrics || o.perf_metrics_max_requests == 0 {
             return;
         }
-        let timing = json!({
-            "server_arrival_time": self.seconds(times.queued),
-            "arrival_time": self.seconds(times.queued),
+        let kv = kv_ms.map(|ms| Duration::from_nanos((ms * 1e6) as u64));
+        let arrival = times
+            .queued
+            .map(|q| q.checked_sub(kv.unwrap_or_default()).unwrap_or(q));
+        let mut timing = json!({
+            "server_arrival_time": self.seconds(arrival),
+            "arrival_time": self.seconds(arrival),
             "first_scheduled_time": self.seconds(times.scheduled),
             "first_token_time": self.seconds(times.first),
             "server_first_token_time": self.seconds(times.first),
             "last_token_time": self.seconds(times.last),
         });
+        if kv.is_some() {
+            timing["kv_cache_transfer_start"] = self.seconds(arrival);
+            timing["kv_cache_transfer_end"] = self.seconds(times.queued);
+        }
         let record = json!({"request_id": n, "perf_metrics": {"timing_metrics": timing}});
         push_bounded(&self.perf, o.perf_metrics_max_requests as usize, record);
     }
@@ -327,7 +339,7 @@ mod tests {
             last: Some(epoch + Duration::from_millis(1112)),
         };
         for n in 0..3 {
-            r.finished(n, &t);
+            r.finished(n, &t, (n == 2).then_some(250.0));
         }
         let got: Value = serde_json::from_str(&r.perf_metrics()).unwrap();
         let ids: Vec<u64> = got
@@ -340,6 +352,14 @@ mod tests {
         let tm = &got[0]["perf_metrics"]["timing_metrics"];
         assert_eq!(tm["arrival_time"], 1.0);
         assert_eq!(tm["first_token_time"], 1.012);
+        assert!(tm.get("kv_cache_transfer_start").is_none());
+        // A decode server's request: its KV arrived 250 ms after it did.
+        let tm = &got[1]["perf_metrics"]["timing_metrics"];
+        assert_eq!(
+            (&tm["arrival_time"], &tm["kv_cache_transfer_start"]),
+            (&json!(0.75), &json!(0.75))
+        );
+        assert_eq!(tm["kv_cache_transfer_end"], 1.0);
         assert_eq!(r.perf_metrics(), "[]");
     }
 }
