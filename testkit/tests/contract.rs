@@ -272,6 +272,10 @@ const EVERY_TOOL: &[(&str, &str)] = &[
         "srv-launch sim --name contract --label run=contract -- --ttft 2ms --itl 1ms --fail-rate 0.1 --seed 7",
     ),
     (
+        "pd.jsonl",
+        "srv-launch sim --pd 1p1d | loadgen -c 2 -n 4 --max-tokens 4 --no-requests | srv-kill",
+    ),
+    (
         "closed.jsonl",
         "loadgen -c 1,2 -n 12 --max-tokens 4 --prompts builtin --slo ttft_ms=1000 --label stage=closed < server.jsonl",
     ),

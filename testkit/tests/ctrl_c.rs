@@ -130,6 +130,51 @@ fn ctrl_c_during_c8_of_the_readme_pipeline_kills_the_server_and_prints_every_fin
     assert_nothing_left_and_all_measured(&codes, &screen, &[0, 130, 130, 130]);
 }
 
+/// A P/D group (issue 36): the same Ctrl-C during C=8 leaves none of its three members
+/// running (each announced by srv-launch), each with a kill row saying ok.
+#[test]
+fn ctrl_c_during_c8_of_a_pd_group_pipeline_kills_every_member() {
+    let (codes, screen) = ctrl_c_at_c8(
+        "srv-launch sim --pd 1p1d | loadgen -c 1,8,32 --duration 2s --max-tokens 32 | srv-kill | summarize",
+    );
+    let servers = screen.servers();
+    let left: Vec<u32> = servers
+        .iter()
+        .map(|(pid, _)| *pid)
+        .filter(|pid| testkit::alive(*pid))
+        .collect();
+    for pid in &left {
+        // SAFETY: a member this test's pipeline launched, by its announced pid.
+        unsafe {
+            libc::kill(*pid as i32, libc::SIGKILL);
+        }
+    }
+    assert_eq!(codes, [0, 130, 130, 130], "exit codes:\n{}", screen.text);
+    assert_eq!(servers.len(), 3, "prefill, decode, proxy:\n{}", screen.text);
+    assert!(
+        left.is_empty(),
+        "members left running: {left:?}\n{}",
+        screen.text
+    );
+    for (pid, port) in servers {
+        assert!(
+            screen
+                .text
+                .lines()
+                .any(|l| l.contains(&format!("pid {pid} port {port}"))
+                    && l.trim_end().ends_with("ok")),
+            "a kill row for pid {pid} saying ok:\n{}",
+            screen.text
+        );
+    }
+    let conc = screen.concurrencies();
+    assert!(
+        conc.iter().any(|c| c == "1") && !conc.iter().any(|c| c == "32"),
+        "C=1 measured, nothing after the Ctrl-C: {conc:?}\n{}",
+        screen.text
+    );
+}
+
 fn script(name: &str) -> String {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../scripts")

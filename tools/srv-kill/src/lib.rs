@@ -94,7 +94,14 @@ enum Target {
 impl Target {
     fn name(&self) -> String {
         match self {
-            Target::Server(r) => format!("server {} pid {} port {}", r.engine, r.pid, r.port),
+            // A P/D group's member says which (`server vllm decode0 pid ...`).
+            Target::Server(r) => match &r.pd {
+                Some(pd) => format!(
+                    "server {} {}{} pid {} port {}",
+                    r.engine, pd.role, pd.index, r.pid, r.port
+                ),
+                None => format!("server {} pid {} port {}", r.engine, r.pid, r.port),
+            },
             Target::Pid(p) => format!("pid {p}"),
             Target::Port(p) => format!("port {p}"),
             Target::Match(re) => format!("match '{}'", re.as_str()),

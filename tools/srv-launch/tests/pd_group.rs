@@ -96,6 +96,14 @@ fn a_group_serves_through_its_proxy_and_srv_kill_takes_every_member() {
     assert_eq!(kills.len(), 4, "a kill record per member");
     for (k, s) in kills.iter().zip(&servers) {
         assert!(k.ok, "{k:?}");
+        let pd = s.pd.as_ref().unwrap();
+        assert_eq!(
+            k.target,
+            format!(
+                "server sim {}{} pid {} port {}",
+                pd.role, pd.index, s.pid, s.port
+            )
+        );
         assert_eq!(k.port, Some(s.port));
         assert_eq!(k.port_free, Some(true));
         assert_eq!(k.labels["pd_role"], s.labels["pd_role"]);
