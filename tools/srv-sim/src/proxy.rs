@@ -297,6 +297,20 @@ async fn get_body(u: &Upstream, path: &str) -> Result<(u16, Bytes), String> {
     whole(answer).await
 }
 
+/// What the decode side is told of the prefill's KV: the prefill answer's `kv_transfer_params`
+/// object; none where it has none or `null`, as vLLM's own proxy does (a connector that finds
+/// the KV by the prompt, like vLLM's file-system ExampleConnector, answers none); anything
+/// else is not a prefill server's answer.
+fn kv_transfer_params(prefill_answer: &Value) -> Result<Option<&Value>, String> {
+    match prefill_answer.get("kv_transfer_params") {
+        None | Some(Value::Null) => Ok(None),
+        Some(p) if p.is_object() => Ok(Some(p)),
+        Some(p) => Err(format!(
+            "its answer's kv_transfer_params is {p}, not an object (is it a prefill server, srv-sim --pd-role prefill or vLLM with a KV connector?)"
+        )),
+    }
+}
+
 /// The request for the prefill side: one token, not streamed, asking for a remote decode
 /// (`min_tokens` dropped: loadgen's `min_tokens = max_tokens` would refuse one token).
 fn prefill_request(original: &Map<String, Value>) -> Map<String, Value> {
@@ -380,21 +394,15 @@ async fn disaggregated(p: &Arc<Proxy>, path: &str, req: Request<Incoming>) -> Re
             );
         }
     };
-    let Some(params) = prefill_answer
-        .get("kv_transfer_params")
-        .filter(|v| v.is_object())
-    else {
-        return error(
-            502,
-            format!(
-                "prefill {}: its answer has no kv_transfer_params object (is it a prefill server, srv-sim --pd-role prefill or vLLM with a KV connector as kv_producer?)",
-                pre.url
-            ),
-        );
+    let params = match kv_transfer_params(&prefill_answer) {
+        Ok(p) => p.cloned(),
+        Err(why) => return error(502, format!("prefill {}: {why}", pre.url)),
     };
     let prefill_metrics = prefill_answer.get("metrics").cloned();
     let mut decode_body = original;
-    decode_body.insert("kv_transfer_params".into(), params.clone());
+    if let Some(params) = params {
+        decode_body.insert("kv_transfer_params".into(), params);
+    }
 
     let (decoded, conn) = match timeout_at(deadline, p.post(dec, path, &decode_body)).await {
         Err(_) => return late("decode", dec),
@@ -533,6 +541,20 @@ mod tests {
         assert_eq!(p["stream"], false);
         assert!(!p.contains_key("stream_options") && !p.contains_key("min_tokens"));
         assert_eq!(p["kv_transfer_params"]["do_remote_decode"], true);
+    }
+
+    #[test]
+    fn a_prefill_answer_without_kv_transfer_params_sends_the_decode_without_them() {
+        let none = json!({"choices": [], "kv_transfer_params": null});
+        assert_eq!(kv_transfer_params(&none), Ok(None));
+        assert_eq!(kv_transfer_params(&json!({"choices": []})), Ok(None));
+        let some = json!({"kv_transfer_params": {"do_remote_prefill": true}});
+        assert_eq!(
+            kv_transfer_params(&some),
+            Ok(Some(&some["kv_transfer_params"]))
+        );
+        let bad = kv_transfer_params(&json!({"kv_transfer_params": 3})).unwrap_err();
+        assert!(bad.contains("is 3, not an object"), "{bad}");
     }
 
     #[test]
