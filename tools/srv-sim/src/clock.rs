@@ -22,6 +22,20 @@ pub trait Clock {
     /// Waits until `deadline` (a step's end), queueing requests that arrive meanwhile. False
     /// when the server is gone.
     fn wait_until(&mut self, deadline: Instant, inbox: &mut VecDeque<Submit>) -> bool;
+    /// Waits until a request arrives (queued) or `deadline` passes, whichever is first: a
+    /// pipeline with a free stage takes new work before its rounds in flight are back.
+    fn wait_for_work_until(&mut self, deadline: Instant, inbox: &mut VecDeque<Submit>) -> Wake;
+}
+
+/// Why [`Clock::wait_for_work_until`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// A request arrived before the deadline.
+    Work,
+    /// The deadline passed first.
+    Deadline,
+    /// The server is gone.
+    Gone,
 }
 
 /// The server's clock: `Instant` and the HTTP side's channel.
@@ -50,6 +64,18 @@ impl Clock for WallClock {
 
     fn wait_until(&mut self, deadline: Instant, inbox: &mut VecDeque<Submit>) -> bool {
         wait_until(&self.rx, deadline, Duration::ZERO, inbox)
+    }
+
+    fn wait_for_work_until(&mut self, deadline: Instant, inbox: &mut VecDeque<Submit>) -> Wake {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self.rx.recv_timeout(left) {
+            Ok(s) => {
+                inbox.push_back(s);
+                Wake::Work
+            }
+            Err(RecvTimeoutError::Timeout) => Wake::Deadline,
+            Err(RecvTimeoutError::Disconnected) => Wake::Gone,
+        }
     }
 }
 
@@ -100,5 +126,9 @@ impl<T: Clock + ?Sized> Clock for &mut T {
 
     fn wait_until(&mut self, deadline: Instant, inbox: &mut VecDeque<Submit>) -> bool {
         (**self).wait_until(deadline, inbox)
+    }
+
+    fn wait_for_work_until(&mut self, deadline: Instant, inbox: &mut VecDeque<Submit>) -> Wake {
+        (**self).wait_for_work_until(deadline, inbox)
     }
 }

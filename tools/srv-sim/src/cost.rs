@@ -39,8 +39,8 @@ impl Roofline {
     /// attention FLOPs of prefill chunks.
     pub fn step_cost(&self, shape: &StepShape) -> presets::StepCost {
         let dep = &self.dep;
-        let micro = dep.micro_batches(shape.seqs);
-        let round = dep.round_cost(shape.seqs, shape.work);
+        let micro = dep.micro_batches(shape.split_seqs());
+        let round = dep.round_cost(shape.split_seqs(), shape.work);
         let prefill_attention = 4.0
             * f64::from(dep.model.heads)
             * f64::from(dep.model.head_dim)
@@ -80,6 +80,7 @@ impl Roofline {
                 kv_tokens: u64::from(batch) * context,
             },
             prefill_attention_pairs: 0,
+            max_micro_batches: None,
         }
     }
 
@@ -255,6 +256,30 @@ mod tests {
         let big = Roofline::decode_shape(4096, 100);
         let ratio = pp1.step_s(&big) / pp4.step_s(&big);
         assert!(ratio > 3.5, "{ratio}");
+    }
+
+    #[test]
+    fn a_round_with_fewer_free_micro_batches_splits_its_work_over_them() {
+        // A PP8 round launched while one micro-batch is in flight has 7 for its 63 prompts.
+        let pp8 = roofline("llama-3.1-70b", "h200", 1, 8);
+        let mut shape = StepShape {
+            seqs: 63,
+            work: StepWork {
+                decode_seqs: 0,
+                prefill_tokens: 63 * 512,
+                kv_tokens: 0,
+            },
+            prefill_attention_pairs: 0,
+            max_micro_batches: None,
+        };
+        let eight = pp8.step_s(&shape);
+        shape.max_micro_batches = Some(7);
+        let seven = pp8.step_s(&shape);
+        // Compute-bound: 4608 tokens a micro-batch instead of 4032, a round 8/7 as long.
+        assert!(
+            (seven / eight - 8.0 / 7.0).abs() < 0.01,
+            "{seven} vs {eight}"
+        );
     }
 
     #[test]

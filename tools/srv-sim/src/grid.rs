@@ -102,6 +102,7 @@ fn modelled_ms(r: &Roofline, c: &Cell) -> f64 {
                     },
                     prefill_attention_pairs: u64::from(chunk)
                         * (u64::from(done) + u64::from(chunk).div_ceil(2)),
+                    max_micro_batches: None,
                 });
                 done += chunk;
             }
@@ -116,6 +117,7 @@ fn modelled_ms(r: &Roofline, c: &Cell) -> f64 {
                     kv_tokens: (f64::from(c.batch) * c.context).round() as u64,
                 },
                 prefill_attention_pairs: 0,
+                max_micro_batches: None,
             };
             r.step_s(&shape) * 1e3
         }

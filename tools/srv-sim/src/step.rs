@@ -33,12 +33,22 @@ pub struct StepShape {
     /// (prompt token, earlier token) pairs prefill attention computes this step: a chunk of c
     /// tokens after p already prefilled attends to c x (p + (c+1)/2) positions.
     pub prefill_attention_pairs: u64,
+    /// Micro-batches the step may split into at most: a pipelined round launched while others
+    /// are in flight has only the free ones (None: as many as the pipeline has stages).
+    pub max_micro_batches: Option<u32>,
 }
 
 impl StepShape {
     /// Tokens pushed through the model this step.
     pub fn tokens(&self) -> u32 {
         self.work.decode_seqs + self.work.prefill_tokens
+    }
+
+    /// The sequences as the pipeline splits them: at most one micro-batch each, and no more
+    /// micro-batches than the step may use.
+    pub fn split_seqs(&self) -> u32 {
+        self.max_micro_batches
+            .map_or(self.seqs, |cap| self.seqs.min(cap.max(1)))
     }
 }
 

@@ -319,9 +319,12 @@ fn predict_n_a_point_beyond_what_memory_holds_is_refused_in_one_line() {
 
 /// Each micro-batch of a pipelined round has the whole token budget, as vLLM's PP batches and
 /// SGLang's PP micro-batches each do: at PP8 a wave of 63 prompts of 512 tokens (32256 tokens,
-/// four times one micro-batch's 8192, within eight) is prefilled in one round, not four, and
-/// its TTFT is the rounds the step log shows (the wave's first request, sent alone, had a round
-/// of its own).
+/// four times one micro-batch's 8192, within seven) is prefilled in one round, not four. The
+/// wave's first request, sent alone 2 us ahead of the rest, has a round of its own, but a
+/// pipelined engine takes the rest into the first stage as soon as that round's one
+/// micro-batch has left it (one stage-time, 1/8 of its round), into the 7 micro-batches still
+/// free: the wave's TTFT is the request latency, 1/8 of the lone round and the wave's round,
+/// not the two rounds end to end.
 #[test]
 fn pp_micro_batches_each_prefill_a_whole_budget_in_one_round() {
     let out = predict_on(
@@ -372,8 +375,11 @@ fn pp_micro_batches_each_prefill_a_whole_budget_in_one_round() {
         .map(|r| num(r, "/ttft_ms"))
         .collect();
     ttft.sort_by(f64::total_cmp);
-    // From the point's start: the modelled request latency (200 us), then the rounds.
-    let (first, wave) = (0.2 + prefills[0].2, 0.2 + prefills[0].2 + prefills[1].2);
+    // From the point's start: the modelled request latency (200 us), then the lone round
+    // (73.9 ms); the wave enters the pipeline one stage-time (73.9 / 8 = 9.2 ms) after it and
+    // is back a round later (664 ms: 7 micro-batches of 9 prompts).
+    let (lone, round) = (prefills[0].2, prefills[1].2);
+    let (first, wave) = (0.2 + lone, 0.2 + lone / 8.0 + round);
     assert!((ttft[0] - first).abs() < 0.02, "{ttft:?} vs {first}");
     for t in &ttft[1..] {
         assert!((t - wave).abs() < 0.02, "{t} vs {wave}");

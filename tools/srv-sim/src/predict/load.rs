@@ -7,7 +7,7 @@
 //! blocks. It watches each request's published tokens after every step, timing them as loadgen
 //! times the chunks it receives, and writes loadgen's `request` records.
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Wake};
 use crate::prefix::{PrefixCache, block_hashes};
 use crate::progress::Progress;
 use crate::step::Submit;
@@ -575,6 +575,24 @@ impl Clock for VirtualClock<'_> {
         self.deliver(deadline, inbox);
         self.now = self.now.max(deadline);
         true
+    }
+
+    fn wait_for_work_until(&mut self, deadline: Instant, inbox: &mut VecDeque<Submit>) -> Wake {
+        self.observe();
+        loop {
+            self.send_due(self.now);
+            self.deliver(self.now, inbox);
+            if !inbox.is_empty() {
+                return Wake::Work;
+            }
+            match self.next_event() {
+                Some(t) if t < deadline => self.now = self.now.max(t),
+                _ => {
+                    self.now = self.now.max(deadline);
+                    return Wake::Deadline;
+                }
+            }
+        }
     }
 }
 
