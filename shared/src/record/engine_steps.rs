@@ -176,6 +176,23 @@ pub struct EngineSteps {
     /// over the first part only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub log_cut: bool,
+    /// The steps a second at a time by the log's clock, where its lines carry one that loadgen
+    /// could place on the point's wall time (`steplog::series`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_second: Option<StepsPerSecond>,
+}
+
+/// The engine's steps in each second of its log's clock during a point (every engine's
+/// together): what the timeline draws under the requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct StepsPerSecond {
+    /// Where the first second begins, in seconds from the point's start (negative: it began
+    /// before the point). The log's clock was placed by loadgen's wall clock at the point's
+    /// start, its time zone taken as a whole number of quarter hours.
+    pub first_s: f64,
+    /// Steps in each second, one second after another; the first and the last seconds are
+    /// partly outside the point.
+    pub steps: Vec<u32>,
 }
 
 fn is_zero(n: &u64) -> bool {

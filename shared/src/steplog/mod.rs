@@ -4,6 +4,7 @@
 //! hold, times finite and within an hour); a line that fails is malformed, counted and named
 //! in a note, never fatal. What a note quotes from a line is cut short.
 
+pub mod series;
 pub mod sglang;
 pub mod trtllm;
 pub mod vllm;

@@ -355,6 +355,10 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                         0.25,
                     );
                     e.malformed_lines = 1;
+                    e.per_second = Some(StepsPerSecond {
+                        first_s: -0.25,
+                        steps: vec![120, 0, 200],
+                    });
                     e
                 }),
                 noise: (!partial).then(|| BatchNoise {
