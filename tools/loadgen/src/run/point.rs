@@ -281,7 +281,9 @@ impl<W: Write> Run<'_, W> {
         let mut write_error: Option<anyhow::Error> = None;
         // Records the engine's report is joined to at the point's end, held until then.
         let mut held: Option<Vec<RequestRecord>> = self.trtllm.as_ref().map(|_| Vec::new());
+        let mut point_started: Option<Instant> = None;
         let mut on_done = |f: Finished, point_start: Instant| {
+            point_started.get_or_insert(point_start);
             let meta = RequestMeta {
                 point: key.clone(),
                 id: f.id,
@@ -383,6 +385,9 @@ impl<W: Write> Run<'_, W> {
             false => (Vec::new(), 0.0),
         };
         let busy_s = busy.total() / 1e3;
+        if let (Some(log), Some(at)) = (self.steplog.as_mut(), point_started) {
+            log.point_started(at);
+        }
         let logged = self
             .steplog
             .as_mut()

@@ -19,7 +19,7 @@ use servbench::exec::{self, Exec, FileStat, SshOptions};
 use servbench::jsonl::excerpt;
 use servbench::record::{EngineSteps, ServerRecord};
 use servbench::steplog::{self, LogFormat};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The most of a point's log read: a step line is ~200 bytes, so this is ~150,000 steps.
 pub const MAX_STEP_LOG_BYTES: u64 = 32 << 20;
@@ -37,7 +37,11 @@ pub struct StepLog {
     place: String,
     path: String,
     format: LogFormat,
-    start: Option<(FileStat, Instant)>,
+    /// The log at the point's start, and when (monotonic, and on the wall clock).
+    start: Option<(FileStat, Instant, SystemTime)>,
+    /// When the point's first request was due ([`StepLog::point_started`]): the per-second
+    /// steps are placed from it.
+    point_start: Option<Instant>,
     /// The run's one note, once given.
     noted: Option<String>,
 }
@@ -67,6 +71,7 @@ impl StepLog {
                 path: s.log.clone(),
                 format,
                 start: None,
+                point_start: None,
                 noted: None,
             }),
             Err(e) => {
@@ -138,7 +143,7 @@ impl StepLog {
     /// The point starts: its window opens at the log's (quiet) size now. Blocking (bounded).
     pub fn begin(&mut self) {
         self.start = match self.settled() {
-            Ok(f) => Some((f, Instant::now())),
+            Ok(f) => Some((f, Instant::now(), SystemTime::now())),
             Err(why) => {
                 self.no_steps(&why);
                 None
@@ -146,10 +151,29 @@ impl StepLog {
         };
     }
 
+    /// The point's clock started at `at` (its requests' times are from it).
+    pub fn point_started(&mut self, at: Instant) {
+        self.point_start = Some(at);
+    }
+
+    /// The point's start on the wall clock, in UTC seconds since midnight, from the log's
+    /// window's opening (`begin`) and the point's own start.
+    fn start_of_day_s(&mut self, opened: Instant, wall: SystemTime) -> Option<f64> {
+        let at = self.point_start.take()?;
+        let wall_at = if at >= opened {
+            wall.checked_add(at - opened)?
+        } else {
+            wall.checked_sub(opened - at)?
+        };
+        let s = wall_at.duration_since(UNIX_EPOCH).ok()?.as_secs_f64();
+        Some(s.rem_euclid(86_400.0))
+    }
+
     /// The point ends: the steps the log gained since [`StepLog::begin`], their rate over
     /// `busy_s` (the point's busy window; 0: not measured). Blocking (bounded).
     pub fn end(&mut self, point: u32, busy_s: f64) -> Option<EngineSteps> {
-        let (first, started) = self.start.take()?;
+        let (first, started, wall) = self.start.take()?;
+        let start_of_day_s = self.start_of_day_s(started, wall);
         // The window is the point's, not the wait for a quiet log after it.
         let window_s = started.elapsed().as_secs_f64();
         let now = match self.settled() {
@@ -218,6 +242,8 @@ impl StepLog {
                 self.place
             ));
         }
+        steps.per_second = start_of_day_s
+            .and_then(|sod| steplog::series::per_second(whole, &self.format, sod, window_s));
         steps.log_bytes = to - from;
         steps.log_cut = cut;
         if cut {
