@@ -49,6 +49,10 @@ pub struct Config {
     pub compare_metrics: Vec<input::metrics::Metric>,
     pub notes: bool,
     pub plot: Option<PathBuf>,
+    /// `--plot-kind`: the sweep's panels, or one point's timeline.
+    pub plot_kind: plot::PlotKind,
+    /// The timeline's point and window (`--point`, `--window`).
+    pub timeline: input::kept::Select,
     pub roofline: Option<roofline::Roofline>,
     /// Hardware for the collectives' link share when no model is given.
     pub link_hw: Option<servbench::presets::Hardware>,
@@ -73,6 +77,8 @@ impl Default for Config {
             compare_metrics: compare::DEFAULT_METRICS.to_vec(),
             notes: true,
             plot: None,
+            plot_kind: plot::PlotKind::Sweep,
+            timeline: input::kept::Select::default(),
             roofline: None,
             link_hw: None,
             strict: false,
@@ -84,7 +90,13 @@ impl Default for Config {
 
 /// Reads sources and builds points.
 pub fn load_points(sources: &[Source], config: &Config) -> anyhow::Result<(Inputs, Vec<Point>)> {
-    let inputs = input::load(sources, config.strict, config.slo.as_ref())?;
+    let keep = (config.plot.is_some() && config.plot_kind == plot::PlotKind::Timeline).then(|| {
+        input::kept::Select {
+            merge_labels: config.merge_labels.clone(),
+            ..config.timeline.clone()
+        }
+    });
+    let inputs = input::load_keeping(sources, config.strict, config.slo.as_ref(), keep)?;
     let points = points::build(&inputs, &config.merge_labels, config.slo.as_ref());
     Ok((inputs, points))
 }
@@ -181,7 +193,7 @@ fn report(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
             cli::warn(w);
         }
     }
-    let tables = match &config.compare_by {
+    let mut tables = match &config.compare_by {
         Some(label) => {
             let mut t = compare::compare_by_label(&points, label, &config.compare_metrics)?;
             fit_comparison(&mut t, config);
@@ -198,11 +210,30 @@ fn report(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
             "no records to summarize: give loadgen, collbench, srv-launch or srv-kill output (files or stdin)",
         ));
     }
-    let mut text = render::render(&tables, config.format);
+    let mut terminal = String::new();
     match &config.plot {
+        Some(path) if config.plot_kind == plot::PlotKind::Timeline => {
+            let timeline = plot::timeline::Timeline::of(&inputs).map_err(cli::usage)?;
+            if path.as_os_str() == "-" {
+                // The lanes as tables after the report's (in JSON, one document).
+                tables.push(timeline.table());
+                tables.extend(timeline.steps_table());
+            } else {
+                plot::timeline::write_file(path, &timeline)?;
+                for n in &timeline.notes {
+                    cli::info(format!("note: timeline: {n}"));
+                }
+                cli::info(format!(
+                    "timeline of {} ({} requests) written to {}",
+                    timeline.title,
+                    timeline.lanes.len(),
+                    path.display()
+                ));
+            }
+        }
         Some(path) if path.as_os_str() == "-" => {
-            text.push('\n');
-            text.push_str(&plot::terminal(&points, &inputs.coll, &config.by));
+            terminal.push('\n');
+            terminal.push_str(&plot::terminal(&points, &inputs.coll, &config.by));
         }
         Some(path) => {
             plot::write_file(
@@ -216,6 +247,8 @@ fn report(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
         }
         None => {}
     }
+    let mut text = render::render(&tables, config.format);
+    text.push_str(&terminal);
     write_text(out, &text)
 }
 

@@ -5,6 +5,7 @@ use servbench::stats::Slo;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use summarize::input::metrics::Metric;
+use summarize::plot::PlotKind;
 use summarize::render::Format;
 use summarize::tables::view::Col;
 use summarize::{Config, compare};
@@ -16,7 +17,8 @@ Examples:
   summarize host-a.jsonl host-b.jsonl                # one point measured on two hosts, merged
   summarize --compare base.jsonl new.jsonl           # side by side, new/base, noise-aware
   cat vllm.jsonl sglang.jsonl | summarize --compare-by engine=vllm
-  summarize run.jsonl --plot sweep.svg               # or sweep.png, or - for the terminal";
+  summarize run.jsonl --plot sweep.svg               # or sweep.png, or - for the terminal
+  summarize run.jsonl --plot t.svg --plot-kind timeline --point 2 --window 1..4";
 
 /// Tables, comparisons, notes and plots from servbench records.
 #[derive(Debug, Parser)]
@@ -81,6 +83,17 @@ struct Args {
     /// Draw a plot: FILE.svg, FILE.png, or - for a chart in the terminal
     #[arg(long, value_name = "FILE", conflicts_with_all = ["compare", "compare_by"])]
     plot: Option<PathBuf>,
+    /// What --plot draws: the sweep's panels, or one point's requests on wall time (with
+    /// --plot -: the lanes as a table)
+    #[arg(long, value_enum, default_value_t = PlotKind::Sweep, requires = "plot")]
+    plot_kind: PlotKind,
+    /// --plot-kind timeline: the point drawn (its `point.index`); default: the first read
+    #[arg(long, value_name = "INDEX")]
+    point: Option<u32>,
+    /// --plot-kind timeline: only the requests in this window, seconds from the point's
+    /// start (2..5, 0.5..1.5)
+    #[arg(long, value_name = "START..END", value_parser = parse_window)]
+    window: Option<(f64, f64)>,
     /// Every column of the text tables; without it, tables with --roofline or --compare leave
     /// out their least needed columns to fit 120 characters (the header line names them)
     #[arg(long)]
@@ -113,6 +126,21 @@ fn parse_usd(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--window START..END`: seconds from the point's start, finite, START at least 0 and below
+/// END.
+fn parse_window(s: &str) -> Result<(f64, f64), String> {
+    let bad = || format!("'{s}' is not a window of seconds START..END (e.g. 2..5)");
+    let (a, b) = s.split_once("..").ok_or_else(bad)?;
+    let a: f64 = a.trim().parse().map_err(|_| bad())?;
+    let b: f64 = b.trim().parse().map_err(|_| bad())?;
+    if !(a.is_finite() && b.is_finite() && a >= 0.0 && a < b) {
+        return Err(format!(
+            "'{s}': the window's START must be at least 0 and below its END"
+        ));
+    }
+    Ok((a, b))
+}
+
 fn parse_metric(s: &str) -> Result<Metric, String> {
     Metric::parse(s).ok_or_else(|| {
         format!(
@@ -127,6 +155,11 @@ fn main() -> ExitCode {
         let Some(args) = cli::parse_args::<Args>()? else {
             return Ok(cli::Exit::Ok);
         };
+        if args.plot_kind != PlotKind::Timeline && (args.point.is_some() || args.window.is_some()) {
+            return Err(cli::usage(
+                "--point and --window choose what a timeline draws: give them with --plot FILE --plot-kind timeline",
+            ));
+        }
         let mut sources: Vec<Source> = args.files.iter().map(|f| Source::parse(f)).collect();
         if sources.is_empty() && args.compare.is_none() {
             if !jsonl::stdin_is_piped() {
@@ -212,6 +245,12 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|| compare::DEFAULT_METRICS.to_vec()),
             notes: !args.no_notes,
             plot: args.plot,
+            plot_kind: args.plot_kind,
+            timeline: summarize::input::kept::Select {
+                point: args.point,
+                window_s: args.window,
+                merge_labels: Vec::new(),
+            },
             roofline,
             link_hw,
             strict: args.strict,

@@ -10,6 +10,7 @@
 //! read goes through `Record::parse`, which names the problem.
 
 pub mod energy;
+pub mod kept;
 pub mod metrics;
 pub mod param;
 pub mod points;
@@ -91,6 +92,8 @@ pub struct Inputs {
     pub malformed: u64,
     pub request_lines: u64,
     pub summary_lines: u64,
+    /// The requests kept whole for the timeline, where one was asked for.
+    pub kept: Option<kept::Kept>,
     /// loadgen rank 0's merged summaries (`ranks.merged`), held until every source is read:
     /// used only for a point whose per-rank records are not among the inputs.
     rank_merged: Vec<(String, Box<SummaryRecord>)>,
@@ -110,7 +113,20 @@ const MALFORMED_SHOWN: u64 = 3;
 /// Reads sources into [`Inputs`]. A missing file or, with `strict`, a malformed line is a
 /// usage error naming it.
 pub fn load(sources: &[Source], strict: bool, slo: Option<&Slo>) -> anyhow::Result<Inputs> {
-    let mut inputs = Inputs::default();
+    load_keeping(sources, strict, slo, None)
+}
+
+/// [`load`], keeping the requests `keep` selects whole (the timeline's).
+pub fn load_keeping(
+    sources: &[Source],
+    strict: bool,
+    slo: Option<&Slo>,
+    keep: Option<kept::Select>,
+) -> anyhow::Result<Inputs> {
+    let mut inputs = Inputs {
+        kept: keep.map(kept::Kept::new),
+        ..Inputs::default()
+    };
     for source in sources {
         let reader: Box<dyn BufRead> = match source {
             // After a Ctrl-C, read on to upstream's end (or not, per servbench::interrupt).
@@ -380,6 +396,9 @@ fn add_request(
         return Err(why);
     }
     inputs.request_lines += 1;
+    if let Some(kept) = inputs.kept.as_mut() {
+        kept.offer(&r);
+    }
     // The labels move into the key: statistics do not read them.
     let mut key = AccKey {
         labels: std::mem::take(&mut r.labels),

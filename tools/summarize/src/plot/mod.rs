@@ -7,6 +7,7 @@
 
 pub mod draw;
 pub mod panel;
+pub mod timeline;
 
 use crate::input::points::Point;
 use crate::plot::draw::{draw_all, register_font};
@@ -16,6 +17,16 @@ use plotters::prelude::*;
 use servbench::cli;
 use servbench::record::CollRecord;
 use std::path::Path;
+
+/// Which picture `--plot` draws (`--plot-kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum PlotKind {
+    /// The sweep's panels: throughput, TTFT, ITL against load; per GPU against per user
+    #[default]
+    Sweep,
+    /// One point's requests as lanes on wall time, in flight and engine steps/s below
+    Timeline,
+}
 
 /// Writes the plot to `path` (`.svg` or `.png`).
 pub fn write_file(
