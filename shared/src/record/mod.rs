@@ -49,6 +49,7 @@ use std::time::SystemTime;
 /// A field added where absence keeps its old meaning (a `server` record's `pd`; a `request`'s
 /// `server_timing.decode_queue_ms` and `first_decode_ms`, a `summary`'s `ttft_split` P/D means)
 /// needs no new version: a build that does not know it keeps it in `extra` and passes it on unchanged.
+/// So with a summary's `engine_steps.per_second`, which a build that does not know it skips.
 pub const SCHEMA_VERSION: u32 = 3;
 
 /// The schema version whose `engine_steps` time the step by the steps themselves.
