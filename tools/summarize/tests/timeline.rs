@@ -290,3 +290,35 @@ fn a_point_and_a_window_choose_the_lanes_and_bad_choices_say_why() {
         assert_eq!(err.lines().count(), 1, "{args}: one line: {err}");
     }
 }
+
+#[test]
+fn the_readme_picture_is_drawn_from_its_recorded_vllm_run() {
+    // The README's command over the run it was made from: every request a lane, the engine's
+    // seconds those loadgen recorded.
+    let run = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/timeline_vllm.jsonl");
+    let records = json_lines(&std::fs::read(&run).unwrap());
+    let (tables, _) = timeline(&run, "");
+    let lanes = lanes(&tables);
+    assert_eq!(lanes.len(), of_kind(&records, "request").len());
+    assert!(lanes.iter().all(|l| l["prefill_ms"].as_f64().is_some()));
+    let summary = of_kind(&records, "summary")[0];
+    let ps = &summary["engine_steps"]["per_second"];
+    let rows = table(&tables, "engine steps per second").unwrap()["rows"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(close(num(&rows[0], "from_s"), num(ps, "first_s")));
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("timeline.png");
+    let out = sh(&format!(
+        "summarize {} --plot {} --plot-kind timeline",
+        run.display(),
+        png.display()
+    ));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+}
