@@ -49,7 +49,8 @@ pub struct EnginePreset {
     pub ready_line: Option<&'static str>,
     /// The log lines that mark each phase of its startup (`servbench::startup`), which
     /// srv-launch times while it waits and writes in the record's `startup`.
-    pub startup: &'static [PhaseMarker],
+    /// (each table the engine's log may speak: srv-sim speaks vLLM's or SGLang's).
+    pub startup: &'static [&'static [PhaseMarker]],
     /// Title prefixes of its worker processes, what a leftover looks like in `ps` (vLLM's are
     /// checked against the real engine's process tree in testkit/tests/vllm.rs).
     pub worker_titles: &'static [&'static str],
@@ -142,7 +143,7 @@ pub const ENGINES: &[EnginePreset] = &[
         health_path: "/health",
         models_path: "/v1/models",
         ready_line: Some("The server is fired up and ready to roll!"),
-        startup: startup::SGLANG,
+        startup: &[startup::SGLANG],
         worker_titles: &["sglang::scheduler", "sglang::detokenizer"],
         needs_model: true,
         cache_reset: Some(CacheReset::Post("/flush_cache")),
@@ -173,7 +174,7 @@ pub const ENGINES: &[EnginePreset] = &[
         health_path: "/health",
         models_path: "/v1/models",
         ready_line: Some("Application startup complete."),
-        startup: startup::VLLM,
+        startup: &[startup::VLLM],
         worker_titles: &["VLLM::EngineCore", "VLLM::Worker"],
         needs_model: true,
         cache_reset: Some(CacheReset::Post("/reset_prefix_cache")),
@@ -198,7 +199,7 @@ pub const ENGINES: &[EnginePreset] = &[
         health_path: "/health",
         models_path: "/v1/models",
         ready_line: Some("main: server is listening"),
-        startup: startup::LLAMA_CPP,
+        startup: &[startup::LLAMA_CPP],
         worker_titles: &[],
         needs_model: true,
         cache_reset: Some(CacheReset::LlamaSlots),
@@ -225,7 +226,7 @@ pub const ENGINES: &[EnginePreset] = &[
         health_path: "/health",
         models_path: "/v1/models",
         ready_line: Some("Application startup complete."),
-        startup: startup::UVICORN,
+        startup: &[startup::UVICORN],
         worker_titles: &[],
         needs_model: true,
         cache_reset: None,
@@ -250,7 +251,7 @@ pub const ENGINES: &[EnginePreset] = &[
         health_path: "/health",
         models_path: "/v1/models",
         ready_line: None,
-        startup: startup::VLLM,
+        startup: startup::SIM,
         worker_titles: &[],
         needs_model: false,
         cache_reset: Some(CacheReset::Post("/reset_prefix_cache")),

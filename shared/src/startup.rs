@@ -91,6 +91,9 @@ pub const LLAMA_CPP: &[PhaseMarker] = &[
     marker(P::Listening, "listening on http", None),
 ];
 
+/// srv-sim: vLLM's lines, or SGLang's where it speaks SGLang's (`--self-report-as sglang`).
+pub const SIM: &[&[PhaseMarker]] = &[VLLM, SGLANG];
+
 /// A server behind uvicorn of which nothing more is known (trtllm-serve).
 pub const UVICORN: &[PhaseMarker] = &[marker(P::Ready, "Application startup complete.", None)];
 
@@ -101,7 +104,8 @@ pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// Finds the phases in log text fed piece by piece, each timestamped when first seen.
 #[derive(Debug)]
 pub struct PhaseScan {
-    markers: &'static [PhaseMarker],
+    /// Each table the log may speak (srv-sim speaks vLLM's or SGLang's), read as one.
+    markers: &'static [&'static [PhaseMarker]],
     /// The last line so far, not yet ended by a newline.
     partial: Vec<u8>,
     /// Inside a line over [`MAX_LINE_BYTES`]: skipped up to its end.
@@ -116,7 +120,7 @@ pub struct PhaseScan {
 const ROUNDING_S: f64 = 1.0;
 
 impl PhaseScan {
-    pub fn new(markers: &'static [PhaseMarker]) -> PhaseScan {
+    pub fn new(markers: &'static [&'static [PhaseMarker]]) -> PhaseScan {
         PhaseScan {
             markers,
             partial: Vec::new(),
@@ -171,7 +175,7 @@ impl PhaseScan {
         let line = String::from_utf8_lossy(line);
         let seen =
             |phases: &[StartupPhase], p: &StartupPhaseName| phases.iter().any(|s| &s.name == p);
-        let Some((m, start)) = self.markers.iter().find_map(|m| {
+        let Some((m, start)) = self.markers.iter().flat_map(|t| t.iter()).find_map(|m| {
             if seen(&self.phases, &m.phase) {
                 return None;
             }
@@ -231,7 +235,7 @@ mod tests {
     use super::*;
 
     fn scan(
-        markers: &'static [PhaseMarker],
+        markers: &'static [&'static [PhaseMarker]],
         pieces: &[(&str, f64)],
     ) -> Vec<(String, f64, Option<f64>)> {
         let mut s = PhaseScan::new(markers);
@@ -257,7 +261,7 @@ mod tests {
 (EngineCore pid=3961) INFO 12-02 01:58:04 [core.py:402] init engine (profile, create kv cache, warmup model) took 8.78 s\n\
 (APIServer pid=3948) INFO 12-02 01:58:05 [entry.py:140] Starting vLLM server on http://127.0.0.1:11383\n\
 INFO:     Application startup complete.\n";
-        let got = scan(VLLM, &[(log, 60.0)]);
+        let got = scan(&[VLLM], &[(log, 60.0)]);
         let want = [
             ("load_start", None),
             ("weights", Some(0.01)),
@@ -278,7 +282,7 @@ INFO:     Application startup complete.\n";
     #[test]
     fn a_phase_is_timed_when_its_line_is_complete_and_only_its_first_line_counts() {
         let got = scan(
-            SGLANG,
+            &[SGLANG],
             &[
                 (
                     "[2026] Load weight begin. avail mem=70 GB\n[2026] Load weight en",
@@ -310,7 +314,7 @@ INFO:     Application startup complete.\n";
 
     #[test]
     fn sp_future_a_duration_longer_than_the_startup_is_refused_and_an_exponent_is_read() {
-        let mut s = PhaseScan::new(VLLM);
+        let mut s = PhaseScan::new(&[VLLM]);
         s.feed(b"Loading weights took 99999999.5 seconds\n", 0.3);
         s.feed(b"torch.compile took 1e3 s in total\n", 0.4);
         s.feed(
@@ -331,7 +335,7 @@ INFO:     Application startup complete.\n";
     #[test]
     fn older_engines_lines_keep_their_durations() {
         let got = scan(
-            SGLANG,
+            &[SGLANG],
             &[(
                 "[2025-03-08 12:29:28 TP0] Capture cuda graph end. Time elapsed: 7.23 s. avail mem=0.53 GB. mem usage=0.93 GB.\n",
                 9.0,
@@ -339,12 +343,12 @@ INFO:     Application startup complete.\n";
         );
         assert_eq!(got, [("graph_capture".to_string(), 9.0, Some(7.23))]);
         let got = scan(
-            VLLM,
+            &[VLLM],
             &[("INFO torch.compile takes 12.50 s in total\n", 20.0)],
         );
         assert_eq!(got, [("compile".to_string(), 20.0, Some(12.5))]);
         let got = scan(
-            LLAMA_CPP,
+            &[LLAMA_CPP],
             &[("main: loading model\nmain: model loaded\n", 2.0)],
         );
         assert_eq!(got.len(), 2, "{got:?}");
@@ -358,7 +362,7 @@ INFO:     Application startup complete.\n";
             .filter(|l| !l.starts_with('#') && !l.starts_with("v0.5") && !l.starts_with("nightly"))
             .map(|l| format!("{l}\n"))
             .collect();
-        let got = scan(SGLANG, &[(real.as_str(), 60.0)]);
+        let got = scan(&[SGLANG], &[(real.as_str(), 60.0)]);
         assert_eq!(
             got,
             [
@@ -369,14 +373,14 @@ INFO:     Application startup complete.\n";
             ]
         );
         let nightly = sample.lines().find(|l| l.starts_with("nightly")).unwrap();
-        let got = scan(SGLANG, &[(nightly, 60.0)]);
+        let got = scan(&[SGLANG], &[(nightly, 60.0)]);
         assert_eq!(got, [("graph_capture".to_string(), 99.0, Some(16.4))]);
     }
 
     #[test]
     fn a_figure_that_is_not_a_number_leaves_the_phase_without_a_duration() {
         let got = scan(
-            VLLM,
+            &[VLLM],
             &[(
                 "Loading weights took nan seconds\rLoading weights took 1 s\n",
                 1.0,
@@ -387,7 +391,7 @@ INFO:     Application startup complete.\n";
 
     #[test]
     fn an_endless_line_is_skipped_without_growing_the_kept_text() {
-        let mut s = PhaseScan::new(LLAMA_CPP);
+        let mut s = PhaseScan::new(&[LLAMA_CPP]);
         let junk = vec![b'x'; MAX_LINE_BYTES + 10];
         s.feed(b"srv load_model: loading model 'a'", 1.0);
         s.feed(&junk, 1.0);

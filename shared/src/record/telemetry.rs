@@ -112,9 +112,10 @@ pub struct ServerStats {
     /// exports one apart from its inter-token histogram (TensorRT-LLM, vLLM, TGI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tpot_ms: Option<BucketDist>,
-    /// The engine's own estimate of its work per GPU over the point (vLLM
+    /// The engine's own estimate of its work per GPU over the point (vLLM's and SGLang's
     /// `--enable-mfu-metrics`, srv-sim's cost model): FLOPs, bytes read, bytes written
-    /// (deltas of `vllm:estimated_{flops,read_bytes,write_bytes}_per_gpu_total`).
+    /// (deltas of `{vllm,sglang}:estimated_{flops,read_bytes,write_bytes}_per_gpu_total`; the
+    /// mean over the series, SGLang's one per TP rank, never their sum).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub est_flops_per_gpu: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

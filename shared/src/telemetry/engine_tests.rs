@@ -68,6 +68,47 @@ fn sglang_tp_ranks_export_one_batch_state_not_a_sum() {
     assert_eq!(r.get(Figure::Running), Some(6.0));
 }
 
+/// SGLang's `--enable-mfu-metrics` counters: one series per scheduler (TP rank, and DP rank),
+/// each the work of its own GPU, under the names SGLang's own metrics test asserts.
+fn sglang_mfu(ranks: &[(u32, u32, f64)]) -> String {
+    let mut s = String::from("# TYPE sglang:estimated_flops_per_gpu_total counter\n");
+    for &(dp_rank, tp_rank, flops) in ranks {
+        s.push_str(&format!(
+            "sglang:estimated_flops_per_gpu_total{{dp_rank=\"{dp_rank}\",engine_type=\"unified\",model_name=\"m\",pp_rank=\"0\",tp_rank=\"{tp_rank}\"}} {flops:?}\n"
+        ));
+    }
+    s.push_str(
+        "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{tp_rank=\"0\"} 1.0\n",
+    );
+    s
+}
+
+#[test]
+fn sglang_flop_counters_are_per_gpu_not_summed_over_ranks() {
+    let sample =
+        include_str!("../../tests/fixtures/engine-self-report/sglang_mfu_and_decode_log.txt");
+    assert!(sample.contains("\"sglang:estimated_flops_per_gpu_total\","));
+    let start = parse(&sglang_mfu(&[(0, 0, 1e12), (0, 1, 1e12)])).unwrap();
+    let end = parse(&sglang_mfu(&[(0, 0, 3e12), (0, 1, 3e12)])).unwrap();
+    let w = Window::start(Engine::Sglang, start.read(Engine::Sglang));
+    let s = w.finish(Some(end.read(Engine::Sglang)));
+    assert_eq!(
+        s.est_flops_per_gpu,
+        Some(2e12),
+        "TP=2: each GPU's 2e12, not 4e12"
+    );
+    // Two DP engines of two ranks, one busier: the mean GPU's work.
+    let r = parse(&sglang_mfu(&[
+        (0, 0, 4e12),
+        (0, 1, 4e12),
+        (1, 0, 2e12),
+        (1, 1, 2e12),
+    ]))
+    .unwrap()
+    .read(Engine::Sglang);
+    assert_eq!(r.get(Figure::EstFlops), Some(3e12));
+}
+
 /// Lines in dcgm-exporter's MIG shape (NVIDIA/dcgm-exporter issue #544): each GPU instance a
 /// sample of its own under the same `gpu` label, told apart by `GPU_I_ID`.
 const DCGM_MIG: &str = "# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n\

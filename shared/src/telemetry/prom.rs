@@ -371,7 +371,8 @@ const COPY_LABELS: &[&str] = &["tp_rank"];
 
 /// Several samples of one figure (data-parallel engines, ranks, label sets) made one value:
 /// samples differing only in a copy label are one state (their mean); the states' counts add
-/// up, fractions and averages are averaged. `None` without samples.
+/// up, fractions and averages are averaged, and so are figures per GPU (each series is one
+/// GPU's work: summing them would multiply it). `None` without samples.
 fn combine(row: &Source, samples: &[&Sample]) -> Option<f64> {
     let mut states: BTreeMap<Vec<&(String, String)>, (f64, f64)> = BTreeMap::new();
     for s in samples {
@@ -389,8 +390,12 @@ fn combine(row: &Source, samples: &[&Sample]) -> Option<f64> {
     }
     let values = states.values().map(|(sum, n)| sum / n);
     let n = states.len() as f64;
-    let fraction =
-        row.read == Read::Gauge && !matches!(row.figure, Figure::Running | Figure::Waiting);
+    let per_gpu = matches!(
+        row.figure,
+        Figure::EstFlops | Figure::EstReadBytes | Figure::EstWriteBytes
+    );
+    let fraction = per_gpu
+        || row.read == Read::Gauge && !matches!(row.figure, Figure::Running | Figure::Waiting);
     let total: f64 = values.sum();
     Some(if fraction { total / n } else { total })
 }

@@ -105,8 +105,9 @@ pub enum Figure {
     E2eSeconds,
     /// Per-request time per output token, observed once per request.
     TpotSeconds,
-    /// The engine's own estimate of its work per GPU (vLLM `--enable-mfu-metrics`): FLOPs,
-    /// bytes read and bytes written.
+    /// The engine's own estimate of its work per GPU (vLLM's and SGLang's
+    /// `--enable-mfu-metrics`): FLOPs, bytes read and bytes written. Every series is one GPU's
+    /// (SGLang's one per TP rank, vLLM's one per engine): read as their mean, never their sum.
     EstFlops,
     EstReadBytes,
     EstWriteBytes,
@@ -328,6 +329,25 @@ pub const TABLE: &[Source] = &[
         E2eSeconds,
         "sglang:e2e_request_latency_seconds",
         Histogram,
+    ),
+    // SGLang --enable-mfu-metrics: one series per scheduler (`tp_rank`), each per GPU.
+    row(
+        Sglang,
+        EstFlops,
+        "sglang:estimated_flops_per_gpu_total",
+        Counter,
+    ),
+    row(
+        Sglang,
+        EstReadBytes,
+        "sglang:estimated_read_bytes_per_gpu_total",
+        Counter,
+    ),
+    row(
+        Sglang,
+        EstWriteBytes,
+        "sglang:estimated_write_bytes_per_gpu_total",
+        Counter,
     ),
     // llama.cpp's llama-server with --metrics.
     row(LlamaCpp, Running, "llamacpp:requests_processing", Gauge),

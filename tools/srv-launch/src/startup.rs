@@ -30,7 +30,11 @@ pub(crate) struct LogWatch<'a> {
 impl<'a> LogWatch<'a> {
     /// Before the server starts: notes where its log ends now. No markers (a `--cmd` server):
     /// nothing is read.
-    pub(crate) fn new(exec: &'a dyn Exec, log: &'a str, markers: &'static [PhaseMarker]) -> Self {
+    pub(crate) fn new(
+        exec: &'a dyn Exec,
+        log: &'a str,
+        markers: &'static [&'static [PhaseMarker]],
+    ) -> Self {
         let mut watch = LogWatch {
             exec,
             log,
@@ -134,7 +138,7 @@ mod tests {
         let path = dir.path().join("chatty.log");
         let log = path.to_str().unwrap().to_string();
         let exec = Local;
-        let mut watch = LogWatch::new(&exec, &log, servbench::startup::VLLM);
+        let mut watch = LogWatch::new(&exec, &log, &[servbench::startup::VLLM]);
         let mut f = std::fs::File::create(&path).unwrap();
         let line = format!("{}\n", "x".repeat(1023));
         for _ in 0..junk / line.len() {

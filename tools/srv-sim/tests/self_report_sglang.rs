@@ -141,7 +141,7 @@ fn sglangs_startup_lines_read_back_with_their_durations_old_and_new() {
         drop(sim);
         let text = std::fs::read_to_string(&log).unwrap();
         assert!(text.contains(capture), "{text}");
-        let mut scan = PhaseScan::new(SGLANG);
+        let mut scan = PhaseScan::new(&[SGLANG]);
         scan.feed(text.as_bytes(), 10.0);
         let (phases, refused) = scan.finish(10.0);
         assert!(refused.is_empty(), "{refused:?}");
