@@ -15,7 +15,7 @@
 //! other than 0 only copy rank 0's lines, and are skipped.
 
 use super::{LogFormat, MAX_STEP_MS, MAX_STEP_REQUESTS, MAX_STEP_TOKENS, StepLine, count, quote};
-use crate::record::Step;
+use crate::record::{ServerTiming, Step};
 
 pub const SOURCE: &str = "sglang";
 /// SGLang's `--decode-log-interval` default (`server_args.py`).
@@ -97,6 +97,45 @@ fn prefill_step(rest: &str) -> Result<Step, String> {
         ctx_tokens: count(after(rest, "#new-token: ")?, "new tokens", MAX_STEP_TOKENS)?,
         ..Step::default()
     })
+}
+
+/// The marker of SGLang's per-request time stats (`--enable-request-time-stats-logging`).
+const TIME_STATS: &str = "Req Time Stats(rid=";
+/// The most of a rid kept (SGLang's are 32 hex digits).
+const MAX_RID_CHARS: usize = 128;
+
+/// One finished request's time stats (`Req Time Stats(rid=ID, input len=N, output len=M,
+/// type=unified): queue_duration=1.23ms, forward_duration=45.67ms, start_time=...`, logged by
+/// TP rank 0 of each engine): its rid, which is the answer's `id`, and its queue and forward
+/// times. `None` for any other line; the reason for one whose figures are not times.
+pub fn time_stats(line: &str) -> Option<Result<(String, ServerTiming), String>> {
+    let at = line.find(TIME_STATS)?;
+    if rank(&line[..at], "TP").is_some_and(|r| r > 0) {
+        return None;
+    }
+    let rest = &line[at + TIME_STATS.len()..];
+    let rid: String = rest
+        .split([',', ')'])
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(MAX_RID_CHARS)
+        .collect();
+    let figures = rest.split_once("): ").map_or("", |f| f.1);
+    let ms = |key: &str| -> Result<f64, String> {
+        let v = after(figures, key)?;
+        let t = v
+            .strip_suffix("ms")
+            .ok_or_else(|| format!("{} `{}` is not in ms", key.trim(), quote(v)))?;
+        super::millis(t, key.trim_end_matches('='))
+    };
+    Some((|| {
+        if rid.is_empty() {
+            return Err("no rid".to_string());
+        }
+        let t = ServerTiming::sglang(Some(ms("queue_duration=")?), Some(ms("forward_duration=")?));
+        Ok((rid, t))
+    })())
 }
 
 /// SGLang's decode log interval from its argv (`--decode-log-interval N` or `=N`), else the

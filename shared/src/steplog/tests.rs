@@ -295,3 +295,24 @@ fn a_synchronous_engines_waits_that_fill_its_busy_time_are_its_steps() {
     assert!(!e.step_from_window());
     assert_eq!(e.result_wait_ms.unwrap().p50, 24.0);
 }
+
+#[test]
+fn sglangs_time_stats_give_the_rid_and_its_queue_and_forward() {
+    use super::sglang::time_stats;
+    let line = "[2026-12-05 01:08:58 TP0] Req Time Stats(rid=5b1f0c2a9d3e4f60a7b8c9d0e1f2a3b4, input len=38, output len=484, type=unified): queue_duration=1.50ms, forward_duration=2345.67ms, start_time=12199.941";
+    let (rid, t) = time_stats(line).unwrap().unwrap();
+    assert_eq!(rid, "5b1f0c2a9d3e4f60a7b8c9d0e1f2a3b4");
+    assert_eq!((t.queue_ms, t.forward_ms), (Some(1.5), Some(2345.67)));
+    assert_eq!(t.source, "sglang");
+    // Other ranks copy rank 0's; other lines are none of it.
+    assert!(time_stats(&line.replace("TP0", "TP1")).is_none());
+    assert!(time_stats("[2026] Decode batch, #running-req: 1").is_none());
+    // A forward of 55 years (a clock that was never set) is not a time.
+    let bad = line.replace("2345.67ms", "1759654443392.38ms");
+    assert!(
+        time_stats(&bad)
+            .unwrap()
+            .unwrap_err()
+            .contains("forward_duration")
+    );
+}

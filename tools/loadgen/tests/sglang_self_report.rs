@@ -1,10 +1,11 @@
 //! srv-sim speaking SGLang's self-report, read end to end in a real pipeline (srv-launch sim
 //! ... | loadgen | srv-kill), each figure equal to srv-sim's own truth: its startup phases with
 //! the durations its log printed, each point's `engine_steps` from its `Prefill batch` /
-//! `Decode batch` lines (every step it ran), and the point's FLOPs and bytes per GPU from its
+//! `Decode batch` lines (every step it ran), each request's `server_timing` from its `Req Time
+//! Stats` line, joined by the answer's id, and the point's FLOPs and bytes per GPU from its
 //! counters, one series per TP rank, not summed over the ranks.
 
-use servbench::record::{ServerRecord, SummaryRecord};
+use servbench::record::{RequestRecord, ServerRecord, SummaryRecord};
 use testkit::sh;
 
 /// Every sample of `name` in Prometheus text.
@@ -22,7 +23,8 @@ fn sglangs_steps_counters_and_startup_read_as_srv_sim_reported_them() {
     let (requests, max_tokens) = (6u64, 8u64);
     let out = sh(&format!(
         "srv-launch sim -- --startup 2s --self-report-as sglang --decode-log-interval 1 \
-         --enable-mfu-metrics --tp 2 --no-enable-prefix-caching > {d}/server.jsonl && \
+         --enable-mfu-metrics --enable-request-time-stats-logging --tp 2 \
+         --no-enable-prefix-caching > {d}/server.jsonl && \
          loadgen -c 1 -n {requests} --max-tokens {max_tokens} < {d}/server.jsonl > {d}/run.jsonl; \
          rc=$?; url=$(sed -n 's/.*\"url\":\"\\([^\"]*\\)\".*/\\1/p' {d}/server.jsonl); \
          curl -s \"$url/metrics\" > {d}/metrics.txt; \
@@ -52,6 +54,34 @@ fn sglangs_steps_counters_and_startup_read_as_srv_sim_reported_them() {
         .find(|l| l.contains(r#""kind":"summary""#))
         .map(|l| serde_json::from_str(l).unwrap())
         .unwrap();
+    // Every request's time stats, by the id its answer carried: the figures of its own line.
+    let log = std::fs::read_to_string(&server.log).unwrap();
+    let records: Vec<RequestRecord> = run
+        .lines()
+        .filter(|l| l.contains(r#""kind":"request""#))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len() as u64, requests);
+    for r in &records {
+        let id = r.response_id.as_deref().expect("the answer's id");
+        let t = r
+            .server_timing
+            .as_ref()
+            .expect("server_timing in every record");
+        assert_eq!(t.source, "sglang");
+        let line = log
+            .lines()
+            .find(|l| l.contains(&format!("Req Time Stats(rid={id},")))
+            .unwrap_or_else(|| panic!("{id} in the log"));
+        let (q, f) = (t.queue_ms.unwrap(), t.forward_ms.unwrap());
+        assert!(
+            line.contains(&format!(
+                "queue_duration={q:.2}ms, forward_duration={f:.2}ms"
+            )),
+            "{line} vs {t:?}"
+        );
+        assert!(q + f <= r.e2e_ms.unwrap() + 0.01, "{t:?} vs {r:?}");
+    }
     let metrics = std::fs::read_to_string(dir.path().join("metrics.txt")).unwrap();
     let ran = samples(&metrics, "srv_sim:engine_steps_total");
     let e = summary.engine_steps.as_ref().expect("engine_steps");

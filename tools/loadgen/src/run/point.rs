@@ -280,7 +280,10 @@ impl<W: Write> Run<'_, W> {
         let stop = ctx.stop.clone();
         let mut write_error: Option<anyhow::Error> = None;
         // Records the engine's report is joined to at the point's end, held until then.
-        let mut held: Option<Vec<RequestRecord>> = self.trtllm.as_ref().map(|_| Vec::new());
+        // (TensorRT-LLM's `/perf_metrics`; SGLang's time stats in its log.)
+        let joins =
+            self.trtllm.is_some() || self.steplog.as_ref().is_some_and(StepLog::joins_requests);
+        let mut held: Option<Vec<RequestRecord>> = joins.then(Vec::new);
         let mut point_started: Option<Instant> = None;
         let mut on_done = |f: Finished, point_start: Instant| {
             point_started.get_or_insert(point_start);
@@ -334,6 +337,21 @@ impl<W: Write> Run<'_, W> {
         let ended = ctx.phase(measured, &mut on_done).await;
         progress.finish();
         let mut report = PointReport::default();
+        let busy_s = busy.total() / 1e3;
+        // The log's window is read before the join: SGLang's time stats are in it.
+        if let (Some(log), Some(at)) = (self.steplog.as_mut(), point_started) {
+            log.point_started(at);
+        }
+        let logged = self
+            .steplog
+            .as_mut()
+            .filter(|_| !ctx.stop.is_aborted())
+            .and_then(|log| tokio::task::block_in_place(|| log.end(key.index, busy_s)));
+        let logged_timings = self
+            .steplog
+            .as_mut()
+            .map(StepLog::take_timings)
+            .unwrap_or_default();
         if let Some(held) = held {
             // Joined, then written: after a stop too (without the read then).
             if let Some(t) = self.trtllm.as_mut().filter(|_| !ctx.stop.is_aborted()) {
@@ -348,7 +366,7 @@ impl<W: Write> Run<'_, W> {
                 let found = rec
                     .response_id
                     .as_deref()
-                    .and_then(|id| report.timing_of(id));
+                    .and_then(|id| report.timing_of(id).or_else(|| logged_timings.get(id)));
                 match found {
                     Some(t) if rec.server_timing.is_none() => {
                         rec.server_timing = Some(t.clone());
@@ -367,6 +385,9 @@ impl<W: Write> Run<'_, W> {
             if let Some(t) = self.trtllm.as_mut().filter(|_| !ctx.stop.is_aborted()) {
                 t.unjoined(missing, n);
             }
+            if let Some(log) = self.steplog.as_mut().filter(|l| l.joins_requests()) {
+                log.unjoined(key.index, missing, n);
+            }
         }
         if let Some(e) = write_error {
             return Err(e);
@@ -384,14 +405,6 @@ impl<W: Write> Run<'_, W> {
             true => self.pd_members.end().await,
             false => (Vec::new(), 0.0),
         };
-        let busy_s = busy.total() / 1e3;
-        if let (Some(log), Some(at)) = (self.steplog.as_mut(), point_started) {
-            log.point_started(at);
-        }
-        let logged = self
-            .steplog
-            .as_mut()
-            .and_then(|log| tokio::task::block_in_place(|| log.end(key.index, busy_s)));
         // TensorRT-LLM's iteration stats where it gave them, else its log.
         let engine_steps = self
             .trtllm

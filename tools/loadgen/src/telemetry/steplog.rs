@@ -17,8 +17,9 @@
 use servbench::cli;
 use servbench::exec::{self, Exec, FileStat, SshOptions};
 use servbench::jsonl::excerpt;
-use servbench::record::{EngineSteps, ServerRecord};
+use servbench::record::{EngineSteps, ServerRecord, ServerTiming};
 use servbench::steplog::{self, LogFormat};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The most of a point's log read: a step line is ~200 bytes, so this is ~150,000 steps.
@@ -44,7 +45,17 @@ pub struct StepLog {
     point_start: Option<Instant>,
     /// The run's one note, once given.
     noted: Option<String>,
+    /// SGLang's per-request time stats are in the log (`--enable-request-time-stats-logging`):
+    /// the point's requests wait for them.
+    joins: bool,
+    /// The last point's time stats, by rid (the answer's `id`).
+    timings: BTreeMap<String, ServerTiming>,
+    /// A time stats line could not be read (said once).
+    bad_timing_noted: bool,
 }
+
+/// SGLang's flag for its per-request time stats in its log.
+pub const TIME_STATS_FLAG: &str = "--enable-request-time-stats-logging";
 
 /// Why a point has no `engine_steps`.
 const NO_STEPS: &str = "those summaries have no `engine_steps`";
@@ -60,6 +71,7 @@ impl StepLog {
             s.argv.clone()
         };
         let format = steplog::logs_steps(&s.engine, &argv)?;
+        let joins = argv.iter().any(|a| a == TIME_STATS_FLAG);
         if s.log.is_empty() {
             return None;
         }
@@ -73,6 +85,9 @@ impl StepLog {
                 start: None,
                 point_start: None,
                 noted: None,
+                joins,
+                timings: BTreeMap::new(),
+                bad_timing_noted: false,
             }),
             Err(e) => {
                 cli::info(format!(
@@ -140,8 +155,52 @@ impl StepLog {
         }
     }
 
+    /// Whether the server logs each request's time stats: its request records are held until
+    /// the point's end and given them ([`StepLog::take_timings`]).
+    pub fn joins_requests(&self) -> bool {
+        self.joins
+    }
+
+    /// The time stats the last point's window held, by rid.
+    pub fn take_timings(&mut self) -> BTreeMap<String, ServerTiming> {
+        std::mem::take(&mut self.timings)
+    }
+
+    /// Requests of a point that succeeded and found no time stats line (`missing` of `n`).
+    pub fn unjoined(&mut self, point: u32, missing: u64, n: u64) {
+        if missing > 0 {
+            self.note(
+                &format!(
+                    "{missing} of point {point}'s {n} requests have no `Req Time Stats` line in it"
+                ),
+                ": their records have no server_timing",
+            );
+        }
+    }
+
+    /// The time stats lines of a window's text.
+    fn read_timings(&mut self, text: &str) {
+        for line in text.lines() {
+            match steplog::sglang::time_stats(line) {
+                Some(Ok((rid, t))) => {
+                    self.timings.insert(rid, t);
+                }
+                Some(Err(why)) if !self.bad_timing_noted => {
+                    self.bad_timing_noted = true;
+                    cli::info(format!(
+                        "note: engine step log {}: a `Req Time Stats` line could not be read ({}); its request has no server_timing (said once)",
+                        self.place,
+                        excerpt(&why, REASON)
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// The point starts: its window opens at the log's (quiet) size now. Blocking (bounded).
     pub fn begin(&mut self) {
+        self.timings.clear();
         self.start = match self.settled() {
             Ok(f) => Some((f, Instant::now(), SystemTime::now())),
             Err(why) => {
@@ -209,6 +268,9 @@ impl StepLog {
             Some(i) => &text[..=i],
             None => "",
         };
+        if self.joins {
+            self.read_timings(whole);
+        }
         let busy_s = busy_s.min(window_s);
         let Some(w) = steplog::read_window(whole, window_s, busy_s, &self.format) else {
             self.no_steps(&format!(
