@@ -59,15 +59,23 @@ pub fn parse_step_line(line: &str, format: &LogFormat) -> (StepLine, &'static st
 
 /// Whether a server started as `argv` by `engine` writes a step log, and how: vLLM (and
 /// srv-sim) with `--enable-logging-iteration-details`, SGLang always (its decode log; srv-sim
-/// speaking SGLang with `--decode-log-interval`), TensorRT-LLM with an LLM-API options file.
+/// speaking SGLang, `--self-report-as sglang`, likewise), TensorRT-LLM with an LLM-API options
+/// file.
 pub fn logs_steps(engine: &crate::record::Engine, argv: &[String]) -> Option<LogFormat> {
     use crate::record::Engine;
     let has = |flag: &str| {
         argv.iter()
             .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|r| r.starts_with('=')))
     };
+    let speaks_sglang = argv
+        .windows(2)
+        .any(|w| w[0] == "--self-report-as" && w[1].starts_with("sglang"))
+        || argv
+            .iter()
+            .any(|a| a.starts_with("--self-report-as=sglang"));
     let logs = has(crate::engines::STEP_LOG_FLAG)
         || has("--decode-log-interval")
+        || speaks_sglang
         || has(crate::engines::TRTLLM_OPTIONS_FLAG)
         || *engine == Engine::Sglang;
     logs.then(|| LogFormat {

@@ -316,3 +316,25 @@ fn sglangs_time_stats_give_the_rid_and_its_queue_and_forward() {
             .contains("forward_duration")
     );
 }
+
+#[test]
+fn srv_sim_speaking_sglang_logs_its_steps_at_sglangs_interval() {
+    use super::logs_steps;
+    use crate::record::Engine;
+    let argv = |a: &str| a.split(' ').map(str::to_string).collect::<Vec<_>>();
+    for a in [
+        "srv-sim --self-report-as sglang",
+        "srv-sim --self-report-as=sglang-0.5.10",
+    ] {
+        let f = logs_steps(&Engine::Sim, &argv(a)).expect(a);
+        assert_eq!(f.decode_log_interval, 40, "{a}");
+    }
+    let f = logs_steps(
+        &Engine::Sim,
+        &argv("srv-sim --self-report-as sglang --decode-log-interval 5"),
+    );
+    assert_eq!(f.unwrap().decode_log_interval, 5);
+    // The clean twins: srv-sim speaking vLLM's or TensorRT-LLM's without their flags logs none.
+    assert!(logs_steps(&Engine::Sim, &argv("srv-sim --self-report-as vllm")).is_none());
+    assert!(logs_steps(&Engine::Sim, &argv("srv-sim")).is_none());
+}
