@@ -139,6 +139,11 @@ pub struct Args {
     /// Speculative decoding: probability each draft token is accepted (the chain stops at the first rejection)
     #[arg(long, value_name = "A", default_value_t = 0.7)]
     pub spec_accept: f64,
+    /// Keep decoding a running request whose client disconnected for N more engine steps (chunks
+    /// with --ttft/--itl), or to its end (`end`), holding its slot and KV as an engine that
+    /// notices late or never; 0 stops it at once, as vLLM does
+    #[arg(long, value_name = "N|end", default_value = "0", value_parser = crate::engine::Abandoned::parse)]
+    pub decode_abandoned: crate::engine::Abandoned,
     /// Whose names /metrics uses: vllm (vllm:..., counters) or sglang (sglang:..., its buckets, spec figures as gauges); default: --self-report-as's
     #[arg(long, value_enum, value_name = "ENGINE")]
     pub metrics_names: Option<MetricNames>,
@@ -275,6 +280,7 @@ impl Args {
                     .metrics_names
                     .unwrap_or(self.self_report.self_report_as.metric_names()),
                 seed: self.seed,
+                abandoned: self.decode_abandoned,
             },
             server: ServerPlan {
                 host: self.host,

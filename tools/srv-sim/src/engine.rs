@@ -11,6 +11,7 @@
 //! - [`Timing::Fixed`]: each request has its own schedule, first chunk at arrival + TTFT, then one
 //!   chunk every ITL; with ITL 0 every token is available at once.
 
+pub use crate::abandoned::Abandoned;
 use crate::clock::{WallClock, wait_until};
 use crate::metrics::{MetricNames, Metrics};
 use crate::request::{Req, secs};
@@ -49,6 +50,7 @@ pub struct EngineConfig {
     /// TP ranks, for the counters SGLang exports once per rank.
     pub tp_ranks: u32,
     pub report: EngineReport,
+    pub abandoned: Abandoned,
 }
 
 /// The HTTP side's handle: submit requests, read metrics.
@@ -90,6 +92,7 @@ impl Engine {
                 itl,
                 chunk: tokens_per_chunk.max(1),
                 max_running: config.max_running.map_or(usize::MAX, |n| n as usize),
+                abandoned: config.abandoned,
                 waiting: VecDeque::new(),
                 running: HashMap::new(),
                 heap: BinaryHeap::new(),
@@ -112,6 +115,7 @@ impl Engine {
                     max_running: config.max_running,
                     seed: config.seed,
                     report: config.report,
+                    abandoned: config.abandoned,
                 },
             ),
         }
@@ -157,6 +161,7 @@ struct FixedLoop {
     itl: Duration,
     chunk: u32,
     max_running: usize,
+    abandoned: Abandoned,
     waiting: VecDeque<Submit>,
     running: HashMap<u64, (Req, Instant, u32)>,
     /// (deadline, request id): the next chunk of each running request.
@@ -202,7 +207,7 @@ impl FixedLoop {
                 let Some((req, first_due, chunks)) = self.running.get_mut(&id) else {
                     continue;
                 };
-                if req.cancelled() {
+                if req.drop_now(self.abandoned) {
                     m.aborted += 1;
                     self.running.remove(&id);
                     self.admit(Some(due));

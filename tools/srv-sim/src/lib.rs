@@ -7,7 +7,8 @@
 //!
 //! Modules: [`args`] (the command line, read there only) and [`plan`] (what it asks for,
 //! validated once), [`tokens`] (the tokenization rule and generated text), [`api`] (wire format),
-//! [`engine`] (the step loop and the fixed schedule) on a [`clock`], [`cost`] (the step cost
+//! [`engine`] (the step loop and the fixed schedule; [`abandoned`] what it does with a request
+//! whose client went away) on a [`clock`], [`cost`] (the step cost
 //! model), [`metrics`] (Prometheus text), [`selfreport`] (vLLM's self-report flags; [`trtllm`]
 //! TensorRT-LLM's), [`step`]
 //! (the shapes those four share, below them all), [`prefix`] (the prefix cache), [`http`] (the
@@ -15,6 +16,7 @@
 //! [`predict`] and [`calibrate`] (virtual-time runs of the modelled engine), [`search`] (the layout to launch), [`grid`] (the
 //! step cost fitted to a measured step grid), [`nelder`] (the fits' minimiser).
 
+pub mod abandoned;
 pub mod api;
 pub mod args;
 pub mod calibrate;
@@ -192,6 +194,7 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
                         tp: plan.model.layout.tp,
                     })
                     .with_trtllm(trtllm.clone()),
+                abandoned: engine.abandoned,
             })
         })
         .collect();

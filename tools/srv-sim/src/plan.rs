@@ -110,6 +110,8 @@ pub struct EnginePlan {
     pub prefix_caching: bool,
     pub metrics_names: MetricNames,
     pub seed: u64,
+    /// `--decode-abandoned`: what happens to a running request whose client went away.
+    pub abandoned: crate::engine::Abandoned,
 }
 
 /// The HTTP server and the faults it injects.

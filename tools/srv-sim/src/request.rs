@@ -1,6 +1,7 @@
 //! One request as both engine loops (fixed latency and modelled steps) keep it: what it has
 //! published so far, and the TTFT, ITL and end-to-end figures each publication records.
 
+use crate::abandoned::Abandoned;
 use crate::metrics::Metrics;
 use crate::step::Submit;
 use std::sync::atomic::Ordering;
@@ -15,6 +16,8 @@ pub struct Req {
     pub sub: Submit,
     pub published: u32,
     last_publish: Instant,
+    /// Steps it ran since its client went away.
+    abandoned_steps: u32,
 }
 
 impl Req {
@@ -24,6 +27,7 @@ impl Req {
             sub,
             published: 0,
             last_publish: arrival,
+            abandoned_steps: 0,
         }
     }
 
@@ -33,6 +37,11 @@ impl Req {
 
     pub fn cancelled(&self) -> bool {
         self.sub.progress.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// Before a step of a running request: whether to drop it now, its client gone.
+    pub fn drop_now(&mut self, policy: Abandoned) -> bool {
+        self.cancelled() && policy.drop_now(&mut self.abandoned_steps)
     }
 
     /// Makes `n` more tokens available at `now`, and records TTFT/ITL/e2e.

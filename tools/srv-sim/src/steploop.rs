@@ -98,6 +98,7 @@ pub struct ModelledConfig {
     pub seed: u64,
     /// What the engine reports about itself (`--enable-*` flags; `--predict` reports nothing).
     pub report: EngineReport,
+    pub abandoned: crate::abandoned::Abandoned,
 }
 
 /// The modelled engine on `clock`: the server's runs on the wall clock on its own thread;
@@ -129,6 +130,7 @@ struct StepLoop<C: Clock> {
     stage_free: Option<Instant>,
     rng: u64,
     report: EngineReport,
+    abandoned: crate::abandoned::Abandoned,
 }
 
 /// What a step does to one running request.
@@ -167,6 +169,7 @@ impl<C: Clock> StepLoop<C> {
             stage_free: None,
             rng: c.seed,
             report: c.report,
+            abandoned: c.abandoned,
         }
     }
 
@@ -300,9 +303,12 @@ impl<C: Clock> StepLoop<C> {
         }
     }
 
+    /// Drops the requests whose client went away: waiting ones at once, running ones as
+    /// `--decode-abandoned` says.
     fn drop_cancelled(&mut self, m: &mut Metrics) {
         let before = self.running.len() + self.waiting.len();
-        self.running.retain(|r| !r.req.cancelled());
+        let policy = self.abandoned;
+        self.running.retain_mut(|r| !r.req.drop_now(policy));
         self.waiting.retain(|r| !r.req.cancelled());
         m.aborted += (before - self.running.len() - self.waiting.len()) as u64;
     }

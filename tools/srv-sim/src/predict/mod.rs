@@ -373,6 +373,8 @@ fn predict_point(
                 ..Default::default()
             }
             .for_engine(crate::sglang::Ranks::default()),
+            // A prediction's clients never go away.
+            abandoned: crate::engine::Abandoned::Stop,
         },
     );
     if clock.capped() {
