@@ -246,6 +246,9 @@ struct Span {
 pub struct PointStats {
     pub requests: u64,
     pub ok: u64,
+    /// Cancelled on purpose by the client (`--cancel-rate`): neither ok nor failed, in no
+    /// latency figure.
+    pub cancelled: u64,
     pub errors_by_class: BTreeMap<String, u64>,
     pub ttft: Hist,
     /// Time to the first answer token, of requests that reasoned.
@@ -312,6 +315,11 @@ impl PointStats {
                 .or_default() += 1;
             return;
         }
+        if r.is_cancelled() {
+            // Its partial figures would pull every latency down: the others' are the point.
+            self.cancelled += 1;
+            return;
+        }
         self.ok += 1;
         if let Some(v) = r.ttft_ms {
             self.ttft.record_ms(v);
@@ -354,7 +362,7 @@ impl PointStats {
     }
 
     pub fn errors(&self) -> u64 {
-        self.requests - self.ok
+        self.requests - self.ok - self.cancelled
     }
 
     /// Wall window in seconds: first intended send to last end.
@@ -401,6 +409,7 @@ impl PointStats {
     pub fn merge(&mut self, other: &PointStats) {
         self.requests += other.requests;
         self.ok += other.ok;
+        self.cancelled += other.cancelled;
         for (k, v) in &other.errors_by_class {
             *self.errors_by_class.entry(k.clone()).or_default() += v;
         }
@@ -457,6 +466,7 @@ impl PointStats {
         Ok(PointStats {
             requests: s.requests,
             ok: s.ok,
+            cancelled: s.cancelled,
             errors_by_class: s.errors_by_class.clone(),
             ttft: hist("ttft_ms")?,
             ttfo: hist("ttfo_ms")?,
@@ -514,6 +524,7 @@ impl PointStats {
             requests: self.requests,
             ok: self.ok,
             errors: self.errors(),
+            cancelled: self.cancelled,
             errors_by_class: self.errors_by_class.clone(),
             duration_s: secs,
             output_tokens: self.output_tokens,

@@ -296,7 +296,8 @@ const EVERY_TOOL: &[(&str, &str)] = &[
         r#"loadgen --api chat -c 2 -n 3 --turns 2..3 --think-time 1ms --input-len 8 --max-tokens 2 < server.jsonl
          printf '%s\n' '{"timestamp":0,"input_length":12,"output_length":2,"hash_ids":[1,2]}' '{"timestamp":3,"input_length":13,"output_length":2,"hash_ids":[1,3]}' '{"timestamp":6,"input_length":14,"output_length":2,"hash_ids":[1,4]}' '{"timestamp":9,"input_length":12,"output_length":2,"hash_ids":[1,5]}' '{"timestamp":12,"input_length":13,"output_length":2,"hash_ids":[1,6]}' '{"timestamp":15,"input_length":14,"output_length":2,"hash_ids":[1,7]}' > trace.jsonl
          loadgen --trace trace.jsonl --trace-block 8 --trace-speed 1,2 < server.jsonl
-         loadgen --find-max concurrency -c 1 --find-max-limit 2 -n 6 --max-tokens 2 --input-len 8 --slo ttft_ms=1000 --slo-attainment 0.5 < server.jsonl"#,
+         loadgen --find-max concurrency -c 1 --find-max-limit 2 -n 6 --max-tokens 2 --input-len 8 --slo ttft_ms=1000 --slo-attainment 0.5 < server.jsonl
+         loadgen -c 2 -n 8 --max-tokens 40 --input-len 8 --cancel-rate 0.5 --cancel-after 5ms < server.jsonl"#,
     ),
     (
         "ranks.jsonl",

@@ -78,10 +78,11 @@ impl SummaryRecord {
     /// Why the summary's counts cannot be a point's: more successes or errors than requests,
     /// tokens past any request's, rates that are not rates.
     pub fn implausible(&self) -> Option<String> {
-        if self.ok > self.requests || self.errors > self.requests {
+        if self.ok > self.requests || self.errors > self.requests || self.cancelled > self.requests
+        {
             return Some(format!(
-                "ok {} and errors {} of {} requests: more than were sent",
-                self.ok, self.errors, self.requests
+                "ok {}, errors {} and cancelled {} of {} requests: more than were sent",
+                self.ok, self.errors, self.cancelled, self.requests
             ));
         }
         for (field, tokens) in [

@@ -58,8 +58,11 @@ pub enum ErrorClass {
     Http5xx,
     /// The stream was not valid SSE / JSON, or the server sent an error event mid-stream.
     Protocol,
-    /// Stopped by the user (Ctrl-C) before it finished.
-    Cancelled,
+    /// Stopped by the user (Ctrl-C), or still running when `--grace` ended after the server
+    /// went down. Written `cancelled` before loadgen's `--cancel-rate` (whose requests are not
+    /// failures: [`RequestRecord::cancelled_after_ms`]): that spelling reads as this.
+    #[serde(alias = "cancelled")]
+    Interrupted,
     /// A class written by a newer tool.
     #[serde(other)]
     Other,
@@ -75,7 +78,7 @@ impl ErrorClass {
             ErrorClass::Http4xx => "http_4xx",
             ErrorClass::Http5xx => "http_5xx",
             ErrorClass::Protocol => "protocol",
-            ErrorClass::Cancelled => "cancelled",
+            ErrorClass::Interrupted => "interrupted",
             ErrorClass::Other => "other",
         }
     }
@@ -204,6 +207,12 @@ pub struct RequestRecord {
     /// Absent on success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RequestError>,
+    /// Cancelled on purpose (`loadgen --cancel-rate`): the client disconnected this long after
+    /// the request left, as planned. Not a failure (`error` absent): what it received before is
+    /// in the other fields (`ttft_ms` if a token came, `e2e_ms` to the disconnect, tokens
+    /// counted from chunks). Absent on every other request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_after_ms: Option<f64>,
     /// Conversations: the session (conversation) within the point, from 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<u64>,
@@ -264,6 +273,7 @@ impl RequestRecord {
             prompt_tokens_target: None,
             max_tokens: None,
             error: None,
+            cancelled_after_ms: None,
             session: None,
             turn: None,
             cached_tokens: None,
@@ -273,8 +283,14 @@ impl RequestRecord {
         }
     }
 
+    /// Completed: neither failed nor cancelled on purpose.
     pub fn is_ok(&self) -> bool {
-        self.error.is_none()
+        self.error.is_none() && self.cancelled_after_ms.is_none()
+    }
+
+    /// Cancelled on purpose by the client (`--cancel-rate`), not a failure.
+    pub fn is_cancelled(&self) -> bool {
+        self.error.is_none() && self.cancelled_after_ms.is_some()
     }
 
     /// Why the record's times cannot be real (a latency below zero, not a number, or over a
@@ -287,6 +303,7 @@ impl RequestRecord {
             ("ttfo_ms", self.ttfo_ms),
             ("e2e_ms", self.e2e_ms),
             ("tpot_ms", self.tpot_ms),
+            ("cancelled_after_ms", self.cancelled_after_ms),
         ];
         let itl = self.itl_ms.iter().map(|v| ("itl_ms", Some(*v)));
         for (field, value) in latencies.into_iter().chain(itl) {

@@ -22,9 +22,14 @@ pub struct SummaryRecord {
     /// That reason in words, with the figures (`server down: every connection failed for 2.0 s ...`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,
+    /// Every request: `ok + errors + cancelled`.
     pub requests: u64,
     pub ok: u64,
     pub errors: u64,
+    /// Requests the client cancelled on purpose (`--cancel-rate`): neither ok nor errors, and
+    /// in no latency figure (those are the others').
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cancelled: u64,
     #[serde(default)]
     pub errors_by_class: BTreeMap<String, u64>,
     /// Wall window: first intended send to last end.
@@ -123,6 +128,10 @@ pub struct SummaryRecord {
     pub extra: Extra,
 }
 record_kind!(SummaryRecord, "summary", Summary);
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
 
 /// A point's noise by batch means (`stats::blocks`): its wall window cut into
 /// `blocks` time blocks of `block_s` seconds, each long enough (two mean E2E latencies at

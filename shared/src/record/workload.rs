@@ -65,6 +65,13 @@ pub struct Workload {
     /// Trace replay: rows of the trace the point sent (within `-n` or `--duration`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_rows: Option<u64>,
+    /// `--cancel-rate`: the share of requests the client cancelled on purpose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_rate: Option<f64>,
+    /// `--cancel-after` as given: how long after it left each of them was cancelled (`200ms`,
+    /// or `100ms..500ms` drawn uniformly per request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_after: Option<String>,
     /// Workload fields this build does not know (a newer tool's): kept and written back.
     #[serde(flatten)]
     pub extra: Extra,

@@ -26,6 +26,7 @@ fn req(id: u64, intended: f64, ttft: f64, itl: &[f64], tokens: u32) -> RequestRe
         prompt_tokens_target: Some(100),
         max_tokens: Some(tokens),
         error: None,
+        cancelled_after_ms: None,
         session: None,
         turn: None,
         cached_tokens: None,
@@ -33,6 +34,34 @@ fn req(id: u64, intended: f64, ttft: f64, itl: &[f64], tokens: u32) -> RequestRe
         response_id: None,
         extra: Default::default(),
     }
+}
+
+#[test]
+fn requests_cancelled_on_purpose_are_counted_apart_and_in_no_figure() {
+    let mut s = PointStats::new();
+    s.add_request(&req(0, 0.0, 100.0, &[10.0; 9], 10), None);
+    let mut cancelled = req(1, 0.0, 20.0, &[5.0], 2);
+    cancelled.cancelled_after_ms = Some(30.0);
+    s.add_request(&cancelled, None);
+    let sum = s.to_summary(PointKey::default(), Labels::new(), false, None);
+    assert_eq!(
+        (sum.requests, sum.ok, sum.errors, sum.cancelled),
+        (2, 1, 0, 1)
+    );
+    assert!(sum.errors_by_class.is_empty());
+    assert_eq!((sum.ttft_ms.unwrap().n, sum.output_tokens), (1, 10));
+    // A summary read back, and merged, keeps the count apart.
+    let mut back = PointStats::from_summary(&sum).unwrap();
+    assert_eq!((back.cancelled, back.errors()), (1, 0));
+    back.merge(&s);
+    assert_eq!(
+        (back.requests, back.ok, back.cancelled, back.errors()),
+        (4, 2, 2, 0)
+    );
+    // Ctrl-C's class, spelled `cancelled` before --cancel-rate, reads as `interrupted`.
+    let old: ErrorClass = serde_json::from_str(r#""cancelled""#).unwrap();
+    assert_eq!(old, ErrorClass::Interrupted);
+    assert_eq!(old.as_str(), "interrupted");
 }
 
 #[test]

@@ -11,6 +11,7 @@
 //! GPUs), `plan/` (the one place these flags are read: [`Args::plan`] into the run's `Plan`,
 //! validated once in `plan/limits.rs`), `pacing.rs` (send times), `stop.rs` (the stop switch).
 
+pub mod cancel;
 pub mod client;
 pub mod modes;
 pub mod pacing;
@@ -134,6 +135,14 @@ pub struct Args {
     /// against a warm server must not find its prompts cached); recorded in summaries
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Cancel this share of the requests on purpose (0.25): the client disconnects from each
+    /// --cancel-after it left; which ones follows --seed. Their records are `cancelled`, not
+    /// failures, and the summary's latencies are the others'
+    #[arg(long, value_name = "P", value_parser = cancel::Cancel::parse_rate, requires = "cancel_after", conflicts_with_all = ["turns", "step_grid"])]
+    pub cancel_rate: Option<f64>,
+    /// When a cancelled request is abandoned, after it left: 200ms, or 100ms..500ms (uniform)
+    #[arg(long, value_name = "DUR", value_parser = servbench::load::Think::parse, requires = "cancel_rate")]
+    pub cancel_after: Option<servbench::load::Think>,
     /// Do not ask for usage in every chunk (vLLM's continuous_usage_stats)
     #[arg(long)]
     pub no_usage_per_chunk: bool,

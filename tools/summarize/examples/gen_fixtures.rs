@@ -246,6 +246,19 @@ fn main() {
         ),
     );
 
+    // One request in eight cancelled on purpose (--cancel-rate).
+    write(
+        &dir,
+        "cancelled.jsonl",
+        &sweep_lines(
+            &base,
+            &ServerModel {
+                cancel_every: Some(8),
+                ..clean.clone()
+            },
+        ),
+    );
+
     // Three tokens per SSE event (speculative decoding).
     write(
         &dir,

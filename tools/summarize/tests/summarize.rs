@@ -257,6 +257,14 @@ fn notes_say_what_they_saw() {
     let text = sweep::errors_or_partial(&Facts::of_points(&ps)).join(" ");
     assert!(text.contains("3 of 40: 3 timeout"), "{text}");
     assert!(text.contains("cut short (partial): C=8"), "{text}");
+    let ps = points("cancelled.jsonl");
+    let text = sweep::cancelled(&Facts::of_points(&ps)).join(" ");
+    assert!(
+        text.contains("C=1 (5 of 40, abandoned after 60ms)"),
+        "{text}"
+    );
+    // Not failures: the errors note stays silent on them.
+    assert!(sweep::errors_or_partial(&Facts::of_points(&ps)).is_empty());
 }
 
 #[test]

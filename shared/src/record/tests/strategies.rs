@@ -215,6 +215,7 @@ pub(super) fn request() -> impl Strategy<Value = Record> {
                     message: "HTTP 503: overloaded".into(),
                     http_status: Some(503),
                 }),
+                cancelled_after_ms: (!failed && id % 5 == 0).then_some(250.0),
                 session: (id % 3 == 0).then_some(u64::from(id) / 3),
                 turn: (id % 3 == 0).then_some(id % 7 + 1),
                 cached_tokens: (id % 2 == 0).then_some(2048),
@@ -250,9 +251,10 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                 partial,
                 stopped_by: partial.then_some(PointStop::ServerDown),
                 stop_reason: partial.then(|| "server down: refused".to_string()),
-                requests: 10,
+                requests: 12,
                 ok: 9,
                 errors: 1,
+                cancelled: 2,
                 errors_by_class: [("reset".to_string(), 1)].into_iter().collect(),
                 duration_s: 1.5,
                 output_tokens: 900,
@@ -300,6 +302,8 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                     sessions: partial.then_some(4),
                     trace: (!partial).then(|| "mooncake.jsonl".into()),
                     trace_rows: (!partial).then_some(12031),
+                    cancel_rate: partial.then_some(0.25),
+                    cancel_after: partial.then(|| "100ms..300ms".into()),
                     // A newer tool's workload field survives the trip.
                     extra: if partial {
                         Extra::new()

@@ -108,16 +108,17 @@ pub(crate) async fn wait_until<F: std::future::Future<Output = ()>>(
     }
 }
 
-/// One request of a phase, start to collector.
+/// One request of a phase, start to collector: its prompt's target length and its
+/// `max_tokens`, and when it is abandoned on purpose (`--cancel-rate`), how long after it left.
 pub(crate) async fn request_task(
     shared: Arc<InFlight>,
     slot: Slot,
     body: Bytes,
-    target: Option<u32>,
-    max_tokens: u32,
+    (target, max_tokens): (Option<u32>, u32),
+    abandon: Option<Duration>,
 ) {
     let o = Outcome::expecting(max_tokens);
-    let (o, dispatched, cancelled) = execute(&shared, body, slot.intended, o).await;
+    let (o, dispatched, cancelled) = execute(&shared, body, slot.intended, o, abandon).await;
     let finished = Finished {
         id: slot.id,
         intended: slot.intended,
@@ -156,12 +157,15 @@ pub async fn deliver(
 
 /// Sends one request meant to leave at `intended` and reads its answer, bounded by `--timeout`
 /// from `intended` and cancelled with the phase: its outcome (read into `o`: with a `reply`,
-/// the answer's text is collected into it), when it really left, and whether it was cancelled.
+/// the answer's text is collected into it), when it really left, and whether the phase
+/// cancelled it. With `abandon`, the client disconnects that long after it left unless the
+/// answer was whole by then (`--cancel-rate`): no failure, `o.abandoned_after` says so.
 pub async fn execute(
     shared: &InFlight,
     body: Bytes,
     intended: Instant,
     mut o: Outcome,
+    abandon: Option<Duration>,
 ) -> (Outcome, Instant, bool) {
     let dispatched = Instant::now();
     let mut cancel_rx = shared.cancel_rx.clone();
@@ -170,6 +174,7 @@ pub async fn execute(
         deadline,
         stream_into(&shared.pool, shared.path, body, shared.stream, &mut o),
     );
+    let abandon_at = abandon.map(|d| tokio::time::Instant::from_std(dispatched + d));
     let cancelled = tokio::select! {
         r = work => {
             if r.is_err() {
@@ -184,12 +189,26 @@ pub async fn execute(
             }
             false
         }
+        // Dropping the request's future drops its connection: the server sees the disconnect.
+        _ = sleep_until_some(abandon_at), if abandon_at.is_some() => {
+            o.end = Instant::now();
+            o.abandoned_after = abandon;
+            false
+        }
         why = cancel_rx.wait_for(Option::is_some) => {
             o.end = Instant::now();
             let why = why.ok().and_then(|w| *w).unwrap_or("cancelled");
-            o.failure = Some(Failure::new(ErrorClass::Cancelled, why));
+            o.failure = Some(Failure::new(ErrorClass::Interrupted, why));
             true
         }
     };
     (o, dispatched, cancelled)
+}
+
+/// Sleeps until `t`, or forever without one.
+pub(crate) async fn sleep_until_some(t: Option<tokio::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
 }

@@ -35,6 +35,8 @@ pub struct Outcome {
     pub reply: Option<String>,
     pub end: Instant,
     pub failure: Option<Failure>,
+    /// Abandoned on purpose this long after it left (`--cancel-rate`): not a failure.
+    pub abandoned_after: Option<std::time::Duration>,
 }
 
 /// Room for the gaps of the first this many tokens is made at once (more grow the list): a
@@ -71,6 +73,7 @@ impl Default for Outcome {
             reply: None,
             end: Instant::now(),
             failure: None,
+            abandoned_after: None,
         }
     }
 }
@@ -380,16 +383,13 @@ pub fn to_record(
 ) -> RequestRecord {
     let since = |t: Instant| ms(t.saturating_duration_since(meta.intended));
     let ttft_ms = o.first_content.map(since);
-    let e2e_ms = Some(since(
-        o.last_content
-            .filter(|_| o.failure.is_none())
-            .unwrap_or(o.end),
-    ));
+    let ok = o.failure.is_none() && o.abandoned_after.is_none();
+    // A failed or abandoned request's end is when it stopped, not its last token.
+    let e2e_ms = Some(since(o.last_content.filter(|_| ok).unwrap_or(o.end)));
     let (output_tokens, source, from_chunks) = match o.usage_completion {
         Some(u) => (u, TokenSource::Usage, (u != o.chunks).then_some(o.chunks)),
         None => (o.chunks, TokenSource::Chunks, None),
     };
-    let ok = o.failure.is_none();
     let reasoned = o.reasoning_chunks > 0;
     let tpot_ms = match (ok, ttft_ms, e2e_ms) {
         (true, Some(t), Some(e)) if output_tokens > 1 => {
@@ -425,6 +425,7 @@ pub fn to_record(
             message: f.message,
             http_status: f.http_status,
         }),
+        cancelled_after_ms: o.abandoned_after.map(ms),
         session: meta.turn.map(|t| t.0),
         turn: meta.turn.map(|t| t.1),
         cached_tokens: o.cached_tokens,

@@ -98,6 +98,8 @@ pub struct Plan {
     /// The job's seed (alone: `seed`): the aligner's shared prefix and a trace's words.
     pub job_seed: u64,
     pub slo: Option<Slo>,
+    /// `--cancel-rate` and `--cancel-after`.
+    pub cancel: Option<crate::cancel::Cancel>,
     pub timeout: Duration,
     pub grace: Duration,
     /// `request` records are written (no `--no-requests`).
@@ -214,6 +216,10 @@ impl Args {
             seed,
             job_seed: seed,
             slo: a.load.slo.clone(),
+            cancel: a
+                .cancel_rate
+                .zip(a.cancel_after)
+                .map(|(rate, after)| crate::cancel::Cancel { rate, after }),
             timeout: a.timeout,
             grace: a.grace,
             write_requests: !a.no_requests,

@@ -8,7 +8,9 @@
 
 use crate::client::body::Bodies;
 use crate::client::http::Pool;
-use crate::client::inflight::{Finished, InFlight, Slot, halted, request_task, wait_until};
+use crate::client::inflight::{
+    Finished, InFlight, Slot, halted, request_task, sleep_until_some, wait_until,
+};
 use crate::pacing::{Load, next_send};
 use crate::run::health::Health;
 use crate::stop::{Ended, Stop};
@@ -43,6 +45,8 @@ pub struct Phase {
     pub arrival_seed: u64,
     pub work: Arc<dyn Workload>,
     pub bodies: Arc<Bodies>,
+    /// `--cancel-rate`: requests abandoned on purpose (not in a warmup).
+    pub cancel: Option<crate::cancel::Cancel>,
 }
 
 impl Context {
@@ -183,14 +187,6 @@ async fn run_queued_first() {
     .await
 }
 
-/// Sleeps until `t`, or forever without one.
-async fn sleep_until_some(t: Option<tokio::time::Instant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
-    }
-}
-
 /// The dispatch loop of one phase. It runs as a task on the runtime, so a freed slot wakes it
 /// without a thread switch and its requests start on the same worker.
 struct Dispatcher {
@@ -284,8 +280,10 @@ impl Dispatcher {
                     self.requests.clone(),
                     slot,
                     p.body,
-                    p.target,
-                    p.max_tokens,
+                    (p.target, p.max_tokens),
+                    self.phase
+                        .cancel
+                        .and_then(|c| c.after(self.phase.arrival_seed, id)),
                 )),
                 Unit::Session(s) => tokio::spawn(s.run(self.requests.clone(), slot)),
             };

@@ -132,7 +132,8 @@ impl<W: Write> Run<'_, W> {
             Ended::RankFailed(why) => return Err(cli::failure(why.clone())),
             Ended::Completed => {}
         }
-        if p.summary.ok > 0 || p.summary.requests == 0 {
+        // Requests cancelled on purpose are no failures: only a point of failures is one.
+        if p.summary.ok > 0 || p.summary.errors == 0 {
             return Ok(());
         }
         let (class, msg) = p
@@ -214,6 +215,7 @@ impl<W: Write> Run<'_, W> {
                     arrival_seed: seed ^ 0xa11,
                     work: work.workload.clone(),
                     bodies: work.bodies.clone(),
+                    cancel: None,
                 };
                 let mut sent = 0u64;
                 let ended = ctx.phase(warmup, &mut |_, _| sent += 1).await;
@@ -333,6 +335,7 @@ impl<W: Write> Run<'_, W> {
             arrival_seed: seed,
             work: work.workload.clone(),
             bodies: work.bodies.clone(),
+            cancel: self.plan.cancel,
         };
         let ended = ctx.phase(measured, &mut on_done).await;
         progress.finish();
@@ -477,6 +480,10 @@ impl<W: Write> Run<'_, W> {
         s.model = Some(self.model.clone());
         s.workload.api = Some(self.plan.body.api.name().into());
         s.workload.seed = Some(self.plan.seed);
+        if let Some(c) = self.plan.cancel {
+            s.workload.cancel_rate = Some(c.rate);
+            s.workload.cancel_after = Some(c.after.text());
+        }
         s
     }
 }

@@ -190,7 +190,7 @@ async fn session(shared: Arc<InFlight>, c: Conversation, mut slot: Slot) {
             reply: Some(String::new()),
             ..Outcome::expecting(max_tokens)
         };
-        let (mut o, dispatched, cancelled) = execute(&shared, body, intended, asked).await;
+        let (mut o, dispatched, cancelled) = execute(&shared, body, intended, asked, None).await;
         let reply = o.reply.take().unwrap_or_default();
         let last = o.failure.is_some() || k + 1 == script.users.len();
         let next = o.end + script.think.get(k).copied().unwrap_or_default();

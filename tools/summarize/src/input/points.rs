@@ -110,6 +110,11 @@ impl Point {
     pub fn requests(&self) -> u64 {
         self.repeats.iter().map(|s| s.requests).sum()
     }
+
+    /// Requests the client cancelled on purpose (`loadgen --cancel-rate`).
+    pub fn cancelled(&self) -> u64 {
+        self.repeats.iter().map(|s| s.cancelled).sum()
+    }
 }
 
 /// What a point's independent samples are (see [`Point::samples`]).
@@ -137,9 +142,9 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
         gpus: Vec<GpuStats>,
         /// The engine's steps loadgen read from its log (the first host's, likewise).
         engine_steps: Option<servbench::record::EngineSteps>,
-        /// What the workload expected of the prefix cache, and the seed of its prompts.
-        prefix_hit_rate_expected: Option<f64>,
-        seed: Option<u64>,
+        /// The load the first summary recorded (what the workload expected of the prefix
+        /// cache, the seed of its prompts, the share it cancelled on purpose, ...).
+        workload: servbench::record::Workload,
     }
     let mut grouped: BTreeMap<(Labels, Params), BTreeMap<u32, Slot>> = BTreeMap::new();
     for (key, acc) in &inputs.points {
@@ -186,11 +191,11 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
                             .first_summary
                             .as_ref()
                             .and_then(|s| s.engine_steps.clone()),
-                        prefix_hit_rate_expected: acc
+                        workload: acc
                             .first_summary
                             .as_ref()
-                            .and_then(|s| s.workload.prefix_hit_rate_expected),
-                        seed: acc.first_summary.as_ref().and_then(|s| s.workload.seed),
+                            .map(|s| s.workload.clone())
+                            .unwrap_or_default(),
                     },
                 );
             }
@@ -216,8 +221,7 @@ pub fn build(inputs: &Inputs, merge_labels: &[String], slo: Option<&Slo>) -> Vec
                     summary.server.clone_from(&s.server);
                     summary.gpus.clone_from(&s.gpus);
                     summary.engine_steps.clone_from(&s.engine_steps);
-                    summary.workload.prefix_hit_rate_expected = s.prefix_hit_rate_expected;
-                    summary.workload.seed = s.seed;
+                    summary.workload.clone_from(&s.workload);
                     summary
                 })
                 .collect(),

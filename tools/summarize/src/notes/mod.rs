@@ -38,6 +38,7 @@ pub const NOTES: &[Note] = &[
     ),
     note("ttft_tail", Under::Points, sweep::ttft_tail),
     note("errors_or_partial", Under::Points, sweep::errors_or_partial),
+    note("cancelled", Under::Points, sweep::cancelled),
     note("tokens_per_chunk", Under::Points, sweep::tokens_per_chunk),
     note("client_limited", Under::Points, sweep::client_limited),
     note("lengths_missed", Under::Points, sweep::lengths_missed),

@@ -179,9 +179,12 @@ pub fn server_ttft_below_client(facts: &Facts) -> Vec<String> {
 pub fn token_counts_disagree(facts: &Facts) -> Vec<String> {
     let (points, keys) = (facts.points, &facts.keys);
     let mut hits = Vec::new();
-    // Failed requests' tokens are counted by the server and not by the client: only clean
-    // points compare.
-    for p in points.iter().filter(|p| !p.partial && p.errors() == 0) {
+    // Failed and abandoned requests' tokens are counted by the server and not by the client
+    // (it cannot know how long the server decoded a stream it left): only clean points compare.
+    for p in points
+        .iter()
+        .filter(|p| !p.partial && p.errors() == 0 && p.cancelled() == 0)
+    {
         for s in &p.repeats {
             let Some(srv) = &s.server else { continue };
             let pairs = [

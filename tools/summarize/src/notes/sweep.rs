@@ -295,6 +295,35 @@ pub fn errors_or_partial(facts: &Facts) -> Vec<String> {
     out
 }
 
+/// Requests cancelled on purpose (`loadgen --cancel-rate`): in no figure of their point.
+pub fn cancelled(facts: &Facts) -> Vec<String> {
+    let (points, keys) = (facts.points, &facts.keys);
+    let hits: Vec<String> = points
+        .iter()
+        .filter(|p| p.cancelled() > 0)
+        .map(|p| {
+            let after = p
+                .repeats
+                .iter()
+                .find_map(|s| s.workload.cancel_after.clone());
+            format!(
+                "{} ({} of {}{})",
+                point_name(p, &keys.varying),
+                p.cancelled(),
+                p.requests(),
+                after.map_or(String::new(), |a| format!(", abandoned after {a}"))
+            )
+        })
+        .collect();
+    if hits.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "requests cancelled on purpose (--cancel-rate) at {}: they are in no figure, the latencies are the other requests'; set the TTFT beside a run without --cancel-rate (summarize --compare) to see what the abandoned streams cost the others (a server that keeps decoding them delays their first tokens)",
+        hits.join(", ")
+    )]
+}
+
 pub fn tokens_per_chunk(facts: &Facts) -> Vec<String> {
     let (points, keys) = (facts.points, &facts.keys);
     let hits: Vec<String> = points

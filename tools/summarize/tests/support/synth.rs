@@ -66,6 +66,9 @@ pub struct ServerModel {
     pub tokens_per_chunk: u32,
     /// Every Nth request fails with a timeout.
     pub error_every: Option<u64>,
+    /// Every Nth request is cancelled by the client (`--cancel-rate`) [`CANCEL_AFTER_MS`] after
+    /// it left, with its first token.
+    pub cancel_every: Option<u64>,
     /// Every Nth request waits 20x longer for its first token.
     pub ttft_tail_every: Option<u64>,
     /// Send lag of every request, ms.
@@ -206,6 +209,7 @@ impl Default for ServerModel {
             jitter: 0.1,
             tokens_per_chunk: 1,
             error_every: None,
+            cancel_every: None,
             ttft_tail_every: None,
             send_lag_ms: 0.05,
             prompt_off_every: None,
@@ -334,6 +338,7 @@ pub fn simulate_point(
             prompt_tokens_target: Some(input_len),
             max_tokens: Some(max_tokens),
             error: None,
+            cancelled_after_ms: None,
             session: None,
             turn: None,
             cached_tokens: None,
@@ -350,6 +355,16 @@ pub fn simulate_point(
             });
             record.e2e_ms = Some(e2e);
             slots[slot] = intended + e2e;
+            out.push(record);
+            continue;
+        }
+        if nth(model.cancel_every) {
+            let end = ttft.max(CANCEL_AFTER_MS);
+            record.cancelled_after_ms = Some(CANCEL_AFTER_MS);
+            record.ttft_ms = Some(round3(ttft));
+            record.e2e_ms = Some(round3(end));
+            (record.chunks, record.output_tokens) = (1, 1);
+            slots[slot] = intended + end;
             out.push(record);
             continue;
         }
@@ -377,6 +392,9 @@ pub fn simulate_point(
     }
     out
 }
+
+/// When a cancelled request (`ServerModel::cancel_every`) is abandoned, ms after it left.
+pub const CANCEL_AFTER_MS: f64 = 60.0;
 
 fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
@@ -428,6 +446,10 @@ pub fn sweep_lines(sweep: &Sweep, model: &ServerModel) -> Vec<String> {
                     s.ts = TS.to_string();
                     if let Some(view) = &model.server {
                         view.fill(concurrency.unwrap_or(1), &mut s);
+                    }
+                    if let Some(every) = model.cancel_every {
+                        s.workload.cancel_rate = Some(1.0 / every as f64);
+                        s.workload.cancel_after = Some(format!("{CANCEL_AFTER_MS}ms"));
                     }
                     lines.push(to_line_with_kind(&s).expect("records serialize"));
                 }
