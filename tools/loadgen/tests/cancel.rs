@@ -98,6 +98,27 @@ fn cancelled_streams_are_counted_exactly_apart_from_failures_and_the_same_again_
     );
     assert!(!table.contains("token counts disagree"), "{table}");
     assert!(!table.contains("requests failed"), "{table}");
+    // The timeline marks them cancelled, not ok.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("run.jsonl");
+    std::fs::write(&file, &lines).unwrap();
+    let timeline = testkit::run::run(
+        "summarize",
+        &[
+            file.to_str().unwrap(),
+            "--plot",
+            "-",
+            "--plot-kind",
+            "timeline",
+        ],
+    )
+    .ok()
+    .out();
+    let marked = timeline
+        .lines()
+        .filter(|l| l.ends_with(" cancelled"))
+        .count();
+    assert_eq!(marked, 6, "{timeline}");
 }
 
 /// The other requests' mean TTFT, ms: without cancellation, with it against a server that stops

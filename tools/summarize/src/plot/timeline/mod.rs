@@ -24,7 +24,8 @@ use servbench::record::{EngineSteps, ErrorClass, RequestRecord};
 pub enum Outcome {
     Ok,
     Failed(ErrorClass),
-    /// Stopped by the user (Ctrl-C) before it finished.
+    /// Abandoned by the client on purpose (`loadgen --cancel-rate`), or stopped by the user
+    /// (Ctrl-C, class `interrupted`) before it finished.
     Cancelled,
 }
 
@@ -79,8 +80,9 @@ impl Lane {
             (from, from + p / 1e3)
         });
         let outcome = match &r.error {
+            None if r.is_cancelled() => Outcome::Cancelled,
             None => Outcome::Ok,
-            Some(e) if e.class == ErrorClass::Cancelled => Outcome::Cancelled,
+            Some(e) if e.class == ErrorClass::Interrupted => Outcome::Cancelled,
             Some(e) => Outcome::Failed(e.class),
         };
         Lane {
