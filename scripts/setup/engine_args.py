@@ -18,10 +18,12 @@ import sys
 
 SGLANG_KEYS = ["model_path", "host", "port", "tp_size", "pp_size", "dp_size", "ep_size",
                "pp_max_micro_batch_size", "speculative_algorithm", "speculative_num_steps",
-               "enable_metrics", "enable_mfu_metrics", "enable_request_time_stats_logging"]
+               "enable_metrics", "enable_mfu_metrics", "enable_request_time_stats_logging",
+               "disaggregation_mode", "disaggregation_bootstrap_port"]
 VLLM_KEYS = ["model_tag", "host", "port", "tensor_parallel_size", "pipeline_parallel_size",
              "data_parallel_size", "enable_expert_parallel", "speculative_config",
-             "enable_per_request_metrics", "enable_logging_iteration_details", "enable_mfu_metrics"]
+             "enable_per_request_metrics", "enable_logging_iteration_details", "enable_mfu_metrics",
+             "kv_transfer_config"]
 
 
 def sglang_parser():

@@ -227,3 +227,54 @@ fn every_vllm_preset_command_is_accepted_by_vllms_own_parser() {
     // `vllm` comes first, then `serve MODEL ...`.
     check("vllm", 1, variants, &["--", "--no-such-vllm-flag", "1"]);
 }
+
+/// `--pd 2p1d`: every prefill and decode server's command, as the group would run it, is
+/// accepted by the engine's own parser and read as meant (vLLM: the connector and its
+/// directory; SGLang: the disaggregation mode and each prefill server's bootstrap port).
+#[test]
+fn every_pd_member_command_is_accepted_by_the_engines_own_parser() {
+    for (engine, skip) in [("vllm", 1), ("sglang", 3)] {
+        let out = testkit::call("srv-launch")
+            .args([engine, "--model", "org/model", "--pd", "2p1d", "--dry-run"])
+            .run_ok();
+        let lines: Vec<Vec<String>> = out
+            .out()
+            .lines()
+            .map(|l| serde_json::from_str::<Vec<String>>(l).unwrap()[skip..].to_vec())
+            .collect();
+        assert_eq!(lines.len(), 4, "three servers and the proxy: {}", out.out());
+        let members = &lines[..3];
+        let results = parse(engine, members);
+        for (line, got) in members.iter().zip(&results) {
+            assert_eq!(got["ok"], true, "{engine} refused {line:?}: {got}");
+        }
+        let parsed: Vec<&Value> = results.iter().map(|r| &r["parsed"]).collect();
+        if engine == "sglang" {
+            let modes: Vec<&Value> = parsed.iter().map(|p| &p["disaggregation_mode"]).collect();
+            assert_eq!(modes, ["prefill", "prefill", "decode"], "{parsed:?}");
+            let ports: Vec<&Value> = parsed[..2]
+                .iter()
+                .map(|p| &p["disaggregation_bootstrap_port"])
+                .collect();
+            assert_ne!(ports[0], ports[1], "a bootstrap port each: {ports:?}");
+            // The router (run as `sh -c 'exec ...'`) is told each prefill server's URL and
+            // its bootstrap port.
+            let router = out.out().lines().nth(3).unwrap().to_string();
+            for (m, port) in members[..2].iter().zip(&ports) {
+                let at = m.iter().position(|a| a == "--port").unwrap();
+                assert!(
+                    router.contains(&format!("--prefill http://127.0.0.1:{} {port}", m[at + 1])),
+                    "{router}"
+                );
+            }
+        } else {
+            for p in &parsed {
+                let kv = p["kv_transfer_config"].to_string();
+                assert!(
+                    kv.contains("ExampleConnector") && kv.contains("kv_both"),
+                    "{p}"
+                );
+            }
+        }
+    }
+}
