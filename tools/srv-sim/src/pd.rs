@@ -22,13 +22,9 @@ use servbench::presets::{self, Deployment, KvTransfer};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Which part of a disaggregated layout this process serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum PdRole {
-    Prefill,
-    Decode,
-    Proxy,
-}
+/// Which part of a disaggregated layout this process serves: the role srv-launch writes in a
+/// member's server record, so both sides name it alike.
+pub use servbench::record::PdRole;
 
 /// The P/D flags.
 #[derive(Debug, Clone, Default, clap::Args)]
