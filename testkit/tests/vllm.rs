@@ -49,7 +49,9 @@ fn vllm_preset_launches_serves_loadgen_exactly_and_srv_kill_ends_the_whole_tree(
     assert_eq!(
         r["command"],
         format!(
-            "vllm serve {model} --host 127.0.0.1 --port {port} {}",
+            // Per-request metrics are on in every vLLM launch (the flag's price is within the
+            // noise: srv-launch's README).
+            "vllm serve {model} --host 127.0.0.1 --port {port} --enable-per-request-metrics {}",
             engine_args.join(" ")
         )
         .as_str()

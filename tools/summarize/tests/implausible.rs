@@ -150,7 +150,7 @@ fn impossible_counts_and_times_are_named_and_skipped() {
         "summary",
         summary.clone(),
         |s| s["ok"] = 1000.into(),
-        "ok 1000 and errors 0 of 4 requests",
+        "ok 1000, errors 0 and cancelled 0 of 4 requests",
     );
     // U4: four billion tokens in a request; a first token after the request's end.
     let request = readme_line("request");
