@@ -48,7 +48,6 @@ pub mod trtllm;
 pub use args::Args;
 pub use plan::Plan;
 
-use anyhow::Context as _;
 use cost::Roofline;
 use engine::{Engine, EngineConfig, Timing};
 use http::{App, AppConfig};
@@ -243,17 +242,7 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
     let served_model = app.limits.served_model.clone();
     let app = Arc::new(app);
 
-    let runtime = if server.threads <= 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(server.threads)
-            .enable_all()
-            .build()
-    }
-    .context("start the async runtime")?;
+    let runtime = server.runtime()?;
     let addr = format!("{}:{}", server.host, server.port);
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&addr)

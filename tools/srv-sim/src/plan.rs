@@ -132,6 +132,25 @@ pub struct ServerPlan {
     pub faults: Faults,
 }
 
+impl ServerPlan {
+    /// The async runtime the server (or the P/D proxy) runs on: one thread at `--threads 1`
+    /// (best on one pinned core), else that many workers.
+    pub fn runtime(&self) -> anyhow::Result<tokio::runtime::Runtime> {
+        use anyhow::Context as _;
+        if self.threads <= 1 {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(self.threads)
+                .enable_all()
+                .build()
+        }
+        .context("start the async runtime")
+    }
+}
+
 impl EnginePlan {
     /// Fixed-latency mode: `--ttft` or `--itl` given.
     pub fn fixed_latency(&self) -> bool {

@@ -13,7 +13,6 @@
 use crate::api::ApiError;
 use crate::pd::Upstream;
 use crate::plan::Plan;
-use anyhow::Context as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
@@ -115,17 +114,7 @@ pub fn run(plan: &Plan) -> anyhow::Result<Exit> {
         body_timeout: server.idle_timeout,
         idle: Mutex::new(HashMap::new()),
     });
-    let runtime = if server.threads <= 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(server.threads)
-            .enable_all()
-            .build()
-    }
-    .context("start the async runtime")?;
+    let runtime = server.runtime()?;
     let addr = format!("{}:{}", server.host, server.port);
     let idle = server.idle_timeout;
     runtime.block_on(async move {
