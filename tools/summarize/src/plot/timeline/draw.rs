@@ -5,6 +5,7 @@ use super::{Lane, Outcome, Timeline, in_flight};
 use crate::plot::draw::register_font;
 use crate::plot::panel::tidy;
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -71,6 +72,49 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, t: &Timeline) -> Resul
 }
 
 /// A filled bar of lane `y` (its centre) over `span`.
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A panel below the lanes: the point's wall time across, `y_desc` from 0 up to `top`.
+fn panel<'a, DB: DrawingBackend + 'a>(
+    area: &'a DrawingArea<DB, Shift>,
+    (x0, x1): (f64, f64),
+    top: f64,
+    y_desc: &str,
+) -> Result<Chart<'a, DB>, String> {
+    let mut chart = ChartBuilder::on(area)
+        .margin(12)
+        .x_label_area_size(35)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x0..x1.max(x0 + 1e-3), 0f64..top)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds from the point's start")
+        .y_desc(y_desc)
+        .light_line_style(TRANSPARENT)
+        .label_style(("sans-serif", 13))
+        .x_label_formatter(&|v| tidy(*v))
+        .y_label_formatter(&|v| tidy(*v))
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
+}
+
+/// A chart's legend box, the same on every panel.
+fn legend<'a, DB: DrawingBackend + 'a>(
+    chart: &mut Chart<'a, DB>,
+    position: SeriesLabelPosition,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font(("sans-serif", 12))
+        .position(position)
+        .draw()
+        .map_err(err)
+}
+
 fn bar(span: (f64, f64), y: f64, half: f64, color: RGBColor) -> Rectangle<(f64, f64)> {
     Rectangle::new([(span.0, y - half), (span.1, y + half)], color.filled())
 }
@@ -227,14 +271,7 @@ fn draw_lanes<DB: DrawingBackend>(
             .label(name)
             .legend(move |(x, y)| Cross::new((x + 7, y), 5, color.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .label_font(("sans-serif", 12))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(err)
+    legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 fn draw_in_flight<DB: DrawingBackend>(
@@ -255,36 +292,14 @@ fn draw_in_flight<DB: DrawingBackend>(
         .chain(std::iter::once((x1, at(x1))))
         .collect();
     let top = points.iter().fold(1.0f64, |a, p| a.max(p.1)) * 1.15;
-    let mut chart = ChartBuilder::on(area)
-        .margin(12)
-        .x_label_area_size(35)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x0..x1.max(x0 + 1e-3), 0f64..top)
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds from the point's start")
-        .y_desc("in flight")
-        .light_line_style(TRANSPARENT)
-        .label_style(("sans-serif", 13))
-        .x_label_formatter(&|v| tidy(*v))
-        .y_label_formatter(&|v| tidy(*v))
-        .draw()
-        .map_err(err)?;
+    let mut chart = panel(area, (x0, x1), top, "in flight")?;
     let color = RGBColor(31, 119, 180);
     chart
         .draw_series(LineSeries::new(points, color.stroke_width(2)))
         .map_err(err)?
         .label("requests in flight (sent, not yet ended)")
         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .label_font(("sans-serif", 12))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(err)
+    legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 /// The engine's steps per second: in each second of its log, where the run placed them, and
@@ -336,22 +351,7 @@ fn draw_steps<DB: DrawingBackend>(
         .chain(lines.iter().map(|l| l.1))
         .fold(1.0f64, f64::max)
         * 1.3;
-    let mut chart = ChartBuilder::on(area)
-        .margin(12)
-        .x_label_area_size(35)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x0..x1.max(x0 + 1e-3), 0f64..top)
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds from the point's start")
-        .y_desc("engine steps/s")
-        .light_line_style(TRANSPARENT)
-        .label_style(("sans-serif", 13))
-        .x_label_formatter(&|v| tidy(*v))
-        .y_label_formatter(&|v| tidy(*v))
-        .draw()
-        .map_err(err)?;
+    let mut chart = panel(area, (x0, x1), top, "engine steps/s")?;
     if !t.per_second.is_empty() {
         // Each second of the log's clock, clipped to the window drawn.
         let color = RGBColor(44, 160, 44);
@@ -382,12 +382,5 @@ fn draw_steps<DB: DrawingBackend>(
             .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .label_font(("sans-serif", 12))
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(err)
+    legend(&mut chart, SeriesLabelPosition::LowerRight)
 }
