@@ -6,7 +6,7 @@
 //! (errors, crashes, stalls, resets, slow startup) can be injected for other tools' tests.
 //!
 //! Modules: [`args`] (the command line, read there only) and [`plan`] (what it asks for,
-//! validated once), [`tokens`] (the tokenization rule and generated text), [`api`] (wire format),
+//! validated once), [`tokens`] (the tokenization rule and generated text), [`api`] (wire formats, one file per API),
 //! [`engine`] (the step loop and the fixed schedule; [`abandoned`] what it does with a request
 //! whose client went away) on a [`clock`], [`cost`] (the step cost
 //! model), [`metrics`] (Prometheus text), [`selfreport`] (vLLM's self-report flags; [`trtllm`]

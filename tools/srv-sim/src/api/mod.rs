@@ -1,17 +1,72 @@
-//! The OpenAI wire format as vLLM speaks it: request validation (with vLLM-style 400 bodies for
-//! anything the simulator does not support), and the exact bytes of every response and SSE event.
-//! Streaming chunks are built from per-request prefixes so a token costs a few memcpys.
+//! The wire formats srv-sim serves, as vLLM speaks them: request validation (with vLLM-style 400
+//! bodies for anything the simulator does not support), and the exact bytes of every response and
+//! SSE event. What is the same for every API is here (errors, the checks of sampling and lengths,
+//! the per-request [`Formatter`]); each API is one file behind [`Wire`] (where its prompt and
+//! output length are in the body, its events, its whole answer) and one line in
+//! [`Endpoint::wire`]. Streaming events are built from per-request prefixes so a token costs a
+//! few memcpys.
 
 use crate::progress::Progress;
-use crate::{prefix, tokens};
+use crate::tokens;
 use serde_json::{Map, Value, json};
 use std::fmt::Write as _;
+
+mod chat;
+mod completions;
+
+pub use chat::messages_text;
 
 /// Which generation endpoint a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
     Completions,
     Chat,
+}
+
+impl Endpoint {
+    /// Every generation endpoint, for the routes.
+    pub const ALL: &[Endpoint] = &[Endpoint::Completions, Endpoint::Chat];
+
+    /// The one place an endpoint meets its wire format.
+    fn wire(self) -> &'static dyn Wire {
+        match self {
+            Endpoint::Completions => &completions::Completions,
+            Endpoint::Chat => &chat::Chat,
+        }
+    }
+
+    pub fn path(self) -> &'static str {
+        self.wire().path()
+    }
+
+    /// The generation endpoint served at `path`.
+    pub fn at(path: &str) -> Option<Endpoint> {
+        Endpoint::ALL.iter().copied().find(|e| e.path() == path)
+    }
+}
+
+/// One API's wire format: where a body keeps its prompt and output length, and the bytes of its
+/// answers (a stream's events, or the whole answer).
+trait Wire: Sync {
+    /// The route, `/v1/...`.
+    fn path(&self) -> &'static str;
+    /// The prompt of a body (`Err`: missing or malformed, said as the API's field).
+    fn prompt(&self, obj: &Map<String, Value>) -> Result<Prompt, ApiError>;
+    /// The output tokens asked for, where the body says.
+    fn max_tokens(&self, obj: &Map<String, Value>) -> Result<Option<u32>, ApiError>;
+    /// The answer's id for request `n`, and as trtllm-serve names its request `n`.
+    fn id(&self, n: u64) -> String;
+    fn trtllm_id(&self, n: u64) -> String;
+    /// The fixed start of this request's events ([`Formatter::head`]).
+    fn head(&self, id: &str, created: u64, model_json: &str) -> String;
+    /// The events before the first token.
+    fn start(&self, f: &Formatter, out: &mut Vec<u8>);
+    /// One event carrying `text` (one or more tokens); `generated` counts all so far.
+    fn token(&self, f: &Formatter, out: &mut Vec<u8>, text: &[&str], last: bool, generated: u32);
+    /// The events after the last token.
+    fn finish(&self, f: &Formatter, out: &mut Vec<u8>, completion: u32, progress: &Progress);
+    /// The whole non-streaming answer.
+    fn whole(&self, f: &Formatter, text: &str, completion: u32) -> Value;
 }
 
 /// An error answered as JSON, shaped like vLLM's: `{"error":{"message","type","param","code"}}`.
@@ -79,11 +134,11 @@ pub struct Limits {
     pub default_max_tokens: u32,
 }
 
-fn field<'a>(obj: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+pub(crate) fn field<'a>(obj: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     obj.get(name).filter(|v| !v.is_null())
 }
 
-fn as_u32(obj: &Map<String, Value>, name: &str) -> Result<Option<u32>, ApiError> {
+pub(crate) fn as_u32(obj: &Map<String, Value>, name: &str) -> Result<Option<u32>, ApiError> {
     match field(obj, name) {
         None => Ok(None),
         Some(v) => v
@@ -128,7 +183,7 @@ pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
-fn type_name(v: &Value) -> &'static str {
+pub(crate) fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -148,97 +203,7 @@ pub struct Prompt {
     pub blocks: Vec<u64>,
 }
 
-/// A completions `prompt`: a string, token ids, or a one-element list of either (batches of
-/// several prompts are not supported).
-pub fn prompt_of(prompt: &Value) -> Result<Prompt, ApiError> {
-    match prompt {
-        Value::String(s) => Ok(Prompt {
-            tokens: tokens::count(s),
-            hash: tokens::fnv1a(s.as_bytes()),
-            blocks: prefix::text_blocks(s),
-        }),
-        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_u64) => Ok(Prompt {
-            tokens: items.len() as u32,
-            hash: tokens::fnv1a(prompt.to_string().as_bytes()),
-            blocks: prefix::block_hashes(items.iter().filter_map(Value::as_u64)),
-        }),
-        Value::Array(items) if items.len() == 1 => prompt_of(&items[0]),
-        Value::Array(items) if items.len() > 1 => Err(ApiError::bad_request(
-            "batched prompts (a list of several prompts) are not supported by srv-sim; send one prompt per request",
-        )),
-        other => Err(ApiError::bad_request(format!(
-            "'prompt' must be a string or a list of token ids, got {}",
-            type_name(other)
-        ))),
-    }
-}
-
-/// The text of chat `messages`: every message's text content, joined by newlines (roles and
-/// templates add no tokens).
-pub fn messages_text(messages: &Value) -> Result<String, ApiError> {
-    let Some(list) = messages.as_array().filter(|l| !l.is_empty()) else {
-        return Err(ApiError::bad_request(
-            "'messages' must be a non-empty list of {\"role\", \"content\"} objects",
-        ));
-    };
-    let mut text = String::new();
-    for (i, m) in list.iter().enumerate() {
-        let Some(obj) = m.as_object() else {
-            return Err(ApiError::bad_request(format!(
-                "messages[{i}] must be an object"
-            )));
-        };
-        if !obj.get("role").is_some_and(Value::is_string) {
-            return Err(ApiError::bad_request(format!(
-                "messages[{i}].role must be a string"
-            )));
-        }
-        match obj.get("content") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(s)) => {
-                text.push_str(s);
-                text.push('\n');
-            }
-            Some(Value::Array(parts)) => {
-                for (j, part) in parts.iter().enumerate() {
-                    match (
-                        part.get("type").and_then(Value::as_str),
-                        part.get("text").and_then(Value::as_str),
-                    ) {
-                        (Some("text"), Some(t)) => {
-                            text.push_str(t);
-                            text.push('\n');
-                        }
-                        _ => {
-                            return Err(ApiError::bad_request(format!(
-                                "messages[{i}].content[{j}]: only {{\"type\":\"text\",\"text\":...}} parts are supported by srv-sim"
-                            )));
-                        }
-                    }
-                }
-            }
-            Some(other) => {
-                return Err(ApiError::bad_request(format!(
-                    "messages[{i}].content must be a string or a list of text parts, got {}",
-                    type_name(other)
-                )));
-            }
-        }
-    }
-    Ok(text)
-}
-
-/// Chat `messages` as a prompt.
-pub fn messages_of(messages: &Value) -> Result<Prompt, ApiError> {
-    let text = messages_text(messages)?;
-    Ok(Prompt {
-        tokens: tokens::count(&text),
-        hash: tokens::fnv1a(text.as_bytes()) ^ 0xC4A7,
-        blocks: prefix::text_blocks(&text),
-    })
-}
-
-/// Validates a completions or chat body.
+/// Validates a generation body.
 pub fn parse_generate(
     endpoint: Endpoint,
     body: &[u8],
@@ -256,16 +221,8 @@ pub fn parse_generate(
             ));
         }
     }
-    let prompt = match endpoint {
-        Endpoint::Completions => match field(&obj, "prompt") {
-            Some(p) => prompt_of(p)?,
-            None => return Err(ApiError::bad_request("'prompt' is required")),
-        },
-        Endpoint::Chat => match field(&obj, "messages") {
-            Some(m) => messages_of(m)?,
-            None => return Err(ApiError::bad_request("'messages' is required")),
-        },
-    };
+    let wire = endpoint.wire();
+    let prompt = wire.prompt(&obj)?;
     let prompt_tokens = prompt.tokens;
     // Features a real server has and the simulator does not: refuse rather than pretend.
     if as_u32(&obj, "n")?.is_some_and(|n| n != 1) {
@@ -346,13 +303,7 @@ pub fn parse_generate(
             .ok_or_else(|| ApiError::bad_request(format!("'seed' must be an integer, got {v}")))?,
     };
 
-    let max_tokens = match endpoint {
-        Endpoint::Chat => match as_u32(&obj, "max_completion_tokens")? {
-            Some(n) => Some(n),
-            None => as_u32(&obj, "max_tokens")?,
-        },
-        Endpoint::Completions => as_u32(&obj, "max_tokens")?,
-    };
+    let max_tokens = wire.max_tokens(&obj)?;
     let room = limits.max_model_len.saturating_sub(prompt_tokens);
     let max_tokens = max_tokens.unwrap_or(limits.default_max_tokens.min(room.max(1)));
     if max_tokens == 0 {
@@ -412,26 +363,29 @@ pub fn parse_generate(
 }
 
 /// Formats one request's responses. `id`, `created` and the model name are fixed per request,
-/// so every chunk is `prefix + text + suffix`.
+/// so every event is `head + text + tail`.
 #[derive(Debug, Clone)]
 pub struct Formatter {
     endpoint: Endpoint,
-    id: String,
-    created: u64,
+    pub(crate) id: String,
+    pub(crate) created: u64,
     /// The served model name as a JSON string literal (quotes included).
-    model_json: String,
-    prompt_tokens: u32,
+    pub(crate) model_json: String,
+    pub(crate) prompt_tokens: u32,
     /// Cached prompt tokens, where usage reports them (`--enable-prompt-tokens-details`).
-    cached_tokens: Option<u32>,
-    continuous_usage: bool,
+    pub(crate) cached_tokens: Option<u32>,
+    pub(crate) continuous_usage: bool,
+    /// A stream ends with a usage event (`stream_options.include_usage`).
+    pub(crate) include_usage: bool,
     /// The final usage chunk and the whole answer carry vLLM's per-request `metrics`.
     pub per_request_metrics: bool,
     /// A decode server's wait for the request's KV cache (pd.rs): reported in `metrics`.
     pub kv_transfer_ms: Option<f64>,
     /// A prefill server's hand-off to the decode side: the whole answer's `kv_transfer_params`.
     pub kv_transfer_params: Option<Value>,
-    /// `data: {"id":..,"object":..,"created":..,"model":..,"choices":[{"index":0,` for this request.
-    head: String,
+    /// What every event of this request starts with (the wire's: for OpenAI's streams
+    /// `data: {"id":..,"object":..,"created":..,"model":..,"choices":[`).
+    pub(crate) head: String,
 }
 
 impl Formatter {
@@ -447,44 +401,30 @@ impl Formatter {
         model_json: &str,
         req: &GenRequest,
     ) -> Formatter {
-        let (id, object) = match endpoint {
-            Endpoint::Completions => (format!("cmpl-sim{request_no:016x}"), "text_completion"),
-            Endpoint::Chat => (
-                format!("chatcmpl-sim{request_no:016x}"),
-                "chat.completion.chunk",
-            ),
-        };
-        let head = format!(
-            "data: {{\"id\":\"{id}\",\"object\":\"{object}\",\"created\":{created},\"model\":{model_json},\"choices\":["
-        );
+        let wire = endpoint.wire();
+        let id = wire.id(request_no);
         Formatter {
             endpoint,
+            head: wire.head(&id, created, model_json),
             id,
             created,
             model_json: model_json.to_string(),
             prompt_tokens: req.prompt_tokens,
             cached_tokens: None,
             continuous_usage: req.continuous_usage,
+            include_usage: req.include_usage,
             per_request_metrics: false,
             kv_transfer_ms: None,
             kv_transfer_params: None,
-            head,
         }
     }
 
     /// The answer's id as trtllm-serve gives its request `n` (`cmpl-N`, `chatcmpl-N`), so a
     /// client finds the request in `/perf_metrics` (`--self-report-as trtllm`).
     pub fn with_trtllm_id(mut self, n: u64) -> Formatter {
-        let id = match self.endpoint {
-            Endpoint::Completions => format!("cmpl-{n}"),
-            Endpoint::Chat => format!("chatcmpl-{n}"),
-        };
-        let (old, new) = (
-            format!("\"id\":\"{}\"", self.id),
-            format!("\"id\":\"{id}\""),
-        );
-        self.head = self.head.replacen(&old, &new, 1);
-        self.id = id;
+        let wire = self.endpoint.wire();
+        self.id = wire.trtllm_id(n);
+        self.head = wire.head(&self.id, self.created, &self.model_json);
         self
     }
 
@@ -494,7 +434,8 @@ impl Formatter {
         self.cached_tokens = Some(cached);
     }
 
-    fn usage(&self, out: &mut Vec<u8>, completion: u32) {
+    /// OpenAI's `"usage":{...}` of `completion` tokens so far.
+    pub(crate) fn usage(&self, out: &mut Vec<u8>, completion: u32) {
         let p = self.prompt_tokens;
         let _ = write!(
             Bytes(out),
@@ -510,62 +451,33 @@ impl Formatter {
         out.push(b'}');
     }
 
-    /// The chat stream's first event: the assistant role and empty content.
-    pub fn role_chunk(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(self.head.as_bytes());
-        out.extend_from_slice(
-            br#"{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null,"stop_reason":null}]"#,
-        );
-        if self.continuous_usage {
-            out.push(b',');
-            self.usage(out, 0);
-        }
-        out.extend_from_slice(b"}\n\n");
+    /// OpenAI's usage object of a whole answer.
+    pub(crate) fn usage_json(&self, completion: u32) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": u64::from(self.prompt_tokens) + u64::from(completion),
+            "completion_tokens": completion,
+            "prompt_tokens_details": self.cached_tokens.map(|c| json!({"cached_tokens": c})),
+        })
+    }
+
+    /// The events before the first token (the chat stream's role chunk, ...).
+    pub fn start(&self, out: &mut Vec<u8>) {
+        self.endpoint.wire().start(self, out);
     }
 
     /// One event carrying `text` (one or more generated tokens); `generated` counts all so far.
     pub fn token_chunk(&self, out: &mut Vec<u8>, text: &[&str], last: bool, generated: u32) {
-        out.extend_from_slice(self.head.as_bytes());
-        match self.endpoint {
-            Endpoint::Completions => out.extend_from_slice(br#"{"index":0,"text":""#),
-            Endpoint::Chat => out.extend_from_slice(br#"{"index":0,"delta":{"content":""#),
-        }
-        for t in text {
-            out.extend_from_slice(t.as_bytes());
-        }
-        let finish: &[u8] = if last { br#""length""# } else { b"null" };
-        match self.endpoint {
-            Endpoint::Completions => {
-                out.extend_from_slice(br#"","logprobs":null,"finish_reason":"#);
-                out.extend_from_slice(finish);
-                out.extend_from_slice(br#","stop_reason":null}]"#);
-            }
-            Endpoint::Chat => {
-                out.extend_from_slice(br#""},"logprobs":null,"finish_reason":"#);
-                out.extend_from_slice(finish);
-                out.extend_from_slice(br#","stop_reason":null}]"#);
-            }
-        }
-        if self.continuous_usage {
-            out.push(b',');
-            self.usage(out, generated);
-        }
-        out.extend_from_slice(b"}\n\n");
+        self.endpoint.wire().token(self, out, text, last, generated);
     }
 
-    /// The final usage event (`choices: []`), sent when `stream_options.include_usage` is set.
-    pub fn usage_chunk(&self, out: &mut Vec<u8>, completion: u32, progress: &Progress) {
-        out.extend_from_slice(self.head.as_bytes());
-        out.extend_from_slice(b"],");
-        self.usage(out, completion);
-        if let Some(m) = self.metrics(progress, completion) {
-            out.extend_from_slice(b",\"metrics\":");
-            out.extend_from_slice(m.to_string().as_bytes());
-        }
-        out.extend_from_slice(b"}\n\n");
+    /// The events after the last token (usage where asked for, the end of the stream).
+    pub fn finish(&self, out: &mut Vec<u8>, completion: u32, progress: &Progress) {
+        self.endpoint.wire().finish(self, out, completion, progress);
     }
 
-    fn metrics(&self, progress: &Progress, completion: u32) -> Option<Value> {
+    /// vLLM's per-request `metrics`, where asked for.
+    pub(crate) fn metrics(&self, progress: &Progress, completion: u32) -> Option<Value> {
         self.per_request_metrics.then(|| {
             let mut m = crate::selfreport::metrics_json(&progress.read_times(), completion);
             if let Some(kv) = self.kv_transfer_ms {
@@ -575,33 +487,14 @@ impl Formatter {
         })
     }
 
-    pub fn done(out: &mut Vec<u8>) {
-        out.extend_from_slice(b"data: [DONE]\n\n");
+    /// The model name as JSON.
+    pub(crate) fn model(&self) -> Value {
+        serde_json::from_str(&self.model_json).unwrap_or(Value::Null)
     }
 
     /// The whole non-streaming response.
     pub fn full_response(&self, text: &str, completion: u32, progress: &Progress) -> String {
-        let model: Value = serde_json::from_str(&self.model_json).unwrap_or(Value::Null);
-        let usage = json!({
-            "prompt_tokens": self.prompt_tokens,
-            "total_tokens": u64::from(self.prompt_tokens) + u64::from(completion),
-            "completion_tokens": completion,
-            "prompt_tokens_details": self.cached_tokens.map(|c| json!({"cached_tokens": c})),
-        });
-        let mut v = match self.endpoint {
-            Endpoint::Completions => json!({
-                "id": self.id, "object": "text_completion", "created": self.created, "model": model,
-                "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": "length",
-                             "stop_reason": null, "prompt_logprobs": null}],
-                "usage": usage,
-            }),
-            Endpoint::Chat => json!({
-                "id": self.id, "object": "chat.completion", "created": self.created, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
-                             "logprobs": null, "finish_reason": "length", "stop_reason": null}],
-                "usage": usage,
-            }),
-        };
+        let mut v = self.endpoint.wire().whole(self, text, completion);
         if let Some(m) = self.metrics(progress, completion) {
             v["metrics"] = m;
         }
@@ -612,8 +505,63 @@ impl Formatter {
     }
 }
 
+/// The end of an OpenAI stream (completions, chat): the usage chunk where asked for, `[DONE]`.
+pub(crate) fn openai_finish(
+    f: &Formatter,
+    out: &mut Vec<u8>,
+    completion: u32,
+    progress: &Progress,
+) {
+    if f.include_usage {
+        out.extend_from_slice(f.head.as_bytes());
+        out.extend_from_slice(b"],");
+        f.usage(out, completion);
+        if let Some(m) = f.metrics(progress, completion) {
+            out.extend_from_slice(b",\"metrics\":");
+            out.extend_from_slice(m.to_string().as_bytes());
+        }
+        out.extend_from_slice(b"}\n\n");
+    }
+    out.extend_from_slice(b"data: [DONE]\n\n");
+}
+
+/// The start of every event of an OpenAI stream.
+pub(crate) fn openai_head(id: &str, object: &str, created: u64, model_json: &str) -> String {
+    format!(
+        "data: {{\"id\":\"{id}\",\"object\":\"{object}\",\"created\":{created},\"model\":{model_json},\"choices\":["
+    )
+}
+
+/// One OpenAI chunk: `choice` (the first choice's fields up to its text), `text`, then
+/// `after` (the rest of the choice), `finish_reason` and usage where continuous.
+pub(crate) fn openai_chunk(
+    f: &Formatter,
+    out: &mut Vec<u8>,
+    choice: &[u8],
+    text: &[&str],
+    after: &[u8],
+    last: bool,
+    generated: u32,
+) {
+    out.extend_from_slice(f.head.as_bytes());
+    out.extend_from_slice(choice);
+    for t in text {
+        out.extend_from_slice(t.as_bytes());
+    }
+    out.extend_from_slice(after);
+    out.extend_from_slice(br#","logprobs":null,"finish_reason":"#);
+    let finish: &[u8] = if last { br#""length""# } else { b"null" };
+    out.extend_from_slice(finish);
+    out.extend_from_slice(br#","stop_reason":null}]"#);
+    if f.continuous_usage {
+        out.push(b',');
+        f.usage(out, generated);
+    }
+    out.extend_from_slice(b"}\n\n");
+}
+
 /// `fmt::Write` into a byte vector (formatting integers without a temporary String).
-struct Bytes<'a>(&'a mut Vec<u8>);
+pub(crate) struct Bytes<'a>(&'a mut Vec<u8>);
 
 impl std::fmt::Write for Bytes<'_> {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
@@ -623,76 +571,4 @@ impl std::fmt::Write for Bytes<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn limits() -> Limits {
-        Limits {
-            served_model: "m".into(),
-            max_model_len: 100,
-            default_max_tokens: 16,
-        }
-    }
-
-    #[test]
-    fn chunks_are_valid_json_events() {
-        let req = parse_generate(
-            Endpoint::Chat,
-            br#"{"messages":[{"role":"user","content":"a b c"}],"max_tokens":3,"stream":true,
-                "stream_options":{"include_usage":true,"continuous_usage_stats":true}}"#,
-            &limits(),
-        )
-        .unwrap();
-        assert_eq!(req.prompt_tokens, 3);
-        let f = Formatter::new(Endpoint::Chat, 7, 1, "\"m\"", &req);
-        let mut out = Vec::new();
-        f.role_chunk(&mut out);
-        f.token_chunk(&mut out, &[" ka", " lo"], false, 2);
-        f.token_chunk(&mut out, &[" mi"], true, 3);
-        f.usage_chunk(&mut out, 3, &crate::progress::Progress::new(3));
-        Formatter::done(&mut out);
-        let text = String::from_utf8(out).unwrap();
-        let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
-        assert_eq!(events.len(), 5);
-        for e in &events[..4] {
-            let v: Value = serde_json::from_str(e.strip_prefix("data: ").unwrap()).unwrap();
-            assert_eq!(v["model"], "m");
-        }
-        let last: Value = serde_json::from_str(&events[2][6..]).unwrap();
-        assert_eq!(last["choices"][0]["finish_reason"], "length");
-        assert_eq!(last["usage"]["completion_tokens"], 3);
-        assert_eq!(events[4], "data: [DONE]");
-    }
-
-    #[test]
-    fn rejects_what_it_cannot_do() {
-        let l = limits();
-        for bad in [
-            &b"not json"[..],
-            br#"[1]"#,
-            br#"{"prompt":"a","n":2}"#,
-            br#"{"prompt":5}"#,
-            br#"{"prompt":"a","max_tokens":-1}"#,
-            br#"{"prompt":"a","max_tokens":0}"#,
-            br#"{"prompt":"a","max_tokens":5,"min_tokens":6}"#,
-            br#"{"prompt":"a","max_tokens":100}"#,
-            br#"{"prompt":"a","stream_options":{"include_usage":true}}"#,
-            br#"{"prompt":"a","stop":["x"]}"#,
-            br#"{"prompt":["a","b"]}"#,
-            br#"{"prompt":"a","temperature":"hot"}"#,
-        ] {
-            let err = parse_generate(Endpoint::Completions, bad, &l).unwrap_err();
-            assert_eq!(err.status, 400, "{}", String::from_utf8_lossy(bad));
-        }
-        let err = parse_generate(Endpoint::Completions, br#"{"prompt":"a","model":"x"}"#, &l)
-            .unwrap_err();
-        assert_eq!(err.status, 404);
-        let ok = parse_generate(
-            Endpoint::Completions,
-            br#"{"prompt":[1,2,3],"ignore_eos":true,"temperature":0}"#,
-            &l,
-        )
-        .unwrap();
-        assert_eq!((ok.prompt_tokens, ok.max_tokens), (3, 16));
-    }
-}
+mod tests;
