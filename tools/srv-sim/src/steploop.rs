@@ -107,6 +107,84 @@ pub fn run_modelled<C: Clock>(clock: C, metrics: Arc<Mutex<Metrics>>, config: Mo
     StepLoop::new(clock, metrics, config).run()
 }
 
+/// The step loop driven one event at a time by a caller that keeps the virtual time (the P/D
+/// prediction: several engines on one clock). The caller hands it requests as they arrive and
+/// calls [`Stepper::advance`] at its [`Stepper::deadline`] and whenever it handed it work; the
+/// engine is the same loop `run_modelled` runs, stopped at each of its waits.
+pub struct Stepper {
+    engine: StepLoop<Driven>,
+    wait: Wait,
+}
+
+/// A driven engine's clock: the time its caller last advanced it to; nothing arrives but what
+/// the caller hands it.
+struct Driven {
+    now: Instant,
+}
+
+impl Clock for Driven {
+    fn now(&mut self) -> Instant {
+        self.now
+    }
+
+    fn wait_for_work(&mut self, _inbox: &mut VecDeque<Submit>) -> bool {
+        false
+    }
+
+    fn poll(&mut self, _inbox: &mut VecDeque<Submit>) {}
+
+    fn wait_until(&mut self, deadline: Instant, _inbox: &mut VecDeque<Submit>) -> bool {
+        self.now = self.now.max(deadline);
+        true
+    }
+
+    fn wait_for_work_until(&mut self, deadline: Instant, _inbox: &mut VecDeque<Submit>) -> Wake {
+        self.now = self.now.max(deadline);
+        Wake::Deadline
+    }
+}
+
+impl Stepper {
+    /// An idle engine at `now`.
+    pub fn new(metrics: Arc<Mutex<Metrics>>, config: ModelledConfig, now: Instant) -> Stepper {
+        Stepper {
+            engine: StepLoop::new(Driven { now }, metrics, config),
+            wait: Wait::Work,
+        }
+    }
+
+    /// A request arrives (at its `arrival`, the caller's now): the engine takes it when it is
+    /// next advanced.
+    pub fn submit(&mut self, s: Submit) {
+        self.engine.inbox.push_back(s);
+    }
+
+    /// When the engine acts next by itself (a round's end, its first stage freeing); None when
+    /// it waits for work alone.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.wait {
+            Wait::Work => None,
+            Wait::Until(t) | Wait::WorkOr(t) => Some(t),
+        }
+    }
+
+    /// Runs the engine at `now` up to its next wait: its deadline has come, or work it may
+    /// take has arrived. False when it had nothing to do at `now`.
+    pub fn advance(&mut self, now: Instant) -> bool {
+        let e = &mut self.engine;
+        e.clock.now = e.clock.now.max(now);
+        let work = !e.inbox.is_empty();
+        match self.wait {
+            Wait::Work if work => e.at = None,
+            Wait::Until(t) | Wait::WorkOr(t) if now >= t => e.woke(t),
+            Wait::WorkOr(_) if work => e.woke(now),
+            Wait::Work | Wait::Until(_) | Wait::WorkOr(_) => return false,
+        }
+        self.wait = e.until_wait();
+        true
+    }
+}
+
 struct StepLoop<C: Clock> {
     clock: C,
     metrics: Arc<Mutex<Metrics>>,
@@ -131,6 +209,22 @@ struct StepLoop<C: Clock> {
     rng: u64,
     report: EngineReport,
     abandoned: crate::abandoned::Abandoned,
+    /// Arrived and not yet taken by a launch.
+    inbox: VecDeque<Submit>,
+    /// The time the loop stands at (a round's end, the first stage freeing, an arrival); None
+    /// when idle: the next launch starts when work arrives.
+    at: Option<Instant>,
+}
+
+/// What the loop waits for between two turns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Idle: work.
+    Work,
+    /// A round's end or the first stage freeing; work arriving meanwhile waits for it.
+    Until(Instant),
+    /// The first stage is free and has nothing to take: work, or this round's end.
+    WorkOr(Instant),
 }
 
 /// What a step does to one running request.
@@ -170,6 +264,8 @@ impl<C: Clock> StepLoop<C> {
             rng: c.seed,
             report: c.report,
             abandoned: c.abandoned,
+            inbox: VecDeque::new(),
+            at: None,
         }
     }
 
@@ -177,61 +273,86 @@ impl<C: Clock> StepLoop<C> {
     /// each round at its end. Without PP: one step after another, the next starting when the
     /// last was due to end (absolute deadlines).
     fn run(mut self) {
-        // The time the loop stands at (a round's end, the first stage freeing, an arrival);
-        // None when idle: the next launch starts when work arrives.
-        let mut at: Option<Instant> = None;
-        let mut inbox = VecDeque::new();
         loop {
-            if self.rounds.is_empty()
-                && self.running.is_empty()
-                && self.waiting.is_empty()
-                && inbox.is_empty()
-            {
-                // Idle: the next step starts when work arrives.
-                if !self.clock.wait_for_work(&mut inbox) {
-                    return;
+            match self.until_wait() {
+                Wait::Work => {
+                    // Idle: the next step starts when work arrives.
+                    if !self.clock.wait_for_work(&mut self.inbox) {
+                        return;
+                    }
+                    self.at = None;
                 }
-                at = None;
-            }
-            self.clock.poll(&mut inbox);
-            let start = at.unwrap_or_else(|| self.clock.now());
-            let stage_busy = self.stage_free.is_some_and(|t| t > start);
-            let launched = !stage_busy && self.launch(start, &mut inbox);
-            let Some(end) = self.rounds.iter().map(|r| r.end).min() else {
-                at = None;
-                continue;
-            };
-            let next = match self.stage_free {
-                Some(free) if launched || stage_busy => end.min(free),
-                _ => end,
-            };
-            if launched || stage_busy {
-                if !self.clock.wait_until(next, &mut inbox) {
-                    return;
+                Wait::Until(next) => {
+                    if !self.clock.wait_until(next, &mut self.inbox) {
+                        return;
+                    }
+                    self.woke(next);
                 }
-                at = Some(next);
-            } else {
                 // The first stage is free and has nothing to take: new work may arrive
                 // before the next round is back.
-                match self.clock.wait_for_work_until(end, &mut inbox) {
+                Wait::WorkOr(end) => match self.clock.wait_for_work_until(end, &mut self.inbox) {
                     Wake::Gone => return,
-                    Wake::Work => at = Some(self.clock.now().min(end)),
-                    Wake::Deadline => at = Some(end),
-                }
-            }
-            if let Some(t) = at {
-                self.complete(t);
+                    Wake::Work => {
+                        let now = self.clock.now();
+                        self.woke(now.min(end));
+                    }
+                    Wake::Deadline => self.woke(end),
+                },
             }
         }
     }
 
+    fn idle(&self) -> bool {
+        self.rounds.is_empty()
+            && self.running.is_empty()
+            && self.waiting.is_empty()
+            && self.inbox.is_empty()
+    }
+
+    /// Runs the loop up to its next wait and says what it waits for.
+    fn until_wait(&mut self) -> Wait {
+        loop {
+            if self.idle() {
+                return Wait::Work;
+            }
+            self.clock.poll(&mut self.inbox);
+            if let Some(wait) = self.turn() {
+                return wait;
+            }
+        }
+    }
+
+    /// The loop stands at `t` (a round's end, the first stage freeing, an arrival): the rounds
+    /// ended by then are back.
+    fn woke(&mut self, t: Instant) {
+        self.at = Some(t);
+        self.complete(t);
+    }
+
+    /// One launch, where the first stage is free, and the wait after it; None when no round is
+    /// in flight (the next launch starts when work arrives).
+    fn turn(&mut self) -> Option<Wait> {
+        let start = self.at.unwrap_or_else(|| self.clock.now());
+        let stage_busy = self.stage_free.is_some_and(|t| t > start);
+        let launched = !stage_busy && self.launch(start);
+        let Some(end) = self.rounds.iter().map(|r| r.end).min() else {
+            self.at = None;
+            return None;
+        };
+        Some(match self.stage_free {
+            Some(free) if launched || stage_busy => Wait::Until(end.min(free)),
+            _ if launched || stage_busy => Wait::Until(end),
+            _ => Wait::WorkOr(end),
+        })
+    }
+
     /// Takes the inbox, admits, preempts, and launches what is not in flight into the free
     /// micro-batches at `start`; false when nothing was launched.
-    fn launch(&mut self, start: Instant, inbox: &mut VecDeque<Submit>) -> bool {
+    fn launch(&mut self, start: Instant) -> bool {
         let metrics = self.metrics.clone();
         {
             let mut m = metrics.lock().unwrap_or_else(|e| e.into_inner());
-            for s in inbox.drain(..) {
+            for s in self.inbox.drain(..) {
                 m.prompt_tokens += u64::from(s.prompt_tokens);
                 self.waiting.push_back(Running::new(s));
             }

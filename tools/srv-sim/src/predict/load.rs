@@ -541,6 +541,43 @@ impl<'a> VirtualClock<'a> {
     }
 }
 
+/// The client alone, for a driver that keeps the time of several engines (`--pd`): it moves
+/// the client to `now`, takes the requests that reach the front by then (with their ids), and
+/// reads the streams after the engines moved.
+impl VirtualClock<'_> {
+    /// The client's time moves to `now` (never back).
+    pub fn move_to(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+    }
+
+    /// The requests sent and arrived by now, each with its id (its record's).
+    pub fn arrived(&mut self) -> Vec<(u64, Submit)> {
+        self.send_due(self.now);
+        let mut out = Vec::new();
+        while let Some(&Reverse((at, id))) = self.arrivals.peek() {
+            if at > self.now {
+                break;
+            }
+            self.arrivals.pop();
+            if let Some(s) = self.pending.remove(&id) {
+                out.push((id, s));
+            }
+        }
+        out
+    }
+
+    /// Reads the streams at now (see [`VirtualClock::observe`]).
+    pub fn read_streams(&mut self) {
+        self.observe();
+    }
+
+    /// When the client acts next by itself: a send or an arrival; None when its load is over
+    /// or waits on the engines.
+    pub fn next_send(&self) -> Option<Instant> {
+        self.next_event()
+    }
+}
+
 impl Clock for VirtualClock<'_> {
     fn now(&mut self) -> Instant {
         self.now

@@ -7,6 +7,7 @@
 mod gap;
 pub mod load;
 mod modes;
+mod pd;
 mod trace;
 
 use crate::cost::Roofline;
@@ -18,6 +19,7 @@ use servbench::cli::{self, Exit};
 use servbench::jsonl::RecordWriter;
 use servbench::load::search::Tally;
 use servbench::load::{Budget, Load, LoadArgs};
+use servbench::presets::PdLayout;
 use servbench::record::{Labels, PointKey};
 use servbench::stats::PointStats;
 use std::sync::{Arc, Mutex};
@@ -59,6 +61,11 @@ pub struct PredictArgs {
         conflicts_with_all = ["client_gap", "request_latency"]
     )]
     pub client_gap_from: Option<String>,
+    /// Predict a disaggregated layout: x prefill and y decode engines of --tp x --pp each, on
+    /// consecutive GPUs (prefill first, as srv-launch --pd splits them), with each request's KV
+    /// transfer over the card's link between them and its TTFT split in server_timing
+    #[arg(long, value_name = "xPyD", requires = "predict")]
+    pub pd: Option<PdLayout>,
 }
 
 /// What `--predict` needs from the rest of srv-sim's configuration.
@@ -81,6 +88,8 @@ pub struct Engine {
     /// in the server's (vLLM's) format, each point's from Iteration(0), so a prediction's steps
     /// can be laid beside a served run's log.
     pub log_steps: bool,
+    /// `--pd`: the disaggregated layout, each member laid out as the roofline's deployment.
+    pub pd: Option<PdLayout>,
 }
 
 impl crate::Plan {
@@ -106,6 +115,24 @@ impl crate::Plan {
             return Err(cli::usage(
                 "--predict does not model injected faults: drop --fail-rate, --reset-rate, --crash-after, --stall-after and --engine-panic-after",
             ));
+        }
+        if let Some(pd) = self.predict.pd {
+            let (per, hw) = (roofline.dep.layout.gpus(), &roofline.dep.hw);
+            if pd.instances() * per > hw.gpus {
+                return Err(cli::usage(format!(
+                    "--pd {pd} of --tp {} --pp {} needs {} GPUs: a {} node has {}",
+                    roofline.dep.layout.tp,
+                    roofline.dep.layout.pp,
+                    pd.instances() * per,
+                    hw.name,
+                    hw.gpus
+                )));
+            }
+            if self.self_report.enable_logging_iteration_details {
+                return Err(cli::usage(
+                    "--pd predicts several engines: drop --enable-logging-iteration-details (its step log is one engine's)",
+                ));
+            }
         }
         let kv_cache_tokens = self.kv_budget(&roofline)?.unwrap_or(u64::MAX);
         let measured = match &self.predict.client_gap_from {
@@ -142,6 +169,7 @@ impl crate::Plan {
                 .map_or(self.predict.request_latency, |m| m.request_latency),
             client_gap: measured.as_ref().map_or(self.predict.client_gap, |m| m.gap),
             log_steps: self.self_report.enable_logging_iteration_details,
+            pd: self.predict.pd,
         })
     }
 }
@@ -356,27 +384,14 @@ fn predict_point(
 ) -> Vec<servbench::record::RequestRecord> {
     let clock_index = load.point.index;
     let mut clock = VirtualClock::new(load, cache);
-    let metrics = Arc::new(Mutex::new(Metrics::new(crate::metrics::MetricNames::Vllm)));
-    run_modelled(
-        &mut clock,
-        metrics,
-        ModelledConfig {
-            cost: Box::new(engine.roofline.clone()),
-            max_step_tokens: engine.max_step_tokens,
-            kv_cache_tokens: engine.kv_cache_tokens,
-            spec: engine.spec,
-            max_running: engine.max_running,
-            seed: engine.seed,
-            // A prediction writes records, and its step log where asked; no counters.
-            report: crate::selfreport::SelfReport {
-                enable_logging_iteration_details: log_steps,
-                ..Default::default()
-            }
-            .for_engine(crate::sglang::Ranks::default()),
-            // A prediction's clients never go away.
-            abandoned: crate::engine::Abandoned::Stop,
-        },
-    );
+    let mut timings = match engine.pd {
+        Some(layout) => pd::run(&mut clock, engine, layout),
+        None => {
+            let metrics = Arc::new(Mutex::new(Metrics::new(crate::metrics::MetricNames::Vllm)));
+            run_modelled(&mut clock, metrics, modelled(engine, log_steps));
+            std::collections::HashMap::new()
+        }
+    };
     if clock.capped() {
         cli::warn(format!(
             "point {}: stopped sending at {} output tokens, the most a predicted point holds in memory: a shorter --duration or a lower load",
@@ -386,7 +401,30 @@ fn predict_point(
     }
     let mut records = clock.records;
     records.sort_by_key(|r| r.id);
+    for r in &mut records {
+        r.server_timing = timings.remove(&r.id);
+    }
     records
+}
+
+/// The modelled engine's settings for a prediction (its steps logged with `log_steps`).
+fn modelled(engine: &Engine, log_steps: bool) -> ModelledConfig {
+    ModelledConfig {
+        cost: Box::new(engine.roofline.clone()),
+        max_step_tokens: engine.max_step_tokens,
+        kv_cache_tokens: engine.kv_cache_tokens,
+        spec: engine.spec,
+        max_running: engine.max_running,
+        seed: engine.seed,
+        // A prediction writes records, and its step log where asked; no counters.
+        report: crate::selfreport::SelfReport {
+            enable_logging_iteration_details: log_steps,
+            ..Default::default()
+        }
+        .for_engine(crate::sglang::Ranks::default()),
+        // A prediction's clients never go away.
+        abandoned: crate::engine::Abandoned::Stop,
+    }
 }
 
 /// The summary's description of the workload, as loadgen writes it (the load's part from
