@@ -5,6 +5,7 @@
 //! rules of `--ramp` ([`ramp`]) and `--find-max` ([`search`]). One definition of each, so a
 //! prediction applies the load loadgen does. Trace files (`--trace`) are read by [`trace`].
 
+pub mod eval;
 pub mod flags;
 pub mod points;
 pub mod ramp;

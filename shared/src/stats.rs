@@ -282,6 +282,8 @@ pub struct PointStats {
     /// The batch-means noise a summary recorded (no spans to recompute it); gone once merged
     /// with another accumulator (its blocks are not the merged point's).
     noise_recorded: Option<crate::record::BatchNoise>,
+    /// `--eval`: the verdicts of the point's answers.
+    pub eval: Option<crate::record::EvalSummary>,
 }
 
 impl PointStats {
@@ -294,6 +296,9 @@ impl PointStats {
         self.requests += 1;
         self.by_turn.add(r);
         self.ttft_split.add(r);
+        if let Some(e) = &r.eval {
+            self.eval.get_or_insert_default().add(e.verdict);
+        }
         self.send_lag.record_ms(r.send_lag_ms);
         let end = r.intended_ms + r.e2e_ms.unwrap_or(0.0);
         self.window = Some(match self.window {
@@ -440,6 +445,9 @@ impl PointStats {
             self.by_turn_recorded = other.by_turn_recorded.clone();
         }
         self.noise_recorded = None;
+        if let Some(e) = &other.eval {
+            self.eval.get_or_insert_default().merge(e);
+        }
     }
 
     /// The point's noise by batch means ([`blocks`]): from its requests when it has them, else
@@ -494,6 +502,7 @@ impl PointStats {
             by_turn_recorded: s.by_turn.clone(),
             ttft_split: ttft_split::SplitAcc::from_record(s.ttft_split.as_ref()),
             noise_recorded: s.noise.clone(),
+            eval: s.eval.clone(),
         })
     }
 
@@ -564,6 +573,7 @@ impl PointStats {
             engine_steps: None,
             pd_members: Vec::new(),
             noise: self.batch_noise(),
+            eval: self.eval.clone(),
             hist,
             extra: Default::default(),
         }

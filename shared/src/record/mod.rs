@@ -10,6 +10,7 @@
 // The modules that are not a kind of their own: shared parts and checks.
 mod compound;
 mod engine_steps;
+mod eval;
 mod host;
 mod pd;
 mod plausible;
@@ -20,6 +21,7 @@ mod workload;
 
 pub use compound::*;
 pub use engine_steps::*;
+pub use eval::*;
 pub use host::*;
 pub use pd::*;
 pub use plausible::{MAX_P2P_GBPS, MAX_P2P_RANKS, MAX_REQUEST_TOKENS};
@@ -49,7 +51,9 @@ use std::time::SystemTime;
 /// A field added where absence keeps its old meaning (a `server` record's `pd`; a `request`'s
 /// `server_timing.decode_queue_ms` and `first_decode_ms`, a `summary`'s `ttft_split` P/D means)
 /// needs no new version: a build that does not know it keeps it in `extra` and passes it on unchanged.
-/// So with a summary's `engine_steps.per_second`, which a build that does not know it skips.
+/// So with a summary's `engine_steps.per_second`, which a build that does not know it skips,
+/// and with a `request`'s `output_pieces` and `eval` and a summary's `eval` (`loadgen
+/// --record-text`, `--eval`): absent, a run recorded no text and asked no eval questions.
 pub const SCHEMA_VERSION: u32 = 3;
 
 /// The schema version whose `engine_steps` time the step by the steps themselves.

@@ -232,6 +232,14 @@ pub struct RequestRecord {
     /// reports know the request by (TensorRT-LLM's `/perf_metrics`), cut to 128 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_id: Option<String>,
+    /// `loadgen --record-text` (and `--eval`): the reply's text, one string per content chunk
+    /// as it came (a whole answer: one string); joined, the text ([`super::joined_text`]).
+    /// Bounded as loadgen bounds every reply it keeps (16 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_pieces: Option<Vec<String>>,
+    /// `loadgen --eval`: the question this request asked and its answer's verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval: Option<super::EvalVerdict>,
 }
 }
 
@@ -279,6 +287,8 @@ impl RequestRecord {
             cached_tokens: None,
             server_timing: None,
             response_id: None,
+            output_pieces: None,
+            eval: None,
             extra: Default::default(),
         }
     }

@@ -121,6 +121,9 @@ pub struct SummaryRecord {
     /// enough: what a comparison of single runs rests on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise: Option<BatchNoise>,
+    /// `loadgen --eval`: the accuracy of the point's answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval: Option<super::EvalSummary>,
     /// Metric name (`ttft_ms`, ...) to HdrHistogram V2+deflate, base64; values in microseconds.
     #[serde(default)]
     pub hist: BTreeMap<String, String>,

@@ -32,6 +32,8 @@ fn req(id: u64, intended: f64, ttft: f64, itl: &[f64], tokens: u32) -> RequestRe
         cached_tokens: None,
         server_timing: None,
         response_id: None,
+        output_pieces: None,
+        eval: None,
         extra: Default::default(),
     }
 }

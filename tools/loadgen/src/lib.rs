@@ -131,6 +131,18 @@ pub struct Args {
     /// Prompts from a file (JSON lines with prompt or messages, or ShareGPT JSON), or `builtin`
     #[arg(long, conflicts_with_all = ["prefix_groups", "shared_prefix"])]
     pub prompts: Option<String>,
+    /// Eval questions (JSON lines: prompt or messages, and answer) as the workload, at
+    /// temperature 0 and cycled (each once without -n/--duration): each request record carries
+    /// its verdict, each summary the accuracy
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["prompts", "input_len", "trace", "turns", "prefix_groups", "shared_prefix", "step_grid", "temperature", "top_p"])]
+    pub eval: Option<String>,
+    /// How an --eval answer is judged where its line says not (`match`)
+    #[arg(long, value_enum, default_value = "number", requires = "eval")]
+    pub eval_match: servbench::load::eval::Match,
+    /// Request records carry each reply's text, one string per chunk (`output_pieces`); --eval
+    /// records it always
+    #[arg(long)]
+    pub record_text: bool,
     /// Seed of every random choice (prompts, arrivals); default: a fresh one per run (a rerun
     /// against a warm server must not find its prompts cached); recorded in summaries
     #[arg(long)]

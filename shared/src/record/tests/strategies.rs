@@ -235,6 +235,12 @@ pub(super) fn request() -> impl Strategy<Value = Record> {
                     draft_accepted_tokens: (id % 4 == 3).then_some(9),
                 }),
                 response_id: (id % 3 == 1).then(|| format!("chatcmpl-{id}")),
+                output_pieces: (id % 4 == 1).then(|| vec![" a".into(), "\u{e9}\"".into()]),
+                eval: (id % 5 == 2).then(|| EvalVerdict {
+                    line: 3,
+                    verdict: Verdict::Wrong,
+                    got: Some("12".into()),
+                }),
                 extra,
             }))
         })
@@ -364,6 +370,12 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                         steps: vec![120, 0, 200],
                     });
                     e
+                }),
+                eval: (!partial).then_some(EvalSummary {
+                    correct: 3,
+                    judged: 4,
+                    not_judged: 1,
+                    accuracy: Some(0.75),
                 }),
                 noise: (!partial).then(|| BatchNoise {
                     blocks: 8,

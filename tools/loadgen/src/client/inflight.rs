@@ -7,6 +7,7 @@ use super::http::{Failure, Pool};
 use super::request::{Outcome, stream_into};
 use crate::stop::Stop;
 use bytes::Bytes;
+use servbench::load::eval::Expected;
 use servbench::record::ErrorClass;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -27,6 +28,8 @@ pub struct Finished {
     pub max_tokens: u32,
     /// Conversations: (session, turn from 1).
     pub turn: Option<(u64, u32)>,
+    /// `--eval`: the question it asked.
+    pub question: Option<Arc<Expected>>,
 }
 
 /// What each request task of a phase shares, behind one reference count.
@@ -35,6 +38,8 @@ pub struct InFlight {
     pub(crate) path: &'static str,
     pub(crate) stream: bool,
     pub(crate) timeout: Duration,
+    /// `--record-text`: every reply's text is kept, piece by piece, for its record.
+    pub(crate) record_text: bool,
     /// Dropped with the last task: the phase's collector then ends.
     pub tx: mpsc::UnboundedSender<Finished>,
     /// Set, with the reason, when in-flight requests are to be cancelled.
@@ -116,8 +121,14 @@ pub(crate) async fn request_task(
     body: Bytes,
     (target, max_tokens): (Option<u32>, u32),
     abandon: Option<Duration>,
+    question: Option<Arc<Expected>>,
 ) {
-    let o = Outcome::expecting(max_tokens);
+    // An eval answer is judged by its text, and its record carries it.
+    let o = if shared.record_text || question.is_some() {
+        Outcome::recording(max_tokens)
+    } else {
+        Outcome::expecting(max_tokens)
+    };
     let (o, dispatched, cancelled) = execute(&shared, body, slot.intended, o, abandon).await;
     let finished = Finished {
         id: slot.id,
@@ -127,6 +138,7 @@ pub(crate) async fn request_task(
         target,
         max_tokens,
         turn: None,
+        question,
     };
     deliver(&shared, finished, slot.permit, cancelled).await;
 }

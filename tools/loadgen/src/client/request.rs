@@ -33,6 +33,9 @@ pub struct Outcome {
     pub answer_id: Option<String>,
     /// The reply's text, collected only when this starts as `Some` (conversations resend it).
     pub reply: Option<String>,
+    /// Where each content chunk's text ends in `reply` (bytes), kept only when this starts as
+    /// `Some` (`--record-text`): the pieces a record carries ([`Outcome::pieces`]).
+    pub piece_ends: Option<Vec<u32>>,
     pub end: Instant,
     pub failure: Option<Failure>,
     /// Abandoned on purpose this long after it left (`--cancel-rate`): not a failure.
@@ -53,6 +56,41 @@ impl Outcome {
             ..Outcome::default()
         }
     }
+
+    /// The outcome of a request whose reply text is kept (`--record-text`, `--eval`), piece
+    /// by piece.
+    pub fn recording(max_tokens: u32) -> Outcome {
+        Outcome {
+            reply: Some(String::new()),
+            piece_ends: Some(Vec::new()),
+            ..Outcome::expecting(max_tokens)
+        }
+    }
+
+    /// The reply's text so far, where it was kept.
+    pub fn reply_text(&self) -> Option<&str> {
+        self.reply.as_deref()
+    }
+
+    /// The reply's text cut at its chunks' ends, where it was kept piece by piece.
+    pub fn pieces(&self) -> Option<Vec<String>> {
+        let (text, ends) = (self.reply.as_deref()?, self.piece_ends.as_ref()?);
+        let mut start = 0;
+        let mut out = Vec::with_capacity(ends.len());
+        for &end in ends {
+            let end = (end as usize).clamp(start, text.len());
+            out.push(text.get(start..end).unwrap_or_default().to_string());
+            start = end;
+        }
+        Some(out)
+    }
+
+    /// Marks the end of one content chunk's text in the kept reply.
+    fn end_piece(&mut self) {
+        if let (Some(reply), Some(ends)) = (&self.reply, self.piece_ends.as_mut()) {
+            ends.push(u32::try_from(reply.len()).unwrap_or(u32::MAX));
+        }
+    }
 }
 
 impl Default for Outcome {
@@ -71,6 +109,7 @@ impl Default for Outcome {
             server_timing: None,
             answer_id: None,
             reply: None,
+            piece_ends: None,
             end: Instant::now(),
             failure: None,
             abandoned_after: None,
@@ -180,6 +219,7 @@ async fn whole_inner(pool: &Pool, path: &str, body: Bytes, o: &mut Outcome) -> R
         if reply.len() > MAX_REPLY_BYTES {
             return Err(reply_too_long());
         }
+        o.end_piece();
     }
     Ok(())
 }
@@ -294,6 +334,7 @@ async fn stream_inner(
                         bad = Some(reply_too_long());
                         return false;
                     }
+                    o.end_piece();
                 }
             }
             if let Some(c) = ev.completion_tokens {
@@ -391,6 +432,7 @@ pub fn to_record(
         None => (o.chunks, TokenSource::Chunks, None),
     };
     let reasoned = o.reasoning_chunks > 0;
+    let output_pieces = o.pieces();
     let tpot_ms = match (ok, ttft_ms, e2e_ms) {
         (true, Some(t), Some(e)) if output_tokens > 1 => {
             Some((e - t) / f64::from(output_tokens - 1))
@@ -430,6 +472,7 @@ pub fn to_record(
         turn: meta.turn.map(|t| t.1),
         cached_tokens: o.cached_tokens,
         server_timing: o.server_timing,
+        output_pieces,
         response_id: o.answer_id,
         ..started
     }

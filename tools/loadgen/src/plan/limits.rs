@@ -32,6 +32,15 @@ fn body(a: &Args) -> anyhow::Result<()> {
     if let Some(p) = a.top_p.filter(|p| !(*p > 0.0 && *p <= 1.0)) {
         return Err(cli::usage(format!("--top-p {p}: must be in (0, 1]")));
     }
+    // An eval is greedy: its accuracy, and two runs' agreement, mean nothing sampled.
+    if a.eval.is_some()
+        && let Some(t) = a.extra_body.as_ref().and_then(|e| e.0.get("temperature"))
+        && t.as_f64() != Some(0.0)
+    {
+        return Err(cli::usage(format!(
+            "--eval sends at temperature 0, --extra-body sets \"temperature\": {t}"
+        )));
+    }
     if a.no_stream
         && let Some(slo) = &a.load.slo
         && (slo.ttft_ms.is_some() || slo.tpot_ms.is_some() || slo.itl_ms.is_some())

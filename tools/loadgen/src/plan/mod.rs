@@ -104,6 +104,8 @@ pub struct Plan {
     pub grace: Duration,
     /// `request` records are written (no `--no-requests`).
     pub write_requests: bool,
+    /// `--record-text`.
+    pub record_text: bool,
     /// Runtime worker threads.
     pub threads: usize,
     pub flush_cache: bool,
@@ -175,6 +177,7 @@ impl Args {
                 think: a.load.think_time,
                 trace: a.load.trace.clone(),
                 trace_block: a.load.trace_block,
+                eval: a.eval.clone().map(|f| (f, a.eval_match)),
             },
             budget: BudgetPlan {
                 asked: Asked {
@@ -223,6 +226,7 @@ impl Args {
             timeout: a.timeout,
             grace: a.grace,
             write_requests: !a.no_requests,
+            record_text: a.record_text,
             threads: threads.max(1),
             flush_cache: a.load.flush_cache,
             labels: a.common.labels(),

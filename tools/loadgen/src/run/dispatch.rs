@@ -32,6 +32,8 @@ pub struct Context {
     /// Streaming requests (false: `--no-stream`).
     pub stream: bool,
     pub timeout: Duration,
+    /// `--record-text`.
+    pub record_text: bool,
     pub grace: Duration,
     /// Requests prepared so far in the whole run: synthetic prompts are unique across points.
     pub seq: Arc<AtomicU64>,
@@ -71,6 +73,7 @@ impl Context {
                     path: self.path,
                     stream: self.stream,
                     timeout: self.timeout,
+                    record_text: self.record_text,
                     tx,
                     cancel_rx,
                     halt: halt.clone(),
@@ -284,6 +287,7 @@ impl Dispatcher {
                     self.phase
                         .cancel
                         .and_then(|c| c.after(self.phase.arrival_seed, id)),
+                    p.question,
                 )),
                 Unit::Session(s) => tokio::spawn(s.run(self.requests.clone(), slot)),
             };

@@ -109,6 +109,7 @@ pub fn run_plan<W: Write>(
             path: plan.body.api.path(),
             stream: plan.body.stream,
             timeout: plan.timeout,
+            record_text: plan.record_text,
             grace: plan.grace,
             seq: Arc::new(AtomicU64::new(0)),
             stop: setup.stop,

@@ -299,7 +299,14 @@ impl<W: Write> Run<'_, W> {
                 max_tokens: Some(f.max_tokens),
                 turn: f.turn,
             };
-            let rec = to_record(meta, f.outcome, &labels);
+            // Only a whole answer is judged: a failed or cancelled one has none.
+            let whole = f.outcome.failure.is_none() && f.outcome.abandoned_after.is_none();
+            let verdict = f
+                .question
+                .as_ref()
+                .map(|q| q.judge(f.outcome.reply_text().filter(|_| whole)));
+            let mut rec = to_record(meta, f.outcome, &labels);
+            rec.eval = verdict;
             if let Some(e2e) = rec.e2e_ms {
                 busy.add(rec.intended_ms + rec.send_lag_ms, rec.intended_ms + e2e);
             }

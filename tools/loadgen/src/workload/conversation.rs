@@ -186,12 +186,21 @@ async fn session(shared: Arc<InFlight>, c: Conversation, mut slot: Slot) {
         history.ask(user);
         let body = bodies.build(&history.prompt(api), max_tokens);
         let id = shared.requests.fetch_add(1, Ordering::Relaxed);
-        let asked = Outcome {
-            reply: Some(String::new()),
-            ..Outcome::expecting(max_tokens)
+        let asked = if shared.record_text {
+            Outcome::recording(max_tokens)
+        } else {
+            Outcome {
+                reply: Some(String::new()),
+                ..Outcome::expecting(max_tokens)
+            }
         };
         let (mut o, dispatched, cancelled) = execute(&shared, body, intended, asked, None).await;
-        let reply = o.reply.take().unwrap_or_default();
+        // Its record keeps the text too where --record-text asks for it.
+        let reply = match shared.record_text {
+            true => o.reply.clone(),
+            false => o.reply.take(),
+        }
+        .unwrap_or_default();
         let last = o.failure.is_some() || k + 1 == script.users.len();
         let next = o.end + script.think.get(k).copied().unwrap_or_default();
         let finished = Finished {
@@ -202,6 +211,7 @@ async fn session(shared: Arc<InFlight>, c: Conversation, mut slot: Slot) {
             target: target.filter(|_| k == 0),
             max_tokens,
             turn: Some((slot.id, k as u32 + 1)),
+            question: None,
         };
         if last {
             deliver(&shared, finished, slot.permit.take(), cancelled).await;

@@ -21,6 +21,7 @@ impl Workload for Listed {
             target: None,
             max_tokens,
             at_s: None,
+            question: None,
         })
     }
 }

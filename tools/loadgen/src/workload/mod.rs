@@ -2,13 +2,14 @@
 //! through: a [`Workload`] yields the next unit (one request, or a session of turns it runs
 //! itself), its budget for a load, and its part of the point's summary. Each workload is one
 //! file: `synthetic.rs` (prompts of an aligned token length, prefix groups among them),
-//! `listed.rs` (`--prompts`), `trace.rs` (`--trace`), `conversation.rs` (`--turns`);
+//! `listed.rs` (`--prompts`), `trace.rs` (`--trace`), `conversation.rs` (`--turns`), `eval.rs` (`--eval`);
 //! `registry.rs` picks the one the flags ask for. Shared material: `prompts.rs` (the
 //! vocabulary, synthetic text, the built-in prompts), `prompt_files.rs` (prompt files),
 //! `align.rs` (synthetic prompt lengths aligned to the server's token count).
 
 pub mod align;
 pub mod conversation;
+pub mod eval;
 pub mod listed;
 pub mod prompt_files;
 pub mod prompts;
@@ -41,6 +42,8 @@ pub struct Prepared {
     pub max_tokens: u32,
     /// A trace row's send time, seconds from the trace's start.
     pub at_s: Option<f64>,
+    /// `--eval`: the question it asks, to judge its answer by.
+    pub question: Option<Arc<servbench::load::eval::Expected>>,
 }
 
 /// A unit the dispatcher starts: one request, or a session the workload runs itself (holding

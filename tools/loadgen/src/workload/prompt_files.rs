@@ -134,7 +134,7 @@ pub fn parse_prompts(path: &str) -> Result<(Vec<Entry>, Option<String>), String>
 }
 
 /// A line's `max_tokens`: absent (or null), or a count the request can carry.
-fn max_tokens(v: &Value, at: &str) -> Result<Option<u32>, String> {
+pub(super) fn max_tokens(v: &Value, at: &str) -> Result<Option<u32>, String> {
     match v.get("max_tokens") {
         None | Some(Value::Null) => Ok(None),
         Some(m) => m

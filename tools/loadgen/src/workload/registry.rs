@@ -5,6 +5,7 @@
 
 use super::Workload;
 use super::conversation::{Sessions, Think, Turns, Users};
+use super::eval::{self, Questions};
 use super::listed::Listed;
 use super::prompts::{self, Entry};
 use super::synthetic::SyntheticPrompts;
@@ -13,6 +14,7 @@ use crate::client::body::Api;
 use crate::stop::{Stop, until_stopped};
 use crate::workload::align::Aligner;
 use servbench::cli;
+use servbench::load::eval::Match;
 use std::sync::Arc;
 
 /// The workload flags, as the plan holds them.
@@ -28,6 +30,8 @@ pub struct Spec {
     pub think: Think,
     pub trace: Option<String>,
     pub trace_block: u32,
+    /// `--eval FILE` and `--eval-match`.
+    pub eval: Option<(String, Match)>,
 }
 
 /// What a run's points are made of: read once, a workload per prompt length from it.
@@ -36,6 +40,7 @@ pub struct Catalog {
     seed: u64,
     replay: Option<Arc<Replay>>,
     listed: Option<Arc<Vec<Entry>>>,
+    questions: Option<Arc<Vec<Arc<eval::Question>>>>,
 }
 
 impl Catalog {
@@ -72,7 +77,18 @@ impl Catalog {
             Some(_) if spec.turns.is_some() => Some(Vec::new()),
             Some(path) => Some(super::prompt_files::read_prompts_file(path).map_err(cli::usage)?),
         };
+        let questions = match &spec.eval {
+            Some((path, how)) => Some(Arc::new(
+                eval::read(path, *how)
+                    .map_err(cli::usage)?
+                    .into_iter()
+                    .map(Arc::new)
+                    .collect(),
+            )),
+            None => None,
+        };
         Ok(Catalog {
+            questions,
             spec,
             seed,
             replay,
@@ -84,7 +100,7 @@ impl Catalog {
     /// (`None`), synthetic prompts default to 256 tokens.
     pub fn input_lens(&self) -> Vec<Option<u32>> {
         match (&self.spec.input_len, &self.listed) {
-            _ if self.replay.is_some() => vec![None],
+            _ if self.replay.is_some() || self.questions.is_some() => vec![None],
             (Some(l), _) => l.iter().copied().map(Some).collect(),
             (None, Some(_)) => vec![None],
             (None, None) => vec![Some(256)],
@@ -108,6 +124,9 @@ impl Catalog {
         stop: &Stop,
     ) -> anyhow::Result<Arc<dyn Workload>> {
         let s = &self.spec;
+        if let Some(all) = &self.questions {
+            return Ok(Arc::new(Questions { all: all.clone() }));
+        }
         let base: Arc<dyn Workload> = match (input_len, &self.listed, &self.replay) {
             (_, _, Some(r)) => r.clone(),
             (Some(n), _, _) => Arc::new(SyntheticPrompts {

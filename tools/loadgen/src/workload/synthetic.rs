@@ -24,6 +24,7 @@ impl Workload for SyntheticPrompts {
             target: Some(self.prompt.target_tokens),
             max_tokens: bodies.max_tokens,
             at_s: None,
+            question: None,
         })
     }
 

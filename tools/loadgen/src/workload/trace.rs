@@ -88,6 +88,7 @@ impl Workload for Replay {
             target: Some(row.input_len),
             max_tokens,
             at_s: Some(row.at_s),
+            question: None,
         })
     }
 

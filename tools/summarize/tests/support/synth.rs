@@ -344,6 +344,8 @@ pub fn simulate_point(
             cached_tokens: None,
             server_timing: None,
             response_id: None,
+            output_pieces: None,
+            eval: None,
             extra: Default::default(),
         };
         if nth(model.error_every) {

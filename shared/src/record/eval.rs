@@ -1,0 +1,120 @@
+//! Quality beside speed: a `request`'s verdict on an eval question (`loadgen --eval`), a
+//! point's accuracy, and the reply text a request carries (`loadgen --record-text`).
+
+use serde::{Deserialize, Serialize};
+
+/// How one answer compared with the question's expected answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Correct,
+    Wrong,
+    /// No whole answer to judge: the request failed or was cancelled.
+    NotJudged,
+}
+
+/// A `request`'s part of an eval run: which question it asked and what its answer was worth.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalVerdict {
+    /// The question's line in the `--eval` file, from 1.
+    pub line: u32,
+    pub verdict: Verdict,
+    /// What was compared with the expected answer: the reply's final number (`number`), or
+    /// its trimmed text (`exact`), cut to 64 characters; absent when there was none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub got: Option<String>,
+}
+
+/// A point's accuracy on its eval questions: `correct / judged`, and how many requests had no
+/// answer to judge (failed or cancelled).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EvalSummary {
+    pub correct: u64,
+    pub judged: u64,
+    pub not_judged: u64,
+    /// `correct / judged`; absent when nothing was judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy: Option<f64>,
+}
+
+impl EvalSummary {
+    /// Counts one request's verdict.
+    pub fn add(&mut self, v: Verdict) {
+        match v {
+            Verdict::Correct => {
+                self.correct += 1;
+                self.judged += 1;
+            }
+            Verdict::Wrong => self.judged += 1,
+            Verdict::NotJudged => self.not_judged += 1,
+        }
+        self.accuracy = self.accuracy_now();
+    }
+
+    pub fn merge(&mut self, other: &EvalSummary) {
+        self.correct += other.correct;
+        self.judged += other.judged;
+        self.not_judged += other.not_judged;
+        self.accuracy = self.accuracy_now();
+    }
+
+    fn accuracy_now(&self) -> Option<f64> {
+        (self.judged > 0).then(|| self.correct as f64 / self.judged as f64)
+    }
+}
+
+/// The reply's text from its pieces (one per content chunk): what `--record-text` recorded.
+pub fn joined_text(pieces: &[String]) -> String {
+    pieces.concat()
+}
+
+/// Where two replies, piece by piece, first differ: `None` when they are identical, else the
+/// index of the first piece (a token with most servers) that differs or that one lacks.
+pub fn first_difference(a: &[String], b: &[String]) -> Option<usize> {
+    match a.iter().zip(b).position(|(x, y)| x != y) {
+        Some(i) => Some(i),
+        None if a.len() == b.len() => None,
+        None => Some(a.len().min(b.len())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces(s: &[&str]) -> Vec<String> {
+        s.iter().map(|p| p.to_string()).collect()
+    }
+
+    #[test]
+    fn accuracy_is_correct_over_judged_and_the_unjudged_apart() {
+        let mut s = EvalSummary::default();
+        for v in [
+            Verdict::Correct,
+            Verdict::Wrong,
+            Verdict::Correct,
+            Verdict::NotJudged,
+        ] {
+            s.add(v);
+        }
+        assert_eq!((s.correct, s.judged, s.not_judged), (2, 3, 1));
+        assert_eq!(s.accuracy, Some(2.0 / 3.0));
+        let mut none = EvalSummary::default();
+        none.add(Verdict::NotJudged);
+        assert_eq!(none.accuracy, None);
+        none.merge(&s);
+        assert_eq!((none.correct, none.judged, none.not_judged), (2, 3, 2));
+    }
+
+    #[test]
+    fn first_difference_is_the_first_piece_that_differs_or_is_missing() {
+        let a = pieces(&["The", " answer", " is", " 4"]);
+        assert_eq!(first_difference(&a, &a.clone()), None);
+        assert_eq!(
+            first_difference(&a, &pieces(&["The", " answer", " was", " 4"])),
+            Some(2)
+        );
+        assert_eq!(first_difference(&a, &pieces(&["The", " answer"])), Some(2));
+        assert_eq!(joined_text(&a), "The answer is 4");
+    }
+}
