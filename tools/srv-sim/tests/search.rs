@@ -5,26 +5,40 @@
 
 use testkit::run_ok;
 
-/// The ranked rows: (tp, pp, dp, tok/s per GPU, TTFT p90, TPOT p90, launch line).
-fn ranked(text: &str) -> Vec<(u32, u32, u32, f64, f64, f64, String)> {
+/// One ranked row.
+#[derive(Debug)]
+struct Row {
+    tp: u32,
+    pp: u32,
+    dp: u32,
+    /// The P/D split, or "-" for a colocated layout.
+    pd: String,
+    gpus: u32,
+    per_gpu: f64,
+    ttft: f64,
+    tpot: f64,
+    launch: String,
+}
+
+/// The ranked rows: rank tp pp dp pd gpus C tok/s tok/s/GPU TTFT TPOT, then the launch line.
+fn ranked(text: &str) -> Vec<Row> {
     text.lines()
         .filter(|l| l.contains("srv-launch "))
         .map(|l| {
             let (figures, launch) = l.split_once("  srv-launch").unwrap();
-            let f: Vec<f64> = figures
-                .split_whitespace()
-                .map(|x| x.parse().unwrap())
-                .collect();
-            let n = |i: usize| f[i] as u32;
-            (
-                n(1),
-                n(2),
-                n(3),
-                f[6],
-                f[7],
-                f[8],
-                format!("srv-launch{launch}"),
-            )
+            let cols: Vec<&str> = figures.split_whitespace().collect();
+            let f = |i: usize| cols[i].parse::<f64>().unwrap();
+            Row {
+                tp: f(1) as u32,
+                pp: f(2) as u32,
+                dp: f(3) as u32,
+                pd: cols[4].to_string(),
+                gpus: f(5) as u32,
+                per_gpu: f(8),
+                ttft: f(9),
+                tpot: f(10),
+                launch: format!("srv-launch{launch}"),
+            }
         })
         .collect()
 }
@@ -51,24 +65,46 @@ fn eight_gpus_of_both_campaigns_give_ranked_layouts_with_launch_lines_and_name_m
         let text = search(model, hardware);
         let rows = ranked(&text);
         assert!(rows.len() >= 5, "{text}");
-        for (tp, pp, dp, per_gpu, ttft, tpot, launch) in &rows {
-            assert_eq!(tp * pp * dp, 8, "{text}");
-            assert!(*per_gpu > 0.0 && *ttft <= 2000.0 && *tpot <= 50.0, "{text}");
+        for r in &rows {
             assert!(
-                launch.starts_with(&format!(
-                    "srv-launch vllm --model {model} --tp {tp} --pp {pp}"
+                r.per_gpu > 0.0 && r.ttft <= 2000.0 && r.tpot <= 50.0,
+                "{text}"
+            );
+            assert!(
+                r.launch.starts_with(&format!(
+                    "srv-launch vllm --model {model} --tp {} --pp {}",
+                    r.tp, r.pp
                 )),
-                "{launch}"
+                "{}",
+                r.launch
             );
             assert_eq!(
-                launch.contains(&format!("--data-parallel-size {dp}")),
-                *dp > 1
+                r.launch.contains(&format!("--data-parallel-size {}", r.dp)),
+                r.dp > 1
             );
+            if r.pd == "-" {
+                assert_eq!((r.tp * r.pp * r.dp, r.gpus), (8, 8), "{text}");
+            } else {
+                // A P/D group: its members' GPUs listed for srv-launch, prefill first.
+                let pd: servbench::presets::PdLayout = r.pd.parse().unwrap();
+                assert_eq!(r.dp, 1);
+                assert_eq!(pd.instances() * r.tp * r.pp, r.gpus, "{text}");
+                assert!(r.gpus <= 8, "{text}");
+                let gpus: Vec<String> = (0..r.gpus).map(|g| g.to_string()).collect();
+                assert!(
+                    r.launch
+                        .ends_with(&format!("--pd {} --gpus {}", r.pd, gpus.join(","))),
+                    "{}",
+                    r.launch
+                );
+            }
         }
         assert!(
-            rows.windows(2).all(|w| w[0].3 >= w[1].3),
+            rows.windows(2).all(|w| w[0].per_gpu >= w[1].per_gpu),
             "not ranked by tok/s per GPU: {text}"
         );
+        // The P/D splits are ranked beside the colocated layouts.
+        assert!(rows.iter().any(|r| r.pd != "-"), "{text}");
         // One GPU per replica: 70B's weights, or 32B's longest request's KV, do not fit.
         assert!(
             text.lines()
@@ -110,8 +146,14 @@ fn a_tighter_slo_lowers_every_layouts_load_and_says_so() {
     let (loose, tight) = (ranked(&loose), ranked(&tight));
     assert!(!tight.is_empty());
     for t in &tight {
-        let l = loose.iter().find(|l| (l.0, l.1) == (t.0, t.1)).unwrap();
-        assert!(t.3 <= l.3 && t.4 <= 200.0 && t.5 <= 12.0, "{t:?} vs {l:?}");
+        let l = loose
+            .iter()
+            .find(|l| (l.tp, l.pp, l.dp, &l.pd) == (t.tp, t.pp, t.dp, &t.pd))
+            .unwrap();
+        assert!(
+            t.per_gpu <= l.per_gpu && t.ttft <= 200.0 && t.tpot <= 12.0,
+            "{t:?} vs {l:?}"
+        );
     }
 }
 
