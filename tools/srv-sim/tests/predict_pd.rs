@@ -1,7 +1,8 @@
 //! `srv-sim --predict --pd xPyD`: a disaggregated layout in virtual time. On the original
 //! campaign's eight RTX PRO 6000 with qwen3-32b, 2P1D's records carry the five TTFT parts the
 //! served group reports, and they add up to the client's TTFT exactly; the same KV bytes
-//! cross an NVLink card sooner than a PCIe one; a predicted 1P1D agrees with three real srv-sim
+//! cross an NVLink card sooner than a PCIe one, and a decode member behind the prefill's PCIe
+//! switch sooner than one across the sockets; a predicted 1P1D agrees with three real srv-sim
 //! processes (prefill, decode, proxy) under the real loadgen at low load; a layout beyond the
 //! node is refused.
 
@@ -122,6 +123,39 @@ fn the_same_bytes_cross_an_nvlink_card_sooner_than_a_pcie_one() {
         "PCIe {} ms, NVLink {} ms",
         pcie.1,
         nvlink.1
+    );
+}
+
+#[test]
+fn a_decode_member_across_the_sockets_gets_its_kv_later_than_one_behind_the_same_switch() {
+    // 1P3D at TP 2 on the dual-socket RTX PRO 6000 box: the prefill member on GPUs 0-1, the
+    // decode members on 2-3 (the same switch, 40 GB/s), 4-5 and 6-7 (the other socket, 22.2
+    // GB/s). Requests 0, 1, 2 go to decode members 0, 1, 2, one at a time.
+    let recs = records(
+        CAMPAIGN,
+        &[
+            "--pd",
+            "1p3d",
+            "-c",
+            "1",
+            "-n",
+            "3",
+            "--input-len",
+            "2048",
+            "--max-tokens",
+            "8",
+        ],
+    );
+    let kv: Vec<f64> = of_kind(&recs, "request")
+        .iter()
+        .map(|r| parts(r)[2])
+        .collect();
+    assert_eq!(kv.len(), 3);
+    assert_eq!(kv[1], kv[2], "{kv:?}");
+    let ratio = kv[1] / kv[0];
+    assert!(
+        (1.7..1.85).contains(&ratio),
+        "cross-socket over switch: {kv:?}"
     );
 }
 
