@@ -279,6 +279,23 @@ fn compare_files(base: &Source, new: &Source, config: &Config) -> anyhow::Result
     );
     fit_comparison(&mut t, config);
     tables.push(t);
+    let run = |source: &Source, inputs: &Inputs, points| {
+        compare::pd::RunLayout::of(&inputs.servers, points).map(|layout| compare::pd::Run {
+            name: source.name(),
+            layout,
+            points,
+        })
+    };
+    if let (Some(b), Some(n)) = (
+        run(base, &base_inputs, &base_points),
+        run(new, &new_inputs, &new_points),
+    ) && let Some(mut pd) = compare::pd::table(&b, &n)
+    {
+        if fits_width(config) {
+            pd.fit_width(TEXT_WIDTH, &compare::pd::DROPPABLE.map(String::from));
+        }
+        tables.push(pd);
+    }
     Ok(tables)
 }
 

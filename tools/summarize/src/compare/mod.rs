@@ -8,6 +8,7 @@
 
 pub mod env_diff;
 pub mod model_vs_reality;
+pub mod pd;
 
 use crate::input::metrics::{Better, Metric};
 use crate::input::param::{Param, Params};
@@ -53,7 +54,14 @@ pub struct Change {
 
 /// Compares one metric of two measurements of the same point.
 pub fn change(m: Metric, base: &Point, new: &Point) -> Option<Change> {
-    let (b, n) = (base.mean(m)?, new.mean(m)?);
+    change_scaled(m, (base, 1.0), (new, 1.0))
+}
+
+/// [`change`] of the metric times a factor on each side (its noise scaled alike): tok/s per
+/// GPU of two layouts with different GPU counts.
+pub fn change_scaled(m: Metric, base: (&Point, f64), new: (&Point, f64)) -> Option<Change> {
+    let ((base, sb), (new, sn)) = (base, new);
+    let (b, n) = (base.mean(m)? * sb, new.mean(m)? * sn);
     let ratio = if b != 0.0 { n / b } else { f64::NAN };
     let repeated = base.repeats.len() > 1 && new.repeats.len() > 1;
     let floor = if repeated {
@@ -61,7 +69,7 @@ pub fn change(m: Metric, base: &Point, new: &Point) -> Option<Change> {
     } else {
         MIN_EFFECT_SINGLE
     };
-    let verdict = match (base.noise(m), new.noise(m)) {
+    let verdict = match (base.noise(m).map(|x| x * sb), new.noise(m).map(|x| x * sn)) {
         _ if (n - b).abs() <= floor * b.abs() => Verdict::Noise,
         // One side's noise unknown (too few samples for a tail): no claim either way.
         (None, _) | (_, None) => Verdict::Unknown,
@@ -173,6 +181,41 @@ fn pair<'a>(base: &'a [Point], new: &'a [Point], drop: &BTreeSet<String>) -> Pai
     }
 }
 
+/// The keys a comparison's rows are told apart by: those that vary over the base points, and
+/// the load.
+fn key_columns(pairing: &Pairing) -> Vec<String> {
+    let all: Vec<Point> = pairing.pairs.iter().map(|(_, b, _)| (*b).clone()).collect();
+    let mut key_cols: Vec<String> = Keys::of(&all).varying;
+    for load in Param::LOADS.map(Param::key) {
+        if all.iter().any(|p| p.key_value(load).is_some()) && !key_cols.iter().any(|k| k == load) {
+            key_cols.push(load.to_string());
+        }
+    }
+    key_cols
+}
+
+fn key_column(k: &str) -> Column {
+    Column {
+        name: k.to_string(),
+        // The comparison names the trace speed column by its key.
+        header: match Param::parse(k) {
+            Some(Param::Speed) | None => k.to_string(),
+            Some(param) => param.header().into(),
+        },
+    }
+}
+
+/// A row's cells of `key_cols` (see [`key_columns`]).
+fn key_cells(p: &Point, key_cols: &[String]) -> Vec<Cell> {
+    key_cols
+        .iter()
+        .map(|k| match p.key_value(k) {
+            Some(v) => crate::tables::points::key_cell(k, v),
+            None => Cell::Empty,
+        })
+        .collect()
+}
+
 fn table_for(
     title: &str,
     context: Vec<(String, String)>,
@@ -180,14 +223,7 @@ fn table_for(
     metrics: &[Metric],
     versus_col: bool,
 ) -> Table {
-    let all: Vec<Point> = pairing.pairs.iter().map(|(_, b, _)| (*b).clone()).collect();
-    let keys = Keys::of(&all);
-    let mut key_cols: Vec<String> = keys.varying.clone();
-    for load in Param::LOADS.map(Param::key) {
-        if all.iter().any(|p| p.key_value(load).is_some()) && !key_cols.iter().any(|k| k == load) {
-            key_cols.push(load.to_string());
-        }
-    }
+    let key_cols = key_columns(pairing);
     let mut columns = Vec::new();
     if versus_col {
         columns.push(Column {
@@ -195,16 +231,7 @@ fn table_for(
             header: "new".into(),
         });
     }
-    for k in &key_cols {
-        columns.push(Column {
-            name: k.clone(),
-            // The comparison names the trace speed column by its key.
-            header: match Param::parse(k) {
-                Some(Param::Speed) | None => k.clone(),
-                Some(param) => param.header().into(),
-            },
-        });
-    }
+    columns.extend(key_cols.iter().map(|k| key_column(k)));
     for m in metrics {
         for (suffix, head) in [("base", "base"), ("new", "new"), ("ratio", "new/base")] {
             columns.push(Column {
@@ -222,12 +249,7 @@ fn table_for(
         if versus_col {
             row.push(Cell::Text(versus.clone()));
         }
-        for k in &key_cols {
-            row.push(match b.key_value(k) {
-                Some(v) => crate::tables::points::key_cell(k, v),
-                None => Cell::Empty,
-            });
-        }
+        row.extend(key_cells(b, &key_cols));
         for (i, m) in metrics.iter().enumerate() {
             match change(*m, b, n) {
                 Some(c) => {
@@ -325,6 +347,20 @@ fn samples_note(pairing: &Pairing) -> Option<String> {
     (!parts.is_empty()).then(|| format!("verdicts rest on {}", parts.join("; ")))
 }
 
+/// Two runs' points matched: by what is left of their labels once those naming a whole side
+/// are dropped, and by their parameters less those each side holds one different value of
+/// (returned: key, base value, new value).
+fn pair_sides<'a>(
+    base: &'a [Point],
+    new: &'a [Point],
+) -> (Pairing<'a>, Vec<(String, String, String)>) {
+    let mut drop = run_labels(base);
+    drop.extend(run_labels(new));
+    let differ = differing_params(base, new);
+    drop.extend(differ.iter().map(|(k, _, _)| k.clone()));
+    (pair(base, new, &drop), differ)
+}
+
 /// `--compare base.jsonl new.jsonl`.
 pub fn compare_sides(
     base: &[Point],
@@ -333,11 +369,7 @@ pub fn compare_sides(
     new_name: &str,
     metrics: &[Metric],
 ) -> Table {
-    let mut drop = run_labels(base);
-    drop.extend(run_labels(new));
-    let differ = differing_params(base, new);
-    drop.extend(differ.iter().map(|(k, _, _)| k.clone()));
-    let pairing = pair(base, new, &drop);
+    let (pairing, differ) = pair_sides(base, new);
     let mut table = table_for(
         "comparison",
         vec![

@@ -17,6 +17,45 @@ pub enum PdPart {
     Decode,
 }
 
+/// The five parts of a P/D TTFT, in the order a request meets them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TtftPart {
+    PrefillQueue,
+    Prefill,
+    KvTransfer,
+    DecodeQueue,
+    FirstDecode,
+}
+
+impl TtftPart {
+    pub fn name(self) -> &'static str {
+        match self {
+            TtftPart::PrefillQueue => "prefill queue",
+            TtftPart::Prefill => "prefill",
+            TtftPart::KvTransfer => "KV transfer",
+            TtftPart::DecodeQueue => "decode queue",
+            TtftPart::FirstDecode => "first decode step",
+        }
+    }
+
+    /// What would shorten the part, for a layout it limits.
+    pub fn remedy(self) -> &'static str {
+        match self {
+            TtftPart::PrefillQueue => "add a prefill instance",
+            TtftPart::Prefill => {
+                "more prefill instances where prompts share its steps, else more TP on the prefill side"
+            }
+            TtftPart::KvTransfer => {
+                "a faster link between the instances (NVLink), or fewer KV bytes (an FP8 KV cache)"
+            }
+            TtftPart::DecodeQueue => "add a decode instance",
+            TtftPart::FirstDecode => {
+                "the decode step itself, long in a full batch: add a decode instance"
+            }
+        }
+    }
+}
+
 /// One point's P/D split, means over its repeats (ms).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct PdSplit {
@@ -52,6 +91,29 @@ impl PdSplit {
             first_decode: mean(&|t| t.first_decode_ms.unwrap_or(0.0)),
             outside: mean(&|t| t.outside_ms),
         })
+    }
+
+    /// The five parts (ms), in the order a request meets them.
+    pub fn parts(&self) -> [(TtftPart, f64); 5] {
+        [
+            (TtftPart::PrefillQueue, self.prefill_queue),
+            (TtftPart::Prefill, self.prefill),
+            (TtftPart::KvTransfer, self.transfer),
+            (TtftPart::DecodeQueue, self.decode_queue),
+            (TtftPart::FirstDecode, self.first_decode),
+        ]
+    }
+
+    /// The largest of the five parts, and its share of the client TTFT.
+    pub fn largest(&self) -> (TtftPart, f64) {
+        let (part, ms) = self
+            .parts()
+            .into_iter()
+            .fold(
+                (TtftPart::Prefill, f64::MIN),
+                |a, b| if b.1 > a.1 { b } else { a },
+            );
+        (part, ms / self.client.max(f64::MIN_POSITIVE))
     }
 
     /// The largest of the prefill side (its queue and prefill), the transfer and the decode
