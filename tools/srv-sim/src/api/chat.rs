@@ -3,7 +3,6 @@
 
 use super::{ApiError, Formatter, Prompt, Wire, as_u32, field, type_name};
 use crate::progress::Progress;
-use crate::{prefix, tokens};
 use serde_json::{Map, Value, json};
 
 pub(super) struct Chat;
@@ -128,10 +127,5 @@ pub fn messages_text(messages: &Value) -> Result<String, ApiError> {
 
 /// Chat `messages` as a prompt.
 pub fn messages_of(messages: &Value) -> Result<Prompt, ApiError> {
-    let text = messages_text(messages)?;
-    Ok(Prompt {
-        tokens: tokens::count(&text),
-        hash: tokens::fnv1a(text.as_bytes()) ^ 0xC4A7,
-        blocks: prefix::text_blocks(&text),
-    })
+    Ok(super::text_prompt(&messages_text(messages)?, 0xC4A7))
 }

@@ -13,6 +13,8 @@ use std::fmt::Write as _;
 
 mod chat;
 mod completions;
+mod messages;
+mod responses;
 
 pub use chat::messages_text;
 
@@ -21,17 +23,26 @@ pub use chat::messages_text;
 pub enum Endpoint {
     Completions,
     Chat,
+    Responses,
+    Messages,
 }
 
 impl Endpoint {
     /// Every generation endpoint, for the routes.
-    pub const ALL: &[Endpoint] = &[Endpoint::Completions, Endpoint::Chat];
+    pub const ALL: &[Endpoint] = &[
+        Endpoint::Completions,
+        Endpoint::Chat,
+        Endpoint::Responses,
+        Endpoint::Messages,
+    ];
 
     /// The one place an endpoint meets its wire format.
     fn wire(self) -> &'static dyn Wire {
         match self {
             Endpoint::Completions => &completions::Completions,
             Endpoint::Chat => &chat::Chat,
+            Endpoint::Responses => &responses::Responses,
+            Endpoint::Messages => &messages::Messages,
         }
     }
 
@@ -201,6 +212,16 @@ pub struct Prompt {
     pub tokens: u32,
     pub hash: u64,
     pub blocks: Vec<u64>,
+}
+
+/// A prompt given as text (chat messages' joined text, ...): `salt` keeps the hashes of one
+/// text sent through different APIs apart.
+pub(crate) fn text_prompt(text: &str, salt: u64) -> Prompt {
+    Prompt {
+        tokens: tokens::count(text),
+        hash: tokens::fnv1a(text.as_bytes()) ^ salt,
+        blocks: crate::prefix::text_blocks(text),
+    }
 }
 
 /// Validates a generation body.
@@ -383,6 +404,8 @@ pub struct Formatter {
     pub kv_transfer_ms: Option<f64>,
     /// A prefill server's hand-off to the decode side: the whole answer's `kv_transfer_params`.
     pub kv_transfer_params: Option<Value>,
+    /// Events written so far, for APIs that number them (the Responses API).
+    seq: std::cell::Cell<u64>,
     /// What every event of this request starts with (the wire's: for OpenAI's streams
     /// `data: {"id":..,"object":..,"created":..,"model":..,"choices":[`).
     pub(crate) head: String,
@@ -416,6 +439,7 @@ impl Formatter {
             per_request_metrics: false,
             kv_transfer_ms: None,
             kv_transfer_params: None,
+            seq: std::cell::Cell::new(0),
         }
     }
 
@@ -432,6 +456,13 @@ impl Formatter {
     /// `--enable-prompt-tokens-details` does.
     pub fn report_cached(&mut self, cached: u32) {
         self.cached_tokens = Some(cached);
+    }
+
+    /// The next event's number (from 0).
+    pub(crate) fn next_seq(&self) -> u64 {
+        let n = self.seq.get();
+        self.seq.set(n + 1);
+        n
     }
 
     /// OpenAI's `"usage":{...}` of `completion` tokens so far.

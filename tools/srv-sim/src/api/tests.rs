@@ -70,3 +70,101 @@ fn rejects_what_it_cannot_do() {
     .unwrap();
     assert_eq!((ok.prompt_tokens, ok.max_tokens), (3, 16));
 }
+
+/// A stream's events as (SSE event name, data as JSON).
+fn events(out: &[u8]) -> Vec<(Option<String>, Value)> {
+    let text = String::from_utf8(out.to_vec()).unwrap();
+    text.split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let mut name = None;
+            let mut data = Value::Null;
+            for line in e.lines() {
+                if let Some(n) = line.strip_prefix("event: ") {
+                    name = Some(n.to_string());
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(d).unwrap_or_else(|e| panic!("{d}: {e}"));
+                }
+            }
+            (name, data)
+        })
+        .collect()
+}
+
+/// The events of a whole stream of three tokens in two chunks for `body` at `endpoint`.
+fn stream_of(endpoint: Endpoint, body: &[u8]) -> Vec<(Option<String>, Value)> {
+    let req = parse_generate(endpoint, body, &limits()).unwrap();
+    assert_eq!((req.prompt_tokens, req.max_tokens), (4, 3), "{endpoint:?}");
+    let f = Formatter::new(endpoint, 7, 1, "\"m\"", &req);
+    let mut out = Vec::new();
+    f.start(&mut out);
+    f.token_chunk(&mut out, &[" ka", " lo"], false, 2);
+    f.token_chunk(&mut out, &[" mi"], true, 3);
+    f.finish(&mut out, 3, &crate::progress::Progress::new(3));
+    events(&out)
+}
+
+#[test]
+fn responses_events_are_typed_numbered_and_end_with_the_usage() {
+    let ev = stream_of(
+        Endpoint::Responses,
+        br#"{"input":[{"role":"user","content":[{"type":"input_text","text":"a b c d"}]}],"max_output_tokens":3,"stream":true}"#,
+    );
+    let kinds: Vec<&str> = ev.iter().map(|e| e.1["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.completed"
+        ]
+    );
+    for (i, (name, data)) in ev.iter().enumerate() {
+        assert_eq!(name.as_deref(), data["type"].as_str());
+        assert_eq!(data["sequence_number"], i);
+    }
+    assert_eq!(ev[4].1["delta"], " ka lo");
+    let usage = &ev[6].1["response"]["usage"];
+    assert_eq!(
+        (
+            usage["input_tokens"].as_u64(),
+            usage["output_tokens"].as_u64()
+        ),
+        (Some(4), Some(3))
+    );
+}
+
+#[test]
+fn messages_events_carry_text_deltas_and_the_counts() {
+    let ev = stream_of(
+        Endpoint::Messages,
+        br#"{"system":"a b","messages":[{"role":"user","content":"c d"}],"max_tokens":3,"stream":true}"#,
+    );
+    let kinds: Vec<&str> = ev.iter().map(|e| e.1["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    for (name, data) in &ev {
+        assert_eq!(name.as_deref(), data["type"].as_str());
+    }
+    assert_eq!(ev[0].1["message"]["usage"]["input_tokens"], 4);
+    assert_eq!(
+        ev[3].1["delta"],
+        json!({"type": "text_delta", "text": " mi"})
+    );
+    assert_eq!(ev[5].1["usage"]["output_tokens"], 3);
+    assert_eq!(ev[5].1["delta"]["stop_reason"], "max_tokens");
+}

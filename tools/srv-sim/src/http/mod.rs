@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
+mod embed;
 mod generate;
 
 pub use generate::TokenStream;
@@ -389,6 +390,7 @@ async fn handle(app: &Arc<App>, fd: RawFd, req: Request<Incoming>) -> Response<S
             },
             Err(e) => error_response(&e),
         },
+        "/v1/embeddings" if post => embed::embeddings(app, req).await,
         p if Endpoint::at(p).is_some() => error_response(&ApiError::new(
             405,
             format!("method {method} not allowed on {path}"),
@@ -398,6 +400,7 @@ async fn handle(app: &Arc<App>, fd: RawFd, req: Request<Incoming>) -> Response<S
         | "/v1/models"
         | "/metrics"
         | "/version"
+        | "/v1/embeddings"
         | "/tokenize"
         | "/v1/tokenize"
         | "/detokenize"
