@@ -259,6 +259,8 @@ pub struct PointStats {
     pub send_lag: Hist,
     pub output_tokens: u64,
     pub prompt_tokens: u64,
+    /// Embeddings: inputs embedded by the requests that succeeded.
+    pub inputs: u64,
     pub chunks: u64,
     /// Of `output_tokens`, those that were reasoning.
     pub reasoning_tokens: u64,
@@ -346,6 +348,7 @@ impl PointStats {
         }
         self.output_tokens += u64::from(r.output_tokens);
         self.prompt_tokens += u64::from(r.prompt_tokens.unwrap_or(0));
+        self.inputs += u64::from(r.inputs.unwrap_or(0));
         self.chunks += u64::from(r.chunks);
         if let Some(max) = r.max_tokens
             && r.output_tokens != max
@@ -427,6 +430,7 @@ impl PointStats {
         self.send_lag.merge(&other.send_lag);
         self.output_tokens += other.output_tokens;
         self.prompt_tokens += other.prompt_tokens;
+        self.inputs += other.inputs;
         self.chunks += other.chunks;
         self.prompt_len_exact += other.prompt_len_exact;
         self.prompt_len_targeted += other.prompt_len_targeted;
@@ -484,6 +488,7 @@ impl PointStats {
             send_lag: hist("send_lag_ms")?,
             output_tokens: s.output_tokens,
             prompt_tokens: s.prompt_tokens,
+            inputs: s.inputs.unwrap_or(0),
             chunks: match s.tokens_per_chunk {
                 Some(tpc) if tpc > 0.0 => (s.output_tokens as f64 / tpc).round() as u64,
                 _ => 0,
@@ -541,6 +546,8 @@ impl PointStats {
             req_s: rate(self.ok),
             output_tok_s: rate(self.output_tokens),
             total_tok_s: rate(self.output_tokens + self.prompt_tokens),
+            inputs: (self.inputs > 0).then_some(self.inputs),
+            inputs_s: (self.inputs > 0).then(|| rate(self.inputs)),
             steady_output_tok_s: self.steady_output_tok_s(),
             goodput_req_s: slo.map(|_| rate(self.good)),
             slo: slo.map(Slo::to_text),

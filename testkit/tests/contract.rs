@@ -297,7 +297,10 @@ const EVERY_TOOL: &[(&str, &str)] = &[
          printf '%s\n' '{"timestamp":0,"input_length":12,"output_length":2,"hash_ids":[1,2]}' '{"timestamp":3,"input_length":13,"output_length":2,"hash_ids":[1,3]}' '{"timestamp":6,"input_length":14,"output_length":2,"hash_ids":[1,4]}' '{"timestamp":9,"input_length":12,"output_length":2,"hash_ids":[1,5]}' '{"timestamp":12,"input_length":13,"output_length":2,"hash_ids":[1,6]}' '{"timestamp":15,"input_length":14,"output_length":2,"hash_ids":[1,7]}' > trace.jsonl
          loadgen --trace trace.jsonl --trace-block 8 --trace-speed 1,2 < server.jsonl
          loadgen --find-max concurrency -c 1 --find-max-limit 2 -n 6 --max-tokens 2 --input-len 8 --slo ttft_ms=1000 --slo-attainment 0.5 < server.jsonl
-         loadgen -c 2 -n 8 --max-tokens 40 --input-len 8 --cancel-rate 0.5 --cancel-after 5ms < server.jsonl"#,
+         loadgen -c 2 -n 8 --max-tokens 40 --input-len 8 --cancel-rate 0.5 --cancel-after 5ms < server.jsonl
+         loadgen --api responses -c 2 -n 3 --input-len 8 --max-tokens 3 < server.jsonl
+         loadgen --api messages -c 2 -n 3 --input-len 8 --max-tokens 3 < server.jsonl
+         loadgen --api embeddings -c 2 -n 4 --input-len 8 < server.jsonl"#,
     ),
     (
         "ranks.jsonl",

@@ -204,6 +204,9 @@ pub struct RequestRecord {
     /// Requested output tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// Embeddings (`loadgen --api embeddings`): the inputs the answer embedded (its vectors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<u32>,
     /// Absent on success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RequestError>,
@@ -280,6 +283,7 @@ impl RequestRecord {
             prompt_tokens: None,
             prompt_tokens_target: None,
             max_tokens: None,
+            inputs: None,
             error: None,
             cancelled_after_ms: None,
             session: None,

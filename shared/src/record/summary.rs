@@ -39,6 +39,12 @@ pub struct SummaryRecord {
     pub req_s: f64,
     pub output_tok_s: f64,
     pub total_tok_s: f64,
+    /// Embeddings (`loadgen --api embeddings`): the inputs embedded, and per second (the
+    /// point's throughput; an embedding request has no output tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs_s: Option<f64>,
     /// Output throughput over the steady-state window (all slots busy; see README).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steady_output_tok_s: Option<f64>,

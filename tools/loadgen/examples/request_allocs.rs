@@ -86,7 +86,7 @@ fn main() -> std::process::ExitCode {
             let start = Instant::now();
             let mut o = Outcome::expecting(max);
             // Bounded: a server that never ends a stream fails this after a minute.
-            let sent = stream_into(&pool, "/v1/completions", body.clone(), true, &mut o);
+            let sent = stream_into(&pool, loadgen::Api::Completions, body.clone(), true, &mut o);
             if tokio::time::timeout(std::time::Duration::from_secs(60), sent)
                 .await
                 .is_err()

@@ -49,7 +49,9 @@ impl Req {
         if n == 0 {
             return;
         }
-        if self.published == 0 {
+        if self.sub.pooling {
+            // The prefill's end, not a generated token.
+        } else if self.published == 0 {
             m.ttft.observe(secs(now - self.sub.arrival));
             if n > 1 {
                 m.itl.observe_n(0.0, u64::from(n - 1));
@@ -61,7 +63,9 @@ impl Req {
         self.published += n;
         self.last_publish = now;
         self.sub.progress.tokens_at(now);
-        m.generation_tokens += u64::from(n);
+        if !self.sub.pooling {
+            m.generation_tokens += u64::from(n);
+        }
         self.sub.progress.publish(self.published);
         if self.published >= self.total() {
             m.finished_length += 1;

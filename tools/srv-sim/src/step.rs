@@ -20,6 +20,9 @@ pub struct Submit {
     /// The request's id as the client sees it (the answer's `id`), where the engine logs it
     /// (SGLang's time stats).
     pub rid: Option<String>,
+    /// An embeddings request (`/v1/embeddings`): its one token marks the end of its prefill and
+    /// is no generated output (in no generation counter, TTFT or ITL histogram).
+    pub pooling: bool,
 }
 
 /// The work in one engine step, as the cost model sees it.

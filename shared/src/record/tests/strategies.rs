@@ -210,6 +210,7 @@ pub(super) fn request() -> impl Strategy<Value = Record> {
                 prompt_tokens: Some(3000),
                 prompt_tokens_target: Some(3000),
                 max_tokens: Some(7),
+                inputs: None,
                 error: failed.then(|| RequestError {
                     class: ErrorClass::Http5xx,
                     message: "HTTP 503: overloaded".into(),
@@ -268,6 +269,8 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                 req_s: 6.0,
                 output_tok_s: 600.0,
                 total_tok_s: 666.6,
+                inputs: partial.then_some(9),
+                inputs_s: partial.then_some(6.0),
                 steady_output_tok_s: Some(610.0),
                 goodput_req_s: None,
                 slo: None,

@@ -14,36 +14,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::io::Write as _;
 
-/// Which OpenAI endpoint the load uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Api {
-    /// POST /v1/completions with `prompt`.
-    Completions,
-    /// POST /v1/chat/completions with `messages`.
-    Chat,
-}
-
-impl Api {
-    pub fn path(self) -> &'static str {
-        match self {
-            Api::Completions => "/v1/completions",
-            Api::Chat => "/v1/chat/completions",
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Api::Completions => "completions",
-            Api::Chat => "chat",
-        }
-    }
-}
-
-/// One prompt as the request body will carry it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PromptText {
-    Text(String),
-    Messages(Value),
-}
+pub use crate::client::wire::{Api, PromptText};
 
 /// `--extra-body`: a JSON object, given inline or as `@FILE`.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,6 +108,7 @@ pub struct BodySpec {
 #[derive(Debug, Clone)]
 pub struct Template {
     api: Api,
+    /// `ignore_eos` and `min_tokens` ask for exactly `max_tokens` (an API that generates).
     force_length: bool,
     /// `{"model":...,...,` : every fixed field, ready for the per-request ones.
     head: Vec<u8>,
@@ -145,14 +117,25 @@ pub struct Template {
 }
 
 /// Keys each request sets itself; `--extra-body` cannot set them.
-const PER_REQUEST: &[&str] = &["max_tokens", "max_completion_tokens", "prompt", "messages"];
+const PER_REQUEST: &[&str] = &[
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+    "prompt",
+    "messages",
+    "input",
+];
 
 impl Template {
     /// The template, and one warning per field of `--extra-body` that loadgen overrides.
     pub fn new(spec: &BodySpec) -> (Template, Vec<String>) {
+        let wire = spec.api.wire();
+        let generates = spec.api.generates();
         let mut b = Map::new();
-        b.insert("temperature".into(), json!(0.0));
-        if spec.stream && spec.usage_per_chunk {
+        if generates {
+            b.insert("temperature".into(), json!(0.0));
+        }
+        if spec.stream && spec.usage_per_chunk && wire.stream_options() {
             b.insert(
                 "stream_options".into(),
                 json!({"continuous_usage_stats": true}),
@@ -187,18 +170,20 @@ impl Template {
             set(b, path, value);
         };
         own(&mut b, &["model"], Some(json!(spec.model)));
-        own(&mut b, &["stream"], Some(json!(spec.stream)));
-        if spec.stream {
+        if generates {
+            own(&mut b, &["stream"], Some(json!(spec.stream)));
+        }
+        if spec.stream && wire.stream_options() {
             own(
                 &mut b,
                 &["stream_options", "include_usage"],
                 Some(json!(true)),
             );
-        } else {
+        } else if !spec.stream {
             // vLLM refuses stream_options without stream.
             own(&mut b, &["stream_options"], None);
         }
-        if spec.force_length {
+        if spec.force_length && generates {
             own(&mut b, &["ignore_eos"], Some(json!(true)));
             own(&mut b, &["min_tokens"], None);
         }
@@ -218,7 +203,7 @@ impl Template {
         (
             Template {
                 api: spec.api,
-                force_length: spec.force_length,
+                force_length: spec.force_length && generates,
                 head,
                 fixed: b,
             },
@@ -234,29 +219,14 @@ impl Template {
         };
         let mut out = Vec::with_capacity(self.head.len() + text_len + text_len / 8 + 96);
         out.extend_from_slice(&self.head);
-        let _ = write!(out, "\"max_tokens\":{max_tokens}");
-        if self.force_length {
-            let _ = write!(out, ",\"min_tokens\":{max_tokens}");
-        }
-        match (self.api, prompt) {
-            (Api::Completions, PromptText::Text(t)) => {
-                out.extend_from_slice(b",\"prompt\":");
-                string(&mut out, t);
-            }
-            (Api::Chat, PromptText::Text(t)) => {
-                out.extend_from_slice(b",\"messages\":[{\"role\":\"user\",\"content\":");
-                string(&mut out, t);
-                out.extend_from_slice(b"}]");
-            }
-            (Api::Chat, PromptText::Messages(m)) => {
-                out.extend_from_slice(b",\"messages\":");
-                let _ = serde_json::to_writer(&mut out, m);
-            }
-            (Api::Completions, PromptText::Messages(m)) => {
-                out.extend_from_slice(b",\"prompt\":");
-                string(&mut out, &joined(m));
+        let wire = self.api.wire();
+        if let Some(key) = wire.max_tokens_key() {
+            let _ = write!(out, "\"{key}\":{max_tokens},");
+            if self.force_length {
+                let _ = write!(out, "\"min_tokens\":{max_tokens},");
             }
         }
+        wire.put_prompt(&mut out, prompt);
         out.push(b'}');
         Bytes::from(out)
     }
@@ -276,12 +246,6 @@ impl Template {
     }
 }
 
-/// A JSON string literal of `s`.
-fn string(out: &mut Vec<u8>, s: &str) {
-    let _ = serde_json::to_writer(out, s);
-}
-
-/// Chat messages as one completions prompt: their text contents, blank-line separated.
 /// What a point's requests share for their bodies: the template, and the output tokens asked
 /// for unless a listed prompt says otherwise.
 pub struct Bodies {
@@ -304,25 +268,6 @@ impl Bodies {
             None => self.max_tokens,
         }
     }
-}
-
-/// Sets `prompt` or `messages`, converting between the two forms where the API needs the other.
-pub fn put_prompt(b: &mut Value, api: Api, prompt: &PromptText) {
-    match (api, prompt) {
-        (Api::Completions, PromptText::Text(t)) => b["prompt"] = json!(t),
-        (Api::Chat, PromptText::Messages(m)) => b["messages"] = m.clone(),
-        (Api::Chat, PromptText::Text(t)) => b["messages"] = json!([{"role": "user", "content": t}]),
-        (Api::Completions, PromptText::Messages(m)) => b["prompt"] = json!(joined(m)),
-    }
-}
-
-pub fn joined(m: &Value) -> String {
-    m.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|x| x.get("content").and_then(Value::as_str))
-        .collect::<Vec<_>>()
-        .join("\n\n")
 }
 
 fn lookup<'a>(map: Option<&'a Map<String, Value>>, path: &[&str]) -> Option<&'a Value> {

@@ -35,7 +35,7 @@ pub struct Finished {
 /// What each request task of a phase shares, behind one reference count.
 pub struct InFlight {
     pub(crate) pool: Arc<Pool>,
-    pub(crate) path: &'static str,
+    pub(crate) api: crate::client::wire::Api,
     pub(crate) stream: bool,
     pub(crate) timeout: Duration,
     /// `--record-text`: every reply's text is kept, piece by piece, for its record.
@@ -184,7 +184,7 @@ pub async fn execute(
     let deadline = tokio::time::Instant::from_std(intended + shared.timeout);
     let work = tokio::time::timeout_at(
         deadline,
-        stream_into(&shared.pool, shared.path, body, shared.stream, &mut o),
+        stream_into(&shared.pool, shared.api, body, shared.stream, &mut o),
     );
     let abandon_at = abandon.map(|d| tokio::time::Instant::from_std(dispatched + d));
     let cancelled = tokio::select! {

@@ -6,6 +6,7 @@ use crate::client::http::{
     Failure, Pool, encoding_failure, hyper_failure, read_whole, status_failure,
 };
 use crate::client::sse::{ChunkReader, Field, SseParser};
+use crate::client::wire::Api;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use servbench::record::{ErrorClass, PointKey, RequestError, RequestRecord, TokenSource};
@@ -40,6 +41,8 @@ pub struct Outcome {
     pub failure: Option<Failure>,
     /// Abandoned on purpose this long after it left (`--cancel-rate`): not a failure.
     pub abandoned_after: Option<std::time::Duration>,
+    /// Embeddings: the vectors the answer carried.
+    pub inputs: Option<u32>,
 }
 
 /// Room for the gaps of the first this many tokens is made at once (more grow the list): a
@@ -113,6 +116,7 @@ impl Default for Outcome {
             end: Instant::now(),
             failure: None,
             abandoned_after: None,
+            inputs: None,
         }
     }
 }
@@ -141,11 +145,11 @@ fn ms(d: std::time::Duration) -> f64 {
 
 /// Sends one request and reads its answer to the end into `o`: a stream, or with `stream`
 /// false one whole JSON answer.
-pub async fn stream_into(pool: &Pool, path: &str, body: Bytes, stream: bool, o: &mut Outcome) {
+pub async fn stream_into(pool: &Pool, api: Api, body: Bytes, stream: bool, o: &mut Outcome) {
     let result = if stream {
-        stream_inner(pool, path, body, o).await
+        stream_inner(pool, api, body, o).await
     } else {
-        whole_inner(pool, path, body, o).await
+        whole_inner(pool, api, body, o).await
     };
     o.end = Instant::now();
     if let Err(f) = result {
@@ -154,7 +158,8 @@ pub async fn stream_into(pool: &Pool, path: &str, body: Bytes, stream: bool, o: 
 }
 
 /// A non-streaming request: the whole answer, its `usage` as the token counts.
-async fn whole_inner(pool: &Pool, path: &str, body: Bytes, o: &mut Outcome) -> Result<(), Failure> {
+async fn whole_inner(pool: &Pool, api: Api, body: Bytes, o: &mut Outcome) -> Result<(), Failure> {
+    let path = api.path();
     let (resp, conn) = pool
         .send(|| pool.target.request(hyper::Method::POST, path, body.clone()))
         .await?;
@@ -187,18 +192,14 @@ async fn whole_inner(pool: &Pool, path: &str, body: Bytes, o: &mut Outcome) -> R
             ),
         ));
     }
-    // The same rule as a stream's usage chunk: counts that are not token counts (negative,
-    // fractional, past u32) make the answer malformed; and without completion_tokens a whole
+    // The same rule as a stream's usage: counts that are not token counts (negative,
+    // fractional, past u32) make the answer malformed; and without completion tokens a whole
     // answer has no token count at all.
-    let usage = crate::client::sse::usage(&v["usage"]).map_err(|why| {
-        Failure::new(
-            ErrorClass::Protocol,
-            format!(
-                "malformed usage in answer ({why}): {}",
-                servbench::jsonl::excerpt(&v["usage"].to_string(), 120)
-            ),
-        )
-    })?;
+    let answer = api
+        .wire()
+        .answer(&v, o.reply.as_mut())
+        .map_err(|why| Failure::new(ErrorClass::Protocol, why))?;
+    let usage = answer.usage;
     if usage.completion_tokens.is_none() {
         return Err(Failure::new(
             ErrorClass::Protocol,
@@ -208,28 +209,21 @@ async fn whole_inner(pool: &Pool, path: &str, body: Bytes, o: &mut Outcome) -> R
     o.usage_completion = usage.completion_tokens;
     o.usage_prompt = usage.prompt_tokens;
     o.cached_tokens = usage.cached_tokens;
+    o.inputs = answer.inputs;
     o.server_timing = crate::client::server_timing::of_answer(&v);
     o.answer_id = crate::client::server_timing::answer_id(&v);
-    // A conversation resends the reply: the answer's content (chat) or text (completions),
-    // as the stream's content chunks would have given it.
-    if let Some(reply) = o.reply.as_mut() {
-        let choice = &v["choices"][0];
-        let text = choice["message"]["content"].as_str();
-        reply.push_str(text.or(choice["text"].as_str()).unwrap_or_default());
-        if reply.len() > MAX_REPLY_BYTES {
-            return Err(reply_too_long());
-        }
+    // The wire put the answer's text where a conversation (or --record-text) keeps it.
+    if o.reply.as_ref().is_some_and(|r| r.len() > MAX_REPLY_BYTES) {
+        return Err(reply_too_long());
+    }
+    if o.reply.is_some() {
         o.end_piece();
     }
     Ok(())
 }
 
-async fn stream_inner(
-    pool: &Pool,
-    path: &str,
-    body: Bytes,
-    o: &mut Outcome,
-) -> Result<(), Failure> {
+async fn stream_inner(pool: &Pool, api: Api, body: Bytes, o: &mut Outcome) -> Result<(), Failure> {
+    let (path, wire) = (api.path(), api.wire());
     let (resp, conn) = pool
         .send(|| pool.target.request(hyper::Method::POST, path, body.clone()))
         .await?;
@@ -275,7 +269,7 @@ async fn stream_inner(
                     return false;
                 }
             };
-            let (ev, reply_text) = match chunks.read(payload) {
+            let (ev, reply_text) = match wire.event(&mut chunks, payload) {
                 Ok(c) => (c.event, c.reply),
                 Err(why) => {
                     let text = String::from_utf8_lossy(payload);
@@ -468,6 +462,7 @@ pub fn to_record(
             http_status: f.http_status,
         }),
         cancelled_after_ms: o.abandoned_after.map(ms),
+        inputs: o.inputs,
         session: meta.turn.map(|t| t.0),
         turn: meta.turn.map(|t| t.1),
         cached_tokens: o.cached_tokens,

@@ -1,4 +1,5 @@
-//! Incremental server-sent-events parsing of OpenAI-style streams, without allocating per
+//! Incremental server-sent-events parsing of streams (the events of every API), and the
+//! reading of OpenAI-style chunks, without allocating per
 //! token: bytes are scanned where they arrived (only a line split across two reads is copied),
 //! and each `data:` payload is read by a [`ChunkReader`] that keeps only what the metrics need
 //! (is there content, reasoning content, usage, an error) and where the content's text lies:
@@ -154,20 +155,30 @@ pub fn classify(payload: &[u8]) -> Result<Event, String> {
 }
 
 /// One payload read: its event, and where its content text lies in it.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Classified<'a> {
     pub event: Event,
     pub reply: Reply<'a>,
 }
 
 /// The content text of a chunk as the scanner found it: the first choice's `text` and
-/// `delta.content` strings, raw (quoted, escapes as they are), borrowed from the payload.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// `delta.content` strings, raw (quoted, escapes as they are), borrowed from the payload; or,
+/// from the readers of other APIs' events (`wire/`), the text they decoded.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Reply<'a> {
     parts: [Option<&'a [u8]>; 2],
+    decoded: Option<std::borrow::Cow<'a, str>>,
 }
 
-impl Reply<'_> {
+impl<'a> Reply<'a> {
+    /// Text already decoded.
+    pub fn decoded(text: std::borrow::Cow<'a, str>) -> Reply<'a> {
+        Reply {
+            parts: [None, None],
+            decoded: Some(text),
+        }
+    }
+
     /// Appends the decoded text (`text`, then `delta.content`) to `out`; a string that is not
     /// valid JSON text (a raw control character, a bad escape, a lone surrogate, not UTF-8)
     /// appends nothing of this chunk, as serde would have refused the whole chunk.
@@ -183,6 +194,9 @@ impl Reply<'_> {
         }
         for text in decoded.into_iter().flatten() {
             out.push_str(&text);
+        }
+        if let Some(text) = &self.decoded {
+            out.push_str(text);
         }
     }
 }

@@ -79,7 +79,7 @@ impl<W: Write> Run<'_, W> {
                     input_len,
                     max_tokens: max
                         .or(input_len.map(|_| 256))
-                        .filter(|_| !catalog.is_trace()),
+                        .filter(|_| !catalog.is_trace() && self.plan.body.api.generates()),
                     repeat: 0,
                     trace_speed: None,
                 };

@@ -41,6 +41,28 @@ fn body(a: &Args) -> anyhow::Result<()> {
             "--eval sends at temperature 0, --extra-body sets \"temperature\": {t}"
         )));
     }
+    if !a.api.generates() {
+        // What a flag asks of the output an embedding does not have: refused, not ignored.
+        let given = [
+            ("--max-tokens", a.load.max_tokens.is_some()),
+            ("--turns", a.load.turns.is_some()),
+            ("--step-grid", a.step_grid),
+            ("--temperature", a.temperature.is_some()),
+            ("--top-p", a.top_p.is_some()),
+        ];
+        if let Some((flag, _)) = given.iter().find(|g| g.1) {
+            return Err(cli::usage(format!(
+                "{flag} with --api embeddings: an embedding has no output to ask it of (its figures are latency and inputs/s)"
+            )));
+        }
+        if let Some(slo) = &a.load.slo
+            && (slo.ttft_ms.is_some() || slo.tpot_ms.is_some() || slo.itl_ms.is_some())
+        {
+            return Err(cli::usage(
+                "--slo with --api embeddings: an embedding has no TTFT, TPOT or ITL; use e2e_ms",
+            ));
+        }
+    }
     if a.no_stream
         && let Some(slo) = &a.load.slo
         && (slo.ttft_ms.is_some() || slo.tpot_ms.is_some() || slo.itl_ms.is_some())

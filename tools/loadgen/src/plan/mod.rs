@@ -190,7 +190,7 @@ impl Args {
             body: BodyPlan {
                 api: a.api,
                 model: a.model.clone(),
-                stream: !a.no_stream,
+                stream: !a.no_stream && a.api.generates(),
                 allow_eos: a.allow_eos,
                 usage_per_chunk: !a.no_usage_per_chunk,
                 temperature: a.temperature,

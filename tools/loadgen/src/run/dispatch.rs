@@ -27,8 +27,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 #[derive(Clone)]
 pub struct Context {
     pub pool: Arc<Pool>,
-    /// The API's path (`/v1/completions`).
-    pub path: &'static str,
+    /// The API loaded.
+    pub api: crate::client::wire::Api,
     /// Streaming requests (false: `--no-stream`).
     pub stream: bool,
     pub timeout: Duration,
@@ -70,7 +70,7 @@ impl Context {
                 start,
                 requests: Arc::new(InFlight {
                     pool: self.pool.clone(),
-                    path: self.path,
+                    api: self.api,
                     stream: self.stream,
                     timeout: self.timeout,
                     record_text: self.record_text,

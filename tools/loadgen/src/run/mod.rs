@@ -106,7 +106,7 @@ pub fn run_plan<W: Write>(
         plan.lengths.check(max_model_len)?;
         let ctx = Context {
             pool: pool.clone(),
-            path: plan.body.api.path(),
+            api: plan.body.api,
             stream: plan.body.stream,
             timeout: plan.timeout,
             record_text: plan.record_text,

@@ -274,6 +274,7 @@ impl<W: Write> Run<'_, W> {
         let mut busy = BusyWindow::new();
         let mut first_failure = None;
         let slo = self.plan.slo.clone();
+        let generates = self.plan.body.api.generates();
         let labels = self.labels.clone();
         let write_requests = self.plan.write_requests;
         let progress = Progress::new(&key, &budget);
@@ -296,7 +297,7 @@ impl<W: Write> Run<'_, W> {
                 intended: f.intended,
                 dispatched: f.dispatched,
                 prompt_tokens_target: f.target,
-                max_tokens: Some(f.max_tokens),
+                max_tokens: generates.then_some(f.max_tokens),
                 turn: f.turn,
             };
             // Only a whole answer is judged: a failed or cancelled one has none.

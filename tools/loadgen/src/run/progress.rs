@@ -72,9 +72,14 @@ impl Progress {
         if now - self.last.get() > Duration::from_millis(200) {
             self.last.set(now);
             let secs = (now - self.started).as_secs_f64().max(1e-3);
+            // Embeddings have no output tokens: their throughput is inputs/s.
+            let (rate, unit) = match stats.inputs {
+                0 => (stats.output_tokens, "tok/s"),
+                n => (n, "inputs/s"),
+            };
             bar.set_message(format!(
-                "{:.0} tok/s, {} errors",
-                stats.output_tokens as f64 / secs,
+                "{:.0} {unit}, {} errors",
+                rate as f64 / secs,
                 stats.errors()
             ));
         }

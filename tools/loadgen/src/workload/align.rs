@@ -5,8 +5,9 @@
 //! `--timeout`.
 
 use super::prompts::Synthetic;
-use crate::client::body::{Api, BodySpec, ExtraBody, PromptText, Template, put_prompt};
+use crate::client::body::{Api, BodySpec, ExtraBody, PromptText, Template};
 use crate::client::http::Pool;
+use crate::client::wire::{Form, put_prompt};
 use bytes::Bytes;
 use serde_json::{Value, json};
 use servbench::cli;
@@ -154,7 +155,8 @@ impl Aligner {
             // counts BOS only with `add_special`, as its completions endpoint does; it has no
             // chat form (it answers no tokens, and probes count the templated prompt instead).
             let mut b = json!({"model": self.model});
-            if self.api == Api::Completions {
+            let form = self.api.wire().form();
+            if form == Form::Text {
                 b["content"] = json!(text);
                 b["add_special"] = json!(true);
             } else if let Some(kwargs) = self
@@ -164,7 +166,7 @@ impl Aligner {
             {
                 b["chat_template_kwargs"] = kwargs.clone();
             }
-            put_prompt(&mut b, self.api, &prompt);
+            put_prompt(&mut b, form, &prompt);
             let body = Bytes::from(serde_json::to_vec(&b).unwrap_or_default());
             if let Ok((200, reply)) = self
                 .pool
@@ -208,11 +210,9 @@ impl Aligner {
             return None;
         }
         let v: Value = serde_json::from_slice(&reply).ok()?;
-        v.get("usage")?
-            .get("prompt_tokens")?
-            .as_u64()
-            .and_then(|c| u32::try_from(c).ok())
-            .filter(|&c| plausible(c, words))
+        // The API's own usage (`input_tokens` in the Responses and Messages APIs).
+        let answer = self.api.wire().answer(&v, None).ok()?;
+        answer.usage.prompt_tokens.filter(|&c| plausible(c, words))
     }
 }
 

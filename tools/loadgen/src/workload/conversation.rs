@@ -15,6 +15,7 @@ use crate::client::body::Bodies;
 use crate::client::body::{Api, PromptText};
 use crate::client::inflight::{Finished, InFlight, Slot, deliver, execute};
 use crate::client::request::Outcome;
+use crate::client::wire::Form;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
@@ -120,8 +121,8 @@ impl History {
     /// message. For completions the reply follows its prompt directly (a completion continues
     /// the text), so each turn's prompt begins with the whole previous prompt and its reply.
     pub fn prompt(&self, api: Api) -> PromptText {
-        match api {
-            Api::Chat => {
+        match api.wire().form() {
+            Form::Messages => {
                 let mut m = Vec::with_capacity(self.turns.len() * 2);
                 for (user, reply) in &self.turns {
                     m.push(json!({"role": "user", "content": user}));
@@ -131,7 +132,7 @@ impl History {
                 }
                 PromptText::Messages(Value::Array(m))
             }
-            Api::Completions => {
+            Form::Text => {
                 let mut text = String::new();
                 for (i, (user, reply)) in self.turns.iter().enumerate() {
                     if i > 0 {

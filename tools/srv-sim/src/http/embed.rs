@@ -38,6 +38,7 @@ pub(super) async fn embeddings(app: &App, req: hyper::Request<Incoming>) -> Resp
         cached: 0,
         arrival,
         rid: None,
+        pooling: true,
     });
     WaitFor {
         progress: &progress,

@@ -97,6 +97,7 @@ pub(super) async fn generate(
         cached,
         arrival,
         rid: app.log_rids.then(|| fmt.id().to_string()),
+        pooling: false,
     });
     if app.prompt_tokens_details {
         fmt.report_cached(cached);

@@ -406,6 +406,7 @@ impl<'a> VirtualClock<'a> {
                 cached,
                 arrival: arrive,
                 rid: None,
+                pooling: false,
             },
         );
         self.watching.push(InFlight {

@@ -137,6 +137,7 @@ impl Group {
             cached: client.cached,
             arrival: client.arrival,
             rid: None,
+            pooling: false,
         });
         self.prefilling[i].push(Prefilling {
             id,

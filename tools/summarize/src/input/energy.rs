@@ -33,3 +33,16 @@ pub fn joules_per_token(s: &SummaryRecord, gpus: &[&GpuStats]) -> Option<f64> {
     let (joules, _) = point_energy(gpus, s.duration_s)?;
     (s.output_tokens > 0 && s.duration_s > 0.0).then(|| joules / s.output_tokens as f64)
 }
+
+/// The summary's GPUs, each once (a MIG GPU's instances share its power and count once).
+pub(crate) fn whole_gpus(s: &SummaryRecord) -> Vec<&GpuStats> {
+    let mut seen = Vec::new();
+    s.gpus
+        .iter()
+        .filter(|g| {
+            let fresh = !seen.contains(&g.index);
+            seen.push(g.index);
+            fresh
+        })
+        .collect()
+}

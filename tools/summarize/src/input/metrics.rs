@@ -140,6 +140,8 @@ impl Stat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scalar {
     ReqS,
+    /// Embeddings: inputs embedded per second (their points have no output tokens).
+    InputsS,
     OutputTokS,
     TotalTokS,
     SteadyTokS,
@@ -182,8 +184,9 @@ pub enum Scalar {
 }
 
 impl Scalar {
-    const ALL: [Scalar; 28] = [
+    const ALL: [Scalar; 29] = [
         Scalar::ReqS,
+        Scalar::InputsS,
         Scalar::OutputTokS,
         Scalar::TotalTokS,
         Scalar::SteadyTokS,
@@ -216,6 +219,7 @@ impl Scalar {
     fn name(self) -> &'static str {
         match self {
             Scalar::ReqS => "req_s",
+            Scalar::InputsS => "inputs_s",
             Scalar::OutputTokS => "tok_s",
             Scalar::TotalTokS => "total_tok_s",
             Scalar::SteadyTokS => "steady_tok_s",
@@ -249,6 +253,7 @@ impl Scalar {
     fn header(self) -> &'static str {
         match self {
             Scalar::ReqS => "req/s",
+            Scalar::InputsS => "inputs/s",
             Scalar::OutputTokS => "out tok/s",
             Scalar::TotalTokS => "total tok/s",
             Scalar::SteadyTokS => "steady tok/s",
@@ -278,19 +283,6 @@ impl Scalar {
             Scalar::EngineStepsS => "eng steps/s",
         }
     }
-}
-
-/// The summary's GPUs, each once (a MIG GPU's instances share its power and count once).
-pub(crate) fn whole_gpus(s: &SummaryRecord) -> Vec<&servbench::record::GpuStats> {
-    let mut seen = Vec::new();
-    s.gpus
-        .iter()
-        .filter(|g| {
-            let fresh = !seen.contains(&g.index);
-            seen.push(g.index);
-            fresh
-        })
-        .collect()
 }
 
 /// Anything a column can show from a summary.
@@ -331,6 +323,7 @@ pub enum Better {
 impl Metric {
     pub const TOK_S: Metric = Metric::Scalar(Scalar::OutputTokS);
     pub const REQ_S: Metric = Metric::Scalar(Scalar::ReqS);
+    pub const INPUTS_S: Metric = Metric::Scalar(Scalar::InputsS);
     pub const TTFT_P50: Metric = Metric::Dist(DistName::Ttft, Stat::P50);
     pub const TTFT_P99: Metric = Metric::Dist(DistName::Ttft, Stat::P99);
     pub const TTFO_P50: Metric = Metric::Dist(DistName::Ttfo, Stat::P50);
@@ -446,7 +439,9 @@ impl Metric {
         match self {
             Metric::Scalar(sc) => match sc {
                 Scalar::ReqS => Some(s.req_s),
-                Scalar::OutputTokS => Some(s.output_tok_s),
+                Scalar::InputsS => s.inputs_s,
+                // An embeddings point has no output: its throughput is inputs/s.
+                Scalar::OutputTokS => s.inputs_s.is_none().then_some(s.output_tok_s),
                 Scalar::TotalTokS => Some(s.total_tok_s),
                 Scalar::SteadyTokS => s.steady_output_tok_s,
                 Scalar::GoodputReqS => s.goodput_req_s,
@@ -489,10 +484,12 @@ impl Metric {
                     (!utils.is_empty()).then(|| utils.iter().sum::<f64>() / utils.len() as f64)
                 }
                 Scalar::TokSPerGpu => {
-                    let n = whole_gpus(s).len();
+                    let n = crate::input::energy::whole_gpus(s).len();
                     (n > 0).then(|| s.output_tok_s / n as f64)
                 }
-                Scalar::JoulesPerTok => crate::input::energy::joules_per_token(s, &whole_gpus(s)),
+                Scalar::JoulesPerTok => {
+                    crate::input::energy::joules_per_token(s, &crate::input::energy::whole_gpus(s))
+                }
             },
             Metric::Dist(d, st) => d.of(s).map(|dist| st.of(dist)),
         }

@@ -2,7 +2,7 @@
 //! GPUs' energy counters, their sampled power, or both.
 
 use crate::input::energy::point_energy;
-use crate::input::metrics::whole_gpus;
+use crate::input::energy::whole_gpus;
 use crate::notes::note::Facts;
 use crate::notes::words::load_name;
 use servbench::record::EnergySource;

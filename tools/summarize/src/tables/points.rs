@@ -1,7 +1,7 @@
 //! The load-points table (from `request` and `summary` records): its columns (`--cols`), the
 //! rows in group and load order, and with `--roofline` each row's limits and shares.
 
-use crate::input::metrics::{Metric, Scalar};
+use crate::input::metrics::{DistName, Metric, Scalar, Stat};
 use crate::input::param::{Param, is_load_key};
 use crate::input::points::{Keys, Point, point_name};
 use crate::notes::note::{Facts, Under};
@@ -51,8 +51,9 @@ pub fn section(facts: &Facts, view: &View) -> Vec<Table> {
 
 /// The metrics shown by default, in order (columns with no value anywhere are dropped).
 /// The server's figures come last and only where loadgen read them.
-pub const DEFAULT_METRICS: [Metric; 26] = [
+pub const DEFAULT_METRICS: [Metric; 27] = [
     Metric::REQ_S,
+    Metric::INPUTS_S,
     Metric::TOK_S,
     Metric::TTFT_P50,
     Metric::TTFT_P99,
@@ -83,6 +84,9 @@ pub const DEFAULT_METRICS: [Metric; 26] = [
     Metric::Scalar(Scalar::EngineStepMs),
     Metric::Scalar(Scalar::EngineStepsS),
 ];
+
+/// Beside inputs/s (embeddings): the requests' latency.
+const EMBED_LATENCY: [Metric; 2] = [Metric::E2E_P50, Metric::Dist(DistName::E2e, Stat::P99)];
 
 /// The group keys of the points: `by` when given, else every varying key except the load
 /// (`conc`/`rate`), which is what a group's rows (and a plot's x axis) step through.
@@ -169,6 +173,10 @@ pub fn points_table(
             for m in DEFAULT_METRICS {
                 if points.iter().any(|p| p.mean(m).is_some()) {
                     c.push(Col::Metric(m));
+                    // Embeddings have no tokens to time: their latency is the whole answer's.
+                    if m == Metric::INPUTS_S {
+                        c.extend(EMBED_LATENCY.map(Col::Metric));
+                    }
                 }
             }
             c

@@ -337,6 +337,7 @@ pub fn simulate_point(
             prompt_tokens: Some(prompt_tokens),
             prompt_tokens_target: Some(input_len),
             max_tokens: Some(max_tokens),
+            inputs: None,
             error: None,
             cancelled_after_ms: None,
             session: None,
