@@ -68,9 +68,10 @@ pub fn joined_text(pieces: &[String]) -> String {
     pieces.concat()
 }
 
-/// Where two replies, piece by piece, first differ: `None` when they are identical, else the
-/// index of the first piece (a token with most servers) that differs or that one lacks.
-pub fn first_difference(a: &[String], b: &[String]) -> Option<usize> {
+/// Where two replies, piece by piece (or by the pieces' hashes), first differ: `None` when they
+/// are identical, else the index of the first piece (a token with most servers) that differs or
+/// that one lacks.
+pub fn first_difference<T: PartialEq>(a: &[T], b: &[T]) -> Option<usize> {
     match a.iter().zip(b).position(|(x, y)| x != y) {
         Some(i) => Some(i),
         None if a.len() == b.len() => None,

@@ -296,6 +296,8 @@ fn compare_files(base: &Source, new: &Source, config: &Config) -> anyhow::Result
         }
         tables.push(pd);
     }
+    // Beside the speed: whether the two runs answered alike, where they recorded text.
+    tables.extend(compare::agreement::table(&base_inputs, &new_inputs));
     Ok(tables)
 }
 

@@ -6,6 +6,7 @@
 //! [`MIN_EFFECT`] (with repeats on both sides) or [`MIN_EFFECT_SINGLE`] (without: one run's
 //! spread shows sampling noise only, not how much a rerun moves).
 
+pub mod agreement;
 pub mod env_diff;
 pub mod model_vs_reality;
 pub mod pd;

@@ -1,0 +1,82 @@
+//! `summarize --compare` of two runs that recorded their text (`loadgen --eval`, or
+//! `--record-text`), made with one `--seed` against the real srv-sim, whose answer to a prompt
+//! is fixed by the prompt and srv-sim's own `--seed`: two servers of one seed agree on every
+//! request, servers of different seeds on none (from the first token), and the accuracy of
+//! each side stands beside it.
+
+use testkit::{cmd, loadgen, srv_sim, stderr};
+
+fn example() -> String {
+    format!(
+        "{}/../loadgen/examples/arith-12.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// One eval run against a srv-sim of `seed`, into `dir/name.jsonl`.
+fn run(dir: &std::path::Path, name: &str, seed: &str) -> String {
+    let (_sim, url) = srv_sim(&["--ttft", "5ms", "--itl", "1ms", "--seed", seed]);
+    let out = loadgen(&[
+        "--url",
+        &url,
+        "-c",
+        "4",
+        "--eval",
+        &example(),
+        "--max-tokens",
+        "6",
+        "--seed",
+        "1",
+        "--label",
+        &format!("run={name}"),
+    ])
+    .ok();
+    let path = dir.join(format!("{name}.jsonl"));
+    std::fs::write(&path, out.out()).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// The agreement table's one row, as CSV cells.
+fn agreement_row(base: &str, new: &str) -> Vec<String> {
+    let out = cmd("summarize")
+        .args(["--compare", base, new, "--format", "csv"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text
+        .lines()
+        .skip_while(|l| !l.starts_with("point,matched,identical_pct,first_diff_p50"));
+    assert!(lines.next().is_some(), "no agreement table: {text}");
+    let row = lines.next().unwrap_or_else(|| panic!("no row: {text}"));
+    row.split(',').map(str::to_string).collect()
+}
+
+/// A cell as a number (None when empty).
+fn num(cell: &str) -> Option<f64> {
+    (!cell.is_empty()).then(|| cell.parse().unwrap())
+}
+
+#[test]
+fn two_servers_of_one_seed_agree_on_every_answer_and_of_two_seeds_on_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = run(dir.path(), "a", "7");
+    let again = run(dir.path(), "again", "7");
+    let other = run(dir.path(), "other", "8");
+    // point, requests, identical %, first diff token p50, accuracy % base, new
+    let same = agreement_row(&a, &again);
+    let figures = |row: &[String]| row[1..].iter().map(|c| num(c)).collect::<Vec<_>>();
+    assert_eq!(
+        figures(&same)[..3],
+        [Some(12.0), Some(100.0), None],
+        "{same:?}"
+    );
+    // From the first token on, and srv-sim answers words, never a number: every answer
+    // judged, none right.
+    let differ = agreement_row(&a, &other);
+    assert_eq!(
+        figures(&differ),
+        [Some(12.0), Some(0.0), Some(0.0), Some(0.0), Some(0.0)],
+        "{differ:?}"
+    );
+}
