@@ -215,6 +215,11 @@ pub struct ModelCard {
     /// layers'): the GEMM shapes of a step need it (collbench gemm), the roofline does not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intermediate: Option<u32>,
+    /// A vision-language model: the side in pixels of one image token once the vision
+    /// encoder's patches are merged, so a W x H image is ceil(W/p) x ceil(H/p) prompt tokens
+    /// (Qwen2.5-VL: 14-pixel patches merged 2 x 2, 28). Absent: the model takes no images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_token_px: Option<u32>,
     /// Where the figures come from.
     #[serde(default)]
     pub source: String,
@@ -428,6 +433,7 @@ pub fn model_presets() -> Vec<ModelCard> {
                 act_bytes: 2.0,
                 moe: None,
                 intermediate: Some(intermediate),
+                image_token_px: None,
                 source: source.to_string(),
             }
         };
@@ -455,6 +461,7 @@ pub fn model_presets() -> Vec<ModelCard> {
         }),
         // The dense layers' MLP (intermediate_size in both configs).
         intermediate: Some(18432),
+        image_token_px: None,
         source: source.to_string(),
     };
     // Kimi-K2's parameters, counted from its config.json because the published "1T total" is
@@ -495,6 +502,19 @@ pub fn model_presets() -> Vec<ModelCard> {
             32.8e9,
             "Qwen/Qwen3-32B config.json: 64 layers, hidden 5120, 64 heads, 8 KV heads, head_dim 128, intermediate 25600; 32.8 B parameters, BF16",
         ),
+        ModelCard {
+            image_token_px: Some(28),
+            ..dense(
+                "qwen2.5-vl-7b",
+                28,
+                3584,
+                28,
+                4,
+                18944,
+                8.29e9,
+                "Qwen/Qwen2.5-VL-7B-Instruct config.json: 28 layers, hidden 3584, 28 heads, 4 KV heads, head_dim 128, intermediate 18944; vision patch_size 14, spatial_merge_size 2 (28 px per image token); 8.29 B parameters with the vision encoder, BF16",
+            )
+        },
         ModelCard {
             moe: Some(Moe {
                 experts: 128,

@@ -51,8 +51,8 @@ pub struct Args {
     /// Model name the API reports and accepts (default: the model preset's name)
     #[arg(long, value_name = "NAME")]
     pub served_model_name: Option<String>,
-    /// Model preset: llama-3.1-8b, llama-3.1-70b, qwen3-32b, qwen3-30b-a3b, deepseek-v3, kimi-k2,
-    /// kimi-k2-nvfp4 (--list-presets)
+    /// Model preset: llama-3.1-8b, llama-3.1-70b, qwen3-32b, qwen2.5-vl-7b, qwen3-30b-a3b,
+    /// deepseek-v3, kimi-k2, kimi-k2-nvfp4 (--list-presets)
     #[arg(
         long,
         value_name = "PRESET",

@@ -203,6 +203,7 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
             served_model: served,
             max_model_len: engine.max_model_len,
             default_max_tokens: server.default_max_tokens,
+            image_token_px: roofline.dep.model.image_token_px,
         },
         ready_at: started + server.startup,
         faults: server.faults.clone(),

@@ -1,7 +1,7 @@
 //! `/v1/chat/completions`: `messages`, `max_completion_tokens` or `max_tokens`, and
 //! `chat.completion.chunk` events (the assistant's role first, then `delta.content`).
 
-use super::{ApiError, Formatter, Prompt, Wire, as_u32, field, type_name};
+use super::{ApiError, Formatter, Limits, Prompt, Wire, as_u32, field, type_name};
 use crate::progress::Progress;
 use serde_json::{Map, Value, json};
 
@@ -12,9 +12,9 @@ impl Wire for Chat {
         "/v1/chat/completions"
     }
 
-    fn prompt(&self, obj: &Map<String, Value>) -> Result<Prompt, ApiError> {
+    fn prompt(&self, obj: &Map<String, Value>, limits: &Limits) -> Result<Prompt, ApiError> {
         match field(obj, "messages") {
-            Some(m) => messages_of(m),
+            Some(m) => messages_of(m, limits.image_token_px),
             None => Err(ApiError::bad_request("'messages' is required")),
         }
     }
@@ -73,12 +73,19 @@ impl Wire for Chat {
 /// The text of chat `messages`: every message's text content, joined by newlines (roles and
 /// templates add no tokens).
 pub fn messages_text(messages: &Value) -> Result<String, ApiError> {
+    messages_content(messages, None).map(|(text, _)| text)
+}
+
+/// The text of chat `messages` and the prompt tokens of their images, counted by the card's
+/// `image_token_px` (`None`: images are refused).
+pub fn messages_content(messages: &Value, px: Option<u32>) -> Result<(String, u32), ApiError> {
     let Some(list) = messages.as_array().filter(|l| !l.is_empty()) else {
         return Err(ApiError::bad_request(
             "'messages' must be a non-empty list of {\"role\", \"content\"} objects",
         ));
     };
     let mut text = String::new();
+    let mut images = 0u32;
     for (i, m) in list.iter().enumerate() {
         let Some(obj) = m.as_object() else {
             return Err(ApiError::bad_request(format!(
@@ -106,9 +113,14 @@ pub fn messages_text(messages: &Value) -> Result<String, ApiError> {
                             text.push_str(t);
                             text.push('\n');
                         }
+                        (Some("image_url"), _) => {
+                            let at = format!("messages[{i}].content[{j}]");
+                            let n = super::image::tokens(part, px, &at)?;
+                            images = images.saturating_add(n);
+                        }
                         _ => {
                             return Err(ApiError::bad_request(format!(
-                                "messages[{i}].content[{j}]: only {{\"type\":\"text\",\"text\":...}} parts are supported by srv-sim"
+                                "messages[{i}].content[{j}]: only text and image_url parts are supported by srv-sim"
                             )));
                         }
                     }
@@ -122,10 +134,13 @@ pub fn messages_text(messages: &Value) -> Result<String, ApiError> {
             }
         }
     }
-    Ok(text)
+    Ok((text, images))
 }
 
-/// Chat `messages` as a prompt.
-pub fn messages_of(messages: &Value) -> Result<Prompt, ApiError> {
-    Ok(super::text_prompt(&messages_text(messages)?, 0xC4A7))
+/// Chat `messages` as a prompt: their text's tokens and their images'.
+pub fn messages_of(messages: &Value, px: Option<u32>) -> Result<Prompt, ApiError> {
+    let (text, images) = messages_content(messages, px)?;
+    let mut prompt = super::text_prompt(&text, 0xC4A7);
+    prompt.tokens = prompt.tokens.saturating_add(images);
+    Ok(prompt)
 }

@@ -1,7 +1,7 @@
 //! `/v1/completions`: a `prompt` (text or token ids), `max_tokens`, and `text_completion` chunks
 //! whose first choice carries `text`.
 
-use super::{ApiError, Formatter, Prompt, Wire, as_u32, field, type_name};
+use super::{ApiError, Formatter, Limits, Prompt, Wire, as_u32, field, type_name};
 use crate::progress::Progress;
 use crate::{prefix, tokens};
 use serde_json::{Map, Value, json};
@@ -13,7 +13,7 @@ impl Wire for Completions {
         "/v1/completions"
     }
 
-    fn prompt(&self, obj: &Map<String, Value>) -> Result<Prompt, ApiError> {
+    fn prompt(&self, obj: &Map<String, Value>, _: &Limits) -> Result<Prompt, ApiError> {
         match field(obj, "prompt") {
             Some(p) => prompt_of(p),
             None => Err(ApiError::bad_request("'prompt' is required")),

@@ -4,7 +4,9 @@
 //! `content_block_delta` (`text_delta`) per chunk, `content_block_stop`, `message_delta`
 //! (`stop_reason`, the usage's `output_tokens`), `message_stop`.
 
-use super::{ApiError, Bytes, Formatter, Prompt, Wire, as_u32, field, text_prompt, type_name};
+use super::{
+    ApiError, Bytes, Formatter, Limits, Prompt, Wire, as_u32, field, text_prompt, type_name,
+};
 use crate::progress::Progress;
 use serde_json::{Map, Value, json};
 use std::fmt::Write as _;
@@ -16,7 +18,7 @@ impl Wire for Messages {
         "/v1/messages"
     }
 
-    fn prompt(&self, obj: &Map<String, Value>) -> Result<Prompt, ApiError> {
+    fn prompt(&self, obj: &Map<String, Value>, _: &Limits) -> Result<Prompt, ApiError> {
         let mut text = match field(obj, "system") {
             None => String::new(),
             Some(Value::String(s)) => format!("{s}\n"),

@@ -13,10 +13,11 @@ use std::fmt::Write as _;
 
 mod chat;
 mod completions;
+mod image;
 mod messages;
 mod responses;
 
-pub use chat::messages_text;
+pub use chat::{messages_content, messages_text};
 
 /// Which generation endpoint a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +63,7 @@ trait Wire: Sync {
     /// The route, `/v1/...`.
     fn path(&self) -> &'static str;
     /// The prompt of a body (`Err`: missing or malformed, said as the API's field).
-    fn prompt(&self, obj: &Map<String, Value>) -> Result<Prompt, ApiError>;
+    fn prompt(&self, obj: &Map<String, Value>, limits: &Limits) -> Result<Prompt, ApiError>;
     /// The output tokens asked for, where the body says.
     fn max_tokens(&self, obj: &Map<String, Value>) -> Result<Option<u32>, ApiError>;
     /// The answer's id for request `n`, and as trtllm-serve names its request `n`.
@@ -143,6 +144,8 @@ pub struct Limits {
     pub served_model: String,
     pub max_model_len: u32,
     pub default_max_tokens: u32,
+    /// The model card's `image_token_px` (None: a model that takes no images).
+    pub image_token_px: Option<u32>,
 }
 
 pub(crate) fn field<'a>(obj: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
@@ -243,7 +246,7 @@ pub fn parse_generate(
         }
     }
     let wire = endpoint.wire();
-    let prompt = wire.prompt(&obj)?;
+    let prompt = wire.prompt(&obj, limits)?;
     let prompt_tokens = prompt.tokens;
     // Features a real server has and the simulator does not: refuse rather than pretend.
     if as_u32(&obj, "n")?.is_some_and(|n| n != 1) {

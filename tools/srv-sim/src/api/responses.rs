@@ -6,7 +6,9 @@
 //! per chunk, then `response.completed` with the usage (`input_tokens`, `output_tokens`,
 //! `input_tokens_details.cached_tokens`). No `[DONE]`: the stream ends after the last event.
 
-use super::{ApiError, Bytes, Formatter, Prompt, Wire, as_u32, field, text_prompt, type_name};
+use super::{
+    ApiError, Bytes, Formatter, Limits, Prompt, Wire, as_u32, field, text_prompt, type_name,
+};
 use crate::progress::Progress;
 use serde_json::{Map, Value, json};
 use std::fmt::Write as _;
@@ -18,7 +20,7 @@ impl Wire for Responses {
         "/v1/responses"
     }
 
-    fn prompt(&self, obj: &Map<String, Value>) -> Result<Prompt, ApiError> {
+    fn prompt(&self, obj: &Map<String, Value>, _: &Limits) -> Result<Prompt, ApiError> {
         match field(obj, "input") {
             Some(input) => Ok(text_prompt(&input_text(input)?, 0x9E5F)),
             None => Err(ApiError::bad_request("'input' is required")),

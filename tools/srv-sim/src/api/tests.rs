@@ -7,6 +7,7 @@ fn limits() -> Limits {
         served_model: "m".into(),
         max_model_len: 100,
         default_max_tokens: 16,
+        image_token_px: None,
     }
 }
 

@@ -377,7 +377,7 @@ async fn handle(app: &Arc<App>, fd: RawFd, req: Request<Incoming>) -> Response<S
             generate::generate(app, fd, endpoint, req).await
         }
         "/tokenize" | "/v1/tokenize" if post => match read_body(app, req).await {
-            Ok(body) => match crate::textapi::tokenize(app.limits.max_model_len, &body) {
+            Ok(body) => match crate::textapi::tokenize(&app.limits, &body) {
                 Ok(json) => json_response(200, json),
                 Err(e) => error_response(&e),
             },
