@@ -7,6 +7,7 @@
 # Usage:   eval "$(scripts/setup/vllm.sh start)"    (`stop` does nothing: no service)
 # Prints:  export SERVBENCH_VLLM_BIN=DIR            (holds a `vllm` command: put it on PATH)
 #          export SERVBENCH_TINY_HF=/path/to/model  (a Hugging Face model directory)
+#          export SERVBENCH_TINY_HF_SEED1=/path     (the same model with other random weights)
 # Progress goes to stderr. Idempotent; safe to run concurrently (a lock serializes installs).
 #
 # The `vllm` wrapper sets, unless already set: VLLM_CPU_KVCACHE_SPACE=1 (GiB of KV cache; the
@@ -95,6 +96,14 @@ if [ ! -e "$MODEL/.servbench-complete" ] || [ "$HERE/make_tiny_hf.py" -nt "$MODE
   touch "$MODEL.tmp/.servbench-complete"
   rm -rf "$MODEL" && mv "$MODEL.tmp" "$MODEL"
 fi
+# The same model with other random weights (--seed 1): what greedy agreement tells apart.
+if [ ! -e "$MODEL-seed1/.servbench-complete" ] || [ "$HERE/make_tiny_hf.py" -nt "$MODEL-seed1/.servbench-complete" ]; then
+  rm -rf "$MODEL-seed1.tmp"
+  "$VENV/bin/python" "$HERE/make_tiny_hf.py" "$MODEL-seed1.tmp" --seed 1 >&2
+  touch "$MODEL-seed1.tmp/.servbench-complete"
+  rm -rf "$MODEL-seed1" && mv "$MODEL-seed1.tmp" "$MODEL-seed1"
+fi
 
 echo "export SERVBENCH_VLLM_BIN=$BIN"
 echo "export SERVBENCH_TINY_HF=$MODEL"
+echo "export SERVBENCH_TINY_HF_SEED1=$MODEL-seed1"

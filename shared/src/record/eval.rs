@@ -68,15 +68,21 @@ pub fn joined_text(pieces: &[String]) -> String {
     pieces.concat()
 }
 
-/// Where two replies, piece by piece (or by the pieces' hashes), first differ: `None` when they
-/// are identical, else the index of the first piece (a token with most servers) that differs or
-/// that one lacks.
-pub fn first_difference<T: PartialEq>(a: &[T], b: &[T]) -> Option<usize> {
-    match a.iter().zip(b).position(|(x, y)| x != y) {
-        Some(i) => Some(i),
-        None if a.len() == b.len() => None,
-        None => Some(a.len().min(b.len())),
+/// Where two replies first differ, in `a`'s pieces (a token each with most servers): `None`
+/// when their texts are identical, however the server cut them into chunks (a batch of four
+/// streams several tokens a chunk at times); else the index of `a`'s piece that holds the first
+/// byte that differs (or its end, where one text is the start of the other).
+pub fn first_difference(a: &[String], b: &[String]) -> Option<usize> {
+    let mut bytes_b = b.iter().flat_map(|p| p.bytes());
+    for (i, piece) in a.iter().enumerate() {
+        for byte in piece.bytes() {
+            if bytes_b.next() != Some(byte) {
+                return Some(i);
+            }
+        }
     }
+    // All of `a` matched: identical unless `b` goes on.
+    bytes_b.next().map(|_| a.len())
 }
 
 #[cfg(test)]
@@ -116,6 +122,16 @@ mod tests {
             Some(2)
         );
         assert_eq!(first_difference(&a, &pieces(&["The", " answer"])), Some(2));
+        // The same text cut into other chunks is the same answer.
+        assert_eq!(
+            first_difference(&a, &pieces(&["The answer", " is 4"])),
+            None
+        );
+        assert_eq!(
+            first_difference(&a, &pieces(&["The answer", " is 5"])),
+            Some(3)
+        );
+        assert_eq!(first_difference(&pieces(&["The"]), &a), Some(1));
         assert_eq!(joined_text(&a), "The answer is 4");
     }
 }

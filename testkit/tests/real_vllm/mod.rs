@@ -291,9 +291,14 @@ pub fn check_exact_run(records: &[Value], max_tokens: u64) {
 
 /// srv-launch vllm as users run it: its `server` record, or the test fails with its stderr.
 pub fn launch(dir: &Path, port: u16, engine_args: &[&str]) -> (Value, String) {
+    launch_model(dir, port, &model(), engine_args)
+}
+
+/// [`launch`] of `model`.
+pub fn launch_model(dir: &Path, port: u16, model: &str, engine_args: &[&str]) -> (Value, String) {
     let log = dir.join("vllm.log");
     let out = tool("srv-launch")
-        .args(["vllm", "--model", &model(), "--port", &port.to_string()])
+        .args(["vllm", "--model", model, "--port", &port.to_string()])
         .arg("--log")
         .arg(&log)
         .args(["--timeout", "10m", "--label", "run=vllm", "--"])

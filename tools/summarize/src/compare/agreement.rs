@@ -1,7 +1,7 @@
 //! Greedy agreement of two runs (`--compare A B` of runs made with `loadgen --seed S
 //! --record-text`, or `--eval`, at temperature 0): per point, the share of requests whose text
-//! is identical, matched by point and request id and successful on both sides, and for those
-//! that differ the median index of the first piece (a token with most servers) where they do.
+//! is identical (however the server cut it into chunks), matched by point and request id and successful on both sides, and for those
+//! that differ the median index of base's piece (a token with most servers) where they part.
 //! A lossless change (speculative decoding on and off, TP4 and TP8) answers 100% the same; a
 //! lossy one's drift is a number.
 
@@ -43,11 +43,11 @@ pub struct Agreement {
     /// Requests successful on both sides with the same id.
     pub matched: u64,
     pub identical: u64,
-    /// Of those that differ, the median index (from 0) of the first piece that differs.
+    /// Of those that differ, the median index (from 0) of base's piece where they part.
     pub first_difference_p50: Option<f64>,
 }
 
-pub fn agreement(a: &BTreeMap<u64, Vec<u64>>, b: &BTreeMap<u64, Vec<u64>>) -> Agreement {
+pub fn agreement(a: &BTreeMap<u64, Vec<String>>, b: &BTreeMap<u64, Vec<String>>) -> Agreement {
     let (mut matched, mut identical) = (0, 0);
     let mut firsts = Vec::new();
     for (id, ta) in a {
@@ -123,7 +123,7 @@ pub fn table(base: &Inputs, new: &Inputs) -> Option<Table> {
         return None;
     }
     t.notes.push(
-        "requests matched by point and request id, successful on both sides (run both with the same --seed at temperature 0); identical: the same text chunk by chunk; first diff token: of those that differ, the median position (from 0) of the first chunk that differs; accuracy: --eval's correct / judged, where the runs asked eval questions".into(),
+        "requests matched by point and request id, successful on both sides (run both with the same --seed at temperature 0); identical: the same text, however it was cut into chunks; first diff token: of those that differ, the median position (from 0, in base's chunks) of the chunk where they part; accuracy: --eval's correct / judged, where the runs asked eval questions".into(),
     );
     Some(t)
 }
@@ -134,18 +134,20 @@ mod tests {
 
     #[test]
     fn agreement_counts_identical_replies_and_the_median_first_difference() {
+        let t = |s: &[&str]| s.iter().map(|p| p.to_string()).collect::<Vec<_>>();
         let a = BTreeMap::from([
-            (0, vec![1, 2, 3]),
-            (1, vec![1, 2, 3]),
-            (2, vec![1, 2, 3]),
-            (3, vec![1, 2, 3]),
-            (9, vec![7]),
+            (0, t(&["a", "b", "c"])),
+            (1, t(&["a", "b", "c"])),
+            (2, t(&["a", "b", "c"])),
+            (3, t(&["a", "b", "c"])),
+            (9, t(&["z"])),
         ]);
+        // Request 0: the same text in other chunks, identical.
         let b = BTreeMap::from([
-            (0, vec![1, 2, 3]),
-            (1, vec![1, 5, 3]),
-            (2, vec![9, 2, 3]),
-            (3, vec![1, 2]),
+            (0, t(&["ab", "c"])),
+            (1, t(&["a", "x", "c"])),
+            (2, t(&["y", "b", "c"])),
+            (3, t(&["a", "b"])),
         ]);
         let got = agreement(&a, &b);
         assert_eq!((got.matched, got.identical), (4, 1));

@@ -52,9 +52,9 @@ pub struct Acc {
     pub first_summary: Option<Box<SummaryRecord>>,
     /// The sources this key's records came from (more than one: two runs look alike).
     pub sources: Vec<String>,
-    /// `loadgen --record-text`: each successful request's reply as its pieces' hashes, by id
+    /// `loadgen --record-text`: each successful request's reply, its pieces as they came, by id
     /// (`summarize --compare`'s greedy agreement).
-    pub texts: BTreeMap<u64, Vec<u64>>,
+    pub texts: BTreeMap<u64, Vec<String>>,
 }
 
 impl Acc {
@@ -411,22 +411,15 @@ fn add_request(
     appended.request(&mut key, r.id);
     let acc = inputs.points.entry(key).or_default();
     note_source(acc, source);
-    if let Some(pieces) = r.output_pieces.as_deref().filter(|_| r.is_ok()) {
-        acc.texts
-            .insert(r.id, pieces.iter().map(|p| piece_hash(p)).collect());
+    if r.is_ok()
+        && let Some(pieces) = r.output_pieces.take()
+    {
+        acc.texts.insert(r.id, pieces);
     }
     acc.from_requests
         .get_or_insert_with(PointStats::new)
         .add_request(&r, slo);
     Ok(())
-}
-
-/// A reply's piece as 64 bits (FNV-1a): two runs' texts compare piece by piece without keeping
-/// the text.
-fn piece_hash(piece: &str) -> u64 {
-    piece.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
 }
 
 /// One parsed record into `inputs`; `Err`: why its content is unusable.
