@@ -2,7 +2,7 @@
 //! `--record-text`), made with one `--seed` against the real srv-sim, whose answer to a prompt
 //! is fixed by the prompt and srv-sim's own `--seed`: two servers of one seed agree on every
 //! request, servers of different seeds on none (from the first token), and the accuracy of
-//! each side stands beside it.
+//! each side stands beside it (and in the plain report's eval table).
 
 use testkit::{cmd, loadgen, srv_sim, stderr};
 
@@ -74,6 +74,15 @@ fn two_servers_of_one_seed_agree_on_every_answer_and_of_two_seeds_on_none() {
     // From the first token on, and srv-sim answers words, never a number: every answer
     // judged, none right.
     let differ = agreement_row(&a, &other);
+    // The plain report carries the accuracy too, from the request records.
+    let out = cmd("summarize").arg(&a).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let eval = text
+        .split("# eval\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}"));
+    let row: Vec<&str> = eval.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row, ["C=4", "12", "0", "0", "0.0"], "{text}");
     assert_eq!(
         figures(&differ),
         [Some(12.0), Some(0.0), Some(0.0), Some(0.0), Some(0.0)],

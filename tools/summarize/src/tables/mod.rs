@@ -11,6 +11,7 @@
 pub mod coll;
 pub mod compute;
 pub mod decode;
+pub mod eval;
 pub mod kills;
 pub mod p2p;
 pub mod plans;
@@ -64,6 +65,7 @@ pub const SECTIONS: &[Section] = &[
         coll::section,
     ),
     section("turns", POINTS, workloads::turns),
+    section("eval", POINTS, eval::section),
     section("ramps", &[RampRecord::KIND], ramps::section),
     section("searches", &[SearchRecord::KIND], workloads::searches),
     section(
