@@ -207,6 +207,10 @@ pub struct RequestRecord {
     /// Embeddings (`loadgen --api embeddings`): the inputs the answer embedded (its vectors).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<u32>,
+    /// Images the request carried (`loadgen --images`): its `prompt_tokens` are the server's
+    /// count of its text and images together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<u32>,
     /// Absent on success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RequestError>,
@@ -284,6 +288,7 @@ impl RequestRecord {
             prompt_tokens_target: None,
             max_tokens: None,
             inputs: None,
+            images: None,
             error: None,
             cancelled_after_ms: None,
             session: None,

@@ -26,6 +26,7 @@ fn req(id: u64, intended: f64, ttft: f64, itl: &[f64], tokens: u32) -> RequestRe
         prompt_tokens_target: Some(100),
         max_tokens: Some(tokens),
         inputs: None,
+        images: None,
         error: None,
         cancelled_after_ms: None,
         session: None,

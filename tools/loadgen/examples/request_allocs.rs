@@ -105,6 +105,7 @@ fn main() -> std::process::ExitCode {
                 dispatched: start,
                 prompt_tokens_target: None,
                 max_tokens: Some(max),
+                images: None,
                 turn: None,
             };
             std::hint::black_box(to_record(meta, o, &labels));

@@ -125,6 +125,13 @@ pub struct Args {
     /// Nucleus sampling top_p of every request
     #[arg(long)]
     pub top_p: Option<f64>,
+    /// Images in every chat request (--api chat): N synthetic PNGs of --image-size as data
+    /// URLs, different in every request; the server counts their tokens (`prompt_tokens`)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub images: u32,
+    /// Size of each --images image, WIDTHxHEIGHT in pixels
+    #[arg(long, value_name = "WxH", default_value = "512x512", value_parser = client::image::ImageSize::parse)]
+    pub image_size: client::image::ImageSize,
     /// Non-streaming requests: E2E and token counts only (no TTFT, ITL or TPOT)
     #[arg(long)]
     pub no_stream: bool,

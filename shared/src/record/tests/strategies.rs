@@ -211,6 +211,7 @@ pub(super) fn request() -> impl Strategy<Value = Record> {
                 prompt_tokens_target: Some(3000),
                 max_tokens: Some(7),
                 inputs: None,
+                images: None,
                 error: failed.then(|| RequestError {
                     class: ErrorClass::Http5xx,
                     message: "HTTP 503: overloaded".into(),

@@ -10,9 +10,12 @@
 //! length is forced, and the per-request `max_tokens`/`min_tokens`/`max_completion_tokens`,
 //! `prompt` and `messages`.
 
+use crate::client::image::Images;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::io::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use crate::client::wire::{Api, PromptText};
 
@@ -114,6 +117,8 @@ pub struct Template {
     head: Vec<u8>,
     /// The merged fixed fields, for the summary.
     fixed: Map<String, Value>,
+    /// `--images`: each request's images, drawn from the seed and the requests built so far.
+    images: Option<(Images, u64, Arc<AtomicU64>)>,
 }
 
 /// Keys each request sets itself; `--extra-body` cannot set them.
@@ -206,18 +211,38 @@ impl Template {
                 force_length: spec.force_length && generates,
                 head,
                 fixed: b,
+                images: None,
             },
             warnings,
         )
     }
 
+    /// Every request carries `images` (chat), drawn from `seed`.
+    pub fn with_images(mut self, images: Images, seed: u64) -> Template {
+        self.images = Some((images, seed, Arc::new(AtomicU64::new(0))));
+        self
+    }
+
+    /// The images each request carries.
+    pub fn images(&self) -> Option<Images> {
+        self.images.as_ref().map(|i| i.0)
+    }
+
     /// The body of one request.
     pub fn build(&self, prompt: &PromptText, max_tokens: u32) -> Bytes {
+        let urls = match &self.images {
+            Some((images, seed, drawn)) => {
+                images.data_urls(seed ^ drawn.fetch_add(1, Ordering::Relaxed))
+            }
+            None => Vec::new(),
+        };
         let text_len = match prompt {
             PromptText::Text(t) => t.len(),
             PromptText::Messages(_) => 256,
         };
-        let mut out = Vec::with_capacity(self.head.len() + text_len + text_len / 8 + 96);
+        let images_len: usize = urls.iter().map(|u| u.len() + 64).sum();
+        let mut out =
+            Vec::with_capacity(self.head.len() + text_len + text_len / 8 + 96 + images_len);
         out.extend_from_slice(&self.head);
         let wire = self.api.wire();
         if let Some(key) = wire.max_tokens_key() {
@@ -226,7 +251,7 @@ impl Template {
                 let _ = write!(out, "\"min_tokens\":{max_tokens},");
             }
         }
-        wire.put_prompt(&mut out, prompt);
+        wire.put_prompt(&mut out, prompt, &urls);
         out.push(b'}');
         Bytes::from(out)
     }

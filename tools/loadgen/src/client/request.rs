@@ -406,6 +406,8 @@ pub struct RequestMeta {
     pub dispatched: Instant,
     pub prompt_tokens_target: Option<u32>,
     pub max_tokens: Option<u32>,
+    /// `--images`: how many the request carried.
+    pub images: Option<u32>,
     /// Conversations: (session, turn from 1).
     pub turn: Option<(u64, u32)>,
 }
@@ -463,6 +465,7 @@ pub fn to_record(
         }),
         cancelled_after_ms: o.abandoned_after.map(ms),
         inputs: o.inputs,
+        images: meta.images,
         session: meta.turn.map(|t| t.0),
         turn: meta.turn.map(|t| t.1),
         cached_tokens: o.cached_tokens,

@@ -64,6 +64,10 @@ impl<W: Write> Run<'_, W> {
                 for w in warnings {
                     self.warn_once(w);
                 }
+                let template = match self.plan.body.images {
+                    Some(images) => template.with_images(images, self.plan.job_seed),
+                    None => template,
+                };
                 let work = Work {
                     bodies: Arc::new(Bodies {
                         template,

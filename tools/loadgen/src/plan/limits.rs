@@ -41,6 +41,12 @@ fn body(a: &Args) -> anyhow::Result<()> {
             "--eval sends at temperature 0, --extra-body sets \"temperature\": {t}"
         )));
     }
+    if a.images > 0 && a.api != crate::Api::Chat {
+        return Err(cli::usage(format!(
+            "--images with --api {}: images go in chat messages (use --api chat)",
+            a.api.name()
+        )));
+    }
     if !a.api.generates() {
         // What a flag asks of the output an embedding does not have: refused, not ignored.
         let given = [

@@ -79,6 +79,8 @@ pub struct BodyPlan {
     pub shared_prefix: u32,
     pub prefix_groups: Option<u32>,
     pub prefix_len: Option<u32>,
+    /// `--images`: the images each chat request carries.
+    pub images: Option<crate::client::image::Images>,
 }
 
 /// The whole run, planned.
@@ -200,6 +202,10 @@ impl Args {
                     Some(m) => m.iter().copied().map(Some).collect(),
                     None => vec![None],
                 },
+                images: (a.images > 0).then_some(crate::client::image::Images {
+                    count: a.images,
+                    size: a.image_size,
+                }),
                 shared_prefix: a.load.prefix_len.unwrap_or(a.load.shared_prefix),
                 prefix_groups: a.load.prefix_groups,
                 prefix_len: a.load.prefix_len,

@@ -275,6 +275,7 @@ impl<W: Write> Run<'_, W> {
         let mut first_failure = None;
         let slo = self.plan.slo.clone();
         let generates = self.plan.body.api.generates();
+        let images = self.plan.body.images.map(|i| i.count);
         let labels = self.labels.clone();
         let write_requests = self.plan.write_requests;
         let progress = Progress::new(&key, &budget);
@@ -296,8 +297,10 @@ impl<W: Write> Run<'_, W> {
                 point_start,
                 intended: f.intended,
                 dispatched: f.dispatched,
-                prompt_tokens_target: f.target,
+                // The server counts the images by its own rule: the text alone was aligned.
+                prompt_tokens_target: f.target.filter(|_| images.is_none()),
                 max_tokens: generates.then_some(f.max_tokens),
+                images,
                 turn: f.turn,
             };
             // Only a whole answer is judged: a failed or cancelled one has none.

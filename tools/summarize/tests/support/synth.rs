@@ -338,6 +338,7 @@ pub fn simulate_point(
             prompt_tokens_target: Some(input_len),
             max_tokens: Some(max_tokens),
             inputs: None,
+            images: None,
             error: None,
             cancelled_after_ms: None,
             session: None,

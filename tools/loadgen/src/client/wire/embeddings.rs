@@ -26,7 +26,7 @@ impl Wire for Embeddings {
         Form::Text
     }
 
-    fn put_prompt(&self, out: &mut Vec<u8>, prompt: &PromptText) {
+    fn put_prompt(&self, out: &mut Vec<u8>, prompt: &PromptText, _: &[String]) {
         out.extend_from_slice(b"\"input\":");
         json_string(out, &as_text(prompt));
     }

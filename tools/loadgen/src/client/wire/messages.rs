@@ -32,7 +32,7 @@ impl Wire for Messages {
         Form::Messages
     }
 
-    fn put_prompt(&self, out: &mut Vec<u8>, prompt: &PromptText) {
+    fn put_prompt(&self, out: &mut Vec<u8>, prompt: &PromptText, _: &[String]) {
         let list = match prompt {
             PromptText::Messages(Value::Array(list)) => list,
             _ => {

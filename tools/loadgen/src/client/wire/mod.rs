@@ -91,8 +91,9 @@ pub trait Wire: Sync {
     }
     /// The prompt's form: a chat form is counted by `/tokenize` as messages.
     fn form(&self) -> Form;
-    /// Appends the prompt's fields (`"prompt":...`), without a comma before or after.
-    fn put_prompt(&self, out: &mut Vec<u8>, prompt: &PromptText);
+    /// Appends the prompt's fields (`"prompt":...`), without a comma before or after, with
+    /// `images` (PNG data URLs: chat only, the flags refuse them elsewhere).
+    fn put_prompt(&self, out: &mut Vec<u8>, prompt: &PromptText, images: &[String]);
     /// Reads one `data:` payload of a stream (`openai`: the stream's chunk reader, which
     /// learns the shapes OpenAI chunks repeat); `Err` says why it is malformed.
     fn event<'a>(

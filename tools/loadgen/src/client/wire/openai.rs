@@ -4,7 +4,7 @@
 
 use super::{Answer, Form, PromptText, Wire, as_text, json_string, put_messages};
 use crate::client::sse::{self, ChunkReader, Classified};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub(super) struct Completions;
 pub(super) struct Chat;
@@ -30,7 +30,7 @@ impl Wire for Completions {
         Form::Text
     }
 
-    fn put_prompt(&self, out: &mut Vec<u8>, prompt: &PromptText) {
+    fn put_prompt(&self, out: &mut Vec<u8>, prompt: &PromptText, _: &[String]) {
         out.extend_from_slice(b"\"prompt\":");
         json_string(out, &as_text(prompt));
     }
@@ -69,9 +69,30 @@ impl Wire for Chat {
         Form::Messages
     }
 
-    fn put_prompt(&self, out: &mut Vec<u8>, prompt: &PromptText) {
+    fn put_prompt(&self, out: &mut Vec<u8>, prompt: &PromptText, images: &[String]) {
         out.extend_from_slice(b"\"messages\":");
-        put_messages(out, prompt);
+        if images.is_empty() {
+            return put_messages(out, prompt);
+        }
+        // The images follow the last message's text, as `image_url` parts.
+        let mut messages = match prompt {
+            PromptText::Text(t) => json!([{"role": "user", "content": t}]),
+            PromptText::Messages(m) => m.clone(),
+        };
+        if let Some(last) = messages.as_array_mut().and_then(|l| l.last_mut()) {
+            let mut parts = match last["content"].take() {
+                Value::String(t) => vec![json!({"type": "text", "text": t})],
+                Value::Array(parts) => parts,
+                _ => Vec::new(),
+            };
+            parts.extend(
+                images
+                    .iter()
+                    .map(|url| json!({"type": "image_url", "image_url": {"url": url}})),
+            );
+            last["content"] = Value::Array(parts);
+        }
+        let _ = serde_json::to_writer(out, &messages);
     }
 
     fn event<'a>(

@@ -32,7 +32,7 @@ impl Wire for Responses {
         Form::Messages
     }
 
-    fn put_prompt(&self, out: &mut Vec<u8>, prompt: &PromptText) {
+    fn put_prompt(&self, out: &mut Vec<u8>, prompt: &PromptText, _: &[String]) {
         out.extend_from_slice(b"\"input\":");
         match prompt {
             PromptText::Text(t) => json_string(out, t),
