@@ -72,6 +72,9 @@ pub struct Workload {
     /// or `100ms..500ms` drawn uniformly per request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel_after: Option<String>,
+    /// `--eval`: the question set's file, as given (the summary's `eval` holds its accuracy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval: Option<String>,
     /// Workload fields this build does not know (a newer tool's): kept and written back.
     #[serde(flatten)]
     pub extra: Extra,

@@ -92,6 +92,7 @@ fn eval_accuracy_is_counted_exactly_and_each_record_carries_its_verdict() {
         in_the_schema(line, &format!("loadgen stdout:{}", i + 1));
     }
     let s = out.one::<SummaryRecord>();
+    assert_eq!(s.workload.eval.as_deref(), Some(set.as_str()));
     let e = s.eval.expect("the summary carries the accuracy");
     assert_eq!((e.correct, e.judged, e.not_judged), (18, 24, 0));
     assert_eq!(e.accuracy, Some(0.75));
@@ -145,8 +146,8 @@ fn answers_that_never_came_whole_are_not_judged_but_counted() {
 #[test]
 fn record_text_keeps_every_replys_pieces_and_the_same_seed_gives_the_same_text() {
     let (_sim, url) = srv_sim(SIM);
-    let run = || {
-        let out = loadgen(&[
+    let run_with = |extra: &[&str]| {
+        let mut args = vec![
             "--url",
             &url,
             "-c",
@@ -160,8 +161,9 @@ fn record_text_keeps_every_replys_pieces_and_the_same_seed_gives_the_same_text()
             "--seed",
             "9",
             "--record-text",
-        ])
-        .ok();
+        ];
+        args.extend_from_slice(extra);
+        let out = loadgen(&args).ok();
         let mut texts: Vec<(u64, Vec<String>)> = out
             .of::<RequestRecord>()
             .into_iter()
@@ -170,6 +172,7 @@ fn record_text_keeps_every_replys_pieces_and_the_same_seed_gives_the_same_text()
         texts.sort();
         texts
     };
+    let run = || run_with(&[]);
     let (a, b) = (run(), run());
     assert_eq!(a.len(), 6);
     assert!(
@@ -178,6 +181,13 @@ fn record_text_keeps_every_replys_pieces_and_the_same_seed_gives_the_same_text()
         "{a:?}"
     );
     assert_eq!(a, b, "srv-sim answers a prompt the same under one seed");
+    // A whole answer (--no-stream) is one piece: the same text.
+    let whole = run_with(&["--no-stream"]);
+    let joined = |t: &[(u64, Vec<String>)]| -> Vec<(u64, String)> {
+        t.iter().map(|(id, p)| (*id, joined_text(p))).collect()
+    };
+    assert!(whole.iter().all(|(_, p)| p.len() == 1), "{whole:?}");
+    assert_eq!(joined(&whole), joined(&a));
     // Without the flag, no text.
     let out = loadgen(&[
         "--url",

@@ -314,6 +314,7 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                     trace_rows: (!partial).then_some(12031),
                     cancel_rate: partial.then_some(0.25),
                     cancel_after: partial.then(|| "100ms..300ms".into()),
+                    eval: (!partial).then(|| "arith-12.jsonl".into()),
                     // A newer tool's workload field survives the trip.
                     extra: if partial {
                         Extra::new()

@@ -109,6 +109,12 @@ impl<W: Write> Run<'_, W> {
         s.workload.stream = Some(self.plan.body.stream);
         s.workload.temperature = work.bodies.template.temperature();
         s.workload.top_p = work.bodies.template.top_p();
+        s.workload.eval = self
+            .plan
+            .workload
+            .eval
+            .as_ref()
+            .map(|(file, _)| file.clone());
         s.workload.extra_body = self
             .plan
             .body
