@@ -24,7 +24,7 @@ pub use cards::{
 };
 pub use comm::{Algo, AllreduceCost, MeasuredCurve};
 pub use gemm::GemmCurve;
-pub use pd::{KvTransfer, PdLayout, kv_transfer};
+pub use pd::{KvTransfer, PdLayout, first_gpu, kv_transfer};
 pub use roofline::{Comm, Deployment, Gemm, Layout, MEMORY_UTILIZATION, Rates, StepCost, StepWork};
 pub use verdict::{Bound, ComputeParts, StepBasis, StepParts, StepVerdict};
 

@@ -11,63 +11,18 @@
 
 use super::cards::{Hardware, LinkKind, ModelCard};
 use super::roofline::Layout;
-use std::fmt;
-use std::str::FromStr;
+use crate::record::PdRole;
 
-/// A disaggregated layout: `prefill` prefill instances and `decode` decode instances, each of
-/// the same TP x PP layout, placed on consecutive GPUs (the prefill instances first).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PdLayout {
-    pub prefill: u32,
-    pub decode: u32,
-}
+/// A disaggregated layout (`xPyD`): the record's, one type (its members placed on GPUs by
+/// [`PdLayout::server_gpus`]).
+pub use crate::record::PdLayout;
 
-impl PdLayout {
-    /// Instances in all.
-    pub fn instances(&self) -> u32 {
-        self.prefill + self.decode
-    }
-
-    /// The first GPU of prefill instance `i` (`gpus_per_instance` each, prefill first).
-    pub fn prefill_gpu(&self, i: u32, gpus_per_instance: u32) -> u32 {
-        i * gpus_per_instance
-    }
-
-    /// The first GPU of decode instance `j`.
-    pub fn decode_gpu(&self, j: u32, gpus_per_instance: u32) -> u32 {
-        (self.prefill + j) * gpus_per_instance
-    }
-}
-
-impl fmt::Display for PdLayout {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}p{}d", self.prefill, self.decode)
-    }
-}
-
-impl FromStr for PdLayout {
-    type Err = String;
-
-    /// `1p1d`, `2P1D`: at least one of each, at most 64 in all.
-    fn from_str(s: &str) -> Result<PdLayout, String> {
-        let bad = || format!("{s:?}: a P/D layout is xPyD, e.g. 1p1d or 2p1d");
-        let lower = s.to_ascii_lowercase();
-        let (p, rest) = lower.split_once('p').ok_or_else(bad)?;
-        let d = rest.strip_suffix('d').ok_or_else(bad)?;
-        let (prefill, decode) = (
-            p.parse::<u32>().map_err(|_| bad())?,
-            d.parse::<u32>().map_err(|_| bad())?,
-        );
-        if prefill == 0 || decode == 0 {
-            return Err(format!(
-                "{s:?}: a P/D layout needs at least one prefill and one decode instance"
-            ));
-        }
-        if prefill + decode > 64 {
-            return Err(format!("{s:?}: at most 64 instances in all"));
-        }
-        Ok(PdLayout { prefill, decode })
-    }
+/// The first GPU of `role` member `index` of `layout`, each member on `per_server` GPUs.
+pub fn first_gpu(layout: PdLayout, role: PdRole, index: u32, per_server: u32) -> u32 {
+    layout
+        .server_gpus(per_server)
+        .find(|&(r, i, _)| (r, i) == (role, index))
+        .map_or(0, |(_, _, gpus)| gpus.start)
 }
 
 /// One request's KV hand-off, as the fabric model costs it.
@@ -115,18 +70,11 @@ mod tests {
     use crate::presets::{load_hardware, load_model};
 
     #[test]
-    fn layouts_parse_as_people_write_them() {
-        assert_eq!(
-            "2p1d".parse::<PdLayout>(),
-            Ok(PdLayout {
-                prefill: 2,
-                decode: 1
-            })
-        );
-        assert_eq!("1P3D".parse::<PdLayout>().unwrap().to_string(), "1p3d");
-        for bad in ["", "1p", "p1d", "0p1d", "1p0d", "1d1p", "xpyd", "40p40d"] {
-            assert!(bad.parse::<PdLayout>().is_err(), "{bad}");
-        }
+    fn members_are_placed_in_start_order_prefill_first() {
+        let l: PdLayout = "2p1d".parse().unwrap();
+        assert_eq!(first_gpu(l, PdRole::Prefill, 1, 2), 2);
+        assert_eq!(first_gpu(l, PdRole::Decode, 0, 2), 4);
+        assert_eq!(first_gpu(l, PdRole::Decode, 0, 4), 8);
     }
 
     #[test]

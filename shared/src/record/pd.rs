@@ -67,6 +67,25 @@ impl PdLayout {
         }
     }
 
+    /// Servers in all (the proxy aside).
+    pub fn servers(self) -> u32 {
+        self.prefill + self.decode
+    }
+
+    /// Each server in start order with its GPUs, as indices into the group's GPU list: runs of
+    /// `per_server` (its TP x PP), the prefill servers first. The one placement rule:
+    /// `srv-launch --pd` splits `--gpus` by it, `srv-sim --predict --pd` places its members by
+    /// it.
+    pub fn server_gpus(
+        self,
+        per_server: u32,
+    ) -> impl Iterator<Item = (PdRole, u32, std::ops::Range<u32>)> {
+        self.members()
+            .filter(|(role, _)| *role != PdRole::Proxy)
+            .zip(0..)
+            .map(move |((role, index), k)| (role, index, k * per_server..(k + 1) * per_server))
+    }
+
     /// Every member in start order: the prefill servers, the decode servers, then the proxy
     /// (which needs both sides' URLs).
     pub fn members(self) -> impl Iterator<Item = (PdRole, u32)> {
@@ -162,6 +181,11 @@ mod tests {
         assert_eq!(l.to_string(), "2p1d");
         let members: Vec<String> = l.members().map(|(r, i)| format!("{r}{i}")).collect();
         assert_eq!(members, ["prefill0", "prefill1", "decode0", "proxy0"]);
+        let gpus: Vec<String> = l
+            .server_gpus(2)
+            .map(|(r, i, g)| format!("{r}{i}:{g:?}"))
+            .collect();
+        assert_eq!(gpus, ["prefill0:0..2", "prefill1:2..4", "decode0:4..6"]);
         for bad in [
             "", "1p", "p1d", "0p1d", "1p0d", "1d1p", "1p1", "-1p1d", "1p1dd", "65p1d",
         ] {

@@ -258,16 +258,15 @@ fn fresh_port(exec: &dyn Exec, taken: &mut Vec<u16>) -> Result<u16> {
 }
 
 /// Each server's `CUDA_VISIBLE_DEVICES`, in start order: `--gpus` split into runs of tp x pp
-/// (it must name exactly as many). Without it, none: each server sees every GPU (its
-/// engine's default), as one server launched alone would.
+/// by the layout's one placement rule (it must name exactly as many). Without it, none: each
+/// server sees every GPU (its engine's default), as one server launched alone would.
 fn split_gpus(cfg: &Plan, layout: PdLayout) -> Result<Option<Vec<String>>> {
     let Some(gpus) = &cfg.gpus else {
         return Ok(None);
     };
-    let per = (cfg.tp * cfg.pp) as usize;
-    let servers = (layout.prefill + layout.decode) as usize;
+    let (per, servers) = (cfg.tp * cfg.pp, layout.servers());
     let list: Vec<&str> = gpus.split(',').map(str::trim).collect();
-    if list.len() != per * servers || list.iter().any(|g| g.is_empty()) {
+    if list.len() != (per * servers) as usize || list.iter().any(|g| g.is_empty()) {
         return Err(cli::usage(format!(
             "--gpus {gpus}: --pd {layout} with --tp {} --pp {} needs {} GPUs ({servers} servers of {per}), each listed once",
             cfg.tp,
@@ -275,7 +274,12 @@ fn split_gpus(cfg: &Plan, layout: PdLayout) -> Result<Option<Vec<String>>> {
             per * servers
         )));
     }
-    Ok(Some(list.chunks(per).map(|c| c.join(",")).collect()))
+    Ok(Some(
+        layout
+            .server_gpus(per)
+            .map(|(_, _, g)| list[g.start as usize..g.end as usize].join(","))
+            .collect(),
+    ))
 }
 
 fn parent_dir(path: &str) -> &str {

@@ -147,7 +147,7 @@ fn launch_line(model: &str, layout: Layout, dp: u32, pd: Option<PdLayout>) -> St
     );
     if let Some(pd) = pd {
         // The members' GPUs in srv-launch's order: each member's run, the prefill ones first.
-        let gpus: Vec<String> = (0..pd.instances() * layout.gpus())
+        let gpus: Vec<String> = (0..pd.servers() * layout.gpus())
             .map(|g| g.to_string())
             .collect();
         let _ = write!(s, " --pd {pd} --gpus {}", gpus.join(","));
@@ -206,7 +206,7 @@ pub fn run(plan: &Plan) -> anyhow::Result<cli::Exit> {
                 })
             }
         };
-        let used = pd.map_or(gpus, |pd| pd.instances() * layout.gpus());
+        let used = pd.map_or(gpus, |pd| pd.servers() * layout.gpus());
         outcomes.push(Outcome {
             layout,
             dp,
@@ -336,7 +336,7 @@ mod tests {
         assert!(!has(4, 1, "2p1d") && !has(1, 1, "8p1d"));
         assert!(
             l.iter()
-                .all(|(x, p)| p.instances() * x.gpus() <= 8 && p.instances() >= 2)
+                .all(|(x, p)| p.servers() * x.gpus() <= 8 && p.servers() >= 2)
         );
     }
 }

@@ -88,7 +88,7 @@ fn eight_gpus_of_both_campaigns_give_ranked_layouts_with_launch_lines_and_name_m
                 // A P/D group: its members' GPUs listed for srv-launch, prefill first.
                 let pd: servbench::presets::PdLayout = r.pd.parse().unwrap();
                 assert_eq!(r.dp, 1);
-                assert_eq!(pd.instances() * r.tp * r.pp, r.gpus, "{text}");
+                assert_eq!(pd.servers() * r.tp * r.pp, r.gpus, "{text}");
                 assert!(r.gpus <= 8, "{text}");
                 let gpus: Vec<String> = (0..r.gpus).map(|g| g.to_string()).collect();
                 assert!(

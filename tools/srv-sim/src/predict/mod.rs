@@ -118,12 +118,12 @@ impl crate::Plan {
         }
         if let Some(pd) = self.predict.pd {
             let (per, hw) = (roofline.dep.layout.gpus(), &roofline.dep.hw);
-            if pd.instances() * per > hw.gpus {
+            if pd.servers() * per > hw.gpus {
                 return Err(cli::usage(format!(
                     "--pd {pd} of --tp {} --pp {} needs {} GPUs: a {} node has {}",
                     roofline.dep.layout.tp,
                     roofline.dep.layout.pp,
-                    pd.instances() * per,
+                    pd.servers() * per,
                     hw.name,
                     hw.gpus
                 )));

@@ -22,7 +22,7 @@ use crate::selfreport::metrics_json;
 use crate::step::Submit;
 use crate::steploop::Stepper;
 use servbench::presets::{self, PdLayout};
-use servbench::record::ServerTiming;
+use servbench::record::{PdRole, ServerTiming};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::Ordering;
@@ -169,8 +169,8 @@ impl Group {
                 &dep.hw,
                 dep.layout,
                 u64::from(p.client.prompt_tokens),
-                self.layout.prefill_gpu(i as u32, per),
-                self.layout.decode_gpu(p.decode as u32, per),
+                presets::first_gpu(self.layout, PdRole::Prefill, i as u32, per),
+                presets::first_gpu(self.layout, PdRole::Decode, p.decode as u32, per),
             );
             let free = &mut self.link_free[p.decode];
             let arrived = (*free).max(t) + Duration::from_secs_f64(cost.ms / 1e3);
