@@ -25,6 +25,10 @@ pub struct PointKey {
     /// Trace replay: how much faster than recorded the trace is played (`--trace-speed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_speed: Option<f64>,
+    /// Images in each request (`loadgen --images`): points with and without them are
+    /// different measurements (their modality).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<u32>,
 }
 
 impl PointKey {
@@ -35,6 +39,7 @@ impl PointKey {
             && self.input_len == other.input_len
             && self.max_tokens == other.max_tokens
             && self.trace_speed == other.trace_speed
+            && self.images == other.images
     }
 }
 

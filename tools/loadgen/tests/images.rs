@@ -82,3 +82,51 @@ fn images_outside_chat_or_of_a_bad_size_are_refused() {
         assert!(message.contains("this model takes no images"), "{message}");
     }
 }
+
+/// Text-only and image points are different measurements (the point's `images`): summarize
+/// shows them side by side, one row per modality, each with its own figures.
+#[test]
+fn summarize_breaks_the_figures_down_by_modality() {
+    let (_sim, url) =
+        testkit::srv_sim(&["--model", "qwen2.5-vl-7b", "--ttft", "20ms", "--itl", "2ms"]);
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--url",
+            url.as_str(),
+            "--api",
+            "chat",
+            "-c",
+            "2",
+            "-n",
+            "4",
+            "--input-len",
+            "16",
+            "--max-tokens",
+            "4",
+        ];
+        args.extend_from_slice(extra);
+        testkit::loadgen_ok(&args).out()
+    };
+    let text = run(&[]);
+    let images = run(&["--images", "1", "--image-size", "448x448"]);
+    let records: Vec<serde_json::Value> = testkit::json_lines(images.as_bytes());
+    assert_eq!(of_kind(&records, "summary")[0]["point"]["images"], 1);
+    let table = testkit::run::summarize_table(&format!("{text}{images}"));
+    let header = table
+        .lines()
+        .find(|l| l.contains("req/s"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(header.split_whitespace().any(|c| c == "images"), "{table}");
+    // One group per modality (a blank line between), and no note comparing one with the other.
+    let rows: Vec<&str> = table
+        .lines()
+        .skip_while(|l| !l.contains("req/s"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("note:") && !l.starts_with('#'))
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(rows.len(), 2, "one row per modality: {table}");
+    assert_eq!(rows[0].split_whitespace().next(), Some("-"), "{table}");
+    assert_eq!(rows[1].split_whitespace().next(), Some("1"), "{table}");
+    assert!(!table.contains("throughput falls"), "{table}");
+}

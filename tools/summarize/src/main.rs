@@ -32,7 +32,7 @@ struct Args {
     format: Format,
     #[arg(long, value_delimiter = ',', value_parser = Col::parse, help = cols_help())]
     cols: Option<Vec<Col>>,
-    /// Group rows (and plot lines) by these labels or params (in, out, conc, rate); default:
+    /// Group rows (and plot lines) by these labels or params (in, out, conc, rate, images); default:
     /// every label or param that varies, except the load
     #[arg(long, value_delimiter = ',')]
     by: Vec<String>,

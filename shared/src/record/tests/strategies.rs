@@ -60,6 +60,7 @@ pub(super) fn point() -> impl Strategy<Value = PointKey> {
                 max_tokens,
                 repeat,
                 trace_speed,
+                images: None,
             },
         )
 }

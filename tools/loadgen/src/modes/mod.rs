@@ -86,6 +86,7 @@ impl<W: Write> Run<'_, W> {
                         .filter(|_| !catalog.is_trace() && self.plan.body.api.generates()),
                     repeat: 0,
                     trace_speed: None,
+                    images: self.plan.body.images.map(|i| i.count),
                 };
                 match self.plan.mode.clone() {
                     Mode::Ramp { first, rules } => {

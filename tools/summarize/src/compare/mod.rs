@@ -124,12 +124,12 @@ fn stripped(p: &Point, drop: &BTreeSet<String>) -> (Labels, Params) {
     (labels, p.params.without(drop))
 }
 
-/// The point parameters (input or output length, trace speed) each side holds one value of,
+/// The point parameters (input or output length, trace speed, images) each side holds one value of,
 /// a different one: two runs of another workload. Matching ignores them (the comparison is on
 /// the rest) and a note names them, rather than no row matching at all.
 fn differing_params(base: &[Point], new: &[Point]) -> Vec<(String, String, String)> {
     let (b, n) = (Keys::of(base), Keys::of(new));
-    [Param::In, Param::Out, Param::Speed]
+    [Param::In, Param::Out, Param::Speed, Param::Images]
         .map(Param::key)
         .iter()
         .filter_map(|k| {

@@ -17,16 +17,19 @@ pub enum Param {
     Rate,
     /// Trace replay speed.
     Speed,
+    /// Images per request (`loadgen --images`): the modality.
+    Images,
 }
 
 impl Param {
     /// Every parameter, in the order the keys are listed and checked.
-    pub const ALL: [Param; 5] = [
+    pub const ALL: [Param; 6] = [
         Param::In,
         Param::Out,
         Param::Conc,
         Param::Rate,
         Param::Speed,
+        Param::Images,
     ];
 
     /// The loads: what a group's rows (and a plot's x axis) step through.
@@ -40,6 +43,7 @@ impl Param {
             Param::Conc => "conc",
             Param::Rate => "rate",
             Param::Speed => "speed",
+            Param::Images => "images",
         }
     }
 
@@ -53,7 +57,7 @@ impl Param {
         Param::LOADS.contains(&self)
     }
 
-    /// The key names, `in, out, conc, rate, speed`.
+    /// The key names, `in, out, conc, rate, speed, images`.
     pub fn keys() -> String {
         Param::ALL.map(Param::key).join(", ")
     }
@@ -66,6 +70,7 @@ impl Param {
             Param::Conc => "C",
             Param::Rate => "rate/s",
             Param::Speed => "trace speed",
+            Param::Images => "images",
         }
     }
 
@@ -77,6 +82,7 @@ impl Param {
             Param::In => params.input_len.map(|c| c.to_string()),
             Param::Out => params.max_tokens.map(|c| c.to_string()),
             Param::Speed => params.trace_speed().map(fmt_rate),
+            Param::Images => params.images.map(|n| n.to_string()),
         }
     }
 
@@ -88,6 +94,7 @@ impl Param {
             Param::In => format!("in={value}"),
             Param::Out => format!("out={value}"),
             Param::Speed => format!("trace x{value}"),
+            Param::Images => format!("images={value}"),
         }
     }
 }
@@ -106,6 +113,7 @@ pub struct Params {
     pub input_len: Option<u32>,
     pub max_tokens: Option<u32>,
     trace_speed_bits: Option<u64>,
+    pub images: Option<u32>,
 }
 
 impl Params {
@@ -116,6 +124,7 @@ impl Params {
             input_len: p.input_len,
             max_tokens: p.max_tokens,
             trace_speed_bits: p.trace_speed.map(f64::to_bits),
+            images: p.images,
         }
     }
 
@@ -137,10 +146,11 @@ impl Params {
             max_tokens: self.max_tokens,
             repeat,
             trace_speed: self.trace_speed(),
+            images: self.images,
         }
     }
 
-    /// These parameters without the named ones (`in`, `out`, `speed`), to match points that
+    /// These parameters without the named ones (`in`, `out`, `speed`, `images`), to match points that
     /// differ only there.
     pub fn without(&self, keys: &std::collections::BTreeSet<String>) -> Params {
         let mut p = *self;
@@ -152,6 +162,9 @@ impl Params {
         }
         if keys.contains(Param::Speed.key()) {
             p.trace_speed_bits = None;
+        }
+        if keys.contains(Param::Images.key()) {
+            p.images = None;
         }
         p
     }
@@ -182,7 +195,7 @@ mod tests {
             assert_eq!(Param::parse(p.key()), Some(p));
         }
         assert_eq!(Param::parse("engine"), None);
-        assert_eq!(Param::keys(), "in, out, conc, rate, speed");
+        assert_eq!(Param::keys(), "in, out, conc, rate, speed, images");
         assert!(is_load_key("conc") && is_load_key("rate") && !is_load_key("in"));
     }
 }

@@ -72,9 +72,8 @@ pub fn series(points: &[Point]) -> Vec<Vec<&Point>> {
     let mut by: BTreeMap<_, Vec<&Point>> = BTreeMap::new();
     for p in points.iter().filter(|p| load(p).is_some() && complete(p)) {
         let closed = p.params.concurrency.is_some();
-        by.entry((&p.labels, p.params.input_len, p.params.max_tokens, closed))
-            .or_default()
-            .push(p);
+        let shape = (p.params.input_len, p.params.max_tokens, p.params.images);
+        by.entry((&p.labels, shape, closed)).or_default().push(p);
     }
     by.into_values()
         .map(|mut s| {

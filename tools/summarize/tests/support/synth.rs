@@ -428,6 +428,7 @@ pub fn sweep_lines(sweep: &Sweep, model: &ServerModel) -> Vec<String> {
                     max_tokens: Some(max_tokens),
                     repeat,
                     trace_speed: None,
+                    images: None,
                 };
                 index += 1;
                 let reqs = simulate_point(
