@@ -7,6 +7,7 @@
 //! back with `--calibration FILE`. A fit that leaves a figure far off is refused, naming it.
 
 use crate::cost::Roofline;
+use crate::frontend::{FrontEnd, FrontEndPoint};
 use crate::nelder::nelder_mead;
 use crate::predict::{self, Engine, PREDICTED, SOURCE_LABEL};
 use serde::{Deserialize, Serialize};
@@ -26,7 +27,8 @@ pub struct CalibrateArgs {
     #[arg(long, value_name = "CARD.json")]
     pub calibration: Option<String>,
     /// Fit the step cost (overhead, achieved bandwidth and FLOP fractions, attention per KV
-    /// token) to a `loadgen --step-grid` file and print the card (with --predict: predict with it)
+    /// token) and the server's front end (fixed, per stream in flight, per prompt token) to a
+    /// `loadgen --step-grid` file and print the card (with --predict: predict with it)
     #[arg(long, value_name = "GRID.jsonl", conflicts_with_all = ["calibrate", "calibration"])]
     pub calibrate_from: Option<String>,
     /// --calibrate and --calibrate-from: the largest error (a fraction) a fitted figure may keep
@@ -68,6 +70,12 @@ pub struct Calibration {
     /// `--calibrate-from`: each grid cell's step time, measured and modelled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cells: Vec<FitCell>,
+    /// `--calibrate-from`: the server in front of the engine, fitted to the grid's requests
+    /// (their TTFT less the engine's), and each grid point's measured against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub front_end: Option<FrontEnd>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub front_end_points: Vec<FrontEndPoint>,
 }
 
 /// One measured point against the calibrated model.
@@ -111,6 +119,9 @@ impl Calibration {
         r.step_overhead = Duration::from_secs_f64(self.step_overhead_us * 1e-6);
         r.prefill_efficiency = self.prefill_efficiency;
         r.attention_s_per_kv_token = self.attention_us_per_kv_ktok * 1e-9;
+        if let Some(f) = self.front_end {
+            r.front_end = f;
+        }
     }
 
     /// Reads a card, checking every figure.
@@ -132,6 +143,9 @@ impl Calibration {
                     "--calibration: {path}: {name} is {v}: it must be a number in (0, {hi}] (rerun srv-sim --calibrate)"
                 )));
             }
+        }
+        if let Some(Err(why)) = c.front_end.map(|f| f.check()) {
+            return Err(cli::usage(format!("--calibration: {path}: {why}")));
         }
         Ok(c)
     }
@@ -232,6 +246,8 @@ fn card_of(x: &[f64; 4], base: &Roofline, fitted_on: &str, points: Vec<FitPoint>
         },
         points,
         cells: Vec::new(),
+        front_end: None,
+        front_end_points: Vec::new(),
     }
 }
 

@@ -19,6 +19,9 @@ pub struct Roofline {
     /// Seconds per KV-cache token a step's attention reads, beyond the roofline's bytes and
     /// FLOPs (0 unless a calibration from a step grid says otherwise).
     pub attention_s_per_kv_token: f64,
+    /// The server in front of the engine (zero unless a calibration from a step grid says
+    /// otherwise): each request's time from the client to the queue and back.
+    pub front_end: crate::frontend::FrontEnd,
 }
 
 /// What `--dry-run`'s record is computed for, beside the cost model itself.
@@ -229,6 +232,7 @@ mod tests {
             step_overhead: Duration::ZERO,
             prefill_efficiency: 1.0,
             attention_s_per_kv_token: 0.0,
+            front_end: Default::default(),
         }
     }
 

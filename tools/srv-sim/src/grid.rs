@@ -8,7 +8,9 @@
 //! short prompts to compute-bound long ones, separates the overhead from the FLOP rate. A
 //! prefill cell is modelled chunk by chunk at the chunk its engine used. Cells still off by more
 //! than --max-residual after the first fit are named as not trusted (a busy box, a cell the
-//! model cannot explain) and left out of a second; too many of them refuse the fit.
+//! model cannot explain) and left out of a second; too many of them refuse the fit. The server's
+//! front end is fitted first, to the grid's requests ([`crate::frontend`]): a prefill cell timed
+//! by the client's TTFT holds its point's measured front end beside its steps.
 
 use crate::calibrate::{CalibrateArgs, Calibration, FitCell};
 use crate::cost::Roofline;
@@ -27,6 +29,10 @@ struct Cell {
     chunk: u32,
     client: bool,
     ms: f64,
+    point_index: u32,
+    /// A client-timed prefill cell: the front end its point's requests measured (their TTFT
+    /// less the engine's), which its time holds beside the steps.
+    front_end_ms: Option<f64>,
 }
 
 /// The `step_cell` records of `path`, checked.
@@ -81,6 +87,8 @@ fn cell_of(c: &StepCellRecord, max_step_tokens: u32) -> Result<Cell, String> {
         chunk,
         client: !matches!(c.source, StepSource::EngineSteps),
         ms: c.step_ms,
+        point_index: c.point_index,
+        front_end_ms: None,
     })
 }
 
@@ -106,7 +114,13 @@ fn modelled_ms(r: &Roofline, c: &Cell) -> f64 {
                 });
                 done += chunk;
             }
-            s * 1e3
+            // The client's TTFT: the front end's time as well.
+            let front_end = match (c.client, c.front_end_ms) {
+                (false, _) => 0.0,
+                (true, Some(ms)) => ms,
+                (true, None) => r.front_end.ms(1, prompt),
+            };
+            s * 1e3 + front_end
         }
         _ => {
             let shape = StepShape {
@@ -143,6 +157,8 @@ fn card_of(x: &[f64; 4], base: &Roofline, fitted_on: &str) -> Calibration {
         },
         points: Vec::new(),
         cells: Vec::new(),
+        front_end: None,
+        front_end_points: Vec::new(),
     }
 }
 
@@ -204,9 +220,41 @@ pub fn fit(
             "--max-residual must be a positive fraction (0.2 is 20%)",
         ));
     }
-    let cells = cells(path, max_step_tokens)?;
+    let mut cells = cells(path, max_step_tokens)?;
+    // The front end first: a client-timed prefill cell's TTFT holds it beside the steps.
+    let front_end = match crate::frontend::fit(path)? {
+        Ok((front_end, points)) => {
+            for p in &points {
+                cli::info(format!(
+                    "front end at C={} in={}, {} requests: {:.3} ms measured, {:.3} ms modelled ({:+.1}%)",
+                    p.streams,
+                    p.input_len,
+                    p.requests,
+                    p.measured_ms,
+                    p.modelled_ms,
+                    (p.modelled_ms / p.measured_ms - 1.0) * 100.0
+                ));
+            }
+            cli::info(format!(
+                "front end (client TTFT less the engine's): {:.3} ms + {:.3} ms per stream in flight + {:.3} ms per 1000 prompt tokens",
+                front_end.fixed_ms, front_end.per_stream_ms, front_end.per_prompt_ktok_ms
+            ));
+            Some((front_end, points))
+        }
+        Err(why) => {
+            cli::info(format!("no front end fitted: {why}"));
+            None
+        }
+    };
+    for c in &mut cells {
+        c.front_end_ms = front_end.as_ref().and_then(|(_, points)| {
+            let p = points.iter().find(|p| p.point_index == c.point_index)?;
+            Some(p.measured_ms)
+        });
+    }
     let mut base = base.clone();
     base.step_overhead = std::time::Duration::ZERO;
+    base.front_end = front_end.as_ref().map(|f| f.0).unwrap_or_default();
     let all = vec![true; cells.len()];
     let first = fit_on(&base, &cells, &all);
     let r = applied(&first, &base);
@@ -229,6 +277,8 @@ pub fn fit(
     };
     let r = applied(&best, &base);
     let mut card = card_of(&best, &base, path);
+    (card.front_end, card.front_end_points) =
+        front_end.map_or((None, Vec::new()), |(f, p)| (Some(f), p));
     card.prefill_chunk_tokens = cells
         .iter()
         .filter(|c| c.phase == StepPhase::Prefill && (c.chunk as f64) < c.context.round())

@@ -23,6 +23,7 @@ pub mod calibrate;
 pub mod clock;
 pub mod cost;
 pub mod engine;
+pub mod frontend;
 pub mod grid;
 pub mod http;
 pub mod metrics;
@@ -218,6 +219,7 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
     app.per_request_metrics = plan.self_report.enable_per_request_metrics;
     app.trtllm = trtllm;
     app.log_rids = plan.self_report.wants_rid();
+    app.front_end = frontend::Gate::new(roofline.front_end);
     if engine.prefix_caching {
         let tokens = kv_cache_tokens.unwrap_or(prefix::UNBOUNDED_TOKENS);
         app.prefix = (0..engine.replicas)

@@ -215,6 +215,7 @@ impl Plan {
             step_overhead: m.step_overhead,
             prefill_efficiency: 1.0,
             attention_s_per_kv_token: 0.0,
+            front_end: Default::default(),
         };
         if let Some(path) = &m.calibration {
             let card = calibrate::Calibration::load(path)?;

@@ -82,6 +82,11 @@ pub(super) async fn generate(
     // A decode server's request from a prefill server queues once its KV has arrived.
     let kv_wait = app.pd.receive_kv(&request, arrival).await;
     arrival += kv_wait.unwrap_or_default();
+    // The server's front end (a calibration's), before the engine's queue.
+    arrival = app
+        .front_end
+        .pass(&app.engines, request.prompt_tokens, arrival)
+        .await;
     let progress = Progress::new(request.max_tokens);
     let engine = (n % app.engines.len() as u64) as usize;
     let hit = prefix::admit(&app.prefix, engine, &request.blocks, request.prompt_tokens);

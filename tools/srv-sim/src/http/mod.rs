@@ -85,6 +85,8 @@ pub struct App {
     pub startup_logged: Arc<AtomicBool>,
     /// The part of a disaggregated layout this server plays; set after [`App::new`].
     pub pd: crate::pd::Side,
+    /// The engine's front end (a calibration's); set after [`App::new`].
+    pub front_end: crate::frontend::Gate,
     crashing: AtomicBool,
 }
 
@@ -123,6 +125,7 @@ impl App {
             generation_requests: AtomicU64::new(0),
             startup_logged: Arc::new(AtomicBool::new(true)),
             pd: crate::pd::Side::default(),
+            front_end: Default::default(),
             crashing: AtomicBool::new(false),
         }
     }

@@ -52,6 +52,8 @@ pub struct PointLoad {
     pub seed: u64,
     /// Send to the engine's queue: HTTP and parsing.
     pub request_latency: Duration,
+    /// The server's front end: more with the streams in flight and the prompt.
+    pub front_end: crate::frontend::FrontEnd,
     /// The client takes streams that end at once one after another, this far apart (it writes
     /// the record and sends the next request for each).
     pub client_gap: Duration,
@@ -396,7 +398,9 @@ impl<'a> VirtualClock<'a> {
             None => 0,
         };
         let progress = Progress::new(max_tokens);
-        let arrive = at + self.load.request_latency;
+        let streams = u32::try_from(self.watching.len() + 1).unwrap_or(u32::MAX);
+        let arrive =
+            at + self.load.request_latency + self.load.front_end.delay(streams, prompt_tokens);
         self.arrivals.push(Reverse((arrive, id)));
         self.pending.insert(
             id,
@@ -528,10 +532,35 @@ impl<'a> VirtualClock<'a> {
                 break;
             }
             self.arrivals.pop();
+            if let Some(due) = self.front_end_due(id)
+                && due > at
+            {
+                if let Some(s) = self.pending.get_mut(&id) {
+                    s.arrival = due;
+                }
+                self.arrivals.push(Reverse((due, id)));
+                continue;
+            }
             if let Some(s) = self.pending.remove(&id) {
                 inbox.push_back(s);
             }
         }
+    }
+
+    /// When request `id` leaves the front end at the streams in flight now (the rest of a
+    /// closed loop's wave, sent after it, included), as the served engine's gate decides it;
+    /// None without a front end.
+    fn front_end_due(&self, id: u64) -> Option<Instant> {
+        if self.load.front_end.is_zero() {
+            return None;
+        }
+        let w = self.watching.iter().find(|w| w.id == id)?;
+        let streams = u32::try_from(self.watching.len()).unwrap_or(u32::MAX);
+        Some(
+            w.sent
+                + self.load.request_latency
+                + self.load.front_end.delay(streams, w.prompt_tokens),
+        )
     }
 
     /// The earliest thing that will happen: a send or an arrival.

@@ -149,6 +149,17 @@ impl crate::Plan {
             }
             None => None,
         };
+        // The grid's front end is the measured request latency, by the streams in flight.
+        let request_latency = match &measured {
+            Some(_) if !roofline.front_end.is_zero() => {
+                servbench::diag::info(
+                    "--client-gap-from: the request latency is the calibration's front end, per stream in flight and prompt token, not the file's median",
+                );
+                Duration::ZERO
+            }
+            Some(m) => m.request_latency,
+            None => self.predict.request_latency,
+        };
         Ok(Engine {
             model_name: self
                 .server
@@ -164,9 +175,7 @@ impl crate::Plan {
             max_model_len: self.engine.max_model_len,
             prefix_caching: self.engine.prefix_caching,
             labels: self.labels.clone(),
-            request_latency: measured
-                .as_ref()
-                .map_or(self.predict.request_latency, |m| m.request_latency),
+            request_latency,
             client_gap: measured.as_ref().map_or(self.predict.client_gap, |m| m.gap),
             log_steps: self.self_report.enable_logging_iteration_details,
             pd: self.predict.pd,
@@ -277,6 +286,7 @@ pub fn run(args: &PredictArgs, engine: Engine) -> anyhow::Result<Exit> {
                     trace: None,
                     seed: engine.seed,
                     request_latency: engine.request_latency,
+                    front_end: engine.roofline.front_end,
                     client_gap: engine.client_gap,
                     max_model_len: engine.max_model_len,
                     kv_cache_tokens: engine.kv_cache_tokens,
@@ -360,6 +370,7 @@ pub fn predict_closed(
         trace: None,
         seed: engine.seed,
         request_latency: engine.request_latency,
+        front_end: engine.roofline.front_end,
         client_gap: engine.client_gap,
         max_model_len: engine.max_model_len,
         kv_cache_tokens: engine.kv_cache_tokens,

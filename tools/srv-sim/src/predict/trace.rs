@@ -67,6 +67,7 @@ pub(super) fn run(
                 trace: Some(rows.clone()),
                 seed: engine.seed,
                 request_latency: engine.request_latency,
+                front_end: engine.roofline.front_end,
                 client_gap: engine.client_gap,
                 max_model_len: engine.max_model_len,
                 kv_cache_tokens: engine.kv_cache_tokens,
