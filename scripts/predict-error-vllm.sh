@@ -90,7 +90,8 @@ if ! srv-sim "${card[@]}" --calibrate-from "$out/grid.jsonl" --max-residual "$ma
 fi
 cat "$out/calibrate.err" >&2
 # Prefill scheduled in the chunks vLLM used, where the grid saw it split a prompt; the client's
-# request latency and gap measured on the grid's requests (vLLM's per-request `metrics`).
+# gap measured on the grid's requests (vLLM's per-request `metrics`), its request latency the
+# card's front end (fitted by --calibrate-from to the same requests, by streams and prompt).
 chunk=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("prefill_chunk_tokens") or "")' "$out/card.json")
 : >"$out/predicted.jsonl"
 for cn in "${sweep[@]}"; do
