@@ -49,7 +49,7 @@ use std::time::SystemTime;
 ///   summary is still read, its figures moved to their names ([`Record::parse`]).
 ///
 /// A field added where absence keeps its old meaning (a `server` record's `pd`; a `request`'s
-/// `server_timing.decode_queue_ms` and `first_decode_ms`, a `summary`'s `ttft_split` P/D means)
+/// `server_timing.decode_queue_ms`, `first_decode_ms` and `proxy_ms`, a `summary`'s `ttft_split` P/D means)
 /// needs no new version: a build that does not know it keeps it in `extra` and passes it on unchanged.
 /// So with a summary's `engine_steps.per_second`, which a build that does not know it skips,
 /// and with a `request`'s `output_pieces` and `eval` and a summary's `eval` (`loadgen

@@ -6,9 +6,11 @@
 //!
 //! A disaggregated (P/D) request's TTFT has five parts: the prefill server's queue
 //! (`queue_ms`) and prefill (`prefill_ms`), the KV cache's transfer (`kv_transfer_ms`), the
-//! decode server's queue (`decode_queue_ms`) and its first step (`first_decode_ms`); `ttft_ms`
-//! is their sum. They come from the decode server's `metrics` and the prefill server's, which
-//! the proxy attaches as `prefill_metrics` (srv-sim's proxy does).
+//! decode server's queue (`decode_queue_ms`) and its first step (`first_decode_ms`), and where
+//! the proxy tells its own TTFT, a sixth: the time in the proxy and its hops to the members
+//! (`proxy_ms`, the proxy's TTFT less the five); `ttft_ms` is their sum. They come from the
+//! decode server's `metrics` and the prefill server's, which the proxy attaches as
+//! `prefill_metrics`, and the proxy's `proxy_metrics` (srv-sim's proxy does both).
 
 use super::TimingSource;
 use serde::{Deserialize, Serialize};
@@ -55,6 +57,11 @@ pub struct ServerTiming {
     /// (the decode side's `time_to_first_token_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_decode_ms: Option<f64>,
+    /// Disaggregated: the time in the proxy and its HTTP hops to the members, in neither
+    /// member's figures: the proxy's TTFT (`proxy_metrics.time_to_first_token_ms`, from the
+    /// request's arrival there to its first token's leaving) less the five parts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_ms: Option<f64>,
     /// Prompt tokens the engine reused from its cache (llama-server `cache_n`; its `prompt_n`
     /// then counts only the tokens it evaluated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,6 +122,12 @@ impl Figures<'_> {
     }
 }
 
+/// The P/D proxy's own TTFT (`proxy_metrics.time_to_first_token_ms`), where it tells it.
+fn proxy_ttft(v: &serde_json::Value, bad: &mut Vec<String>) -> Option<f64> {
+    let obj = v.get("proxy_metrics").filter(|m| m.is_object())?;
+    Figures { obj, bad }.ms("time_to_first_token_ms")
+}
+
 /// `later - earlier` in ms, when both are there and it is a time.
 fn between(earlier: Option<f64>, later: Option<f64>) -> Option<f64> {
     let d = (later? - earlier?) * 1e3;
@@ -146,18 +159,29 @@ impl ServerTiming {
                 f.ms("time_to_first_token_ms"),
             );
             let parts = [queue_ms, kv_transfer_ms, decode_queue_ms];
+            let members = prefill_ms
+                .zip(first_decode_ms)
+                .map(|(p, d)| p + d + parts.iter().flatten().sum::<f64>());
+            let (generation_ms, mean_itl_ms) = (f.ms("generation_time_ms"), f.ms("mean_itl_ms"));
+            let proxy_ms = members.zip(proxy_ttft(v, &mut bad)).and_then(|(m, t)| {
+                (t >= m).then_some(t - m).or_else(|| {
+                    bad.push(format!(
+                        "proxy_metrics.time_to_first_token_ms {t}, under the members' {m} ms"
+                    ));
+                    None
+                })
+            });
             ServerTiming {
                 source: TimingSource::Vllm,
                 queue_ms,
                 prefill_ms,
-                ttft_ms: prefill_ms
-                    .zip(first_decode_ms)
-                    .map(|(p, d)| p + d + parts.iter().flatten().sum::<f64>()),
-                generation_ms: f.ms("generation_time_ms"),
-                mean_itl_ms: f.ms("mean_itl_ms"),
+                ttft_ms: members.map(|m| m + proxy_ms.unwrap_or(0.0)),
+                generation_ms,
+                mean_itl_ms,
                 kv_transfer_ms,
                 decode_queue_ms,
                 first_decode_ms,
+                proxy_ms,
                 ..ServerTiming::default()
             }
         } else if let Some(m) = v.get("metrics").filter(|m| m.is_object()) {
@@ -290,6 +314,10 @@ pub struct TtftSplit {
     pub decode_queue_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_decode_ms: Option<f64>,
+    /// Disaggregated: the mean time in the proxy and its hops to the members (over the
+    /// requests whose proxy told its TTFT), in neither member's parts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_ms: Option<f64>,
     /// Requests whose server TTFT exceeded their client TTFT, or whose server generation time
     /// exceeded their client end-to-end time, and by how much at most.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -407,11 +435,36 @@ mod tests {
         );
         assert_eq!(t.ttft_ms, Some(2.0 + 100.0 + 14.0 + 0.5 + 9.0));
         assert_eq!((t.generation_ms, t.mean_itl_ms), (Some(30.0), Some(10.0)));
+        assert_eq!(t.proxy_ms, None, "no proxy_metrics, no sixth part");
         // A colocated answer has none of the decode side's parts.
         let (c, _) = ServerTiming::from_answer(&json!({"metrics": {"queue_time_ms": 1.0,
             "time_to_first_token_ms": 5.0}}))
         .unwrap();
         assert_eq!((c.kv_transfer_ms, c.first_decode_ms), (None, None));
+    }
+
+    #[test]
+    fn the_proxys_own_ttft_makes_its_hops_a_sixth_part() {
+        let mut v = json!({"metrics": {"queue_time_ms": 0.5, "time_to_first_token_ms": 9.0,
+            "kv_transfer_ms": 14.0},
+            "prefill_metrics": {"queue_time_ms": 2.0, "time_to_first_token_ms": 100.0},
+            "proxy_metrics": {"time_to_first_token_ms": 126.0}});
+        let (t, bad) = ServerTiming::from_answer(&v).unwrap();
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(t.proxy_ms, Some(126.0 - 125.5));
+        assert_eq!(
+            t.ttft_ms,
+            Some(126.0),
+            "the six parts add up to the proxy's TTFT"
+        );
+        // A proxy's TTFT under its members' parts is not a time in it: named, left out.
+        v["proxy_metrics"]["time_to_first_token_ms"] = json!(120.0);
+        let (t, bad) = ServerTiming::from_answer(&v).unwrap();
+        assert_eq!((t.proxy_ms, t.ttft_ms), (None, Some(125.5)));
+        assert_eq!(
+            bad,
+            ["proxy_metrics.time_to_first_token_ms 120, under the members' 125.5 ms"]
+        );
     }
 
     #[test]

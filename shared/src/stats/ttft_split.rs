@@ -14,8 +14,9 @@ pub struct SplitAcc {
     outside: f64,
     generation_n: u64,
     generation: f64,
-    /// The P/D parts: (count, sum) of the KV transfer, the decode queue, the first decode step.
-    pd: [(u64, f64); 3],
+    /// The P/D parts: (count, sum) of the KV transfer, the decode queue, the first decode step
+    /// and the proxy's hops.
+    pd: [(u64, f64); 4],
     over: u64,
     over_max: Option<f64>,
 }
@@ -53,11 +54,12 @@ impl SplitAcc {
             self.generation_n += 1;
             self.generation += g;
         }
-        for (acc, part) in
-            self.pd
-                .iter_mut()
-                .zip([t.kv_transfer_ms, t.decode_queue_ms, t.first_decode_ms])
-        {
+        for (acc, part) in self.pd.iter_mut().zip([
+            t.kv_transfer_ms,
+            t.decode_queue_ms,
+            t.first_decode_ms,
+            t.proxy_ms,
+        ]) {
             if let Some(x) = part {
                 *acc = (acc.0 + 1, acc.1 + x);
             }
@@ -110,8 +112,13 @@ impl SplitAcc {
                 0
             },
             generation: s.engine_generation_ms.unwrap_or(0.0) * n,
-            pd: [s.kv_transfer_ms, s.decode_queue_ms, s.first_decode_ms]
-                .map(|m| m.map_or((0, 0.0), |m| (s.requests, m * n))),
+            pd: [
+                s.kv_transfer_ms,
+                s.decode_queue_ms,
+                s.first_decode_ms,
+                s.proxy_ms,
+            ]
+            .map(|m| m.map_or((0, 0.0), |m| (s.requests, m * n))),
             over: s.server_over_client,
             over_max: s.server_over_client_max_ms,
         }
@@ -133,6 +140,7 @@ impl SplitAcc {
             kv_transfer_ms: mean(self.pd[0].0, self.pd[0].1),
             decode_queue_ms: mean(self.pd[1].0, self.pd[1].1),
             first_decode_ms: mean(self.pd[2].0, self.pd[2].1),
+            proxy_ms: mean(self.pd[3].0, self.pd[3].1),
             server_over_client: self.over,
             server_over_client_max_ms: self.over_max,
         })

@@ -1,10 +1,12 @@
 //! A disaggregated TTFT split end to end, against srv-sim's truth: three real srv-sim
 //! processes (a prefill server, a decode server, the proxy in front) on loopback, loadgen
-//! through the proxy. Every request record carries the five parts (the prefill server's queue
-//! and prefill, the KV transfer, the decode server's queue and first step), and they add up
-//! to no more than the client's TTFT, short of it by the proxy's and HTTP's hops only (under
-//! the KV transfer's 4.9 ms, which a part left out would leave there; the 1 ms goal on a quiet
-//! machine is scripts/bench-pd-split.sh's); the point's `ttft_split` holds their means.
+//! through the proxy. Every request record carries the six parts (the prefill server's queue
+//! and prefill, the KV transfer, the decode server's queue and first step, and the proxy's own
+//! time with its hops to the members, from the TTFT it measures itself), and they add up to no
+//! more than the client's TTFT, short of it by the client's one hop to the proxy only: under
+//! 1 ms on average at C=1, under 2 ms for the worst request (a busy 2-core box delays a
+//! loopback hop now and then; scripts/bench-pd-split.sh prints the figures on a quiet one);
+//! the point's `ttft_split` holds their means.
 
 use servbench::record::{RequestRecord, SummaryRecord};
 use testkit::loadgen;
@@ -50,7 +52,7 @@ fn the_five_parts_of_a_disaggregated_ttft_lie_inside_the_clients() {
         .ok();
         let requests = run.of::<RequestRecord>();
         assert_eq!(requests.len(), 16);
-        let mut worst_at_one: f64 = 0.0;
+        let mut at_one = Vec::new();
         for r in &requests {
             let t = r
                 .server_timing
@@ -62,6 +64,7 @@ fn the_five_parts_of_a_disaggregated_ttft_lie_inside_the_clients() {
                 t.kv_transfer_ms,
                 t.decode_queue_ms,
                 t.first_decode_ms,
+                t.proxy_ms,
             ];
             assert!(parts.iter().all(Option::is_some), "{t:?}");
             let sum: f64 = parts.iter().flatten().sum();
@@ -74,7 +77,7 @@ fn the_five_parts_of_a_disaggregated_ttft_lie_inside_the_clients() {
                 "parts {sum} ms over the client's TTFT {client} ms: {t:?}"
             );
             if r.point.concurrency == Some(1) {
-                worst_at_one = worst_at_one.max(client - sum);
+                at_one.push(client - sum);
             }
         }
         let summaries = run.of::<SummaryRecord>();
@@ -82,7 +85,9 @@ fn the_five_parts_of_a_disaggregated_ttft_lie_inside_the_clients() {
             let split = s.ttft_split.as_ref().expect("the point's TTFT split");
             assert_eq!(split.requests, 8);
             assert!(
-                split.kv_transfer_ms.is_some() && split.first_decode_ms.is_some(),
+                split.kv_transfer_ms.is_some()
+                    && split.first_decode_ms.is_some()
+                    && split.proxy_ms.is_some(),
                 "{split:?}"
             );
         }
@@ -96,14 +101,20 @@ fn the_five_parts_of_a_disaggregated_ttft_lie_inside_the_clients() {
         let table = String::from_utf8(out).unwrap();
         assert!(table.contains("P/D TTFT at C=1: "), "{table}");
         assert!(table.contains("prefill limits, not the link"), "{table}");
-        let worst = worst_at_one;
+        let worst = at_one.iter().copied().fold(0.0, f64::max);
+        let mean = at_one.iter().sum::<f64>() / at_one.len() as f64;
+        testkit::check(
+            "client TTFT beyond the parts at C=1, mean (ms)",
+            mean,
+            mean < 1.0,
+        )?;
         testkit::check(
             "client TTFT beyond the parts at C=1, worst (ms)",
             worst,
-            worst < 4.0,
+            worst < 2.0,
         )?;
         Ok(format!(
-            "worst request's TTFT beyond its parts at C=1: {worst:.3} ms"
+            "TTFT beyond its parts at C=1: mean {mean:.3} ms, worst request {worst:.3} ms"
         ))
     });
 }

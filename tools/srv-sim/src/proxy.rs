@@ -4,7 +4,10 @@
 //! the answer's `kv_transfer_params` then go with the original request to a decode server
 //! (round-robin), whose answer streams back to the client as it comes. The prefill side's
 //! per-request `metrics` ride along: the event (or the whole answer) that carries the decode
-//! side's `metrics` gets the prefill's as `prefill_metrics`, so the client sees both.
+//! side's `metrics` gets the prefill's as `prefill_metrics`, so the client sees both, and, in a
+//! stream, the proxy's own `proxy_metrics: {"time_to_first_token_ms"}`: from the request's
+//! arrival here to its first token's leaving, so the time in the proxy and its hops to the
+//! members (in neither member's figures) is told, not left to the client's TTFT.
 //!
 //! A member's error answer is passed to the client as it was; a member that cannot be reached,
 //! answers with something that is not its part, or overruns `--upstream-timeout` is answered
@@ -320,6 +323,7 @@ fn prefill_request(original: &Map<String, Value>) -> Map<String, Value> {
 }
 
 async fn disaggregated(p: &Arc<Proxy>, path: &str, req: Request<Incoming>) -> Response<ProxyBody> {
+    let arrived = Instant::now();
     let read = Limited::new(req.into_body(), MAX_BODY).collect();
     let body = match p.body_timeout {
         Some(limit) => match tokio::time::timeout(limit, read).await {
@@ -410,7 +414,7 @@ async fn disaggregated(p: &Arc<Proxy>, path: &str, req: Request<Incoming>) -> Re
             Ok(Ok((status, bytes))) => {
                 p.keep(dec, conn);
                 let bytes = match (&prefill_metrics, status) {
-                    (Some(m), 200) => with_prefill_metrics(&bytes, m).unwrap_or(bytes),
+                    (Some(m), 200) => with_metrics(&bytes, Some(m), None).unwrap_or(bytes),
                     _ => bytes,
                 };
                 answer(status, "application/json", bytes)
@@ -423,7 +427,12 @@ async fn disaggregated(p: &Arc<Proxy>, path: &str, req: Request<Incoming>) -> Re
     tokio::spawn(async move {
         // Kept only when the stream ended: a client that left has its member's connection
         // closed, which cancels the request there.
-        if forward(upstream, tx, prefill_metrics, deadline, &member.url).await {
+        let beside = Beside {
+            prefill: prefill_metrics,
+            arrived,
+            first: None,
+        };
+        if forward(upstream, tx, beside, deadline, &member.url).await {
             proxy.keep(&member, conn);
         }
     });
@@ -435,33 +444,59 @@ async fn disaggregated(p: &Arc<Proxy>, path: &str, req: Request<Incoming>) -> Re
     r
 }
 
-/// A whole answer (or one SSE event's JSON) with `prefill_metrics` beside its `metrics`; None
-/// when it has no `metrics` or is not a JSON object.
-fn with_prefill_metrics(json: &[u8], prefill: &Value) -> Option<Bytes> {
+/// What the proxy puts beside the decode side's `metrics` in its stream: the prefill side's
+/// `metrics`, and its own TTFT (from `arrived` to `first`, the first token's leaving).
+struct Beside {
+    prefill: Option<Value>,
+    arrived: Instant,
+    first: Option<Instant>,
+}
+
+impl Beside {
+    /// `proxy_metrics`, vLLM-shaped: the proxy's TTFT so far (its first token leaves now when
+    /// none has yet).
+    fn proxy_metrics(&self) -> Value {
+        let first = self.first.unwrap_or_else(Instant::now);
+        let ms = first.saturating_duration_since(self.arrived).as_nanos() as f64 / 1e6;
+        json!({ "time_to_first_token_ms": ms })
+    }
+}
+
+/// A whole answer (or one SSE event's JSON) with `prefill_metrics` and `proxy_metrics` (those
+/// given) beside its `metrics`; None when it has no `metrics` or is not a JSON object.
+fn with_metrics(json: &[u8], prefill: Option<&Value>, proxy: Option<Value>) -> Option<Bytes> {
     let mut v: Value = serde_json::from_slice(json).ok()?;
     v.get("metrics")?;
-    v.as_object_mut()?
-        .insert("prefill_metrics".into(), prefill.clone());
+    let obj = v.as_object_mut()?;
+    if let Some(prefill) = prefill {
+        obj.insert("prefill_metrics".into(), prefill.clone());
+    }
+    if let Some(proxy) = proxy {
+        obj.insert("proxy_metrics".into(), proxy);
+    }
     Some(Bytes::from(v.to_string()))
 }
 
 /// The complete SSE events at the front of `pending` (taken out), the one with the decode
-/// side's `metrics` given `prefill_metrics` beside them.
-fn take_events(pending: &mut Vec<u8>, prefill: Option<&Value>) -> Vec<u8> {
+/// side's `metrics` given the prefill's and the proxy's beside them.
+fn take_events(pending: &mut Vec<u8>, beside: &Beside) -> Vec<u8> {
     let Some(end) = pending.windows(2).rposition(|w| w == b"\n\n") else {
         return Vec::new();
     };
     let rest = pending.split_off(end + 2);
     let events = std::mem::replace(pending, rest);
-    let Some(prefill) = prefill else {
-        return events;
-    };
     let mut out = Vec::with_capacity(events.len() + 256);
     for event in events.split_inclusive(|&b| b == b'\n') {
         let changed = event
             .strip_prefix(b"data: ")
             .filter(|e| e.windows(10).any(|w| w == b"\"metrics\":"))
-            .and_then(|e| with_prefill_metrics(e.trim_ascii_end(), prefill));
+            .and_then(|e| {
+                with_metrics(
+                    e.trim_ascii_end(),
+                    beside.prefill.as_ref(),
+                    Some(beside.proxy_metrics()),
+                )
+            });
         match changed {
             Some(json) => {
                 out.extend_from_slice(b"data: ");
@@ -479,7 +514,7 @@ fn take_events(pending: &mut Vec<u8>, prefill: Option<&Value>) -> Vec<u8> {
 async fn forward(
     mut upstream: Incoming,
     tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
-    prefill: Option<Value>,
+    mut beside: Beside,
     deadline: Instant,
     url: &str,
 ) -> bool {
@@ -507,10 +542,14 @@ async fn forward(
             continue;
         };
         pending.extend_from_slice(&data);
-        let out = take_events(&mut pending, prefill.as_ref());
-        if !out.is_empty() && tx.send(Ok(Bytes::from(out))).await.is_err() {
+        let out = take_events(&mut pending, &beside);
+        if out.is_empty() {
+            continue;
+        }
+        if tx.send(Ok(Bytes::from(out))).await.is_err() {
             return false;
         }
+        beside.first.get_or_insert_with(Instant::now);
     }
     pending.is_empty() || tx.send(Ok(Bytes::from(pending))).await.is_ok()
 }
@@ -547,15 +586,21 @@ mod tests {
     }
 
     #[test]
-    fn the_event_with_metrics_gets_the_prefills_beside_them() {
-        let pm = json!({"queue_time_ms": 1.0});
+    fn the_event_with_metrics_gets_the_prefills_and_the_proxys_beside_them() {
+        let arrived = Instant::now();
+        let beside = Beside {
+            prefill: Some(json!({"queue_time_ms": 1.0})),
+            arrived,
+            first: Some(arrived + Duration::from_micros(2500)),
+        };
         let mut pending = b"data: {\"choices\":[]}\n\ndata: {\"choices\":[],\"metrics\":{\"queue_time_ms\":2.0}}\n\ndata: [DO".to_vec();
-        let out = String::from_utf8(take_events(&mut pending, Some(&pm))).unwrap();
+        let out = String::from_utf8(take_events(&mut pending, &beside)).unwrap();
         assert_eq!(pending, b"data: [DO");
         let events: Vec<&str> = out.split("\n\n").filter(|e| !e.is_empty()).collect();
         assert_eq!(events[0], "data: {\"choices\":[]}");
         let v: Value = serde_json::from_str(events[1].strip_prefix("data: ").unwrap()).unwrap();
         assert_eq!(v["prefill_metrics"]["queue_time_ms"], 1.0);
         assert_eq!(v["metrics"]["queue_time_ms"], 2.0);
+        assert_eq!(v["proxy_metrics"]["time_to_first_token_ms"], 2.5);
     }
 }

@@ -65,6 +65,8 @@ pub struct PdSplit {
     pub transfer: f64,
     pub decode_queue: f64,
     pub first_decode: f64,
+    /// The time in the proxy and its hops to the members, where the proxy told it.
+    pub proxy: Option<f64>,
     pub outside: f64,
 }
 
@@ -89,6 +91,10 @@ impl PdSplit {
             transfer: mean(&|t| t.kv_transfer_ms.unwrap_or(0.0)),
             decode_queue: mean(&|t| t.decode_queue_ms.unwrap_or(0.0)),
             first_decode: mean(&|t| t.first_decode_ms.unwrap_or(0.0)),
+            proxy: splits
+                .iter()
+                .all(|t| t.proxy_ms.is_some())
+                .then(|| mean(&|t| t.proxy_ms.unwrap_or(0.0))),
             outside: mean(&|t| t.outside_ms),
         })
     }
@@ -145,8 +151,12 @@ pub fn ttft_by_role(facts: &Facts) -> Vec<String> {
         .filter_map(|p| {
             let s = PdSplit::of(p)?;
             let at = point_name(p, &keys.varying);
+            let proxy = s
+                .proxy
+                .map(|ms| format!(", the proxy and its hops {} ms", human(ms)))
+                .unwrap_or_default();
             let parts = format!(
-                "P/D TTFT at {at}: {} ms = prefill servers {} ms queue + {} ms prefill, KV transfer {} ms, decode servers {} ms queue + {} ms first step, {} ms outside",
+                "P/D TTFT at {at}: {} ms = prefill servers {} ms queue + {} ms prefill, KV transfer {} ms, decode servers {} ms queue + {} ms first step{proxy}, {} ms outside",
                 human(s.client),
                 human(s.prefill_queue),
                 human(s.prefill),
