@@ -288,7 +288,21 @@ fn metrics_use_vllm_names_and_count_tokens() {
     assert_eq!(metric(&text, "vllm:num_requests_running"), 0.0);
     assert_eq!(metric(&text, "vllm:time_to_first_token_seconds_count"), 3.0);
     assert_eq!(metric(&text, "vllm:inter_token_latency_seconds_count"), 9.0);
-    assert!(text.contains("vllm:time_to_first_token_seconds_bucket{model_name=\"llama-3.1-8b\",engine=\"0\",le=\"0.01\"} 3"));
+    // srv-sim never answers before its --ttft (5 ms): no TTFT in the 1 ms bucket, all three in
+    // +Inf. An upper bound (say, all within 10 ms) would be a timing claim a busy box breaks.
+    let ttft_bucket = |le: &str| {
+        format!(
+            "vllm:time_to_first_token_seconds_bucket{{model_name=\"llama-3.1-8b\",engine=\"0\",le=\"{le}\"}}"
+        )
+    };
+    assert!(
+        text.contains(&format!("{} 0\n", ttft_bucket("0.001"))),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{} 3\n", ttft_bucket("+Inf"))),
+        "{text}"
+    );
     assert!(text.contains("vllm:request_success_total{model_name=\"llama-3.1-8b\",engine=\"0\",finished_reason=\"length\"} 3"));
     // Each family is declared once (valid Prometheus exposition).
     let types = text
