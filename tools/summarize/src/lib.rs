@@ -5,7 +5,7 @@
 //!
 //! In layers, every import running down (no module reaches up or sideways into a higher one):
 //! - [`input`]: records read and checked, folded into sweep points, and the figures a point
-//!   carries (`metrics`);
+//!   carries (`metrics`) with their noise from one run (`noise`);
 //! - [`roofline`]: how a point is judged against the hardware (limits, its decode step);
 //! - [`notes`]: the notes, with the words and thresholds they share (`notes::words`);
 //! - [`tables`]: one section per kind of record;

@@ -12,6 +12,7 @@
 pub mod energy;
 pub mod kept;
 pub mod metrics;
+pub mod noise;
 pub mod param;
 pub mod points;
 

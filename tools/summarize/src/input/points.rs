@@ -87,7 +87,7 @@ impl Point {
             [one] => match &one.noise {
                 Some(n) => (n.blocks as usize, SampleKind::Blocks),
                 None => (
-                    crate::input::metrics::independent_requests(one) as usize,
+                    crate::input::noise::independent_requests(one) as usize,
                     SampleKind::Waves,
                 ),
             },
