@@ -51,6 +51,8 @@ pub struct EngineConfig {
     pub tp_ranks: u32,
     pub report: EngineReport,
     pub abandoned: Abandoned,
+    /// `--lora`: the engine's adapter slots.
+    pub lora: Option<crate::lora::Slots>,
 }
 
 /// The HTTP side's handle: submit requests, read metrics.
@@ -93,6 +95,7 @@ impl Engine {
                 chunk: tokens_per_chunk.max(1),
                 max_running: config.max_running.map_or(usize::MAX, |n| n as usize),
                 abandoned: config.abandoned,
+                lora: config.lora,
                 waiting: VecDeque::new(),
                 running: HashMap::new(),
                 heap: BinaryHeap::new(),
@@ -116,6 +119,7 @@ impl Engine {
                     seed: config.seed,
                     report: config.report,
                     abandoned: config.abandoned,
+                    lora: config.lora,
                 },
             ),
         }
@@ -162,6 +166,7 @@ struct FixedLoop {
     chunk: u32,
     max_running: usize,
     abandoned: Abandoned,
+    lora: Option<crate::lora::Slots>,
     waiting: VecDeque<Submit>,
     running: HashMap<u64, (Req, Instant, u32)>,
     /// (deadline, request id): the next chunk of each running request.
@@ -235,18 +240,32 @@ impl FixedLoop {
         }
     }
 
-    /// Starts waiting requests while slots are free; `freed_at` is when the slot opened.
+    /// Starts waiting requests while slots are free (FCFS, past a request whose adapter the
+    /// running ones' leave no room for); `freed_at` is when the slot opened. A request whose
+    /// adapter was not loaded has its first chunk later by the swap.
     fn admit(&mut self, freed_at: Option<Instant>) {
-        while self.running.len() < self.max_running {
-            let Some(s) = self.waiting.pop_front() else {
-                break;
-            };
-            if s.progress.cancelled.load(Ordering::Relaxed) {
+        if let Some(l) = &mut self.lora {
+            l.begin(self.running.values().map(|r| r.0.sub.adapter));
+        }
+        let mut i = 0;
+        while self.running.len() < self.max_running && i < self.waiting.len() {
+            if self.waiting[i].progress.cancelled.load(Ordering::Relaxed) {
+                self.waiting.remove(i);
                 continue;
             }
+            if let Some(l) = &mut self.lora
+                && !l.join(self.waiting[i].adapter)
+            {
+                i += 1;
+                continue;
+            }
+            let Some(s) = self.waiting.remove(i) else {
+                break;
+            };
+            let swap = self.lora.as_mut().map_or(Duration::ZERO, |l| l.load());
             let start = freed_at.map_or(s.arrival, |t| t.max(s.arrival));
             s.progress.scheduled(s.arrival, start);
-            let first_due = start + self.ttft;
+            let first_due = start + swap + self.ttft;
             let id = self.next_id;
             self.next_id += 1;
             self.heap.push(Reverse((first_due, id)));

@@ -8,7 +8,7 @@
 //! Modules: [`args`] (the command line, read there only) and [`plan`] (what it asks for,
 //! validated once), [`tokens`] (the tokenization rule and generated text), [`api`] (wire formats, one file per API),
 //! [`engine`] (the step loop and the fixed schedule; [`abandoned`] what it does with a request
-//! whose client went away) on a [`clock`], [`cost`] (the step cost
+//! whose client went away; [`lora`] its adapter slots) on a [`clock`], [`cost`] (the step cost
 //! model), [`metrics`] (Prometheus text), [`selfreport`] (vLLM's self-report flags; [`trtllm`]
 //! TensorRT-LLM's), [`step`]
 //! (the shapes those four share, below them all), [`prefix`] (the prefix cache), [`http`] (the
@@ -26,6 +26,7 @@ pub mod engine;
 pub mod frontend;
 pub mod grid;
 pub mod http;
+pub mod lora;
 pub mod metrics;
 pub mod nelder;
 pub mod pd;
@@ -195,6 +196,10 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
                     })
                     .with_trtllm(trtllm.clone()),
                 abandoned: engine.abandoned,
+                lora: engine
+                    .lora
+                    .as_ref()
+                    .map(|l| lora::Slots::new(l.max_loras, l.swap)),
             })
         })
         .collect();
@@ -202,6 +207,10 @@ fn serve(plan: &Plan, roofline: Roofline) -> anyhow::Result<Exit> {
         engines,
         limits: api::Limits {
             served_model: served,
+            adapters: engine
+                .lora
+                .as_ref()
+                .map_or_else(Vec::new, |l| l.adapters.clone()),
             max_model_len: engine.max_model_len,
             default_max_tokens: server.default_max_tokens,
             image_token_px: roofline.dep.model.image_token_px,

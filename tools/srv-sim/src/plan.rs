@@ -112,6 +112,16 @@ pub struct EnginePlan {
     pub seed: u64,
     /// `--decode-abandoned`: what happens to a running request whose client went away.
     pub abandoned: crate::engine::Abandoned,
+    /// `--lora`, `--max-loras`, `--lora-swap`.
+    pub lora: Option<LoraPlan>,
+}
+
+/// LoRA adapters served beside the model, and the engine's adapter slots.
+#[derive(Debug, Clone)]
+pub struct LoraPlan {
+    pub adapters: Vec<String>,
+    pub max_loras: u32,
+    pub swap: std::time::Duration,
 }
 
 /// The HTTP server and the faults it injects.

@@ -23,6 +23,8 @@ pub struct Submit {
     /// An embeddings request (`/v1/embeddings`): its one token marks the end of its prefill and
     /// is no generated output (in no generation counter, TTFT or ITL histogram).
     pub pooling: bool,
+    /// The LoRA adapter it names (an index into `--lora`), `None` for the base model.
+    pub adapter: Option<u32>,
 }
 
 /// The work in one engine step, as the cost model sees it.

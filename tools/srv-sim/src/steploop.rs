@@ -99,6 +99,8 @@ pub struct ModelledConfig {
     /// What the engine reports about itself (`--enable-*` flags; `--predict` reports nothing).
     pub report: EngineReport,
     pub abandoned: crate::abandoned::Abandoned,
+    /// `--lora`: the adapter slots; a step that loads an adapter lasts the swap longer.
+    pub lora: Option<crate::lora::Slots>,
 }
 
 /// The modelled engine on `clock`: the server's runs on the wall clock on its own thread;
@@ -209,6 +211,7 @@ struct StepLoop<C: Clock> {
     rng: u64,
     report: EngineReport,
     abandoned: crate::abandoned::Abandoned,
+    lora: Option<crate::lora::Slots>,
     /// Arrived and not yet taken by a launch.
     inbox: VecDeque<Submit>,
     /// The time the loop stands at (a round's end, the first stage freeing, an arrival); None
@@ -266,6 +269,7 @@ impl<C: Clock> StepLoop<C> {
             abandoned: c.abandoned,
             inbox: VecDeque::new(),
             at: None,
+            lora: c.lora,
         }
     }
 
@@ -374,7 +378,9 @@ impl<C: Clock> StepLoop<C> {
             return false;
         }
         shape.max_micro_batches = Some(lanes);
-        let step = self.cost.step_time(&shape);
+        // The batch's adapters not loaded are copied in before it runs.
+        let swap = self.lora.as_mut().map_or(Duration::ZERO, |l| l.load());
+        let step = self.cost.step_time(&shape) + swap;
         let micro = shape.split_seqs().clamp(1, lanes);
         // The first stage takes the round's micro-batches one after another, a stage-time each.
         self.stage_free = Some(start + step * micro / self.stages);
@@ -448,8 +454,12 @@ impl<C: Clock> StepLoop<C> {
     /// FCFS admission: the head of the queue waits until a slot is free and its prompt (and its
     /// first token) fits in the KV cache beside what the running requests hold or were promised
     /// (a prompt still being prefilled counts whole) and their next decode tokens, so an
-    /// admission does not preempt at once.
+    /// admission does not preempt at once. With `--lora`, a request whose adapter the batch
+    /// has no room for (`--max-loras`) is passed over, as vLLM's scheduler skips it.
     fn admit(&mut self) {
+        if let Some(l) = &mut self.lora {
+            l.begin(self.running.iter().map(|r| r.req.sub.adapter));
+        }
         let mut used: u64 = self
             .running
             .iter()
@@ -461,13 +471,20 @@ impl<C: Clock> StepLoop<C> {
                 }
             })
             .sum();
+        let mut i = 0;
         while self.running.len() < self.max_running {
-            let Some(r) = self.waiting.front() else { break };
+            let Some(r) = self.waiting.get(i) else { break };
             let need = u64::from(r.prompt_work) + 1;
             if used + need > self.kv_cache_tokens && !self.running.is_empty() {
                 break;
             }
-            let Some(mut r) = self.waiting.pop_front() else {
+            if let Some(l) = &mut self.lora
+                && !l.join(r.req.sub.adapter)
+            {
+                i += 1;
+                continue;
+            }
+            let Some(mut r) = self.waiting.remove(i) else {
                 break;
             };
             used += need;

@@ -136,12 +136,16 @@ pub struct GenRequest {
     pub continuous_usage: bool,
     /// vLLM's disaggregated-serving hand-off (`kv_transfer_params`), as sent (pd.rs).
     pub kv_transfer_params: Option<Value>,
+    /// The LoRA adapter its `model` named (an index into [`Limits::adapters`]).
+    pub adapter: Option<u32>,
 }
 
 /// What the server knows when validating.
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub served_model: String,
+    /// `--lora`: adapters served under their own names beside `served_model`.
+    pub adapters: Vec<String>,
     pub max_model_len: u32,
     pub default_max_tokens: u32,
     /// The model card's `image_token_px` (None: a model that takes no images).
@@ -234,16 +238,13 @@ pub fn parse_generate(
     limits: &Limits,
 ) -> Result<GenRequest, ApiError> {
     let obj = parse_object(body)?;
+    let mut adapter = None;
     if let Some(model) = field(&obj, "model") {
         let Some(name) = model.as_str() else {
             return Err(ApiError::bad_request("'model' must be a string"));
         };
-        if name != limits.served_model {
-            return Err(ApiError::new(
-                404,
-                format!("The model `{name}` does not exist."),
-            ));
-        }
+        adapter = crate::lora::named(name, &limits.served_model, &limits.adapters)
+            .ok_or_else(|| ApiError::new(404, format!("The model `{name}` does not exist.")))?;
     }
     let wire = endpoint.wire();
     let prompt = wire.prompt(&obj, limits)?;
@@ -383,6 +384,7 @@ pub fn parse_generate(
         include_usage,
         continuous_usage: include_usage && continuous_usage,
         kv_transfer_params,
+        adapter,
     })
 }
 

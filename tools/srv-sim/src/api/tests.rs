@@ -5,6 +5,7 @@ use super::*;
 fn limits() -> Limits {
     Limits {
         served_model: "m".into(),
+        adapters: vec!["sql".into()],
         max_model_len: 100,
         default_max_tokens: 16,
         image_token_px: None,

@@ -39,6 +39,8 @@ pub(super) async fn embeddings(app: &App, req: hyper::Request<Incoming>) -> Resp
         arrival,
         rid: None,
         pooling: true,
+        // An embeddings request names the model itself (srv-sim serves no pooling adapter).
+        adapter: None,
     });
     WaitFor {
         progress: &progress,

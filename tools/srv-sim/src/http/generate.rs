@@ -92,7 +92,8 @@ pub(super) async fn generate(
     let hit = prefix::admit(&app.prefix, engine, &request.blocks, request.prompt_tokens);
     // Transferred KV is the whole prompt's: the first step computes only its last token.
     let cached = kv_wait.map_or(hit, |_| request.prompt_tokens);
-    let mut fmt = Formatter::new(endpoint, n, unix_now(), &app.model_json, &request);
+    let named = &app.model_json[request.adapter.map_or(0, |k| k as usize + 1)];
+    let mut fmt = Formatter::new(endpoint, n, unix_now(), named, &request);
     if app.trtllm.is_some() {
         fmt = fmt.with_trtllm_id(n);
     }
@@ -103,6 +104,7 @@ pub(super) async fn generate(
         arrival,
         rid: app.log_rids.then(|| fmt.id().to_string()),
         pooling: false,
+        adapter: request.adapter,
     });
     if app.prompt_tokens_details {
         fmt.report_cached(cached);

@@ -55,8 +55,8 @@ pub struct App {
     /// One engine per data-parallel replica; requests go round-robin.
     pub engines: Vec<Engine>,
     pub limits: Limits,
-    /// The served model name as a JSON string literal.
-    pub model_json: String,
+    /// The served model's name, then each `--lora` adapter's, as JSON string literals.
+    pub model_json: Vec<String>,
     pub ready_at: Instant,
     pub faults: Faults,
     pub seed: u64,
@@ -104,7 +104,10 @@ pub struct AppConfig {
 
 impl App {
     pub fn new(c: AppConfig) -> App {
-        let model_json = Value::String(c.limits.served_model.clone()).to_string();
+        let model_json = std::iter::once(&c.limits.served_model)
+            .chain(&c.limits.adapters)
+            .map(|name| Value::String(name.clone()).to_string())
+            .collect();
         App {
             engines: c.engines,
             limits: c.limits,
@@ -417,13 +420,17 @@ async fn handle(app: &Arc<App>, fd: RawFd, req: Request<Incoming>) -> Response<S
     }
 }
 
+/// The served model, then its `--lora` adapters (vLLM lists each with its base as `parent`).
 fn models(app: &App) -> String {
-    let name = &app.limits.served_model;
-    json!({"object": "list", "data": [{
-        "id": name, "object": "model", "created": unix_now(), "owned_by": "srv-sim", "root": name,
-        "parent": null, "max_model_len": app.limits.max_model_len, "permission": []
-    }]})
-    .to_string()
+    let (base, max_model_len) = (&app.limits.served_model, app.limits.max_model_len);
+    let card = |name: &String, parent: Option<&String>| {
+        json!({"id": name, "object": "model", "created": unix_now(), "owned_by": "srv-sim",
+               "root": name, "parent": parent, "max_model_len": max_model_len, "permission": []})
+    };
+    let data: Vec<Value> = std::iter::once(card(base, None))
+        .chain(app.limits.adapters.iter().map(|a| card(a, Some(base))))
+        .collect();
+    json!({"object": "list", "data": data}).to_string()
 }
 
 fn unix_now() -> u64 {

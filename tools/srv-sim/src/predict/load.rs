@@ -411,6 +411,7 @@ impl<'a> VirtualClock<'a> {
                 arrival: arrive,
                 rid: None,
                 pooling: false,
+                adapter: None,
             },
         );
         self.watching.push(InFlight {

@@ -435,6 +435,8 @@ fn modelled(engine: &Engine, log_steps: bool) -> ModelledConfig {
         .for_engine(crate::sglang::Ranks::default()),
         // A prediction's clients never go away.
         abandoned: crate::engine::Abandoned::Stop,
+        // A prediction's requests name the base model.
+        lora: None,
     }
 }
 

@@ -138,6 +138,7 @@ impl Group {
             arrival: client.arrival,
             rid: None,
             pooling: false,
+            adapter: client.adapter,
         });
         self.prefilling[i].push(Prefilling {
             id,
