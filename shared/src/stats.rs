@@ -3,6 +3,7 @@
 //! two always agree. Latencies go into HdrHistograms in integer microseconds (3 significant
 //! digits); histograms serialize as V2+deflate, base64, so summaries merge exactly.
 
+pub mod adapters;
 pub mod blocks;
 pub mod busy;
 pub mod knee;
@@ -279,6 +280,9 @@ pub struct PointStats {
     pub by_turn: turns::ByTurn,
     /// ... as a summary recorded them (they carry no histograms, so they are kept, not merged).
     by_turn_recorded: Vec<crate::record::TurnSummary>,
+    /// LoRA mixes: the figures of each adapter (and, from a summary, as it recorded them).
+    pub by_adapter: adapters::ByAdapter,
+    by_adapter_recorded: Vec<crate::record::AdapterSummary>,
     /// TTFT split by the engine's own timing, where requests carried it.
     pub ttft_split: ttft_split::SplitAcc,
     /// The batch-means noise a summary recorded (no spans to recompute it); gone once merged
@@ -297,6 +301,7 @@ impl PointStats {
     pub fn add_request(&mut self, r: &RequestRecord, slo: Option<&Slo>) {
         self.requests += 1;
         self.by_turn.add(r);
+        self.by_adapter.add(r);
         self.ttft_split.add(r);
         if let Some(e) = &r.eval {
             self.eval.get_or_insert_default().add(e.verdict);
@@ -448,6 +453,10 @@ impl PointStats {
         if self.by_turn_recorded.is_empty() {
             self.by_turn_recorded = other.by_turn_recorded.clone();
         }
+        self.by_adapter.merge(&other.by_adapter);
+        if self.by_adapter_recorded.is_empty() {
+            self.by_adapter_recorded = other.by_adapter_recorded.clone();
+        }
         self.noise_recorded = None;
         if let Some(e) = &other.eval {
             self.eval.get_or_insert_default().merge(e);
@@ -505,6 +514,8 @@ impl PointStats {
             spans_incomplete: true,
             by_turn: turns::ByTurn::default(),
             by_turn_recorded: s.by_turn.clone(),
+            by_adapter: adapters::ByAdapter::default(),
+            by_adapter_recorded: s.by_adapter.clone(),
             ttft_split: ttft_split::SplitAcc::from_record(s.ttft_split.as_ref()),
             noise_recorded: s.noise.clone(),
             eval: s.eval.clone(),
@@ -574,6 +585,11 @@ impl PointStats {
                 self.by_turn_recorded.clone()
             } else {
                 self.by_turn.summaries()
+            },
+            by_adapter: if self.by_adapter.is_empty() {
+                self.by_adapter_recorded.clone()
+            } else {
+                self.by_adapter.summaries(secs)
             },
             ranks: None,
             ttft_split: self.ttft_split.record(),

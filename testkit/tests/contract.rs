@@ -269,7 +269,7 @@ const EVERY_TOOL: &[(&str, &str)] = &[
     ),
     (
         "server.jsonl",
-        "srv-launch sim --name contract --label run=contract -- --ttft 2ms --itl 1ms --fail-rate 0.1 --seed 7",
+        "srv-launch sim --name contract --label run=contract -- --ttft 2ms --itl 1ms --fail-rate 0.1 --seed 7 --lora sql,chat",
     ),
     (
         "pd.jsonl",
@@ -300,7 +300,8 @@ const EVERY_TOOL: &[(&str, &str)] = &[
          loadgen -c 2 -n 8 --max-tokens 40 --input-len 8 --cancel-rate 0.5 --cancel-after 5ms < server.jsonl
          loadgen --api responses -c 2 -n 3 --input-len 8 --max-tokens 3 < server.jsonl
          loadgen --api messages -c 2 -n 3 --input-len 8 --max-tokens 3 < server.jsonl
-         loadgen --api embeddings -c 2 -n 4 --input-len 8 < server.jsonl"#,
+         loadgen --api embeddings -c 2 -n 4 --input-len 8 < server.jsonl
+         loadgen -c 2 -n 6 --max-tokens 2 --input-len 8 --lora sql,chat --lora-assignment zipf < server.jsonl"#,
     ),
     (
         "ranks.jsonl",

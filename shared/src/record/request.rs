@@ -225,6 +225,10 @@ pub struct RequestRecord {
     /// counted from chunks). Absent on every other request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelled_after_ms: Option<f64>,
+    /// The LoRA adapter the request named as its `model` (`loadgen --lora`): the point's
+    /// figures are broken down by it (a summary's `by_adapter`). Absent without `--lora`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
     /// Conversations: the session (conversation) within the point, from 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<u64>,
@@ -296,6 +300,7 @@ impl RequestRecord {
             images: None,
             error: None,
             cancelled_after_ms: None,
+            adapter: None,
             session: None,
             turn: None,
             cached_tokens: None,

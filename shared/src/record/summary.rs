@@ -111,6 +111,10 @@ pub struct SummaryRecord {
     /// Measured, so not in `workload`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub by_turn: Vec<TurnSummary>,
+    /// LoRA mixes (`loadgen --lora`): the figures of each adapter's requests, by name.
+    /// Measured, so not in `workload`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_adapter: Vec<AdapterSummary>,
     /// The point was loaded by several processes (loadgen ranks under mpirun, srun or
     /// `--rank`): this rank's part of it, or, in rank 0's merged summary, the whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -203,6 +207,25 @@ pub enum PointStop {
     /// A reason written by a newer tool.
     #[serde(other)]
     Other,
+}
+
+/// One LoRA adapter's requests of a point (`loadgen --lora`): its share of the load and its
+/// latencies and throughput beside the others'.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdapterSummary {
+    /// The adapter's name as the requests' `model`.
+    pub adapter: String,
+    pub requests: u64,
+    pub ok: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<Dist>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_ms: Option<Dist>,
+    /// Its successful requests' output tokens.
+    pub output_tokens: u64,
+    /// Those tokens over the point's whole wall window (`duration_s`): the adapters' rates add
+    /// up to the point's `output_tok_s`.
+    pub output_tok_s: f64,
 }
 
 /// One turn index of a conversation point: every session's turn `turn` together.

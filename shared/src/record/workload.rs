@@ -75,6 +75,12 @@ pub struct Workload {
     /// `--eval`: the question set's file, as given (the summary's `eval` holds its accuracy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval: Option<String>,
+    /// `--lora`: the LoRA adapters the requests named as their `model`, in the flag's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lora: Vec<String>,
+    /// `--lora-assignment` as given: `round-robin`, `random`, or `zipf:S` with its exponent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora_assignment: Option<String>,
     /// Workload fields this build does not know (a newer tool's): kept and written back.
     #[serde(flatten)]
     pub extra: Extra,

@@ -29,6 +29,7 @@ fn req(id: u64, intended: f64, ttft: f64, itl: &[f64], tokens: u32) -> RequestRe
         images: None,
         error: None,
         cancelled_after_ms: None,
+        adapter: None,
         session: None,
         turn: None,
         cached_tokens: None,
@@ -66,6 +67,34 @@ fn requests_cancelled_on_purpose_are_counted_apart_and_in_no_figure() {
     let old: ErrorClass = serde_json::from_str(r#""cancelled""#).unwrap();
     assert_eq!(old, ErrorClass::Interrupted);
     assert_eq!(old.as_str(), "interrupted");
+}
+
+#[test]
+fn each_adapter_has_its_own_figures_and_a_summary_keeps_them() {
+    let mut s = PointStats::new();
+    for (id, adapter, ttft) in [(0, "a", 100.0), (1, "b", 300.0), (2, "a", 120.0)] {
+        let mut r = req(id, 0.0, ttft, &[10.0; 9], 10);
+        r.adapter = Some(adapter.into());
+        s.add_request(&r, None);
+    }
+    // A request without an adapter is in the point's figures and in none of the adapters'.
+    s.add_request(&req(3, 0.0, 50.0, &[10.0; 9], 10), None);
+    let sum = s.to_summary(PointKey::default(), Labels::new(), false, None);
+    let by: Vec<_> = sum
+        .by_adapter
+        .iter()
+        .map(|a| (a.adapter.as_str(), a.requests, a.output_tokens))
+        .collect();
+    assert_eq!(by, [("a", 2, 20), ("b", 1, 10)]);
+    let a = &sum.by_adapter[0];
+    assert_eq!(a.ttft_ms.unwrap().n, 2);
+    assert!((a.ttft_ms.unwrap().mean - 110.0).abs() < 0.5, "{a:?}");
+    assert!((sum.by_adapter[1].ttft_ms.unwrap().mean - 300.0).abs() < 0.5);
+    let rates: f64 = sum.by_adapter.iter().map(|a| a.output_tok_s).sum();
+    assert!((rates / sum.output_tok_s - 0.75).abs() < 1e-9, "{rates}");
+    let back = PointStats::from_summary(&sum).unwrap();
+    let again = back.to_summary(PointKey::default(), Labels::new(), false, None);
+    assert_eq!(again.by_adapter, sum.by_adapter);
 }
 
 #[test]

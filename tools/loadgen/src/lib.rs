@@ -9,10 +9,12 @@
 //! find-max), `run/` (the run and its points: the dispatcher, the request tasks, the
 //! dead-server watch), `ranks/` (one rank of several), `telemetry/` (the server's metrics and
 //! GPUs), `plan/` (the one place these flags are read: [`Args::plan`] into the run's `Plan`,
-//! validated once in `plan/limits.rs`), `pacing.rs` (send times), `stop.rs` (the stop switch).
+//! validated once in `plan/limits.rs`), `pacing.rs` (send times), `stop.rs` (the stop switch),
+//! `cancel.rs` and `lora.rs` (which requests are abandoned, which adapter each names).
 
 pub mod cancel;
 pub mod client;
+pub mod lora;
 pub mod modes;
 pub mod pacing;
 pub mod plan;
@@ -162,6 +164,22 @@ pub struct Args {
     /// When a cancelled request is abandoned, after it left: 200ms, or 100ms..500ms (uniform)
     #[arg(long, value_name = "DUR", value_parser = servbench::load::Think::parse, requires = "cancel_rate")]
     pub cancel_after: Option<servbench::load::Think>,
+    /// LoRA adapters the requests name as their `model`, as the server serves them
+    /// (sql-lora,chat-lora): the summary breaks its figures down per adapter
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',', value_parser = lora::LoraMix::parse_name, conflicts_with_all = ["turns", "step_grid"])]
+    pub lora: Vec<String>,
+    /// How requests are spread over --lora's adapters (which, by --seed)
+    #[arg(
+        long,
+        value_enum,
+        value_name = "HOW",
+        default_value_t,
+        requires = "lora"
+    )]
+    pub lora_assignment: lora::Assignment,
+    /// --lora-assignment zipf: adapter k (from 1) drawn with weight 1/k^S (default 1.0)
+    #[arg(long, value_name = "S", value_parser = lora::LoraMix::parse_exponent, requires = "lora")]
+    pub lora_zipf_exponent: Option<f64>,
     /// Do not ask for usage in every chunk (vLLM's continuous_usage_stats)
     #[arg(long)]
     pub no_usage_per_chunk: bool,

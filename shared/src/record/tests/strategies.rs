@@ -219,6 +219,7 @@ pub(super) fn request() -> impl Strategy<Value = Record> {
                     http_status: Some(503),
                 }),
                 cancelled_after_ms: (!failed && id % 5 == 0).then_some(250.0),
+                adapter: (id % 4 == 1).then(|| format!("lora-{}", id % 3)),
                 session: (id % 3 == 0).then_some(u64::from(id) / 3),
                 turn: (id % 3 == 0).then_some(id % 7 + 1),
                 cached_tokens: (id % 2 == 0).then_some(2048),
@@ -317,6 +318,12 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                     cancel_rate: partial.then_some(0.25),
                     cancel_after: partial.then(|| "100ms..300ms".into()),
                     eval: (!partial).then(|| "arith-12.jsonl".into()),
+                    lora: if partial {
+                        Vec::new()
+                    } else {
+                        vec!["sql-lora".into(), "chat-lora".into()]
+                    },
+                    lora_assignment: (!partial).then(|| "zipf:1.2".into()),
                     // A newer tool's workload field survives the trip.
                     extra: if partial {
                         Extra::new()
@@ -339,6 +346,19 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                     }]
                 } else {
                     Vec::new()
+                },
+                by_adapter: if partial {
+                    Vec::new()
+                } else {
+                    vec![AdapterSummary {
+                        adapter: "sql-lora".into(),
+                        requests: 5,
+                        ok: 5,
+                        ttft_ms: Some(d),
+                        tpot_ms: None,
+                        output_tokens: 640,
+                        output_tok_s: 426.7,
+                    }]
                 },
                 ranks: None,
                 ttft_split: partial.then(|| TtftSplit {

@@ -1,7 +1,8 @@
 //! The one place a request body is built. Everything that is the same for every request of a
 //! point (model, stream options, sampling, `--extra-body`) is merged once into a JSON object and
 //! serialized once into a head; each request then appends only what varies (its `max_tokens`
-//! and its prompt or messages) behind it: one buffer, no JSON tree per request.
+//! and its prompt or messages) behind it: one buffer, no JSON tree per request. With `--lora`
+//! there is one head per adapter (its name as `model`), and a request takes its adapter's.
 //!
 //! Merging: loadgen's defaults (temperature 0, usage in every chunk), then `--extra-body` merged
 //! in (nested: objects merge key by key, anything else replaces), then `--temperature` and
@@ -96,6 +97,8 @@ pub fn merge(into: &mut Map<String, Value>, from: &Map<String, Value>) {
 pub struct BodySpec {
     pub api: Api,
     pub model: String,
+    /// `--lora`: the adapters requests name as their `model` instead, one head each.
+    pub adapters: Vec<String>,
     /// `stream: true` with usage; false for `--no-stream`.
     pub stream: bool,
     /// Add `ignore_eos` and `min_tokens` so the server generates exactly `max_tokens`.
@@ -113,8 +116,9 @@ pub struct Template {
     api: Api,
     /// `ignore_eos` and `min_tokens` ask for exactly `max_tokens` (an API that generates).
     force_length: bool,
-    /// `{"model":...,...,` : every fixed field, ready for the per-request ones.
-    head: Vec<u8>,
+    /// `{"model":...,...,` : every fixed field, ready for the per-request ones; one per
+    /// `--lora` adapter (its name as `model`), else one.
+    heads: Vec<Vec<u8>>,
     /// The merged fixed fields, for the summary.
     fixed: Map<String, Value>,
     /// `--images`: each request's images, drawn from the seed and the requests built so far.
@@ -201,15 +205,30 @@ impl Template {
             }
             b.remove(*key);
         }
-        let mut head = serde_json::to_vec(&Value::Object(b.clone())).unwrap_or_default();
-        // `{...}` becomes `{...,` (the map is never empty: it has the model).
-        head.pop();
-        head.push(b',');
+        let head = |b: &Map<String, Value>| {
+            let mut head = serde_json::to_vec(&Value::Object(b.clone())).unwrap_or_default();
+            // `{...}` becomes `{...,` (the map is never empty: it has the model).
+            head.pop();
+            head.push(b',');
+            head
+        };
+        let heads = if spec.adapters.is_empty() {
+            vec![head(&b)]
+        } else {
+            let mut named = b.clone();
+            spec.adapters
+                .iter()
+                .map(|a| {
+                    named.insert("model".into(), json!(a));
+                    head(&named)
+                })
+                .collect()
+        };
         (
             Template {
                 api: spec.api,
                 force_length: spec.force_length && generates,
-                head,
+                heads,
                 fixed: b,
                 images: None,
             },
@@ -228,8 +247,9 @@ impl Template {
         self.images.as_ref().map(|i| i.0)
     }
 
-    /// The body of one request.
-    pub fn build(&self, prompt: &PromptText, max_tokens: u32) -> Bytes {
+    /// The body of one request, naming adapter `adapter` (an index into the spec's
+    /// `adapters`; 0 without them).
+    pub fn build(&self, adapter: usize, prompt: &PromptText, max_tokens: u32) -> Bytes {
         let urls = match &self.images {
             Some((images, seed, drawn)) => {
                 images.data_urls(seed ^ drawn.fetch_add(1, Ordering::Relaxed))
@@ -241,9 +261,9 @@ impl Template {
             PromptText::Messages(_) => 256,
         };
         let images_len: usize = urls.iter().map(|u| u.len() + 64).sum();
-        let mut out =
-            Vec::with_capacity(self.head.len() + text_len + text_len / 8 + 96 + images_len);
-        out.extend_from_slice(&self.head);
+        let head = &self.heads[adapter.min(self.heads.len() - 1)];
+        let mut out = Vec::with_capacity(head.len() + text_len + text_len / 8 + 96 + images_len);
+        out.extend_from_slice(head);
         let wire = self.api.wire();
         if let Some(key) = wire.max_tokens_key() {
             let _ = write!(out, "\"{key}\":{max_tokens},");
@@ -275,15 +295,18 @@ impl Template {
 /// for unless a listed prompt says otherwise.
 pub struct Bodies {
     pub template: Template,
+    /// `--lora`, with the run's seed: which adapter's head each request takes.
+    pub lora: Option<(crate::lora::LoraMix, u64)>,
     pub max_tokens: u32,
     /// `--max-tokens` was given: it overrides a prompt file's own `max_tokens`.
     pub max_given: bool,
 }
 
 impl Bodies {
-    /// The body of one request of `max_tokens` output tokens.
-    pub fn build(&self, prompt: &PromptText, max_tokens: u32) -> Bytes {
-        self.template.build(prompt, max_tokens)
+    /// The body of request `id` of a point, of `max_tokens` output tokens.
+    pub fn build(&self, id: u64, prompt: &PromptText, max_tokens: u32) -> Bytes {
+        let adapter = self.lora.as_ref().map_or(0, |(m, seed)| m.pick(*seed, id));
+        self.template.build(adapter, prompt, max_tokens)
     }
 
     /// The output tokens of a prompt with its own `max_tokens` (a listed one's).
@@ -343,6 +366,7 @@ mod tests {
         BodySpec {
             api: Api::Chat,
             model: "m".into(),
+            adapters: Vec::new(),
             stream: true,
             force_length: true,
             usage_per_chunk: true,
@@ -353,7 +377,7 @@ mod tests {
     }
 
     fn body(t: &Template, prompt: &str, max: u32) -> Value {
-        serde_json::from_slice(&t.build(&PromptText::Text(prompt.into()), max)).unwrap()
+        serde_json::from_slice(&t.build(0, &PromptText::Text(prompt.into()), max)).unwrap()
     }
 
     #[test]
@@ -419,8 +443,43 @@ mod tests {
         );
         let m = json!([{"role":"system","content":"s"},{"role":"user","content":"u"}]);
         let v: Value =
-            serde_json::from_slice(&t.build(&PromptText::Messages(m.clone()), 2)).unwrap();
+            serde_json::from_slice(&t.build(0, &PromptText::Messages(m.clone()), 2)).unwrap();
         assert_eq!(v["messages"], m);
+    }
+
+    #[test]
+    fn each_lora_adapter_has_its_head_and_extra_body_cannot_rename_it() {
+        let mut s = spec(r#"{"model":"other","top_k":3}"#);
+        s.adapters = vec!["sql".into(), "chat\"".into()];
+        let (t, warnings) = Template::new(&s);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        for (k, name) in ["sql", "chat\""].into_iter().enumerate() {
+            let v: Value =
+                serde_json::from_slice(&t.build(k, &PromptText::Text("x".into()), 4)).unwrap();
+            assert_eq!(v["model"], json!(name));
+            assert_eq!(
+                (v["top_k"].clone(), v["max_tokens"].clone()),
+                (json!(3), json!(4))
+            );
+        }
+        // Round-robin over two adapters: request i takes head i mod 2.
+        let mix =
+            crate::lora::LoraMix::new(s.adapters.clone(), crate::lora::Assignment::RoundRobin, 1.0);
+        let bodies = Bodies {
+            template: t,
+            lora: Some((mix, 7)),
+            max_tokens: 4,
+            max_given: true,
+        };
+        let model = |id| -> Value {
+            serde_json::from_slice::<Value>(&bodies.build(id, &PromptText::Text("x".into()), 4))
+                .unwrap()["model"]
+                .clone()
+        };
+        assert_eq!(
+            [model(0), model(1), model(2)],
+            [json!("sql"), json!("chat\""), json!("sql")]
+        );
     }
 
     #[test]

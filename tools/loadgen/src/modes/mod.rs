@@ -54,6 +54,11 @@ impl<W: Write> Run<'_, W> {
                 let (template, warnings) = Template::new(&BodySpec {
                     api: body.api,
                     model: self.model.clone(),
+                    adapters: self
+                        .plan
+                        .lora
+                        .as_ref()
+                        .map_or_else(Vec::new, |m| m.names.to_vec()),
                     stream: body.stream,
                     force_length: catalog.exact_lengths(input_len) && !body.allow_eos,
                     usage_per_chunk: body.usage_per_chunk,
@@ -71,6 +76,7 @@ impl<W: Write> Run<'_, W> {
                 let work = Work {
                     bodies: Arc::new(Bodies {
                         template,
+                        lora: self.plan.lora.clone().map(|m| (m, self.plan.seed)),
                         max_tokens: max.unwrap_or(256),
                         max_given: max.is_some(),
                     }),

@@ -31,6 +31,7 @@ impl<W: Write> Run<'_, W> {
         let prefill_work = Work {
             bodies: Arc::new(Bodies {
                 template: work.bodies.template.clone(),
+                lora: work.bodies.lora.clone(),
                 max_tokens: 1,
                 max_given: true,
             }),

@@ -77,6 +77,23 @@ fn body(a: &Args) -> anyhow::Result<()> {
             "--slo with --no-stream: a non-streaming request has no TTFT, TPOT or ITL; use e2e_ms",
         ));
     }
+    lora(a)
+}
+
+/// `--lora`: no adapter twice; an exponent only for zipf.
+fn lora(a: &Args) -> anyhow::Result<()> {
+    for (i, name) in a.lora.iter().enumerate() {
+        if a.lora[..i].contains(name) {
+            return Err(cli::usage(format!(
+                "--lora: '{name}' is named twice; each adapter once (--lora-assignment sets the shares)"
+            )));
+        }
+    }
+    if a.lora_zipf_exponent.is_some() && a.lora_assignment != crate::lora::Assignment::Zipf {
+        return Err(cli::usage(
+            "--lora-zipf-exponent: only with --lora-assignment zipf",
+        ));
+    }
     Ok(())
 }
 

@@ -102,6 +102,8 @@ pub struct Plan {
     pub slo: Option<Slo>,
     /// `--cancel-rate` and `--cancel-after`.
     pub cancel: Option<crate::cancel::Cancel>,
+    /// `--lora` and its assignment: the adapter each request names.
+    pub lora: Option<crate::lora::LoraMix>,
     pub timeout: Duration,
     pub grace: Duration,
     /// `request` records are written (no `--no-requests`).
@@ -229,6 +231,14 @@ impl Args {
                 .cancel_rate
                 .zip(a.cancel_after)
                 .map(|(rate, after)| crate::cancel::Cancel { rate, after }),
+            lora: (!a.lora.is_empty()).then(|| {
+                crate::lora::LoraMix::new(
+                    a.lora.clone(),
+                    a.lora_assignment,
+                    a.lora_zipf_exponent
+                        .unwrap_or(crate::lora::DEFAULT_ZIPF_EXPONENT),
+                )
+            }),
             timeout: a.timeout,
             grace: a.grace,
             write_requests: !a.no_requests,

@@ -558,8 +558,8 @@ pub fn merge_parts(
 
 /// The workload of a merged summary: what every rank asked alike (rank 0's; its
 /// `cache_flushed` too, the one rank that empties the cache) with the job's seed, counts summed,
-/// the expected prefix hit rate weighted by requests. Per-turn figures stay in the ranks' own
-/// summaries (their percentiles cannot be merged from the summaries).
+/// the expected prefix hit rate weighted by requests. Per-turn and per-adapter figures stay in
+/// the ranks' own summaries (their percentiles cannot be merged from the summaries).
 fn describe_merged(m: &mut SummaryRecord, parts: &[SummaryRecord], job_seed: u64) {
     let first = &parts[0];
     // Rank 0 alone watched the server and its GPUs.
@@ -573,6 +573,7 @@ fn describe_merged(m: &mut SummaryRecord, parts: &[SummaryRecord], job_seed: u64
             .try_fold(0, |a, x| Some(a + x?))
     };
     m.by_turn = Vec::new();
+    m.by_adapter = Vec::new();
     let requests: u64 = parts.iter().map(|p| p.requests).sum();
     let prefix_hit_rate_expected = parts
         .iter()

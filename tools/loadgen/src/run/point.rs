@@ -282,6 +282,8 @@ impl<W: Write> Run<'_, W> {
         let slo = self.plan.slo.clone();
         let generates = self.plan.body.api.generates();
         let images = self.plan.body.images.map(|i| i.count);
+        // The adapter each request named, as its body did (`Bodies::build`).
+        let lora = self.plan.lora.clone().map(|m| (m, self.plan.seed));
         let labels = self.labels.clone();
         let write_requests = self.plan.write_requests;
         let progress = Progress::new(&key, &budget);
@@ -317,6 +319,9 @@ impl<W: Write> Run<'_, W> {
                 .map(|q| q.judge(f.outcome.reply_text().filter(|_| whole)));
             let mut rec = to_record(meta, f.outcome, &labels);
             rec.eval = verdict;
+            rec.adapter = lora
+                .as_ref()
+                .map(|(m, seed)| m.name(*seed, rec.id).to_string());
             if let Some(e2e) = rec.e2e_ms {
                 busy.add(rec.intended_ms + rec.send_lag_ms, rec.intended_ms + e2e);
             }
@@ -497,6 +502,10 @@ impl<W: Write> Run<'_, W> {
         s.model = Some(self.model.clone());
         s.workload.api = Some(self.plan.body.api.name().into());
         s.workload.seed = Some(self.plan.seed);
+        if let Some(m) = &self.plan.lora {
+            s.workload.lora = m.names.to_vec();
+            s.workload.lora_assignment = Some(m.assignment_text());
+        }
         if let Some(c) = self.plan.cancel {
             s.workload.cancel_rate = Some(c.rate);
             s.workload.cancel_after = Some(c.after.text());

@@ -193,6 +193,7 @@ impl Aligner {
         let (probe, _) = Template::new(&BodySpec {
             api: self.api,
             model: self.model.clone(),
+            adapters: Vec::new(),
             stream: false,
             force_length: false,
             usage_per_chunk: false,
@@ -200,7 +201,7 @@ impl Aligner {
             top_p: None,
             extra: self.extra.clone(),
         });
-        let body = probe.build(&prompt, 1);
+        let body = probe.build(0, &prompt, 1);
         let (status, reply) = self
             .pool
             .exchange(hyper::Method::POST, self.api.path(), body, self.timeout)

@@ -185,8 +185,8 @@ async fn session(shared: Arc<InFlight>, c: Conversation, mut slot: Slot) {
             return;
         }
         history.ask(user);
-        let body = bodies.build(&history.prompt(api), max_tokens);
         let id = shared.requests.fetch_add(1, Ordering::Relaxed);
+        let body = bodies.build(id, &history.prompt(api), max_tokens);
         let asked = if shared.record_text {
             Outcome::recording(max_tokens)
         } else {

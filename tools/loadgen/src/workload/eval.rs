@@ -97,7 +97,7 @@ impl Workload for Questions {
         let q = &self.all[(id % self.all.len() as u64) as usize];
         let max_tokens = bodies.max_for(q.max_tokens);
         Unit::Request(Prepared {
-            body: bodies.build(&q.prompt, max_tokens),
+            body: bodies.build(id, &q.prompt, max_tokens),
             target: None,
             max_tokens,
             at_s: None,

@@ -13,11 +13,11 @@ pub struct Listed {
 }
 
 impl Workload for Listed {
-    fn next(&self, seq: u64, _id: u64, bodies: &Arc<Bodies>) -> Unit {
+    fn next(&self, seq: u64, id: u64, bodies: &Arc<Bodies>) -> Unit {
         let e = &self.entries[self.order[(seq % self.order.len() as u64) as usize]];
         let max_tokens = bodies.max_for(e.max_tokens);
         Unit::Request(Prepared {
-            body: bodies.build(&e.prompt, max_tokens),
+            body: bodies.build(id, &e.prompt, max_tokens),
             target: None,
             max_tokens,
             at_s: None,

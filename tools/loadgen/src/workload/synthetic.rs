@@ -20,7 +20,7 @@ impl Workload for SyntheticPrompts {
         let group = (self.groups > 0).then(|| (id % u64::from(self.groups)) as u32);
         let text = self.prompt.text(Some(seq), group, self.seed);
         Unit::Request(Prepared {
-            body: bodies.build(&PromptText::Text(text), bodies.max_tokens),
+            body: bodies.build(id, &PromptText::Text(text), bodies.max_tokens),
             target: Some(self.prompt.target_tokens),
             max_tokens: bodies.max_tokens,
             at_s: None,

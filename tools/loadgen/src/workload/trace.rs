@@ -84,7 +84,7 @@ impl Workload for Replay {
         let text = self.trace.prompt(i, self.overhead, self.seed);
         let max_tokens = row.output_len.max(1);
         Unit::Request(Prepared {
-            body: bodies.build(&PromptText::Text(text), max_tokens),
+            body: bodies.build(id, &PromptText::Text(text), max_tokens),
             target: Some(row.input_len),
             max_tokens,
             at_s: Some(row.at_s),

@@ -66,6 +66,7 @@ pub const SECTIONS: &[Section] = &[
     ),
     section("turns", POINTS, workloads::turns),
     section("eval", POINTS, eval::section),
+    section("adapters", POINTS, workloads::adapters),
     section("ramps", &[RampRecord::KIND], ramps::section),
     section("searches", &[SearchRecord::KIND], workloads::searches),
     section(

@@ -341,6 +341,7 @@ pub fn simulate_point(
             images: None,
             error: None,
             cancelled_after_ms: None,
+            adapter: None,
             session: None,
             turn: None,
             cached_tokens: None,

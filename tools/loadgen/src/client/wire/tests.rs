@@ -7,6 +7,7 @@ fn body(api: Api, prompt: PromptText) -> Value {
     let (t, warnings) = Template::new(&BodySpec {
         api,
         model: "m".into(),
+        adapters: Vec::new(),
         stream: api.generates(),
         force_length: true,
         usage_per_chunk: true,
@@ -15,7 +16,7 @@ fn body(api: Api, prompt: PromptText) -> Value {
         extra: None,
     });
     assert!(warnings.is_empty(), "{warnings:?}");
-    serde_json::from_slice(&t.build(&prompt, 8)).unwrap()
+    serde_json::from_slice(&t.build(0, &prompt, 8)).unwrap()
 }
 
 #[test]
