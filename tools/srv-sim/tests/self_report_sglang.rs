@@ -10,30 +10,6 @@ use servbench::startup::{PhaseScan, SGLANG};
 use servbench::steplog::{LogFormat, read_window};
 use std::process::{Command, Stdio};
 
-/// Starts srv-sim on a free port with its stderr (its log) in `log`.
-fn start_logged(args: &[&str], log: &std::path::Path) -> Sim {
-    let port = testkit::free_port();
-    let mut cmd = Command::new(testkit::bin("srv-sim"));
-    cmd.args(["--port", &port.to_string()])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap());
-    let sim = Sim {
-        guard: testkit::Guard::spawn(cmd),
-        port,
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !testkit::wait_port(port, std::time::Duration::from_millis(50))
-        || get(port, "/health").0 != 200
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "srv-sim never became healthy"
-        );
-    }
-    sim
-}
-
 /// The `key=` figure (up to `ms`, `,` or `)`) of a time stats line.
 fn field(line: &str, key: &str) -> String {
     let at = line.find(key).unwrap_or_else(|| panic!("{key} in {line}")) + key.len();

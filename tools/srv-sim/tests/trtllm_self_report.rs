@@ -7,26 +7,6 @@
 mod common;
 use common::*;
 use serde_json::Value;
-use std::process::{Command, Stdio};
-
-/// Starts srv-sim on a free port with its stderr (its log) in `log`.
-fn start_logged(args: &[&str], log: &std::path::Path) -> Sim {
-    let port = testkit::free_port();
-    let mut cmd = Command::new(testkit::bin("srv-sim"));
-    cmd.args(["--port", &port.to_string()])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap());
-    let sim = Sim {
-        guard: testkit::Guard::spawn(cmd),
-        port,
-    };
-    assert!(
-        testkit::wait_port(port, std::time::Duration::from_secs(20)),
-        "srv-sim never listened"
-    );
-    sim
-}
 
 fn json_list(port: u16, path: &str) -> Vec<Value> {
     let (status, body) = get(port, path);

@@ -61,6 +61,26 @@ pub fn start_cmd(mut cmd: Command, wait_ready: bool) -> Sim {
     sim
 }
 
+/// Starts srv-sim on a free port with its stderr (its log) in `log`, and waits for /health
+/// 200: the self-report tests read back what it logged.
+pub fn start_logged(args: &[&str], log: &std::path::Path) -> Sim {
+    let port = testkit::free_port();
+    let mut cmd = Command::new(testkit::bin("srv-sim"));
+    cmd.args(["--port", &port.to_string()])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    let sim = Sim {
+        guard: Guard::spawn(cmd),
+        port,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !testkit::wait_port(port, Duration::from_millis(50)) || get(port, "/health").0 != 200 {
+        assert!(Instant::now() < deadline, "srv-sim never became healthy");
+    }
+    sim
+}
+
 /// Runs `srv-sim --dry-run ARGS` and parses its JSON line.
 pub fn dry_run(args: &[&str]) -> serde_json::Value {
     let out = Command::new(testkit::bin("srv-sim"))
