@@ -5,7 +5,10 @@
 //! `engine_steps` and, when it was started to log them, one note. A server on another host has
 //! its log read over SSH (the loopback sshd).
 
-use servbench::record::{EngineSteps, SummaryRecord};
+mod steps;
+
+use servbench::record::SummaryRecord;
+use steps::{every_points_steps, records, server_logging_to};
 use testkit::sh;
 
 /// (context requests, context tokens, generation requests, generation tokens, ms) of every
@@ -23,12 +26,8 @@ fn logged(log: &str) -> Vec<(u64, u64, u64, u64, f64)> {
         .collect()
 }
 
-fn summaries(records: &str) -> Vec<SummaryRecord> {
-    records
-        .lines()
-        .filter(|l| l.contains(r#""kind":"summary""#))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+fn summaries(text: &str) -> Vec<SummaryRecord> {
+    records(text, "summary")
 }
 
 #[test]
@@ -50,22 +49,9 @@ fn each_points_engine_steps_are_the_step_lines_srv_sim_logged_in_its_window() {
     let lines = logged(&log);
     let points = summaries(&std::fs::read_to_string(dir.path().join("run.jsonl")).unwrap());
     assert_eq!(points.len(), 2);
-    let steps: Vec<&EngineSteps> = points
-        .iter()
-        .map(|s| {
-            s.engine_steps
-                .as_ref()
-                .expect("engine_steps in every summary")
-        })
-        .collect();
-    // No step of srv-sim's ran outside a point (no warmup; the prompt probes only tokenize).
-    assert_eq!(
-        steps.iter().map(|e| e.steps).sum::<u64>(),
-        lines.len() as u64,
-        "{log}"
-    );
-    // One request at a time: a prefill step (its first token) and max_tokens - 1 decode steps.
-    assert_eq!(steps[0].steps, requests * max_tokens);
+    // No step of srv-sim's ran outside a point (no warmup; the prompt probes only tokenize);
+    // one request at a time: a prefill step (its first token) and max_tokens - 1 decode steps.
+    let steps = every_points_steps(&points, lines.len(), &log, requests * max_tokens);
     let mut at = 0;
     for (s, e) in points.iter().zip(&steps) {
         let mine = &lines[at..at + e.steps as usize];
@@ -110,18 +96,9 @@ fn a_server_started_to_log_steps_that_logs_none_gets_one_note_and_no_engine_step
     // flag, started by hand, its log a file of our own.
     let dir = tempfile::tempdir().unwrap();
     let (_sim, url) = testkit::srv_sim(&[]);
-    let port = url.rsplit(':').next().unwrap();
     let log = dir.path().join("server.log");
     std::fs::write(&log, "INFO not a step line\n").unwrap();
-    let record = serde_json::json!({
-        "kind": "server", "v": 1, "ts": "2026-12-02T00:00:00.000Z", "engine": "sim",
-        "host": "localhost", "pid": 1, "pgid": 1, "start_ticks": 1, "port": port.parse::<u16>().unwrap(),
-        "url": url, "command": "srv-sim --enable-logging-iteration-details",
-        "log": log.to_str().unwrap(), "ready_s": 0.1,
-        "argv": ["srv-sim", "--enable-logging-iteration-details"]
-    });
-    let server = dir.path().join("server.jsonl");
-    std::fs::write(&server, format!("{record}\n")).unwrap();
+    let server = server_logging_to(dir.path(), &url, &log, 1);
     let out = sh(&format!(
         "loadgen -c 1,2 -n 2 --max-tokens 2 < {}",
         server.display()
@@ -236,22 +213,13 @@ fn steplog_fifo_a_server_log_that_is_a_fifo_does_not_hang_the_point() {
     // point ends on time, with one note and no engine_steps.
     let dir = tempfile::tempdir().unwrap();
     let (_sim, url) = testkit::srv_sim(&[]);
-    let port = url.rsplit(':').next().unwrap();
     let fifo = dir.path().join("slfifo");
     let made = std::process::Command::new("mkfifo")
         .arg(&fifo)
         .status()
         .unwrap();
     assert!(made.success());
-    let record = serde_json::json!({
-        "kind": "server", "v": 3, "ts": "2026-12-02T00:00:00.000Z", "engine": "sim",
-        "host": "localhost", "pid": 1, "pgid": 1, "start_ticks": 1, "port": port.parse::<u16>().unwrap(),
-        "url": url, "command": "srv-sim --enable-logging-iteration-details",
-        "log": fifo.to_str().unwrap(), "ready_s": 0.1,
-        "argv": ["srv-sim", "--enable-logging-iteration-details"]
-    });
-    let server = dir.path().join("server.jsonl");
-    std::fs::write(&server, format!("{record}\n")).unwrap();
+    let server = server_logging_to(dir.path(), &url, &fifo, 3);
     let out = sh(&format!(
         "timeout 60 loadgen -c 2 --duration 1s --max-tokens 4 --input-len 8 --no-requests < {}",
         server.display()

@@ -5,15 +5,11 @@
 //! id), and each point's `engine_steps` are the steps its iteration stats gave, the same steps
 //! its `iter = N` log lines tell.
 
-use servbench::record::{EngineSteps, RequestRecord, SummaryRecord};
-use testkit::sh;
+mod steps;
 
-fn records<T: serde::de::DeserializeOwned>(text: &str, kind: &str) -> Vec<T> {
-    text.lines()
-        .filter(|l| l.contains(&format!(r#""kind":"{kind}""#)))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+use servbench::record::{RequestRecord, SummaryRecord};
+use steps::{every_points_steps, records};
+use testkit::sh;
 
 /// Runs `srv-launch sim -- SIM_ARGS | loadgen LOADGEN_ARGS | srv-kill` with the options file
 /// srv-launch writes for trtllm-serve; returns (the run's records, srv-sim's log, loadgen's
@@ -125,21 +121,8 @@ fn trt_each_points_steps_are_its_iteration_stats_as_srv_sim_logged_them() {
     let lines = iter_lines(&log);
     let points: Vec<SummaryRecord> = records(&run, "summary");
     assert_eq!(points.len(), 2);
-    let steps: Vec<&EngineSteps> = points
-        .iter()
-        .map(|s| {
-            s.engine_steps
-                .as_ref()
-                .expect("engine_steps in every summary")
-        })
-        .collect();
     // Every step srv-sim ran was in a point, and each point's are its window's.
-    assert_eq!(
-        steps.iter().map(|e| e.steps).sum::<u64>(),
-        lines.len() as u64,
-        "{log}"
-    );
-    assert_eq!(steps[0].steps, requests * max_tokens);
+    let steps = every_points_steps(&points, lines.len(), &log, requests * max_tokens);
     let mut at = 0;
     for (s, e) in points.iter().zip(&steps) {
         let mine = &lines[at..at + e.steps as usize];
