@@ -200,3 +200,50 @@ fn lora_flags_are_checked_before_anything_is_sent() {
         assert!(err.contains(says), "{args:?} names {says}: {err}");
     }
 }
+
+/// TTFT p99 of 160 requests, 16 at a time, zipf over 4 adapters against the modelled srv-sim
+/// (its roofline's steps, the default 4 ms swap) with `slots` adapter slots.
+fn modelled_ttft_p99(slots: &str) -> f64 {
+    let (_sim, url) = srv_sim(&["--lora", "a,b,c,d", "--max-loras", slots]);
+    let mix = ["--lora", "a,b,c,d", "--lora-assignment", "zipf"];
+    let n = 160.to_string();
+    let mut args = vec![
+        "--url",
+        &url,
+        "-c",
+        "16",
+        "-n",
+        &n,
+        "--input-len",
+        "512",
+        "--max-tokens",
+        "64",
+        "--seed",
+        "1",
+    ];
+    args.extend_from_slice(&mix);
+    let s = loadgen(&args).ok().one::<SummaryRecord>();
+    assert_eq!(s.ok, 160);
+    s.ttft_ms.unwrap().p99
+}
+
+#[test]
+fn the_modelled_engine_holds_requests_of_adapters_its_batch_has_no_slot_for() {
+    holds_in_one_of_three(
+        "modelled TTFT p99, 4 adapters in 4 slots, then in 2",
+        || {
+            let loaded = modelled_ttft_p99("4");
+            let swapping = modelled_ttft_p99("2");
+            // With a slot each, an adapter costs one 4 ms swap per run; with two slots for four,
+            // a request of an adapter the batch has no slot for waits for a batch that has.
+            check(
+                "TTFT p99, 4 adapters in 2 slots (ms)",
+                swapping,
+                swapping > 2.0 * loaded,
+            )?;
+            Ok(format!(
+                "TTFT p99: {loaded:.1} ms in 4 slots, {swapping:.1} ms in 2"
+            ))
+        },
+    );
+}
