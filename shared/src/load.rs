@@ -9,6 +9,7 @@ pub mod eval;
 pub mod flags;
 pub mod points;
 pub mod ramp;
+pub mod schema;
 pub mod search;
 pub mod trace;
 

@@ -290,6 +290,8 @@ pub struct PointStats {
     noise_recorded: Option<crate::record::BatchNoise>,
     /// `--eval`: the verdicts of the point's answers.
     pub eval: Option<crate::record::EvalSummary>,
+    /// `--response-format`: the validity of the point's answers.
+    pub json_validity: Option<crate::record::EvalSummary>,
 }
 
 impl PointStats {
@@ -305,6 +307,9 @@ impl PointStats {
         self.ttft_split.add(r);
         if let Some(e) = &r.eval {
             self.eval.get_or_insert_default().add(e.verdict);
+        }
+        if let Some(j) = &r.json {
+            self.json_validity.get_or_insert_default().add(j.verdict());
         }
         self.send_lag.record_ms(r.send_lag_ms);
         let end = r.intended_ms + r.e2e_ms.unwrap_or(0.0);
@@ -461,6 +466,9 @@ impl PointStats {
         if let Some(e) = &other.eval {
             self.eval.get_or_insert_default().merge(e);
         }
+        if let Some(j) = &other.json_validity {
+            self.json_validity.get_or_insert_default().merge(j);
+        }
     }
 
     /// The point's noise by batch means ([`blocks`]): from its requests when it has them, else
@@ -519,6 +527,7 @@ impl PointStats {
             ttft_split: ttft_split::SplitAcc::from_record(s.ttft_split.as_ref()),
             noise_recorded: s.noise.clone(),
             eval: s.eval.clone(),
+            json_validity: s.json_validity.clone(),
         })
     }
 
@@ -597,6 +606,7 @@ impl PointStats {
             pd_members: Vec::new(),
             noise: self.batch_noise(),
             eval: self.eval.clone(),
+            json_validity: self.json_validity.clone(),
             hist,
             extra: Default::default(),
         }

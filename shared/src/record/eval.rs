@@ -63,6 +63,30 @@ impl EvalSummary {
     }
 }
 
+/// A `request`'s answer checked against `loadgen --response-format`'s JSON schema.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JsonVerdict {
+    /// Whether the answer is JSON valid for the schema; absent when there was no whole answer
+    /// to check (the request failed or was cancelled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid: Option<bool>,
+    /// Why it is not: the first error (`not JSON: ...`, or where in the answer and what the
+    /// schema wanted), cut to 160 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl JsonVerdict {
+    /// As a point counts it (valid: `correct`).
+    pub fn verdict(&self) -> Verdict {
+        match self.valid {
+            Some(true) => Verdict::Correct,
+            Some(false) => Verdict::Wrong,
+            None => Verdict::NotJudged,
+        }
+    }
+}
+
 /// The reply's text from its pieces (one per content chunk): what `--record-text` recorded.
 pub fn joined_text(pieces: &[String]) -> String {
     pieces.concat()

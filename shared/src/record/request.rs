@@ -256,6 +256,9 @@ pub struct RequestRecord {
     /// `loadgen --eval`: the question this request asked and its answer's verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval: Option<super::EvalVerdict>,
+    /// `loadgen --response-format`: whether the answer was JSON valid for the schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<super::JsonVerdict>,
 }
 }
 
@@ -308,6 +311,7 @@ impl RequestRecord {
             response_id: None,
             output_pieces: None,
             eval: None,
+            json: None,
             extra: Default::default(),
         }
     }

@@ -134,6 +134,10 @@ pub struct SummaryRecord {
     /// `loadgen --eval`: the accuracy of the point's answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval: Option<super::EvalSummary>,
+    /// `loadgen --response-format`: the point's answers valid for the schema, counted as
+    /// `eval` counts (`correct`: valid; `accuracy`: the validity rate, valid / judged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_validity: Option<super::EvalSummary>,
     /// Metric name (`ttft_ms`, ...) to HdrHistogram V2+deflate, base64; values in microseconds.
     #[serde(default)]
     pub hist: BTreeMap<String, String>,

@@ -75,6 +75,10 @@ pub struct Workload {
     /// `--eval`: the question set's file, as given (the summary's `eval` holds its accuracy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval: Option<String>,
+    /// `--response-format`: the JSON schema's file, as given (the summary's `json_validity`
+    /// holds how many answers were valid for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<String>,
     /// `--lora`: the LoRA adapters the requests named as their `model`, in the flag's order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lora: Vec<String>,

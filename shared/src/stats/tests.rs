@@ -37,6 +37,7 @@ fn req(id: u64, intended: f64, ttft: f64, itl: &[f64], tokens: u32) -> RequestRe
         response_id: None,
         output_pieces: None,
         eval: None,
+        json: None,
         extra: Default::default(),
     }
 }

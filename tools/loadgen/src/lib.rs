@@ -44,6 +44,12 @@ pub fn parse_warmup(s: &str) -> Result<Warmup, String> {
     servbench::cli::parse_duration(s).map(Warmup::Time)
 }
 
+fn parse_response_format(
+    s: &str,
+) -> Result<std::sync::Arc<servbench::load::schema::ResponseFormat>, String> {
+    servbench::load::schema::ResponseFormat::read(s).map(std::sync::Arc::new)
+}
+
 fn parse_header(s: &str) -> Result<(String, String), String> {
     match s.split_once(':') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
@@ -152,6 +158,11 @@ pub struct Args {
     /// records it always
     #[arg(long)]
     pub record_text: bool,
+    /// A JSON schema every answer must follow: sent as `response_format` (json_schema, as vLLM
+    /// and SGLang take it) and each whole answer checked against it; request records carry
+    /// the verdict (`json`) and the text, summaries the validity rate (`json_validity`)
+    #[arg(long, value_name = "FILE", value_parser = parse_response_format, conflicts_with = "step_grid")]
+    pub response_format: Option<std::sync::Arc<servbench::load::schema::ResponseFormat>>,
     /// Seed of every random choice (prompts, arrivals); default: a fresh one per run (a rerun
     /// against a warm server must not find its prompts cached); recorded in summaries
     #[arg(long)]

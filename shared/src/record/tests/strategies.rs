@@ -246,6 +246,10 @@ pub(super) fn request() -> impl Strategy<Value = Record> {
                     verdict: Verdict::Wrong,
                     got: Some("12".into()),
                 }),
+                json: (id % 5 == 3).then(|| JsonVerdict {
+                    valid: Some(false),
+                    error: Some("/age: -1 is less than the minimum of 0".into()),
+                }),
                 extra,
             }))
         })
@@ -318,6 +322,7 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                     cancel_rate: partial.then_some(0.25),
                     cancel_after: partial.then(|| "100ms..300ms".into()),
                     eval: (!partial).then(|| "arith-12.jsonl".into()),
+                    response_format: partial.then(|| "person.schema.json".into()),
                     lora: if partial {
                         Vec::new()
                     } else {
@@ -404,6 +409,12 @@ pub(super) fn summary() -> impl Strategy<Value = Record> {
                     judged: 4,
                     not_judged: 1,
                     accuracy: Some(0.75),
+                }),
+                json_validity: partial.then_some(EvalSummary {
+                    correct: 7,
+                    judged: 10,
+                    not_judged: 0,
+                    accuracy: Some(0.7),
                 }),
                 noise: (!partial).then(|| BatchNoise {
                     blocks: 8,

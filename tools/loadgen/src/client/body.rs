@@ -108,6 +108,8 @@ pub struct BodySpec {
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
     pub extra: Option<ExtraBody>,
+    /// `--response-format`: the body's `response_format` (a JSON schema's).
+    pub response_format: Option<Value>,
 }
 
 /// A point's request bodies: the serialized head, and what each request appends.
@@ -195,6 +197,9 @@ impl Template {
         if spec.force_length && generates {
             own(&mut b, &["ignore_eos"], Some(json!(true)));
             own(&mut b, &["min_tokens"], None);
+        }
+        if let Some(rf) = &spec.response_format {
+            own(&mut b, &["response_format"], Some(rf.clone()));
         }
         for key in PER_REQUEST {
             if let Some(g) = lookup(extra, &[key]) {
@@ -373,11 +378,24 @@ mod tests {
             temperature: None,
             top_p: None,
             extra: (!extra.is_empty()).then(|| ExtraBody::parse(extra).unwrap()),
+            response_format: None,
         }
     }
 
     fn body(t: &Template, prompt: &str, max: u32) -> Value {
         serde_json::from_slice(&t.build(0, &PromptText::Text(prompt.into()), max)).unwrap()
+    }
+
+    #[test]
+    fn a_response_format_is_in_every_body_and_wins_over_extra_body() {
+        let rf = json!({"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}});
+        let (t, warnings) = Template::new(&BodySpec {
+            response_format: Some(rf.clone()),
+            ..spec(r#"{"response_format":{"type":"text"}}"#)
+        });
+        assert_eq!(body(&t, "hi", 8)["response_format"], rf);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("\"response_format\""), "{warnings:?}");
     }
 
     #[test]

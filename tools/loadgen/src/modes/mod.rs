@@ -60,11 +60,15 @@ impl<W: Write> Run<'_, W> {
                         .as_ref()
                         .map_or_else(Vec::new, |m| m.names.to_vec()),
                     stream: body.stream,
-                    force_length: catalog.exact_lengths(input_len) && !body.allow_eos,
+                    // A structured answer ends where its JSON does (ignore_eos would run on).
+                    force_length: catalog.exact_lengths(input_len)
+                        && !body.allow_eos
+                        && body.response_format.is_none(),
                     usage_per_chunk: body.usage_per_chunk,
                     temperature: body.temperature,
                     top_p: body.top_p,
                     extra: body.extra.clone(),
+                    response_format: body.response_format.as_ref().map(|f| f.body()),
                 });
                 for w in warnings {
                     self.warn_once(w);

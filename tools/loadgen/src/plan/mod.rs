@@ -81,6 +81,8 @@ pub struct BodyPlan {
     pub prefix_len: Option<u32>,
     /// `--images`: the images each chat request carries.
     pub images: Option<crate::client::image::Images>,
+    /// `--response-format`: the schema each request asks for and its answer is checked against.
+    pub response_format: Option<std::sync::Arc<servbench::load::schema::ResponseFormat>>,
 }
 
 /// The whole run, planned.
@@ -200,6 +202,7 @@ impl Args {
                 temperature: a.temperature,
                 top_p: a.top_p,
                 extra: a.extra_body.clone(),
+                response_format: a.response_format.clone(),
                 max_tokens: match &a.load.max_tokens {
                     Some(m) => m.iter().copied().map(Some).collect(),
                     None => vec![None],
@@ -242,7 +245,8 @@ impl Args {
             timeout: a.timeout,
             grace: a.grace,
             write_requests: !a.no_requests,
-            record_text: a.record_text,
+            // A structured answer is checked by its text, and its record carries it.
+            record_text: a.record_text || a.response_format.is_some(),
             threads: threads.max(1),
             flush_cache: a.load.flush_cache,
             labels: a.common.labels(),

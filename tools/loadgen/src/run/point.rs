@@ -115,6 +115,12 @@ impl<W: Write> Run<'_, W> {
             .eval
             .as_ref()
             .map(|(file, _)| file.clone());
+        s.workload.response_format = self
+            .plan
+            .body
+            .response_format
+            .as_ref()
+            .map(|f| f.file.clone());
         s.workload.extra_body = self
             .plan
             .body
@@ -284,6 +290,7 @@ impl<W: Write> Run<'_, W> {
         let images = self.plan.body.images.map(|i| i.count);
         // The adapter each request named, as its body did (`Bodies::build`).
         let lora = self.plan.lora.clone().map(|m| (m, self.plan.seed));
+        let response_format = self.plan.body.response_format.clone();
         let labels = self.labels.clone();
         let write_requests = self.plan.write_requests;
         let progress = Progress::new(&key, &budget);
@@ -317,8 +324,12 @@ impl<W: Write> Run<'_, W> {
                 .question
                 .as_ref()
                 .map(|q| q.judge(f.outcome.reply_text().filter(|_| whole)));
+            let json = response_format
+                .as_ref()
+                .map(|r| r.judge(f.outcome.reply_text().filter(|_| whole)));
             let mut rec = to_record(meta, f.outcome, &labels);
             rec.eval = verdict;
+            rec.json = json;
             rec.adapter = lora
                 .as_ref()
                 .map(|(m, seed)| m.name(*seed, rec.id).to_string());

@@ -200,6 +200,7 @@ impl Aligner {
             temperature: None,
             top_p: None,
             extra: self.extra.clone(),
+            response_format: None,
         });
         let body = probe.build(0, &prompt, 1);
         let (status, reply) = self

@@ -349,6 +349,7 @@ pub fn simulate_point(
             response_id: None,
             output_pieces: None,
             eval: None,
+            json: None,
             extra: Default::default(),
         };
         if nth(model.error_every) {

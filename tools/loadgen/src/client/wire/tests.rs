@@ -14,6 +14,7 @@ fn body(api: Api, prompt: PromptText) -> Value {
         temperature: None,
         top_p: None,
         extra: None,
+        response_format: None,
     });
     assert!(warnings.is_empty(), "{warnings:?}");
     serde_json::from_slice(&t.build(0, &prompt, 8)).unwrap()
