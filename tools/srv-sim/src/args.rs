@@ -332,6 +332,7 @@ impl Args {
         };
         prob("--fail-rate", self.faults.fail_rate)?;
         prob("--reset-rate", self.faults.reset_rate)?;
+        prob("--invalid-json-rate", self.faults.invalid_json_rate)?;
         prob("--spec-accept", self.spec_accept)?;
         if self.search.search {
             // The search sets the load itself: only the lengths and the SLO are its.

@@ -16,6 +16,7 @@ mod completions;
 mod image;
 mod messages;
 mod responses;
+pub mod structured;
 
 pub use chat::{messages_content, messages_text};
 
@@ -138,6 +139,8 @@ pub struct GenRequest {
     pub kv_transfer_params: Option<Value>,
     /// The LoRA adapter its `model` named (an index into [`Limits::adapters`]).
     pub adapter: Option<u32>,
+    /// `response_format` json_schema (or json_object): the answer is JSON made from it.
+    pub json_schema: Option<Value>,
 }
 
 /// What the server knows when validating.
@@ -285,13 +288,7 @@ pub fn parse_generate(
             )));
         }
     }
-    if let Some(rf) = field(&obj, "response_format")
-        && rf.get("type").and_then(Value::as_str) != Some("text")
-    {
-        return Err(ApiError::bad_request(
-            "response_format other than {\"type\":\"text\"} is not supported by srv-sim",
-        ));
-    }
+    let json_schema = structured::requested(&obj)?;
     match field(&obj, "stop") {
         None => {}
         Some(Value::Array(a)) if a.is_empty() => {}
@@ -385,6 +382,7 @@ pub fn parse_generate(
         continuous_usage: include_usage && continuous_usage,
         kv_transfer_params,
         adapter,
+        json_schema,
     })
 }
 

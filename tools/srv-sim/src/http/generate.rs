@@ -4,7 +4,7 @@
 //! `stream`, one whole answer once every token is out.
 
 use super::{App, SimBody, error_response, json_response, read_body, reset, unix_now};
-use crate::api::{self, ApiError, Endpoint, Formatter};
+use crate::api::{self, ApiError, Endpoint, Formatter, structured};
 use crate::prefix;
 use crate::progress::{Progress, WaitFor};
 use crate::step::Submit;
@@ -43,7 +43,7 @@ pub(super) async fn generate(
         Ok(b) => b,
         Err(e) => return error_response(&e),
     };
-    let request = match api::parse_generate(endpoint, &body, &app.limits) {
+    let mut request = match api::parse_generate(endpoint, &body, &app.limits) {
         Ok(g) => g,
         Err(e) => return error_response(&e),
     };
@@ -66,6 +66,16 @@ pub(super) async fn generate(
             "srv-sim: injected overload (--fail-rate)"
         };
         return error_response(&ApiError::new(status, msg));
+    }
+    // A structured answer: its JSON's tokens, ending where the JSON does, cut at max_tokens.
+    let json = request.json_schema.as_ref().map(|schema| {
+        let broken = unit(splitmix64(draw ^ INVALID_JSON_SALT)) < app.faults.invalid_json_rate;
+        let words: Arc<[String]> =
+            structured::answer(schema, request.text_seed ^ app.seed, broken).into();
+        words
+    });
+    if let Some(words) = &json {
+        request.max_tokens = request.max_tokens.min(words.len() as u32);
     }
     let cut = if app.faults.crash_after == Some(n) {
         Some(CutKind::Crash)
@@ -125,6 +135,11 @@ pub(super) async fn generate(
         reset_timer: None,
         fd,
         words: Vec::new(),
+        // A stream's events carry each token inside a JSON string, as the wires write it.
+        json: json.map(|words| match request.stream {
+            true => words.iter().map(|w| structured::escaped(w)).collect(),
+            false => words,
+        }),
         app: app.clone(),
         request_no: n,
     };
@@ -163,9 +178,12 @@ async fn whole(mut stream: TokenStream) -> Response<SimBody> {
         None => {}
     }
     stream.done();
-    let text: String = (0..total)
-        .map(|p| tokens::generated(stream.text_seed, p))
-        .collect();
+    let text: String = match &stream.json {
+        Some(words) => words[..total as usize].concat(),
+        None => (0..total)
+            .map(|p| tokens::generated(stream.text_seed, p))
+            .collect(),
+    };
     json_response(
         200,
         stream.fmt.full_response(&text, total, &stream.progress),
@@ -187,9 +205,15 @@ pub struct TokenStream {
     reset_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     fd: RawFd,
     words: Vec<&'static str>,
+    /// A structured answer's tokens (`response_format`), instead of the seeded words; a
+    /// stream's JSON-escaped.
+    json: Option<Arc<[String]>>,
     app: Arc<App>,
     request_no: u64,
 }
+
+/// Keeps the --invalid-json-rate draw apart from the other draws of a request.
+const INVALID_JSON_SALT: u64 = 0x6A73_6F6E_5F62_6164;
 
 /// A poll writes events until the buffer passes this size, so hyper sends large frames.
 const FRAME_BYTES: usize = 32 << 10;
@@ -253,11 +277,20 @@ impl TokenStream {
         }
         while self.sent < available && buf.len() < FRAME_BYTES {
             let n = (available - self.sent).min(self.chunk_cap);
+            let (from, to) = (self.sent, self.sent + n);
+            self.sent = to;
+            if let Some(json) = &self.json {
+                let words: Vec<&str> = json[from as usize..to as usize]
+                    .iter()
+                    .map(String::as_str)
+                    .collect();
+                self.fmt.token_chunk(&mut buf, &words, to == total, to);
+                continue;
+            }
             self.words.clear();
             let seed = self.text_seed;
             self.words
-                .extend((self.sent..self.sent + n).map(|p| tokens::generated(seed, p)));
-            self.sent += n;
+                .extend((from..to).map(|p| tokens::generated(seed, p)));
             self.fmt
                 .token_chunk(&mut buf, &self.words, self.sent == total, self.sent);
         }

@@ -48,6 +48,10 @@ pub struct Faults {
     /// did): srv-sim exits 101 instead of serving on without an engine
     #[arg(long, value_name = "N")]
     pub engine_panic_after: Option<u64>,
+    /// Share of structured-output requests (`response_format` json_schema) answered with
+    /// broken JSON (its last token left out), drawn from --seed per request
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub invalid_json_rate: f64,
 }
 
 /// Everything a request handler needs.
