@@ -1,16 +1,49 @@
-//! `loadgen --eval` points: the accuracy of their answers beside the load that produced them
-//! (over every repeat of a point), so a faster setting that answers worse shows in the same
-//! report.
+//! Points whose answers were judged: `loadgen --eval`'s accuracy and `--response-format`'s
+//! JSON validity, beside the load that produced them (over every repeat of a point), so a
+//! faster setting that answers worse shows in the same report. One table per kind of
+//! judgement, each a row of [`JUDGED`].
 
 use crate::input::points::{Keys, Point, point_name};
 use crate::notes::note::Facts;
 use crate::render::{Cell, Column, Table};
 use crate::tables::view::View;
-use servbench::record::EvalSummary;
+use servbench::record::{EvalSummary, SummaryRecord};
 
-/// The eval table, where some point asked eval questions.
+/// What a kind of judgement counts, and how its table says it.
+struct Judged {
+    table: &'static str,
+    /// The summary's counts of this judgement.
+    of: fn(&SummaryRecord) -> Option<&EvalSummary>,
+    /// What a right answer is called.
+    right: &'static str,
+    /// The rate's column: its name and header.
+    rate: (&'static str, &'static str),
+    note: &'static str,
+}
+
+const JUDGED: &[Judged] = &[
+    Judged {
+        table: "eval",
+        of: |s| s.eval.as_ref(),
+        right: "correct",
+        rate: ("accuracy", "accuracy %"),
+        note: "loadgen --eval: accuracy = correct / judged; not judged: requests with no whole answer (failed or cancelled)",
+    },
+    Judged {
+        table: "json validity",
+        of: |s| s.json_validity.as_ref(),
+        right: "valid",
+        rate: ("valid_rate", "valid %"),
+        note: "loadgen --response-format: valid = the answer is JSON that follows the schema; valid % = valid / judged; not judged: requests with no whole answer (failed or cancelled)",
+    },
+];
+
+/// The tables of judged answers, where some point's were.
 pub fn section(facts: &Facts, _view: &View) -> Vec<Table> {
-    eval_table(facts.points).into_iter().collect()
+    JUDGED
+        .iter()
+        .filter_map(|j| judged_table(facts.points, j))
+        .collect()
 }
 
 fn col(name: &str, header: &str) -> Column {
@@ -20,22 +53,23 @@ fn col(name: &str, header: &str) -> Column {
     }
 }
 
-/// One row per point that asked eval questions, or `None` when none did.
-pub fn eval_table(points: &[Point]) -> Option<Table> {
+/// One row per point whose answers were judged so, or `None` when none were.
+fn judged_table(points: &[Point], j: &Judged) -> Option<Table> {
     let varying = Keys::of(points).varying;
+    let (right, (rate, rate_header)) = (j.right, j.rate);
     let mut table = Table::new(
-        "eval",
+        j.table,
         vec![
             col("point", "point"),
             col("judged", "judged"),
-            col("correct", "correct"),
+            col(right, right),
             col("not_judged", "not judged"),
-            col("accuracy", "accuracy %"),
+            col(rate, rate_header),
         ],
     );
     for (group, p) in points.iter().enumerate() {
         let mut all: Option<EvalSummary> = None;
-        for e in p.repeats.iter().filter_map(|s| s.eval.as_ref()) {
+        for e in p.repeats.iter().filter_map(j.of) {
             all.get_or_insert_default().merge(e);
         }
         let Some(e) = all else { continue };
@@ -56,8 +90,6 @@ pub fn eval_table(points: &[Point]) -> Option<Table> {
     if table.rows.is_empty() {
         return None;
     }
-    table.notes.push(
-        "loadgen --eval: accuracy = correct / judged; not judged: requests with no whole answer (failed or cancelled)".into(),
-    );
+    table.notes.push(j.note.into());
     Some(table)
 }
