@@ -301,7 +301,9 @@ const EVERY_TOOL: &[(&str, &str)] = &[
          loadgen --api responses -c 2 -n 3 --input-len 8 --max-tokens 3 < server.jsonl
          loadgen --api messages -c 2 -n 3 --input-len 8 --max-tokens 3 < server.jsonl
          loadgen --api embeddings -c 2 -n 4 --input-len 8 < server.jsonl
-         loadgen -c 2 -n 6 --max-tokens 2 --input-len 8 --lora sql,chat --lora-assignment zipf < server.jsonl"#,
+         loadgen -c 2 -n 6 --max-tokens 2 --input-len 8 --lora sql,chat --lora-assignment zipf < server.jsonl
+         echo '{"type":"object","required":["n"],"properties":{"n":{"type":"integer"},"tags":{"type":"array","items":{"enum":["a","b"]}}}}' > n.schema.json
+         loadgen -c 2 -n 6 --max-tokens 12 --input-len 8 --response-format n.schema.json < server.jsonl"#,
     ),
     (
         "ranks.jsonl",
@@ -403,6 +405,7 @@ fn every_record_every_tool_writes_is_typed_with_nothing_outside_the_schema() {
         "ramps",
         "searches",
         "turns",
+        "json validity",
         "collectives",
         "decode allreduce budget",
         "gemms",
