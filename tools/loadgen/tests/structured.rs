@@ -141,3 +141,26 @@ fn a_bad_schema_file_is_one_error_naming_it_before_any_request() {
         assert!(out.out().is_empty(), "{}", out.out());
     }
 }
+
+#[test]
+fn response_format_with_an_api_that_does_not_take_it_is_refused() {
+    for api in ["responses", "messages", "embeddings"] {
+        let out = loadgen(&[
+            "--url",
+            "http://127.0.0.1:9",
+            "-n",
+            "1",
+            "--api",
+            api,
+            "--response-format",
+            &example(),
+        ]);
+        assert_eq!(out.code(), Some(2), "{}", out.err());
+        let err = out.err();
+        let line = the_error_line(&err);
+        assert!(
+            line.contains(&format!("--response-format with --api {api}")),
+            "{line}"
+        );
+    }
+}

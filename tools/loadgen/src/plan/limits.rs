@@ -47,6 +47,14 @@ fn body(a: &Args) -> anyhow::Result<()> {
             a.api.name()
         )));
     }
+    // vLLM's and SGLang's guided JSON is the OpenAI APIs' `response_format`; the Responses and
+    // Messages APIs name structured output otherwise, an embedding has no answer to check.
+    if a.response_format.is_some() && !matches!(a.api, crate::Api::Completions | crate::Api::Chat) {
+        return Err(cli::usage(format!(
+            "--response-format with --api {}: it is sent as response_format, which completions and chat take (use --api completions or chat)",
+            a.api.name()
+        )));
+    }
     if !a.api.generates() {
         // What a flag asks of the output an embedding does not have: refused, not ignored.
         let given = [
