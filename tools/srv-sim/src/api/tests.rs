@@ -170,3 +170,48 @@ fn messages_events_carry_text_deltas_and_the_counts() {
     assert_eq!(ev[5].1["usage"]["output_tokens"], 3);
     assert_eq!(ev[5].1["delta"]["stop_reason"], "max_tokens");
 }
+
+#[test]
+fn structured_answers_stream_as_valid_events_whose_text_is_the_json() {
+    let req = parse_generate(
+        Endpoint::Chat,
+        br#"{"messages":[{"role":"user","content":"a b"}],"max_tokens":40,"stream":true,
+            "response_format":{"type":"json_schema","json_schema":{"name":"p","schema":
+            {"type":"object","properties":{"k":{"type":"string","enum":["x \"y\""]}}}}}}"#,
+        &limits(),
+    )
+    .unwrap();
+    let schema = req.json_schema.clone().expect("the schema is kept");
+    let words = structured::answer(&schema, 3, false);
+    let escaped: Vec<String> = words.iter().map(|w| structured::escaped(w)).collect();
+    let f = Formatter::new(Endpoint::Chat, 7, 1, "\"m\"", &req);
+    let mut out = Vec::new();
+    let n = escaped.len() as u32;
+    for (i, w) in escaped.iter().enumerate() {
+        f.token_chunk(&mut out, &[w], i as u32 + 1 == n, i as u32 + 1);
+    }
+    let text = String::from_utf8(out).unwrap();
+    let content: String = text
+        .split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let v: Value = serde_json::from_str(&e[6..]).unwrap_or_else(|err| panic!("{e}: {err}"));
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let answer: Value = serde_json::from_str(&content).unwrap();
+    assert_eq!(answer, json!({"k": "x \"y\""}));
+    // What srv-sim cannot follow is a 400 before any token.
+    let e = parse_generate(
+        Endpoint::Chat,
+        br#"{"messages":[{"role":"user","content":"a"}],"response_format":{"type":"json_schema",
+            "json_schema":{"name":"p","schema":{"anyOf":[{"type":"string"}]}}}}"#,
+        &limits(),
+    )
+    .unwrap_err();
+    assert_eq!(e.status, 400);
+    assert!(e.message.contains("'anyOf'"), "{}", e.message);
+}
