@@ -195,7 +195,8 @@ fn report(config: &Config, out: &mut impl Write) -> anyhow::Result<Exit> {
     }
     let mut tables = match &config.compare_by {
         Some(label) => {
-            let mut t = compare::compare_by_label(&points, label, &config.compare_metrics)?;
+            let metrics = compare::with_judged(&config.compare_metrics, &points, &points);
+            let mut t = compare::compare_by_label(&points, label, &metrics)?;
             fit_comparison(&mut t, config);
             vec![t]
         }
@@ -275,7 +276,7 @@ fn compare_files(base: &Source, new: &Source, config: &Config) -> anyhow::Result
         &new_points,
         &base.name(),
         &new.name(),
-        &config.compare_metrics,
+        &compare::with_judged(&config.compare_metrics, &base_points, &new_points),
     );
     fit_comparison(&mut t, config);
     tables.push(t);

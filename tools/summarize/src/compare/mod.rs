@@ -34,6 +34,23 @@ pub const DEFAULT_METRICS: [Metric; 4] = [
     Metric::TPOT_P50,
 ];
 
+/// The judged shares a comparison adds where both sides carry them at some point: a faster
+/// run that answers worse shows in the same table as its speed.
+pub const JUDGED_METRICS: [Metric; 2] = [Metric::ACCURACY, Metric::JSON_VALID];
+
+/// The comparison's metrics: those asked for, then each of [`JUDGED_METRICS`] not among them
+/// that some point of each side carries.
+pub fn with_judged(metrics: &[Metric], base: &[Point], new: &[Point]) -> Vec<Metric> {
+    let carried = |points: &[Point], m: Metric| points.iter().any(|p| p.mean(m).is_some());
+    let mut out = metrics.to_vec();
+    for m in JUDGED_METRICS {
+        if !out.contains(&m) && carried(base, m) && carried(new, m) {
+            out.push(m);
+        }
+    }
+    out
+}
+
 /// How a metric moved between base and new.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Verdict {
@@ -292,6 +309,11 @@ fn table_for(
     table.notes.push(
         "better/worse: the change exceeds both runs' noise (95% intervals combined: repeats' CI, else the run's own time blocks (batch means) or its spread over its waves) and 5% (2% with repeats on both sides); ~: within that; ?: too few samples to know the noise (a p99 needs 500+ requests, or 100+ in time blocks)".to_string(),
     );
+    if metrics.iter().any(|m| JUDGED_METRICS.contains(m)) {
+        table.notes.push(
+            "accuracy % (--eval) and JSON valid % (--response-format): shares of each side's judged answers, whose noise is the 95% Wilson interval of that count (each answer judged on its own)".to_string(),
+        );
+    }
     if let Some(basis) = samples_note(pairing) {
         table.notes.push(basis);
     }

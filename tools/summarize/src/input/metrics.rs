@@ -179,10 +179,14 @@ pub enum Scalar {
     /// The engine's own steps over the point (its step log): mean step time, steps per second.
     EngineStepMs,
     EngineStepsS,
+    /// Judged answers: `loadgen --eval`'s share correct and `--response-format`'s share of
+    /// valid JSON, in percent of the requests judged.
+    AccuracyPct,
+    JsonValidPct,
 }
 
 impl Scalar {
-    const ALL: [Scalar; 29] = [
+    const ALL: [Scalar; 31] = [
         Scalar::ReqS,
         Scalar::InputsS,
         Scalar::OutputTokS,
@@ -212,6 +216,8 @@ impl Scalar {
         Scalar::EngineGbps,
         Scalar::EngineStepMs,
         Scalar::EngineStepsS,
+        Scalar::AccuracyPct,
+        Scalar::JsonValidPct,
     ];
 
     fn name(self) -> &'static str {
@@ -245,6 +251,8 @@ impl Scalar {
             Scalar::EngineGbps => "eng_gbps",
             Scalar::EngineStepMs => "eng_step",
             Scalar::EngineStepsS => "eng_steps_s",
+            Scalar::AccuracyPct => "accuracy",
+            Scalar::JsonValidPct => "json_valid",
         }
     }
 
@@ -279,6 +287,8 @@ impl Scalar {
             Scalar::EngineGbps => "eng GB/s/GPU",
             Scalar::EngineStepMs => "eng step ms",
             Scalar::EngineStepsS => "eng steps/s",
+            Scalar::AccuracyPct => "accuracy %",
+            Scalar::JsonValidPct => "JSON valid %",
         }
     }
 }
@@ -337,6 +347,8 @@ impl Metric {
     pub const ENG_QUEUE: Metric = Metric::Scalar(Scalar::EngineQueueMs);
     pub const ENG_PREFILL: Metric = Metric::Scalar(Scalar::EnginePrefillMs);
     pub const TTFT_OUTSIDE: Metric = Metric::Scalar(Scalar::TtftOutsideMs);
+    pub const ACCURACY: Metric = Metric::Scalar(Scalar::AccuracyPct);
+    pub const JSON_VALID: Metric = Metric::Scalar(Scalar::JsonValidPct);
 
     /// `tok_s`, `ttft_p99`, `itl_mean`, ...
     pub fn name(&self) -> String {
@@ -459,6 +471,8 @@ impl Metric {
                 Scalar::TtftOutsideMs => split(s).map(|t| t.outside_ms),
                 Scalar::EngineStepMs => steps(s).map(|e| e.step_ms_mean),
                 Scalar::EngineStepsS => steps(s).map(|e| e.steps_per_s),
+                Scalar::AccuracyPct => s.eval.as_ref()?.accuracy.map(|a| a * 100.0),
+                Scalar::JsonValidPct => s.json_validity.as_ref()?.accuracy.map(|a| a * 100.0),
                 Scalar::EngineTflops => per_second(s, s.server.as_ref()?.est_flops_per_gpu?, 1e12),
                 Scalar::EngineGbps => {
                     let srv = s.server.as_ref()?;

@@ -98,6 +98,16 @@ impl Metric {
     /// samples as the point's waves allow ([`independent_requests`]).
     fn sampling_noise(&self, s: &SummaryRecord) -> Option<f64> {
         let value = self.value(s)?;
+        // Each answer is judged on its own, whatever wave it came in: a binomial share.
+        let judged = match self {
+            Metric::Scalar(Scalar::AccuracyPct) => s.eval.as_ref(),
+            Metric::Scalar(Scalar::JsonValidPct) => s.json_validity.as_ref(),
+            _ => None,
+        };
+        if let Some(e) = judged {
+            let (lo, hi) = wilson95(e.correct, e.judged)?;
+            return Some((value - 100.0 * lo).max(100.0 * hi - value).max(0.0));
+        }
         // A point of one or two waves and no time blocks cannot say how far a relaunch moves
         // it: the first wave's alignment with the engine's steps sets the rest (three identical
         // PP8 launches at C=32, two waves each, were called 1.17x better and 0.93x worse).
@@ -155,6 +165,20 @@ impl Metric {
     }
 }
 
+/// The 95% Wilson score interval of a share of `hits` in `n` (None for no trial): unlike the
+/// normal approximation it stays inside 0..1 and is not zero-width at 0% or 100%.
+pub fn wilson95(hits: u64, n: u64) -> Option<(f64, f64)> {
+    if n == 0 {
+        return None;
+    }
+    let (n, z) = (n as f64, 1.959_963_984_540_054);
+    let p = hits.min(n as u64) as f64 / n;
+    let z2n = z * z / n;
+    let center = (p + z2n / 2.0) / (1.0 + z2n);
+    let half = z / (1.0 + z2n) * (p * (1.0 - p) / n + z2n / (4.0 * n)).sqrt();
+    Some(((center - half).max(0.0), (center + half).min(1.0)))
+}
+
 /// How long a wave of a short closed-loop point may have waited for a step in flight, which a
 /// relaunch can add or take away: none for one stream, open loop, or a point of time blocks or
 /// as many waves as they need (six latencies: loadgen gives such points their blocks). A wave
@@ -193,5 +217,26 @@ pub fn independent_requests(s: &SummaryRecord) -> u64 {
             ((s.duration_s * 1000.0 / e2e.mean) as u64).clamp(1, s.ok)
         }
         _ => s.ok,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wilson95;
+
+    #[test]
+    fn wilson_interval_of_a_share_matches_the_published_figures() {
+        // (hits, n, low, high): 70/100 and 12/12 as the Wilson score interval gives them;
+        // 0 of 5 is not a zero-width interval at 0%.
+        for (hits, n, low, high) in [
+            (70, 100, 0.6042, 0.7810),
+            (12, 12, 0.7575, 1.0),
+            (0, 5, 0.0, 0.4345),
+        ] {
+            let (lo, hi) = wilson95(hits, n).unwrap();
+            assert!((lo - low).abs() < 5e-4, "{hits}/{n}: {lo}");
+            assert!((hi - high).abs() < 5e-4, "{hits}/{n}: {hi}");
+        }
+        assert_eq!(wilson95(0, 0), None);
     }
 }
